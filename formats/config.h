@@ -1,0 +1,35 @@
+/* YAML configuration files (libyaml) with strict validation, --set
+ * overrides, and the resolved YAML written into every run directory.
+ * The keys are documented in man/attnres-config.5. */
+#ifndef AR_FORMATS_CONFIG_H
+#define AR_FORMATS_CONFIG_H
+
+#include <stddef.h>
+
+#include "../lib/config.h"
+#include "../lib/error.h"
+
+/* Overlays the YAML document in `text` on c (which the caller has filled,
+ * usually with ar_config_defaults).  `name` is used in messages:
+ *   "NAME:LINE:COL: unknown key 'model.foo' (expected one of: ...)"
+ *   "NAME:LINE:COL: 'model.d_model' expects a positive integer, got 'abc'"
+ * Does not run the cross-field checks of ar_config_validate. */
+int ar_config_parse(ar_config *c, const char *text, size_t len, const char *name, ar_err *e);
+
+/* Reads a file and overlays it (ar_config_parse with name = path). */
+int ar_config_load(ar_config *c, const char *path, ar_err *e);
+
+/* Applies one "--set" override "dotted.key=value"; value is a YAML scalar
+ * (or a flow sequence/mapping where the key takes one).  Errors:
+ *   "--set 'model.d_model=abc': 'model.d_model' expects a positive integer, got 'abc'" */
+int ar_config_set(ar_config *c, const char *assignment, ar_err *e);
+
+/* Cross-field checks (d_model divisible by n_head, even head_dim, block_size
+ * within 1..L, data.train given, ...). */
+int ar_config_validate(const ar_config *c, ar_err *e);
+
+/* The resolved config as YAML (every key, explicit values), malloc'd.
+ * Parsing it back over defaults gives an identical ar_config. */
+char *ar_config_to_yaml(const ar_config *c);
+
+#endif

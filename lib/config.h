@@ -1,0 +1,86 @@
+/* The run configuration as plain data (no YAML here: formats/config.c parses
+ * and emits it).  Field names mirror the YAML keys of attnres-config(5);
+ * DESIGN.md section 2 fixes those names. */
+#ifndef AR_CONFIG_H
+#define AR_CONFIG_H
+
+#include <stdint.h>
+
+#define AR_PATH_MAX 4096
+
+typedef enum {
+    AR_RES_BASELINE = 0, /* PreNorm residual: h_l = v_0 + ... + v_{l-1} */
+    AR_RES_FULL,         /* depth attention over every earlier sublayer output (S = 1) */
+    AR_RES_BLOCK,        /* depth attention over block summaries (S = block_size) */
+} ar_res_kind;
+
+typedef enum {
+    AR_SCHED_COSINE = 0, /* linear warmup, then cosine from lr to min_lr */
+    AR_SCHED_WSD,        /* warmup, stable at lr, linear decay to min_lr over the last decay_frac */
+    AR_SCHED_CONSTANT,   /* linear warmup, then lr */
+} ar_sched_kind;
+
+typedef struct {
+    ar_res_kind kind;
+    int block_size; /* S in sublayers; 0 = not given */
+    int num_blocks; /* N; 0 = not given. At most one of block_size/num_blocks is set */
+} ar_residual_cfg;
+
+typedef struct {
+    int vocab_bytes;  /* 1: vocab is "bytes" (256) */
+    int vocab;        /* vocabulary size (256 when vocab_bytes) */
+    int d_model;
+    int n_layer;      /* transformer blocks; sublayers L = 2*n_layer */
+    int n_head;
+    int d_ff;
+    int seq_len;      /* T */
+    ar_residual_cfg residual;
+} ar_model_cfg;
+
+typedef struct {
+    char train[AR_PATH_MAX]; /* text, .gz text, or llm.c token file */
+    char val[AR_PATH_MAX];   /* "" = null: take val_fraction of train's tail */
+    double val_fraction;
+} ar_data_cfg;
+
+typedef struct {
+    long steps;
+    int batch_size;
+    int grad_accum;
+    double lr;
+    double min_lr;
+    ar_sched_kind schedule;
+    long warmup;
+    double decay_frac;  /* wsd: fraction of steps spent decaying */
+    double weight_decay;
+    double beta1, beta2, eps;
+    double grad_clip;   /* 0 = off */
+    uint64_t seed;
+    long eval_every;    /* 0 = only at the end */
+    long eval_windows;  /* validation windows per evaluation; 0 = all */
+    long save_every;    /* 0 = only at the end */
+    long log_every;
+    int threads;        /* 0 = all cores */
+} ar_train_cfg;
+
+typedef struct {
+    ar_model_cfg model;
+    ar_data_cfg data;
+    ar_train_cfg train;
+} ar_config;
+
+/* Fills c with the built-in defaults (the quick start's model and training
+ * settings; data.train = AR_DEFAULT_CORPUS). */
+void ar_config_defaults(ar_config *c);
+
+#define AR_DEFAULT_CORPUS "data/kjv.txt"
+
+/* Sublayer count L and the effective block size S for a residual config
+ * (S = ceil(L/N) when num_blocks is given; 1 for full; L+1 for baseline). */
+int ar_cfg_sublayers(const ar_model_cfg *m);
+int ar_cfg_block_size(const ar_model_cfg *m);
+
+const char *ar_res_kind_name(ar_res_kind k);
+const char *ar_sched_name(ar_sched_kind k);
+
+#endif

@@ -1,0 +1,61 @@
+#include "error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ar_fail(ar_err *e, const char *fmt, ...)
+{
+    if (e) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+int ar_wrap(ar_err *e, const char *fmt, ...)
+{
+    if (!e)
+        return -1;
+    char prefix[1024], old[sizeof e->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, e->msg, sizeof old);
+    snprintf(e->msg, sizeof e->msg, "%s: %s", prefix, old);
+    return -1;
+}
+
+static void oom(size_t n)
+{
+    fprintf(stderr, "attnres: error: out of memory allocating %zu bytes\n", n);
+    abort();
+}
+
+void *ar_xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p)
+        oom(n);
+    return p;
+}
+
+void *ar_xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p)
+        oom(n * size);
+    return p;
+}
+
+char *ar_xstrdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = ar_xmalloc(n);
+    memcpy(p, s, n);
+    return p;
+}

@@ -1,0 +1,121 @@
+#include "testutil.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+const char *tu_tmpdir(void)
+{
+    static char buf[4096];
+    const char *base = getenv("TMPDIR");
+    snprintf(buf, sizeof buf, "%s/attnres-test-XXXXXX", base && *base ? base : "/tmp");
+    cr_assert(mkdtemp(buf) != NULL, "mkdtemp failed");
+    return buf;
+}
+
+const char *tu_path(const char *dir, const char *name)
+{
+    static char bufs[8][4096];
+    static int k;
+    char *b = bufs[k++ & 7];
+    snprintf(b, 4096, "%s/%s", dir, name);
+    return b;
+}
+
+void tu_write_file(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert(f != NULL, "cannot write %s", path);
+    cr_assert(fwrite(data, 1, n, f) == n);
+    fclose(f);
+}
+
+char *tu_read_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)sz + 1);
+    size_t got = fread(b, 1, (size_t)sz, f);
+    fclose(f);
+    b[got] = 0;
+    if (n)
+        *n = got;
+    return b;
+}
+
+void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t seed)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        double u = (double)(s >> 11) / 9007199254740992.0;
+        x[i] = lo + (float)(u * (hi - lo));
+    }
+}
+
+double tu_rel_err(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num) / fmax(sqrt(den), 1e-30);
+}
+
+const char *tu_golden_dir(void)
+{
+    static char buf[4096];
+    const char *g = getenv("AR_GOLDEN_DIR");
+    snprintf(buf, sizeof buf, "%s", g && *g ? g : "../shared/golden");
+    struct stat st;
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/baseline/model.safetensors", buf);
+    return stat(probe, &st) == 0 ? buf : NULL;
+}
+
+const char *tu_bin(void)
+{
+    const char *b = getenv("AR_BIN");
+    return b && *b ? b : NULL;
+}
+
+const char *tu_source_dir(void)
+{
+    const char *b = getenv("AR_SOURCE_DIR");
+    return b && *b ? b : NULL;
+}
+
+char *tu_run(const char *cmd, int *status)
+{
+    char full[8192];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    cr_assert(p != NULL);
+    size_t cap = 4096, len = 0;
+    char *out = malloc(cap);
+    size_t k;
+    while ((k = fread(out + len, 1, cap - len - 1, p)) > 0) {
+        len += k;
+        if (cap - len < 2) {
+            cap *= 2;
+            out = realloc(out, cap);
+        }
+    }
+    out[len] = 0;
+    int st = pclose(p);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
+}

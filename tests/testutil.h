@@ -1,0 +1,36 @@
+/* Shared helpers for the Criterion tests. */
+#ifndef AR_TESTUTIL_H
+#define AR_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A fresh empty directory under $TMPDIR (or /tmp); path is static storage
+ * valid until the next call. */
+const char *tu_tmpdir(void);
+/* Joins dir/name into a static buffer (rotating among 8 buffers). */
+const char *tu_path(const char *dir, const char *name);
+/* Writes bytes to a file; aborts the test on failure. */
+void tu_write_file(const char *path, const void *data, size_t n);
+/* Reads a whole file (malloc'd, NUL-terminated); *n gets the size. */
+char *tu_read_file(const char *path, size_t *n);
+
+/* Deterministic pseudo-random fill: uniform in [lo, hi). */
+void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t seed);
+
+/* ||a-b|| / max(||b||, tiny) in double. */
+double tu_rel_err(const float *a, const float *b, size_t n);
+
+/* The golden folder ($AR_GOLDEN_DIR, default ../shared/golden) or NULL if
+ * it is absent (tests then skip). */
+const char *tu_golden_dir(void);
+/* Path of the attnres binary ($AR_BIN) or NULL. */
+const char *tu_bin(void);
+/* Source tree root ($AR_SOURCE_DIR) or NULL. */
+const char *tu_source_dir(void);
+
+/* Runs a shell command, capturing stdout+stderr (malloc'd) and the exit
+ * status (-1 when killed by a signal). */
+char *tu_run(const char *cmd, int *status);
+
+#endif
