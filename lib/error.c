@@ -26,7 +26,18 @@ int ar_wrap(ar_err *e, const char *fmt, ...)
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, e->msg, sizeof old);
-    snprintf(e->msg, sizeof e->msg, "%s: %s", prefix, old);
+    size_t np = strlen(prefix), cap = sizeof e->msg - 1;
+    if (np > cap)
+        np = cap;
+    memcpy(e->msg, prefix, np);
+    size_t at = np;
+    for (const char *s = ": "; *s && at < cap; s++)
+        e->msg[at++] = *s;
+    size_t no = strlen(old);
+    if (no > cap - at)
+        no = cap - at;
+    memcpy(e->msg + at, old, no);
+    e->msg[at + no] = 0;
     return -1;
 }
 

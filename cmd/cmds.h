@@ -1,0 +1,32 @@
+/* The command table's entries and what the commands share. */
+#ifndef AR_CMDS_H
+#define AR_CMDS_H
+
+#include <stdio.h>
+
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+
+/* Exit statuses: 0 ok, 1 the work failed, 2 the command line was wrong. */
+enum { AR_EXIT_OK = 0, AR_EXIT_FAIL = 1, AR_EXIT_USAGE = 2 };
+
+/* "attnres: error: <msg>" on stderr. */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints "usage: <usage>" and a hint to stderr, returns AR_EXIT_USAGE. */
+int cli_usage_error(const char *usage, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Shows man page `page` (e.g. "attnres-train"); returns an exit status. */
+int cli_show_man(const char *page);
+/* 1 if argv contains -h or --help before any "--". */
+int cli_wants_help(int argc, char **argv);
+/* Parses a positive/non-negative long option value. */
+int cli_parse_long(const char *opt, const char *s, long min, long *out);
+
+/* The man pages compiled into the binary (man_pages.c, generated). */
+typedef struct {
+    const char *name; /* "attnres-train" */
+    const char *roff;
+} cli_man_page;
+extern const cli_man_page cli_man_pages[];
+extern const int cli_n_man_pages;
+
+#endif

@@ -1,0 +1,84 @@
+/* attnres: the command table (as git's), help and version. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cmds.h"
+
+#ifndef AR_VERSION
+#define AR_VERSION "0.0.0"
+#endif
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"train", cmd_train, "train a model from a YAML config"},
+    {"eval", cmd_eval, "evaluate a checkpoint on a token stream"},
+    {"help", NULL, "show the manual page of attnres or of a command"},
+};
+#define N_COMMANDS (int)(sizeof commands / sizeof *commands)
+
+static const char *main_usage = "attnres [--version] [--help] <command> [<args>]";
+
+static void list_commands(FILE *f)
+{
+    fprintf(f, "usage: %s\n\ncommands:\n", main_usage);
+    for (int i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "   %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n'attnres help <command>' shows a command's manual page.\n");
+}
+
+static const command *find(const char *name)
+{
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+static int cmd_help(int argc, char **argv)
+{
+    if (argc < 2)
+        return cli_show_man("attnres");
+    if (strcmp(argv[1], "config") == 0)
+        return cli_show_man("attnres-config");
+    const command *c = find(argv[1]);
+    if (!c) {
+        cli_error("'%s' is not an attnres command (see 'attnres help')", argv[1]);
+        return AR_EXIT_USAGE;
+    }
+    char page[64];
+    snprintf(page, sizeof page, c->fn ? "attnres-%s" : "attnres", c->name);
+    return cli_show_man(page);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        list_commands(stderr);
+        return AR_EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
+        printf("attnres %s\n", AR_VERSION);
+        return AR_EXIT_OK;
+    }
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0)
+        return cli_show_man("attnres");
+    if (strcmp(name, "help") == 0)
+        return cmd_help(argc - 1, argv + 1);
+    const command *c = find(name);
+    if (!c) {
+        cli_error("'%s' is not an attnres command (see 'attnres help')", name);
+        return AR_EXIT_USAGE;
+    }
+    if (cli_wants_help(argc - 1, argv + 1)) {
+        char page[64];
+        snprintf(page, sizeof page, "attnres-%s", c->name);
+        return cli_show_man(page);
+    }
+    return c->fn(argc - 1, argv + 1);
+}

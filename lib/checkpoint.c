@@ -1,0 +1,276 @@
+#include "checkpoint.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../formats/config.h"
+#include "../formats/safetensors.h"
+
+#ifndef AR_VERSION
+#define AR_VERSION "0.0.0"
+#endif
+
+void ar_ckpt_model_path(const char *path, char *out, size_t n)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(out, n, "%s/model.safetensors", path);
+    else
+        snprintf(out, n, "%s", path);
+}
+
+/* Downloads a device buffer region into a fresh host array. */
+static float *to_host(const ar_backend *be, const float *dev, size_t n)
+{
+    float *h = ar_xmalloc(n * sizeof(float));
+    be->download(h, dev, n * sizeof(float));
+    return h;
+}
+
+/* Safetensors entries for every parameter, reading from host copy `base`. */
+static ar_st_entry *entries_for(const ar_model *m, const float *base, const char *prefix,
+                                char (*names)[128])
+{
+    ar_st_entry *t = ar_xcalloc((size_t)m->pt.n, sizeof *t);
+    for (int i = 0; i < m->pt.n; i++) {
+        const ar_param *p = &m->pt.p[i];
+        snprintf(names[i], 128, "%s%s", prefix, p->name);
+        t[i].name = names[i];
+        t[i].dtype = "F32";
+        t[i].ndim = p->ndim;
+        t[i].shape[0] = p->shape[0];
+        t[i].shape[1] = p->shape[1];
+        t[i].data = base + p->offset;
+    }
+    return t;
+}
+
+static int write_params(const char *file, const ar_model *m, const float *dev, const char *prefix,
+                        const char *const *meta, ar_err *e)
+{
+    float *host = to_host(m->be, dev, m->pt.total);
+    char(*names)[128] = ar_xcalloc((size_t)m->pt.n, sizeof *names);
+    ar_st_entry *t = entries_for(m, host, prefix, names);
+    int rc = ar_st_write(file, t, m->pt.n, meta, e);
+    free(t);
+    free(names);
+    free(host);
+    return rc;
+}
+
+/* Writes two tensor sets (m., v.) into one file. */
+static int write_optim(const char *file, const ar_model *m, const ar_adamw *o, const char *const *meta,
+                       ar_err *e)
+{
+    int n = m->pt.n;
+    float *hm = to_host(m->be, o->m, m->pt.total), *hv = to_host(m->be, o->v, m->pt.total);
+    char(*names)[128] = ar_xcalloc((size_t)2 * n, sizeof *names);
+    ar_st_entry *tm = entries_for(m, hm, "m.", names);
+    ar_st_entry *tv = entries_for(m, hv, "v.", names + n);
+    ar_st_entry *all = ar_xcalloc((size_t)2 * n, sizeof *all);
+    memcpy(all, tm, (size_t)n * sizeof *all);
+    memcpy(all + n, tv, (size_t)n * sizeof *all);
+    int rc = ar_st_write(file, all, 2 * n, meta, e);
+    free(all);
+    free(tm);
+    free(tv);
+    free(names);
+    free(hm);
+    free(hv);
+    return rc;
+}
+
+static int write_text_atomic(const char *path, const char *text, ar_err *e)
+{
+    char tmp[AR_PATH_MAX + 64];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return ar_fail(e, "cannot write '%s': %s", path, strerror(errno));
+    size_t n = strlen(text);
+    int ok = fwrite(text, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int err = errno;
+        unlink(tmp);
+        return ar_fail(e, "cannot write '%s': %s", path, strerror(err));
+    }
+    return 0;
+}
+
+int ar_ckpt_save(const char *dir, const ar_config *cfg, ar_model *m, const ar_adamw *opt, long step,
+                 ar_err *e)
+{
+    char path[AR_PATH_MAX + 64], prev[AR_PATH_MAX + 64], stepbuf[32], tbuf[32];
+    char *yaml = ar_config_to_yaml(cfg);
+    snprintf(stepbuf, sizeof stepbuf, "%ld", step);
+    int rc = 0;
+    snprintf(path, sizeof path, "%s/config.yaml", dir);
+    rc = write_text_atomic(path, yaml, e);
+    if (rc == 0 && opt) {
+        /* Keep the optimizer state that matches the model file currently on
+         * disk until the new model file has replaced it. */
+        snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+        snprintf(prev, sizeof prev, "%s/optimizer.prev.safetensors", dir);
+        unlink(prev);
+        if (link(path, prev) != 0 && errno != ENOENT)
+            rc = ar_fail(e, "cannot keep '%s' as '%s': %s", path, prev, strerror(errno));
+        snprintf(tbuf, sizeof tbuf, "%ld", opt->t);
+        const char *meta[] = {"step", stepbuf, "adam_t", tbuf, "attnres_version", AR_VERSION, NULL};
+        if (rc == 0)
+            rc = write_optim(path, m, opt, meta, e);
+    }
+    if (rc == 0) {
+        const char *meta[] = {"config", yaml, "step", stepbuf, "attnres_version", AR_VERSION, NULL};
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        rc = write_params(path, m, m->params, "", meta, e);
+    }
+    free(yaml);
+    return rc;
+}
+
+int ar_ckpt_save_grads(const char *file, ar_model *m, ar_err *e)
+{
+    const char *meta[] = {"attnres_version", AR_VERSION, NULL};
+    return write_params(file, m, m->grads, "", meta, e);
+}
+
+static int parse_step(const ar_st_file *f, long *step, ar_err *e)
+{
+    const char *s = ar_st_meta(f, "step");
+    char *end;
+    if (!s)
+        return ar_fail(e, "'%s': metadata has no 'step'", f->path);
+    long v = strtol(s, &end, 10);
+    if (*s == 0 || *end || v < 0)
+        return ar_fail(e, "'%s': metadata 'step' is '%s', expected a non-negative integer", f->path, s);
+    *step = v;
+    return 0;
+}
+
+static int config_from(const ar_st_file *f, ar_config *cfg, long *step, ar_err *e)
+{
+    const char *y = ar_st_meta(f, "config");
+    if (!y)
+        return ar_fail(e, "'%s': metadata has no 'config' (not an attnres checkpoint?)", f->path);
+    ar_config_defaults(cfg);
+    char name[AR_PATH_MAX + 32];
+    snprintf(name, sizeof name, "%s[config]", f->path);
+    if (ar_config_parse(cfg, y, strlen(y), name, e) != 0)
+        return -1;
+    if (step && parse_step(f, step, e) != 0)
+        return -1;
+    return 0;
+}
+
+int ar_ckpt_read_config(const char *path, ar_config *cfg, long *step, ar_err *e)
+{
+    char file[AR_PATH_MAX + 32];
+    ar_ckpt_model_path(path, file, sizeof file);
+    ar_st_file f;
+    if (ar_st_read(&f, file, e) != 0)
+        return -1;
+    int rc = config_from(&f, cfg, step, e);
+    ar_st_free(&f);
+    return rc;
+}
+
+/* Copies every parameter from f (tensor names prefixed by prefix) into the
+ * device buffer dev; extra tensors in f are an error. */
+static int load_params(const ar_st_file *f, ar_model *m, float *dev, const char *prefix, int strict,
+                       ar_err *e)
+{
+    float *host = ar_xcalloc(m->pt.total, sizeof(float));
+    int rc = 0;
+    for (int i = 0; i < m->pt.n && rc == 0; i++) {
+        const ar_param *p = &m->pt.p[i];
+        char name[160];
+        snprintf(name, sizeof name, "%s%s", prefix, p->name);
+        rc = ar_st_get_f32(f, name, p->shape, p->ndim, host + p->offset, e);
+    }
+    size_t plen = strlen(prefix);
+    for (int i = 0; i < f->n && rc == 0 && strict; i++) {
+        const char *nm = f->t[i].name;
+        if (strncmp(nm, prefix, plen) != 0 || ar_params_find(&m->pt, nm + plen) < 0)
+            rc = ar_fail(e, "'%s': unexpected tensor '%s' for a model of kind '%s'", f->path, nm,
+                         ar_res_kind_name(m->cfg.residual.kind));
+    }
+    if (rc == 0)
+        m->be->upload(dev, host, m->pt.total * sizeof(float));
+    free(host);
+    return rc;
+}
+
+int ar_ckpt_load_weights(const char *file, ar_model *m, ar_err *e)
+{
+    ar_st_file f;
+    if (ar_st_read(&f, file, e) != 0)
+        return -1;
+    int rc = load_params(&f, m, m->params, "", 1, e);
+    ar_st_free(&f);
+    return rc;
+}
+
+int ar_ckpt_load_model(const char *path, const ar_backend *be, int max_batch, ar_config *cfg,
+                       ar_model **mp, long *step, ar_err *e)
+{
+    char file[AR_PATH_MAX + 32];
+    ar_ckpt_model_path(path, file, sizeof file);
+    ar_st_file f;
+    if (ar_st_read(&f, file, e) != 0)
+        return -1;
+    long st = 0;
+    int rc = config_from(&f, cfg, &st, e);
+    if (rc == 0)
+        rc = ar_model_create(mp, &cfg->model, be, max_batch, e);
+    if (rc == 0 && (rc = load_params(&f, *mp, (*mp)->params, "", 1, e)) != 0) {
+        ar_model_free(*mp);
+        *mp = NULL;
+    }
+    if (step)
+        *step = st;
+    ar_st_free(&f);
+    return rc;
+}
+
+static int try_optim(const char *file, ar_model *m, ar_adamw *o, long step, int *matched, ar_err *e)
+{
+    ar_st_file f;
+    *matched = 0;
+    if (access(file, F_OK) != 0)
+        return 0;
+    if (ar_st_read(&f, file, e) != 0)
+        return -1;
+    long st;
+    int rc = parse_step(&f, &st, e);
+    if (rc == 0 && st == step) {
+        const char *t = ar_st_meta(&f, "adam_t");
+        o->t = t ? atol(t) : step;
+        rc = load_params(&f, m, o->m, "m.", 0, e);
+        if (rc == 0)
+            rc = load_params(&f, m, o->v, "v.", 0, e);
+        *matched = rc == 0;
+    }
+    ar_st_free(&f);
+    return rc;
+}
+
+int ar_ckpt_load_optim(const char *dir, ar_model *m, ar_adamw *opt, long step, ar_err *e)
+{
+    const char *names[] = {"optimizer.safetensors", "optimizer.prev.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        char file[AR_PATH_MAX + 64];
+        int matched;
+        snprintf(file, sizeof file, "%s/%s", dir, names[i]);
+        if (try_optim(file, m, opt, step, &matched, e) != 0)
+            return -1;
+        if (matched)
+            return 0;
+    }
+    return ar_fail(e, "'%s': no optimizer state for step %ld (expected optimizer.safetensors with "
+                      "metadata step %ld)", dir, step, step);
+}

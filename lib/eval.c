@@ -1,0 +1,43 @@
+#include "eval.h"
+
+#include <stdlib.h>
+
+#include "data.h"
+
+int ar_evaluate(ar_model *m, const int32_t *x, size_t n, long max_windows, int want_grads,
+                ar_eval_result *r, ar_err *e)
+{
+    int T = m->T;
+    size_t nw = ar_eval_window_count(n, T);
+    if (nw == 0)
+        return ar_fail(e, "evaluation data holds %zu tokens, fewer than one window of seq_len+1 = %d",
+                       n, T + 1);
+    if (max_windows > 0 && (size_t)max_windows < nw)
+        nw = (size_t)max_windows;
+    int32_t *in = ar_xmalloc((size_t)m->maxB * T * sizeof(int32_t));
+    int32_t *tg = ar_xmalloc((size_t)m->maxB * T * sizeof(int32_t));
+    int stats = m->collect_stats;
+    double total = 0;
+    if (want_grads)
+        ar_model_zero_grad(m);
+    for (size_t w0 = 0; w0 < nw; w0 += (size_t)m->maxB) {
+        int B = (int)(nw - w0 < (size_t)m->maxB ? nw - w0 : (size_t)m->maxB);
+        for (int b = 0; b < B; b++)
+            ar_eval_window(x, w0 + b, T, in + (size_t)b * T, tg + (size_t)b * T);
+        double s;
+        ar_model_forward(m, in, tg, B, &s);
+        m->collect_stats = 0;
+        total += s;
+        /* d(mean over all nw*T positions)/dparams accumulates batch by batch. */
+        if (want_grads)
+            ar_model_backward(m, (float)(1.0 / ((double)nw * T)));
+    }
+    m->collect_stats = stats;
+    free(in);
+    free(tg);
+    r->windows = (long)nw;
+    r->tokens = (long)nw * T;
+    r->sum_nats = total;
+    r->loss = total / (double)r->tokens;
+    return 0;
+}

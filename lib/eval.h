@@ -1,0 +1,27 @@
+/* The evaluation protocol of DESIGN.md: consecutive non-overlapping windows
+ * of T+1 tokens (stride T) from offset 0; mean cross-entropy over every
+ * predicted position of the first max_windows windows. */
+#ifndef AR_EVAL_H
+#define AR_EVAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "model.h"
+
+typedef struct {
+    double loss;     /* mean nats/token */
+    double sum_nats;
+    long tokens;     /* predicted positions */
+    long windows;
+} ar_eval_result;
+
+/* Evaluates m on x[0..n).  max_windows <= 0 means all windows.  With
+ * want_grads, the model's gradient buffer is set to the gradient of the mean
+ * loss (zeroed first).  If m->collect_stats is set it stays set for the first
+ * batch only, so diagnostics describe that batch. */
+int ar_evaluate(ar_model *m, const int32_t *x, size_t n, long max_windows, int want_grads,
+                ar_eval_result *r, ar_err *e);
+
+#endif

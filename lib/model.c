@@ -1,0 +1,308 @@
+#include "model.h"
+
+#include <gsl/gsl_randist.h>
+#include <gsl/gsl_rng.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int add_matrix(ar_model *m, const char *fmt, int k, int rows, int cols, float std, int group)
+{
+    char name[96];
+    snprintf(name, sizeof name, fmt, k);
+    return ar_params_add(&m->pt, name, rows, cols, AR_INIT_NORMAL, std, group);
+}
+
+static int add_gain(ar_model *m, const char *fmt, int k, int group)
+{
+    char name[96];
+    snprintf(name, sizeof name, fmt, k);
+    return ar_params_add(&m->pt, name, m->d, 0, AR_INIT_ONES, 0, group);
+}
+
+/* Parameter layout in the order of DESIGN.md's tensor list. */
+static void plan_params(ar_model *m)
+{
+    int d = m->d, F = m->F, V = m->V, n = m->cfg.n_layer;
+    float std = 0.02f, out_std = 0.02f / sqrtf(2.0f * n);
+    m->embed = ar_params_add(&m->pt, "embed.weight", V, d, AR_INIT_NORMAL, std, 0);
+    m->blk = ar_xcalloc((size_t)n, sizeof *m->blk);
+    for (int k = 0; k < n; k++) {
+        ar_block_idx *b = &m->blk[k];
+        int la = 2 * k + 1, lm = 2 * k + 2;
+        b->attn_norm = add_gain(m, "blocks.%d.attn_norm.weight", k, la);
+        b->q = add_matrix(m, "blocks.%d.attn.q.weight", k, d, d, std, la);
+        b->k = add_matrix(m, "blocks.%d.attn.k.weight", k, d, d, std, la);
+        b->v = add_matrix(m, "blocks.%d.attn.v.weight", k, d, d, std, la);
+        b->o = add_matrix(m, "blocks.%d.attn.o.weight", k, d, d, out_std, la);
+        b->mlp_norm = add_gain(m, "blocks.%d.mlp_norm.weight", k, lm);
+        b->gate = add_matrix(m, "blocks.%d.mlp.gate.weight", k, F, d, std, lm);
+        b->up = add_matrix(m, "blocks.%d.mlp.up.weight", k, F, d, std, lm);
+        b->down = add_matrix(m, "blocks.%d.mlp.down.weight", k, d, F, out_std, lm);
+    }
+    m->final_norm = ar_params_add(&m->pt, "final_norm.weight", d, 0, AR_INIT_ONES, 0, m->L + 1);
+    m->lm_head = ar_params_add(&m->pt, "lm_head.weight", V, d, AR_INIT_NORMAL, std, m->L + 1);
+}
+
+static float *falloc(const ar_backend *be, size_t n) { return be->alloc(n * sizeof(float)); }
+
+static void alloc_activations(ar_model *m)
+{
+    const ar_backend *be = m->be;
+    size_t N = (size_t)m->maxB * m->T, d = m->d, F = m->F, V = m->V;
+    size_t att = (size_t)m->maxB * m->nh * m->T * m->T;
+    m->tok = be->alloc(N * sizeof(int32_t));
+    m->tgt = be->alloc(N * sizeof(int32_t));
+    m->act = ar_xcalloc((size_t)m->cfg.n_layer, sizeof *m->act);
+    for (int k = 0; k < m->cfg.n_layer; k++) {
+        ar_block_act *a = &m->act[k];
+        a->xn = falloc(be, N * d);
+        a->rstd = falloc(be, N);
+        a->q = falloc(be, N * d);
+        a->k = falloc(be, N * d);
+        a->v = falloc(be, N * d);
+        a->att = falloc(be, att);
+        a->y = falloc(be, N * d);
+        a->mxn = falloc(be, N * d);
+        a->mrstd = falloc(be, N);
+        a->gate = falloc(be, N * F);
+        a->up = falloc(be, N * F);
+        a->act = falloc(be, N * F);
+    }
+    m->hn = falloc(be, N * d);
+    m->frstd = falloc(be, N);
+    m->logits = falloc(be, N * V);
+    m->probs = falloc(be, N * V);
+    m->losses = falloc(be, N);
+    m->dxn = falloc(be, N * d);
+    m->dq = falloc(be, N * d);
+    m->dk = falloc(be, N * d);
+    m->dv = falloc(be, N * d);
+    m->datt = falloc(be, att);
+    m->dy = falloc(be, N * d);
+    m->dgate = falloc(be, N * F);
+    m->dup = falloc(be, N * F);
+    m->dact = falloc(be, N * F);
+    m->dlogits = falloc(be, N * V);
+    m->dhn = falloc(be, N * d);
+    m->out_rms = ar_xcalloc((size_t)m->L, sizeof(double));
+    m->res_in = ar_xcalloc((size_t)m->L + 1, sizeof *m->res_in);
+}
+
+int ar_model_create(ar_model **out, const ar_model_cfg *cfg, const ar_backend *be, int max_batch,
+                    ar_err *e)
+{
+    if (cfg->d_model % cfg->n_head || (cfg->d_model / cfg->n_head) % 2)
+        return ar_fail(e, "'model.d_model' %d must split into 'model.n_head' %d heads of even size",
+                       cfg->d_model, cfg->n_head);
+    ar_model *m = ar_xcalloc(1, sizeof *m);
+    m->cfg = *cfg;
+    m->be = be;
+    m->maxB = max_batch;
+    m->T = cfg->seq_len;
+    m->L = ar_cfg_sublayers(cfg);
+    m->d = cfg->d_model;
+    m->F = cfg->d_ff;
+    m->V = cfg->vocab;
+    m->nh = cfg->n_head;
+    m->hd = cfg->d_model / cfg->n_head;
+    plan_params(m);
+    m->res = ar_residual_create(cfg, be, max_batch * m->T, &m->pt);
+    m->params = falloc(be, m->pt.total);
+    m->grads = falloc(be, m->pt.total);
+    m->res->vt->bind(m->res, m->params, m->grads);
+    alloc_activations(m);
+    *out = m;
+    return 0;
+}
+
+void ar_model_free(ar_model *m)
+{
+    if (!m)
+        return;
+    const ar_backend *be = m->be;
+    m->res->vt->destroy(m->res);
+    for (int k = 0; k < m->cfg.n_layer; k++) {
+        ar_block_act *a = &m->act[k];
+        float *bufs[] = {a->xn, a->rstd, a->q, a->k, a->v, a->att, a->y,
+                         a->mxn, a->mrstd, a->gate, a->up, a->act};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+            be->free(bufs[i]);
+    }
+    float *bufs[] = {m->params, m->grads, m->hn, m->frstd, m->logits, m->probs, m->losses,
+                     m->dxn, m->dq, m->dk, m->dv, m->datt, m->dy, m->dgate, m->dup, m->dact,
+                     m->dlogits, m->dhn};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        be->free(bufs[i]);
+    be->free(m->tok);
+    be->free(m->tgt);
+    free(m->act);
+    free(m->blk);
+    free(m->out_rms);
+    free(m->res_in);
+    ar_params_free(&m->pt);
+    free(m);
+}
+
+void ar_model_init(ar_model *m, uint64_t seed)
+{
+    gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(r, (unsigned long)seed);
+    float *host = ar_xcalloc(m->pt.total, sizeof(float));
+    for (int i = 0; i < m->pt.n; i++) {
+        const ar_param *p = &m->pt.p[i];
+        float *x = host + p->offset;
+        for (size_t j = 0; j < p->numel; j++)
+            x[j] = p->init == AR_INIT_ONES    ? 1.0f
+                   : p->init == AR_INIT_ZEROS ? 0.0f
+                                              : (float)gsl_ran_gaussian_ziggurat(r, p->std);
+    }
+    m->be->upload(m->params, host, m->pt.total * sizeof(float));
+    free(host);
+    gsl_rng_free(r);
+}
+
+#define P(i) ar_model_param(m, (i))
+#define G(i) ar_model_grad(m, (i))
+
+/* Attention sublayer: v = Wo attn(rope(Wq xn), rope(Wk xn), Wv xn), xn = RMSNorm(h). */
+static void attn_forward(ar_model *m, int k, const float *h, float *out)
+{
+    const ar_backend *be = m->be;
+    const ar_block_idx *b = &m->blk[k];
+    ar_block_act *a = &m->act[k];
+    int N = m->N, d = m->d;
+    be->rmsnorm_fwd(a->xn, a->rstd, h, P(b->attn_norm), N, d);
+    be->matmul_fwd(a->q, a->xn, P(b->q), N, d, d);
+    be->matmul_fwd(a->k, a->xn, P(b->k), N, d, d);
+    be->matmul_fwd(a->v, a->xn, P(b->v), N, d, d);
+    be->rope_fwd(a->q, m->B, m->T, m->nh, m->hd);
+    be->rope_fwd(a->k, m->B, m->T, m->nh, m->hd);
+    be->attention_fwd(a->y, a->att, a->q, a->k, a->v, m->B, m->T, m->nh, m->hd);
+    be->matmul_fwd(out, a->y, P(b->o), N, d, d);
+}
+
+static void attn_backward(ar_model *m, int k, const float *h, const float *dout, float *dh)
+{
+    const ar_backend *be = m->be;
+    const ar_block_idx *b = &m->blk[k];
+    ar_block_act *a = &m->act[k];
+    int N = m->N, d = m->d;
+    size_t nd = (size_t)N * d * sizeof(float);
+    be->zero(m->dy, nd);
+    be->matmul_bwd(m->dy, G(b->o), dout, a->y, P(b->o), N, d, d);
+    be->attention_bwd(m->dq, m->dk, m->dv, m->datt, m->dy, a->att, a->q, a->k, a->v, m->B, m->T,
+                      m->nh, m->hd);
+    be->rope_bwd(m->dq, m->B, m->T, m->nh, m->hd);
+    be->rope_bwd(m->dk, m->B, m->T, m->nh, m->hd);
+    be->zero(m->dxn, nd);
+    be->matmul_bwd(m->dxn, G(b->q), m->dq, a->xn, P(b->q), N, d, d);
+    be->matmul_bwd(m->dxn, G(b->k), m->dk, a->xn, P(b->k), N, d, d);
+    be->matmul_bwd(m->dxn, G(b->v), m->dv, a->xn, P(b->v), N, d, d);
+    be->rmsnorm_bwd(dh, G(b->attn_norm), m->dxn, h, P(b->attn_norm), a->rstd, N, d);
+}
+
+/* MLP sublayer: v = W_down (silu(W_gate xn) * (W_up xn)), xn = RMSNorm(h). */
+static void mlp_forward(ar_model *m, int k, const float *h, float *out)
+{
+    const ar_backend *be = m->be;
+    const ar_block_idx *b = &m->blk[k];
+    ar_block_act *a = &m->act[k];
+    int N = m->N, d = m->d, F = m->F;
+    be->rmsnorm_fwd(a->mxn, a->mrstd, h, P(b->mlp_norm), N, d);
+    be->matmul_fwd(a->gate, a->mxn, P(b->gate), N, d, F);
+    be->matmul_fwd(a->up, a->mxn, P(b->up), N, d, F);
+    be->swiglu_fwd(a->act, a->gate, a->up, (size_t)N * F);
+    be->matmul_fwd(out, a->act, P(b->down), N, F, d);
+}
+
+static void mlp_backward(ar_model *m, int k, const float *h, const float *dout, float *dh)
+{
+    const ar_backend *be = m->be;
+    const ar_block_idx *b = &m->blk[k];
+    ar_block_act *a = &m->act[k];
+    int N = m->N, d = m->d, F = m->F;
+    be->zero(m->dact, (size_t)N * F * sizeof(float));
+    be->matmul_bwd(m->dact, G(b->down), dout, a->act, P(b->down), N, F, d);
+    be->swiglu_bwd(m->dgate, m->dup, m->dact, a->gate, a->up, (size_t)N * F);
+    be->zero(m->dxn, (size_t)N * d * sizeof(float));
+    be->matmul_bwd(m->dxn, G(b->gate), m->dgate, a->mxn, P(b->gate), N, d, F);
+    be->matmul_bwd(m->dxn, G(b->up), m->dup, a->mxn, P(b->up), N, d, F);
+    be->rmsnorm_bwd(dh, G(b->mlp_norm), m->dxn, h, P(b->mlp_norm), a->mrstd, N, d);
+}
+
+double ar_model_forward(ar_model *m, const int32_t *inputs, const int32_t *targets, int B,
+                        double *sum_nats)
+{
+    const ar_backend *be = m->be;
+    ar_residual *r = m->res;
+    m->B = B;
+    m->N = B * m->T;
+    int N = m->N, d = m->d;
+    be->upload(m->tok, inputs, (size_t)N * sizeof(int32_t));
+    be->embedding_fwd(r->vt->embed_out(r), m->tok, P(m->embed), N, d);
+    for (int l = 1; l <= m->L; l++) {
+        const float *h = m->res_in[l] = r->vt->input_fwd(r, l, N);
+        float *out = r->vt->output_buf(r, l);
+        if (l % 2)
+            attn_forward(m, (l - 1) / 2, h, out);
+        else
+            mlp_forward(m, (l - 1) / 2, h, out);
+        if (m->collect_stats)
+            m->out_rms[l - 1] = sqrt(be->sumsq(out, (size_t)N * d) / ((double)N * d));
+        r->vt->accept_fwd(r, l, N);
+    }
+    const float *hout = m->res_hout = r->vt->final_fwd(r, N);
+    be->rmsnorm_fwd(m->hn, m->frstd, hout, P(m->final_norm), N, d);
+    be->matmul_fwd(m->logits, m->hn, P(m->lm_head), N, d, m->V);
+    if (!targets)
+        return 0;
+    be->upload(m->tgt, targets, (size_t)N * sizeof(int32_t));
+    double sum = be->xent_fwd(m->losses, m->probs, m->logits, m->tgt, N, m->V);
+    if (sum_nats)
+        *sum_nats = sum;
+    return sum / N;
+}
+
+void ar_model_backward(ar_model *m, float scale)
+{
+    const ar_backend *be = m->be;
+    ar_residual *r = m->res;
+    int N = m->N, d = m->d;
+    r->vt->zero_grads(r, N);
+    be->xent_bwd(m->dlogits, m->probs, m->tgt, scale, N, m->V);
+    be->zero(m->dhn, (size_t)N * d * sizeof(float));
+    be->matmul_bwd(m->dhn, G(m->lm_head), m->dlogits, m->hn, P(m->lm_head), N, d, m->V);
+    be->rmsnorm_bwd(r->vt->final_grad_buf(r), G(m->final_norm), m->dhn, m->res_hout,
+                    P(m->final_norm), m->frstd, N, d);
+    r->vt->final_bwd(r, N);
+    for (int l = m->L; l >= 1; l--) {
+        const float *dout = r->vt->output_grad(r, l, N);
+        const float *h = m->res_in[l];
+        float *dh = r->vt->input_grad_buf(r, l, N);
+        if (l % 2)
+            attn_backward(m, (l - 1) / 2, h, dout, dh);
+        else
+            mlp_backward(m, (l - 1) / 2, h, dout, dh);
+        r->vt->input_bwd(r, l, N);
+    }
+    be->embedding_bwd(G(m->embed), r->vt->embed_grad(r), m->tok, N, d);
+}
+
+void ar_model_zero_grad(ar_model *m) { m->be->zero(m->grads, m->pt.total * sizeof(float)); }
+
+long ar_model_nonembed_params(const ar_model *m)
+{
+    long n = 0;
+    for (int i = 0; i < m->pt.n; i++)
+        if (i != m->embed)
+            n += (long)m->pt.p[i].numel;
+    return n;
+}
+
+double ar_model_flops_per_token(const ar_model *m)
+{
+    return 6.0 * (double)ar_model_nonembed_params(m) +
+           12.0 * m->cfg.n_layer * (double)m->d * m->T;
+}

@@ -1,0 +1,79 @@
+/* The decoder-only transformer of DESIGN.md section 1: token embedding,
+ * L = 2*n_layer sublayers (odd: causal RoPE attention, even: SwiGLU MLP,
+ * each with its own pre-norm), the residual scheme between them, final_norm
+ * and an untied lm_head.  All parameters, gradients and activations are
+ * allocated once at creation for at most max_batch sequences of seq_len. */
+#ifndef AR_MODEL_H
+#define AR_MODEL_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "config.h"
+#include "error.h"
+#include "params.h"
+#include "residual.h"
+
+typedef struct {
+    int attn_norm, q, k, v, o, mlp_norm, gate, up, down; /* parameter indices */
+} ar_block_idx;
+
+typedef struct {
+    float *xn, *rstd, *q, *k, *v, *att, *y; /* attention sublayer */
+    float *mxn, *mrstd, *gate, *up, *act;   /* MLP sublayer */
+} ar_block_act;
+
+typedef struct ar_model {
+    ar_model_cfg cfg;
+    const ar_backend *be;
+    int maxB, B, T, N, L, d, F, V, nh, hd;
+    ar_param_table pt;
+    int embed, final_norm, lm_head;
+    ar_block_idx *blk;
+    float *params, *grads; /* device, pt.total floats each */
+    ar_residual *res;
+    const float **res_in;  /* h_l returned by the residual scheme, l = 1..L */
+    const float *res_hout; /* h_out */
+
+    /* activations */
+    int32_t *tok, *tgt;    /* device, maxN */
+    ar_block_act *act;
+    float *hn, *frstd, *logits, *probs, *losses;
+    /* backward scratch */
+    float *dxn, *dq, *dk, *dv, *datt, *dy, *dgate, *dup, *dact, *dlogits, *dhn;
+
+    /* diagnostics of the last forward/backward when collect_stats is set */
+    int collect_stats;
+    double *out_rms;       /* L: RMS of each sublayer's output v_l */
+} ar_model;
+
+int ar_model_create(ar_model **out, const ar_model_cfg *cfg, const ar_backend *be, int max_batch,
+                    ar_err *e);
+void ar_model_free(ar_model *m);
+
+/* Draws the initial weights (DESIGN.md: normal(0, 0.02), output projections
+ * normal(0, 0.02/sqrt(2*n_layer)), gains one, AttnRes queries zero) from a
+ * GSL generator seeded with seed. */
+void ar_model_init(ar_model *m, uint64_t seed);
+
+/* Forward over B sequences of T tokens (host arrays, B*T each).  With
+ * targets, returns the mean cross-entropy over the B*T positions (the sum is
+ * in *sum_nats if non-NULL); without, computes logits only and returns 0. */
+double ar_model_forward(ar_model *m, const int32_t *inputs, const int32_t *targets, int B,
+                        double *sum_nats);
+
+/* Backward of the last forward: grads += d(scale * sum of token losses)/dparams.
+ * scale = 1/(B*T) gives the gradient of the mean loss. */
+void ar_model_backward(ar_model *m, float scale);
+void ar_model_zero_grad(ar_model *m);
+
+/* Pointers into the parameter / gradient buffers by tensor index. */
+static inline float *ar_model_param(ar_model *m, int i) { return m->params + m->pt.p[i].offset; }
+static inline float *ar_model_grad(ar_model *m, int i) { return m->grads + m->pt.p[i].offset; }
+
+/* Non-embedding parameter count N of the compute formula (everything but
+ * embed.weight) and training FLOPs per token 6N + 12*n_layer*d*T. */
+long ar_model_nonembed_params(const ar_model *m);
+double ar_model_flops_per_token(const ar_model *m);
+
+#endif

@@ -1,0 +1,108 @@
+/* Baseline PreNorm residual:  h_l = v_0 + ... + v_{l-1},  h_out = v_0 + ... + v_L.
+ *
+ * One running sum P_l = P_{l-1} + v_l; the input of sublayer l is P_{l-1}
+ * itself (no copy), which also keeps it for the sublayer's backward.
+ * Backward: dv_l = dP_l and dP_{l-1} += dP_l, and the sublayer's dL/dh_l is
+ * accumulated straight into dP_{l-1}. */
+#include <stdlib.h>
+
+#include "error.h"
+#include "residual.h"
+
+typedef struct {
+    ar_residual base;
+    float **P, **dP; /* L+1 buffers of maxN x d each */
+} sum_res;
+
+#define S(r) ((sum_res *)(r))
+
+static void sum_bind(ar_residual *r, float *params, float *grads)
+{
+    (void)params;
+    (void)grads;
+    sum_res *s = S(r);
+    size_t bytes = (size_t)r->maxN * r->d * sizeof(float);
+    for (int l = 0; l <= r->L; l++) {
+        s->P[l] = r->be->alloc(bytes);
+        s->dP[l] = r->be->alloc(bytes);
+    }
+}
+
+static float *sum_embed_out(ar_residual *r) { return S(r)->P[0]; }
+static const float *sum_input_fwd(ar_residual *r, int l, int N) { (void)N; return S(r)->P[l - 1]; }
+static float *sum_output_buf(ar_residual *r, int l) { return S(r)->P[l]; }
+
+static void sum_accept_fwd(ar_residual *r, int l, int N)
+{
+    r->be->add(S(r)->P[l], S(r)->P[l - 1], (size_t)N * r->d);
+}
+
+static const float *sum_final_fwd(ar_residual *r, int N) { (void)N; return S(r)->P[r->L]; }
+
+static void sum_zero_grads(ar_residual *r, int N)
+{
+    for (int l = 0; l <= r->L; l++)
+        r->be->zero(S(r)->dP[l], (size_t)N * r->d * sizeof(float));
+}
+
+static float *sum_final_grad_buf(ar_residual *r) { return S(r)->dP[r->L]; }
+static void sum_final_bwd(ar_residual *r, int N) { (void)r; (void)N; }
+
+static float *sum_output_grad(ar_residual *r, int l, int N)
+{
+    r->be->add(S(r)->dP[l - 1], S(r)->dP[l], (size_t)N * r->d);
+    return S(r)->dP[l];
+}
+
+static float *sum_input_grad_buf(ar_residual *r, int l, int N) { (void)N; return S(r)->dP[l - 1]; }
+static void sum_input_bwd(ar_residual *r, int l, int N) { (void)r; (void)l; (void)N; }
+static float *sum_embed_grad(ar_residual *r) { return S(r)->dP[0]; }
+static int sum_n_sources(ar_residual *r, int l) { (void)r; (void)l; return 0; }
+static void sum_mean_weights(ar_residual *r, int l, int N, float *out) { (void)r; (void)l; (void)N; (void)out; }
+
+static const float *sum_source(ar_residual *r, int l, int i) { (void)r; (void)l; (void)i; return 0; }
+
+static void sum_destroy(ar_residual *r)
+{
+    sum_res *s = S(r);
+    for (int l = 0; l <= r->L; l++) {
+        r->be->free(s->P[l]);
+        r->be->free(s->dP[l]);
+    }
+    free(s->P);
+    free(s->dP);
+    free(s);
+}
+
+static const ar_residual_vt sum_vt = {
+    .bind = sum_bind,
+    .embed_out = sum_embed_out,
+    .input_fwd = sum_input_fwd,
+    .output_buf = sum_output_buf,
+    .accept_fwd = sum_accept_fwd,
+    .final_fwd = sum_final_fwd,
+    .zero_grads = sum_zero_grads,
+    .final_grad_buf = sum_final_grad_buf,
+    .final_bwd = sum_final_bwd,
+    .output_grad = sum_output_grad,
+    .input_grad_buf = sum_input_grad_buf,
+    .input_bwd = sum_input_bwd,
+    .embed_grad = sum_embed_grad,
+    .n_sources = sum_n_sources,
+    .mean_weights = sum_mean_weights,
+    .source = sum_source,
+    .destroy = sum_destroy,
+};
+
+ar_residual *ar_residual_sum_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN)
+{
+    sum_res *s = ar_xcalloc(1, sizeof *s);
+    s->base.vt = &sum_vt;
+    s->base.be = be;
+    s->base.L = ar_cfg_sublayers(cfg);
+    s->base.d = cfg->d_model;
+    s->base.maxN = maxN;
+    s->P = ar_xcalloc((size_t)s->base.L + 1, sizeof(float *));
+    s->dP = ar_xcalloc((size_t)s->base.L + 1, sizeof(float *));
+    return &s->base;
+}

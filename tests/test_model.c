@@ -1,0 +1,328 @@
+/* The whole model: golden float64 references, finite differences for every
+ * kind, and the identities between residual kinds. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/json.h"
+#include "formats/safetensors.h"
+#include "lib/checkpoint.h"
+#include "lib/model.h"
+#include "testutil.h"
+
+static const ar_backend *cpu(void)
+{
+    const ar_backend *be = ar_backend_cpu();
+    be->set_threads(2);
+    return be;
+}
+
+/* ---------- golden references ---------- */
+
+static void check_golden(const char *name)
+{
+    const char *g = tu_golden_dir();
+    if (!g)
+        cr_skip_test("golden folder absent");
+    char dir[4200], path[4300];
+    snprintf(dir, sizeof dir, "%s/%s", g, name);
+    snprintf(path, sizeof path, "%s/case.json", dir);
+    size_t n;
+    char *txt = tu_read_file(path, &n);
+    cr_assert(txt, "cannot read %s", path);
+    ar_err e = {{0}};
+    ar_json *cs = ar_json_parse(txt, n, &e);
+    cr_assert(cs, "%s", e.msg);
+    const ar_json *toks = ar_json_get(cs, "tokens");
+    double ref_loss = ar_json_get(cs, "loss")->num;
+    int B = toks->n, T1 = toks->items[0].n, T = T1 - 1;
+    int32_t *in = calloc((size_t)B * T, sizeof *in), *tg = calloc((size_t)B * T, sizeof *tg);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            in[b * T + t] = (int32_t)toks->items[b].items[t].inum;
+            tg[b * T + t] = (int32_t)toks->items[b].items[t + 1].inum;
+        }
+
+    ar_config cfg;
+    ar_model *m;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    cr_assert_eq(ar_ckpt_load_model(path, cpu(), B, &cfg, &m, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(cfg.model.seq_len, T);
+    double loss = ar_model_forward(m, in, tg, B, NULL);
+    cr_expect(fabs(loss - ref_loss) / ref_loss < 1e-6, "%s: loss %.9f vs golden %.9f", name, loss,
+              ref_loss);
+
+    ar_st_file lf, gf;
+    snprintf(path, sizeof path, "%s/logits.safetensors", dir);
+    cr_assert_eq(ar_st_read(&lf, path, &e), 0, "%s", e.msg);
+    size_t nl = (size_t)B * T * m->V;
+    float *ref = malloc(nl * sizeof(float));
+    int64_t lshape[3] = {B, T, m->V};
+    cr_assert_eq(ar_st_get_f32(&lf, "logits", lshape, 3, ref, &e), 0, "%s", e.msg);
+    double le = tu_rel_err(m->logits, ref, nl);
+    cr_expect(le < 1e-5, "%s: logits rel err %g", name, le);
+    free(ref);
+    ar_st_free(&lf);
+
+    ar_model_zero_grad(m);
+    ar_model_backward(m, 1.0f / (float)(B * T));
+    snprintf(path, sizeof path, "%s/grads.safetensors", dir);
+    cr_assert_eq(ar_st_read(&gf, path, &e), 0, "%s", e.msg);
+    cr_assert_eq(gf.n, m->pt.n, "%s: golden has %d gradient tensors, model %d", name, gf.n, m->pt.n);
+    for (int i = 0; i < m->pt.n; i++) {
+        const ar_param *p = &m->pt.p[i];
+        float *r = malloc(p->numel * sizeof(float));
+        cr_assert_eq(ar_st_get_f32(&gf, p->name, p->shape, p->ndim, r, &e), 0, "%s", e.msg);
+        double err = tu_rel_err(ar_model_grad(m, i), r, p->numel);
+        /* README of the golden set: ~1e-4 for a float32 implementation. */
+        cr_expect(err < 1e-4, "%s: gradient of '%s' rel err %g", name, p->name, err);
+        free(r);
+    }
+    ar_st_free(&gf);
+    ar_model_free(m);
+    ar_json_free(cs);
+    free(txt);
+    free(in);
+    free(tg);
+}
+
+Test(golden, baseline) { check_golden("baseline"); }
+Test(golden, full) { check_golden("full"); }
+Test(golden, block2) { check_golden("block2"); }
+Test(golden, block3) { check_golden("block3"); }
+
+/* ---------- tiny models with random weights ---------- */
+
+static ar_model_cfg tiny(ar_res_kind kind, int block_size, int num_blocks)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    ar_model_cfg m = c.model;
+    m.vocab = 256;
+    m.vocab_bytes = 1;
+    m.d_model = 12;
+    m.n_layer = 2;
+    m.n_head = 2;
+    m.d_ff = 20;
+    m.seq_len = 6;
+    m.residual.kind = kind;
+    m.residual.block_size = block_size;
+    m.residual.num_blocks = num_blocks;
+    return m;
+}
+
+/* Random weights everywhere, queries and gains included, so depth attention
+ * is far from uniform. */
+static void randomize(ar_model *m, uint64_t seed)
+{
+    float *h = calloc(m->pt.total, sizeof(float));
+    for (int i = 0; i < m->pt.n; i++) {
+        const ar_param *p = &m->pt.p[i];
+        float s = p->init == AR_INIT_NORMAL ? 0.3f : 1.0f;
+        tu_fill_uniform(h + p->offset, p->numel, -s, s, seed * 131 + (uint64_t)i);
+        if (p->init == AR_INIT_ONES)
+            for (size_t j = 0; j < p->numel; j++)
+                h[p->offset + j] += 1.0f;
+    }
+    m->be->upload(m->params, h, m->pt.total * sizeof(float));
+    free(h);
+}
+
+static void tokens(int32_t *in, int32_t *tg, int n, uint64_t seed)
+{
+    float *u = malloc((size_t)(n + 1) * sizeof(float));
+    tu_fill_uniform(u, (size_t)n + 1, 0, 256, seed);
+    for (int i = 0; i < n; i++) {
+        in[i] = (int32_t)u[i];
+        tg[i] = (int32_t)u[i + 1];
+    }
+    free(u);
+}
+
+/* Directional finite differences per tensor: for a random unit direction u
+ * on one tensor, (L(p + h u) - L(p - h u)) / 2h against g.u, with the loss
+ * summed in double.  Bound: |fd - g.u| <= 2e-2 |g.u| + 3e-4. */
+static void fd_check(ar_model_cfg mc)
+{
+    ar_model *m;
+    ar_err e;
+    int B = 2, N = B * mc.seq_len;
+    cr_assert_eq(ar_model_create(&m, &mc, cpu(), B, &e), 0, "%s", e.msg);
+    randomize(m, 7);
+    int32_t in[64], tg[64];
+    tokens(in, tg, N, 3);
+    ar_model_zero_grad(m);
+    ar_model_forward(m, in, tg, B, NULL);
+    ar_model_backward(m, 1.0f / N);
+    for (int i = 0; i < m->pt.n; i++) {
+        const ar_param *p = &m->pt.p[i];
+        float *x = ar_model_param(m, i), *g = ar_model_grad(m, i);
+        float *u = malloc(p->numel * sizeof(float)), *x0 = malloc(p->numel * sizeof(float));
+        tu_fill_uniform(u, p->numel, -1, 1, 100 + (uint64_t)i);
+        double nu = 0, gu = 0;
+        for (size_t j = 0; j < p->numel; j++)
+            nu += (double)u[j] * u[j];
+        for (size_t j = 0; j < p->numel; j++) {
+            u[j] /= (float)sqrt(nu);
+            gu += (double)g[j] * u[j];
+        }
+        memcpy(x0, x, p->numel * sizeof(float));
+        const float h = 1e-2f;
+        double lp, lm;
+        for (size_t j = 0; j < p->numel; j++)
+            x[j] = x0[j] + h * u[j];
+        ar_model_forward(m, in, tg, B, &lp);
+        for (size_t j = 0; j < p->numel; j++)
+            x[j] = x0[j] - h * u[j];
+        ar_model_forward(m, in, tg, B, &lm);
+        memcpy(x, x0, p->numel * sizeof(float));
+        double fd = (lp - lm) / (2.0 * h * N);
+        cr_expect(fabs(fd - gu) <= 2e-2 * fabs(gu) + 3e-4, "%s %s: fd %.6g vs analytic %.6g",
+                  ar_res_kind_name(mc.residual.kind), p->name, fd, gu);
+        free(u);
+        free(x0);
+    }
+    ar_model_free(m);
+}
+
+Test(finite_differences, baseline) { fd_check(tiny(AR_RES_BASELINE, 0, 0)); }
+Test(finite_differences, full) { fd_check(tiny(AR_RES_FULL, 0, 0)); }
+Test(finite_differences, block2) { fd_check(tiny(AR_RES_BLOCK, 2, 0)); }
+Test(finite_differences, block3) { fd_check(tiny(AR_RES_BLOCK, 3, 0)); }
+Test(finite_differences, num_blocks1) { fd_check(tiny(AR_RES_BLOCK, 0, 1)); }
+
+/* Forward + backward of two configs with the same weights (copied by
+ * tensor name); returns max |difference| over loss, logits and gradients. */
+static double compare_kinds(ar_model_cfg a, ar_model_cfg b)
+{
+    ar_model *ma, *mb;
+    ar_err e;
+    int B = 2, N = B * a.seq_len;
+    cr_assert_eq(ar_model_create(&ma, &a, cpu(), B, &e), 0);
+    cr_assert_eq(ar_model_create(&mb, &b, cpu(), B, &e), 0);
+    cr_assert_eq(ma->pt.n, mb->pt.n);
+    randomize(ma, 11);
+    for (int i = 0; i < ma->pt.n; i++) {
+        int j = ar_params_find(&mb->pt, ma->pt.p[i].name);
+        cr_assert(j >= 0, "tensor '%s' missing", ma->pt.p[i].name);
+        memcpy(ar_model_param(mb, j), ar_model_param(ma, i), ma->pt.p[i].numel * sizeof(float));
+    }
+    int32_t in[64], tg[64];
+    tokens(in, tg, N, 5);
+    ar_model *ms[2] = {ma, mb};
+    double loss[2];
+    for (int k = 0; k < 2; k++) {
+        ar_model_zero_grad(ms[k]);
+        loss[k] = ar_model_forward(ms[k], in, tg, B, NULL);
+        ar_model_backward(ms[k], 1.0f / N);
+    }
+    double d = fabs(loss[0] - loss[1]);
+    for (size_t i = 0; i < (size_t)N * ma->V; i++)
+        d = fmax(d, fabs(ma->logits[i] - mb->logits[i]));
+    for (int i = 0; i < ma->pt.n; i++) {
+        int j = ar_params_find(&mb->pt, ma->pt.p[i].name);
+        for (size_t k = 0; k < ma->pt.p[i].numel; k++)
+            d = fmax(d, fabs(ar_model_grad(ma, i)[k] - ar_model_grad(mb, j)[k]));
+    }
+    ar_model_free(ma);
+    ar_model_free(mb);
+    return d;
+}
+
+Test(kinds, block_size_1_equals_full)
+{
+    double d = compare_kinds(tiny(AR_RES_BLOCK, 1, 0), tiny(AR_RES_FULL, 0, 0));
+    cr_expect_eq(d, 0.0, "block_size 1 differs from full by %g", d);
+}
+
+Test(kinds, num_blocks_equals_block_size)
+{
+    /* L = 4: num_blocks 2 -> S = 2; num_blocks 3 -> S = ceil(4/3) = 2; 1 -> S = 4. */
+    cr_expect_eq(compare_kinds(tiny(AR_RES_BLOCK, 0, 2), tiny(AR_RES_BLOCK, 2, 0)), 0.0);
+    cr_expect_eq(compare_kinds(tiny(AR_RES_BLOCK, 0, 3), tiny(AR_RES_BLOCK, 2, 0)), 0.0);
+    cr_expect_eq(compare_kinds(tiny(AR_RES_BLOCK, 0, 1), tiny(AR_RES_BLOCK, 4, 0)), 0.0);
+}
+
+Test(kinds, different_block_sizes_differ)
+{
+    /* Guards the tests above against comparing a thing with itself. */
+    cr_expect_gt(compare_kinds(tiny(AR_RES_BLOCK, 2, 0), tiny(AR_RES_BLOCK, 3, 0)), 1e-4);
+    cr_expect_gt(compare_kinds(tiny(AR_RES_FULL, 0, 0), tiny(AR_RES_BLOCK, 2, 0)), 1e-4);
+}
+
+Test(kinds, zero_queries_give_uniform_weights)
+{
+    ar_model_cfg kinds[] = {tiny(AR_RES_FULL, 0, 0), tiny(AR_RES_BLOCK, 3, 0)};
+    for (int k = 0; k < 2; k++) {
+        ar_model *m;
+        ar_err e;
+        cr_assert_eq(ar_model_create(&m, &kinds[k], cpu(), 2, &e), 0);
+        ar_model_init(m, 1); /* queries are initialised to zero */
+        int32_t in[64], tg[64];
+        tokens(in, tg, 2 * m->T, 9);
+        ar_model_forward(m, in, tg, 2, NULL);
+        for (int l = 1; l <= m->L + 1; l++) {
+            int n = m->res->vt->n_sources(m->res, l);
+            float w[64];
+            m->res->vt->mean_weights(m->res, l, 2 * m->T, w);
+            for (int i = 0; i < n; i++)
+                cr_expect_float_eq(w[i], 1.0f / n, 1e-6, "mixer %d source %d: %g", l, i, w[i]);
+        }
+        ar_model_free(m);
+    }
+}
+
+Test(kinds, source_lists_follow_the_block_rule)
+{
+    /* L = 4, S = 3: blocks {1,2,3}, {4}; b_0 = P_0, b_1 = P_3, b_2 = P_4. */
+    ar_model_cfg mc = tiny(AR_RES_BLOCK, 3, 0);
+    ar_model *m;
+    ar_err e;
+    cr_assert_eq(ar_model_create(&m, &mc, cpu(), 1, &e), 0);
+    ar_residual *r = m->res;
+    const ar_residual_vt *v = r->vt;
+    int want_n[] = {0, 1, 2, 2, 2, 3};
+    for (int l = 1; l <= 5; l++)
+        cr_expect_eq(v->n_sources(r, l), want_n[l], "mixer %d has %d sources", l, v->n_sources(r, l));
+    const float *P0 = v->embed_out(r);
+    for (int l = 1; l <= 5; l++)
+        cr_expect_eq(v->source(r, l, 0), P0, "mixer %d: first source is not the embedding", l);
+    cr_expect_eq(v->source(r, 2, 1), v->output_buf(r, 1));
+    cr_expect_eq(v->source(r, 3, 1), v->output_buf(r, 2));
+    cr_expect_eq(v->source(r, 4, 1), v->output_buf(r, 3));
+    cr_expect_eq(v->source(r, 5, 1), v->output_buf(r, 3));
+    cr_expect_eq(v->source(r, 5, 2), v->output_buf(r, 4));
+    ar_model_free(m);
+}
+
+Test(kinds, one_block_mixes_embedding_and_running_sum)
+{
+    /* num_blocks 1: sublayer l >= 2 sees [v_0, v_1 + ... + v_{l-1}].  With
+     * zero queries, h_2 = (v_0 + v_1)/2, while the baseline (same weights)
+     * has h_2 = v_0 + v_1 with the same v_1 = Attn(v_0). */
+    ar_model_cfg a = tiny(AR_RES_BLOCK, 0, 1), b = tiny(AR_RES_BASELINE, 0, 0);
+    ar_model *ma, *mb;
+    ar_err e;
+    cr_assert_eq(ar_model_create(&ma, &a, cpu(), 2, &e), 0);
+    cr_assert_eq(ar_model_create(&mb, &b, cpu(), 2, &e), 0);
+    ar_model_init(ma, 4);
+    for (int i = 0; i < mb->pt.n; i++) {
+        int j = ar_params_find(&ma->pt, mb->pt.p[i].name);
+        memcpy(ar_model_param(mb, i), ar_model_param(ma, j), mb->pt.p[i].numel * sizeof(float));
+    }
+    int32_t in[64], tg[64];
+    tokens(in, tg, 2 * a.seq_len, 13);
+    ar_model_forward(ma, in, tg, 2, NULL);
+    ar_model_forward(mb, in, tg, 2, NULL);
+    for (int l = 2; l <= ma->L + 1; l++)
+        cr_expect_eq(ma->res->vt->n_sources(ma->res, l), 2);
+    size_t n = (size_t)2 * a.seq_len * a.d_model;
+    double err = 0;
+    for (size_t i = 0; i < n; i++)
+        err = fmax(err, fabs(ma->res_in[2][i] - 0.5 * mb->res_in[2][i]));
+    cr_expect_lt(err, 1e-6, "h_2 differs from (v_0 + v_1)/2 by %g", err);
+    ar_model_free(ma);
+    ar_model_free(mb);
+}
