@@ -65,11 +65,11 @@ static void show_progress(const ar_progress *p, void *ud)
 /* runs/<config stem>-<timestamp>: a fresh directory for every new run. */
 static void default_out(const char *config, char *out, size_t n)
 {
-    char stem[256] = "default";
+    char stem[AR_PATH_MAX] = "default";
     if (config) {
         const char *b = strrchr(config, '/');
         b = b ? b + 1 : config;
-        snprintf(stem, sizeof stem, "%s", b);
+        snprintf(stem, sizeof stem, "%.200s", b);
         char *dot = strrchr(stem, '.');
         if (dot && dot != stem)
             *dot = 0;
@@ -136,7 +136,7 @@ int cmd_train(int argc, char **argv)
                 AR_DEFAULT_CORPUS);
         goto fail;
     }
-    char outbuf[4200];
+    char outbuf[AR_PATH_MAX + 64];
     if (resume)
         out = resume;
     else if (!out) {

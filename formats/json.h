@@ -30,7 +30,11 @@ void ar_json_free(ar_json *j);
 /* Object member by key, NULL if absent or j is not an object. */
 const ar_json *ar_json_get(const ar_json *j, const char *key);
 
-/* Writer: appends to a growing buffer, inserting commas itself. */
+/* Writer: appends to a growing buffer (s stays NUL-terminated), inserting
+ * commas itself; several top-level values are separated by newlines (JSON
+ * Lines).  Misuse (a key outside an object, a value in an object without a
+ * key, a mismatched end, nesting past 63) never emits invalid JSON: the
+ * writer stops writing and ar_jw_ok() returns 0. */
 typedef struct {
     char *s;
     size_t len, cap;
@@ -51,5 +55,7 @@ void ar_jw_int(ar_jw *w, long long x);
 void ar_jw_str(ar_jw *w, const char *s); /* escapes quotes, backslash, control chars */
 void ar_jw_bool(ar_jw *w, int b);
 void ar_jw_null(ar_jw *w);
+/* 1 while every call so far was well-formed, 0 after misuse. */
+int ar_jw_ok(const ar_jw *w);
 
 #endif

@@ -86,7 +86,7 @@ static int write_optim(const char *file, const ar_model *m, const ar_adamw *o, c
 
 static int write_text_atomic(const char *path, const char *text, ar_err *e)
 {
-    char tmp[AR_PATH_MAX + 64];
+    char tmp[2 * AR_PATH_MAX + 64];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f)
@@ -245,7 +245,7 @@ static int try_optim(const char *file, ar_model *m, ar_adamw *o, long step, int 
         return 0;
     if (ar_st_read(&f, file, e) != 0)
         return -1;
-    long st;
+    long st = -1;
     int rc = parse_step(&f, &st, e);
     if (rc == 0 && st == step) {
         const char *t = ar_st_meta(&f, "adam_t");

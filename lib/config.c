@@ -1,0 +1,95 @@
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void ar_config_defaults(ar_config *c)
+{
+    /* Zero first so padding and unused path bytes are deterministic: callers
+     * compare configs and write them into checkpoints. */
+    memset(c, 0, sizeof *c);
+
+    ar_model_cfg *m = &c->model;
+    m->vocab_bytes = 1;
+    m->vocab = 256;
+    m->d_model = 192;
+    m->n_layer = 4;
+    m->n_head = 4;
+    m->d_ff = 512;
+    m->seq_len = 128;
+    m->residual.kind = AR_RES_BLOCK;
+    m->residual.block_size = 4;
+    m->residual.num_blocks = 0;
+
+    ar_data_cfg *d = &c->data;
+    snprintf(d->train, sizeof d->train, "%s", AR_DEFAULT_CORPUS);
+    d->val[0] = '\0';
+    d->val_fraction = 0.05;
+
+    ar_train_cfg *t = &c->train;
+    t->steps = 1000;
+    t->batch_size = 16;
+    t->grad_accum = 1;
+    t->lr = 3e-3;
+    t->min_lr = 3e-4;
+    t->schedule = AR_SCHED_COSINE;
+    t->warmup = 100;
+    t->decay_frac = 0.2;
+    t->weight_decay = 0.1;
+    t->beta1 = 0.9;
+    t->beta2 = 0.95;
+    t->eps = 1e-8;
+    t->grad_clip = 1.0;
+    t->seed = 1;
+    t->eval_every = 200;
+    t->eval_windows = 64;
+    t->save_every = 500;
+    t->log_every = 10;
+    t->threads = 0;
+}
+
+int ar_cfg_sublayers(const ar_model_cfg *m)
+{
+    return 2 * m->n_layer;
+}
+
+int ar_cfg_block_size(const ar_model_cfg *m)
+{
+    int L = ar_cfg_sublayers(m);
+    switch (m->residual.kind) {
+    case AR_RES_BASELINE:
+        /* One block holding every sublayer: never used for attention, but
+         * it keeps "which block is sublayer l in" well defined. */
+        return L + 1;
+    case AR_RES_FULL:
+        return 1;
+    case AR_RES_BLOCK:
+        if (m->residual.block_size > 0)
+            return m->residual.block_size;
+        if (m->residual.num_blocks > 0)
+            return (L + m->residual.num_blocks - 1) / m->residual.num_blocks;
+        /* Neither given (ar_config_validate rejects this): one block. */
+        return L > 0 ? L : 1;
+    }
+    return 1;
+}
+
+const char *ar_res_kind_name(ar_res_kind k)
+{
+    switch (k) {
+    case AR_RES_BASELINE: return "baseline";
+    case AR_RES_FULL: return "full";
+    case AR_RES_BLOCK: return "block";
+    }
+    return "unknown";
+}
+
+const char *ar_sched_name(ar_sched_kind k)
+{
+    switch (k) {
+    case AR_SCHED_COSINE: return "cosine";
+    case AR_SCHED_WSD: return "wsd";
+    case AR_SCHED_CONSTANT: return "constant";
+    }
+    return "unknown";
+}

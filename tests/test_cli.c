@@ -1,0 +1,612 @@
+/* The command line through the real binary ($AR_BIN): usage lines that match
+ * the man pages' SYNOPSIS, help, version, error style and exit statuses, and
+ * configuration / checkpoint errors.  Nothing here trains a model: every
+ * case fails (or finishes) before the first training step. */
+#include <criterion/criterion.h>
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "testutil.h"
+
+/* ---- helpers ---- */
+
+static const char *bin(void)
+{
+    const char *b = tu_bin();
+    if (!b)
+        cr_skip_test("AR_BIN is not set");
+    return b;
+}
+
+static const char *srcdir(void)
+{
+    const char *s = tu_source_dir();
+    if (!s)
+        cr_skip_test("AR_SOURCE_DIR is not set");
+    return s;
+}
+
+/* Runs `attnres ARGS` (ARGS is shell text) in directory dir (NULL: the
+ * current one).  what: 0 = stdout and stderr together, 1 = stdout only,
+ * 2 = stderr only.  The result is malloc'd. */
+static char *run_in(const char *dir, int what, int *status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static char *run_in(const char *dir, int what, int *status, const char *fmt, ...)
+{
+    char args[4096], cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    const char *redir = what == 1 ? " 2>/dev/null" : what == 2 ? " 2>&1 >/dev/null" : "";
+    /* tu_run appends "2>&1" to the whole group: stderr of the group is
+     * the pipe too, and the redirections inside pick the stream. */
+    snprintf(cmd, sizeof cmd, "{ %s%s%s'%s' %s%s; }", dir ? "cd '" : "", dir ? dir : "",
+             dir ? "' && " : "", bin(), args, redir);
+    return tu_run(cmd, status);
+}
+
+#define RUN(what, st, ...) run_in(NULL, what, st, __VA_ARGS__)
+
+/* Drops the roff font escapes \fB \fI \fR \fP and turns \- into -. */
+static void strip_roff(const char *in, char *out, size_t n)
+{
+    size_t k = 0;
+    for (const char *p = in; *p && k + 1 < n; p++) {
+        if (p[0] == '\\' && p[1] == 'f' && p[2]) {
+            p += 2;
+            continue;
+        }
+        if (p[0] == '\\' && p[1] == '-') {
+            out[k++] = '-';
+            p++;
+            continue;
+        }
+        out[k++] = *p;
+    }
+    out[k] = 0;
+}
+
+/* Reads man/PAGE from the source tree. */
+static char *read_page(const char *page)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/man/%s", srcdir(), page);
+    char *s = tu_read_file(path, NULL);
+    cr_assert(s != NULL, "cannot read %s", path);
+    return s;
+}
+
+/* The SYNOPSIS of a man page normalised: the lines between .nf and .fi
+ * after .SH SYNOPSIS, escapes stripped, joined with single spaces. */
+static void page_synopsis(const char *page, char *out, size_t n)
+{
+    char *s = read_page(page);
+    char *p = strstr(s, "\n.SH SYNOPSIS\n");
+    cr_assert(p != NULL, "%s has no '.SH SYNOPSIS' line", page);
+    p = strchr(p + 1, '\n') + 1;
+    cr_assert(strncmp(p, ".nf\n", 4) == 0, "%s: SYNOPSIS must start with .nf", page);
+    p += 4;
+    char *end = strstr(p, "\n.fi\n");
+    cr_assert(end != NULL, "%s: SYNOPSIS has no closing .fi", page);
+    out[0] = 0;
+    size_t k = 0;
+    while (p <= end) {
+        char *eol = strchr(p, '\n');
+        char line[1024], clean[1024];
+        size_t len = (size_t)(eol - p);
+        cr_assert(len < sizeof line);
+        memcpy(line, p, len);
+        line[len] = 0;
+        cr_assert(line[0] != '.', "%s: a request inside SYNOPSIS: %s", page, line);
+        strip_roff(line, clean, sizeof clean);
+        k += (size_t)snprintf(out + k, n - k, "%s%s", k ? " " : "", clean);
+        cr_assert(k < n);
+        p = eol + 1;
+    }
+    free(s);
+}
+
+/* The text of the NAME line of a man page ("attnres-train - train ..."). */
+static void page_name_line(const char *page, char *out, size_t n)
+{
+    char *s = read_page(page);
+    char *p = strstr(s, "\n.SH NAME\n");
+    cr_assert(p != NULL, "%s has no '.SH NAME' line", page);
+    p += strlen("\n.SH NAME\n");
+    char *eol = strchr(p, '\n');
+    cr_assert(eol != NULL);
+    *eol = 0;
+    strip_roff(p, out, n);
+    free(s);
+}
+
+/* The "usage: " line of some output, without the prefix. */
+static void usage_line(const char *output, char *out, size_t n)
+{
+    const char *p = output;
+    while (p && strncmp(p, "usage: ", 7) != 0) {
+        p = strchr(p, '\n');
+        if (p)
+            p++;
+    }
+    cr_assert(p != NULL, "no 'usage: ' line in:\n%s", output);
+    p += 7;
+    size_t len = strcspn(p, "\n");
+    cr_assert(len < n);
+    memcpy(out, p, len);
+    out[len] = 0;
+}
+
+/* Folds the typographic hyphens some groff setups emit (U+2010, U+2212)
+ * back to '-', in place. */
+static void ascii_hyphens(char *s)
+{
+    char *w = s;
+    for (char *r = s; *r;) {
+        if ((unsigned char)r[0] == 0xE2 && (((unsigned char)r[1] == 0x80 && (unsigned char)r[2] == 0x90) ||
+                                            ((unsigned char)r[1] == 0x88 && (unsigned char)r[2] == 0x92))) {
+            *w++ = '-';
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = 0;
+}
+
+/* Every "attnres: error: " line follows the project's style: one line,
+ * a message that does not start with a capital letter (an all-capitals
+ * word such as "YAML" is fine) and does not end with a period. */
+static void check_error_style(const char *output)
+{
+    int found = 0;
+    for (const char *p = output; p && *p;) {
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        const char *pre = "attnres: error: ";
+        size_t pl = strlen(pre);
+        if (len >= pl && strncmp(p, pre, pl) == 0) {
+            found = 1;
+            const char *m = p + pl;
+            size_t ml = len - pl;
+            cr_assert(ml > 0, "empty error message in:\n%s", output);
+            cr_assert(!(isupper((unsigned char)m[0]) && ml > 1 && islower((unsigned char)m[1])),
+                      "error message starts with a capital: %.*s", (int)ml, m);
+            cr_assert(m[ml - 1] != '.', "error message ends with a period: %.*s", (int)ml, m);
+            cr_assert(m[ml - 1] != ' ', "error message ends with a space: %.*s", (int)ml, m);
+        } else {
+            cr_assert(strncmp(p, "attnres:", 8) != 0, "a diagnostic in another format: %.*s", (int)len, p);
+        }
+        p = eol ? eol + 1 : NULL;
+    }
+    cr_assert(found, "no 'attnres: error: ' line in:\n%s", output);
+}
+
+/* Asserts status and that out contains needle; frees out. */
+static void expect(char *out, int st, int want_st, const char *needle)
+{
+    cr_assert_eq(st, want_st, "exit status %d, expected %d; output:\n%s", st, want_st, out);
+    if (needle)
+        cr_assert(strstr(out, needle) != NULL, "expected '%s' in:\n%s", needle, out);
+    free(out);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    tu_write_file(path, text, strlen(text));
+}
+
+/* ---- usage lines = SYNOPSIS of the man pages ---- */
+
+static void check_usage_matches(const char *args, const char *page)
+{
+    int st;
+    char *err = RUN(2, &st, "%s", args);
+    cr_assert_eq(st, 2, "'attnres %s' exited %d, expected 2; stderr:\n%s", args, st, err);
+    check_error_style(err);
+    char usage[1024], syn[1024];
+    usage_line(err, usage, sizeof usage);
+    page_synopsis(page, syn, sizeof syn);
+    cr_assert_str_eq(usage, syn,
+                     "'attnres %s' prints\n  usage: %s\nbut man/%s has the SYNOPSIS\n  %s", args, usage,
+                     page, syn);
+    free(err);
+}
+
+Test(cli, train_usage_matches_man_synopsis)
+{
+    check_usage_matches("train --bogus", "attnres-train.1");
+}
+
+Test(cli, eval_usage_matches_man_synopsis)
+{
+    check_usage_matches("eval --bogus", "attnres-eval.1");
+}
+
+Test(cli, main_usage_matches_man_synopsis)
+{
+    /* With no command, attnres lists the commands after its usage line. */
+    int st;
+    char *err = RUN(2, &st, "%s", "");
+    cr_assert_eq(st, 2, "'attnres' exited %d, expected 2", st);
+    char usage[1024], syn[1024];
+    usage_line(err, usage, sizeof usage);
+    page_synopsis("attnres.1", syn, sizeof syn);
+    cr_assert_str_eq(usage, syn, "'attnres' prints\n  usage: %s\nbut man/attnres.1 has\n  %s", usage, syn);
+    cr_assert(strstr(err, "train") && strstr(err, "eval") && strstr(err, "help"),
+              "the command list lacks a command:\n%s", err);
+    free(err);
+}
+
+Test(cli, usage_goes_to_stderr_not_stdout)
+{
+    int st;
+    char *out = RUN(1, &st, "train --bogus");
+    cr_assert_eq(st, 2);
+    cr_assert_str_eq(out, "", "usage errors must print nothing on stdout, got:\n%s", out);
+    free(out);
+}
+
+/* ---- help ---- */
+
+static void check_help_pair(const char *help_args, const char *dash_args, const char *page)
+{
+    int st1, st2;
+    char *a = RUN(1, &st1, "%s", help_args);
+    char *b = RUN(1, &st2, "%s", dash_args);
+    cr_assert_eq(st1, 0, "'attnres %s' exited %d", help_args, st1);
+    cr_assert_eq(st2, 0, "'attnres %s' exited %d", dash_args, st2);
+    cr_assert_str_eq(a, b, "'attnres %s' and 'attnres %s' differ", help_args, dash_args);
+    char name[512];
+    page_name_line(page, name, sizeof name);
+    ascii_hyphens(a);
+    cr_assert(strstr(a, name) != NULL, "'attnres %s' does not show the NAME line '%s':\n%s", help_args,
+              name, a);
+    free(a);
+    free(b);
+}
+
+Test(cli, help_train_equals_train_dash_help)
+{
+    check_help_pair("help train", "train --help", "attnres-train.1");
+}
+
+Test(cli, help_eval_equals_eval_dash_h)
+{
+    check_help_pair("help eval", "eval -h", "attnres-eval.1");
+}
+
+Test(cli, help_equals_dash_help)
+{
+    check_help_pair("help", "--help", "attnres.1");
+}
+
+Test(cli, help_wins_over_other_arguments)
+{
+    /* --help anywhere before "--" shows the page instead of running. */
+    int st1, st2;
+    char *a = RUN(1, &st1, "train --bogus --help");
+    char *b = RUN(1, &st2, "help train");
+    cr_assert_eq(st1, 0);
+    cr_assert_str_eq(a, b);
+    free(a);
+    free(b);
+}
+
+Test(cli, help_config_shows_config_page)
+{
+    int st;
+    char *out = RUN(1, &st, "help config");
+    ascii_hyphens(out);
+    expect(out, st, 0, "attnres-config");
+}
+
+Test(cli, help_of_unknown_command)
+{
+    int st;
+    char *err = RUN(2, &st, "help frob");
+    check_error_style(err);
+    expect(err, st, 2, "attnres: error: 'frob' is not an attnres command");
+}
+
+/* ---- version, unknown commands ---- */
+
+Test(cli, version_matches_project_version)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/meson.build", srcdir());
+    char *mb = tu_read_file(path, NULL);
+    cr_assert(mb != NULL);
+    char *v = strstr(mb, "version : '");
+    cr_assert(v != NULL, "no project version in meson.build");
+    v += strlen("version : '");
+    char want[128];
+    snprintf(want, sizeof want, "attnres %.*s\n", (int)strcspn(v, "'"), v);
+    free(mb);
+    int st;
+    char *out = RUN(0, &st, "--version");
+    cr_assert_eq(st, 0);
+    cr_assert_str_eq(out, want);
+    free(out);
+    out = RUN(0, &st, "version");
+    cr_assert_eq(st, 0);
+    cr_assert_str_eq(out, want);
+    free(out);
+}
+
+Test(cli, unknown_command)
+{
+    int st;
+    char *err = RUN(2, &st, "frob");
+    check_error_style(err);
+    cr_assert(strncmp(err, "attnres: error: 'frob' is not an attnres command", 48) == 0,
+              "unexpected message:\n%s", err);
+    expect(err, st, 2, NULL);
+}
+
+Test(cli, unknown_dash_command)
+{
+    int st;
+    char *err = RUN(2, &st, "--bogus");
+    check_error_style(err);
+    expect(err, st, 2, "'--bogus' is not an attnres command");
+}
+
+/* ---- train: command line ---- */
+
+Test(cli, train_unknown_option)
+{
+    int st;
+    char *err = RUN(2, &st, "train --bogus");
+    check_error_style(err);
+    expect(err, st, 2, "attnres: error: unknown option '--bogus'");
+}
+
+Test(cli, train_option_without_value)
+{
+    const char *opts[] = {"--set", "--out", "--resume"};
+    for (int i = 0; i < 3; i++) {
+        int st;
+        char *err = RUN(2, &st, "train %s", opts[i]);
+        check_error_style(err);
+        cr_assert(strstr(err, "usage: attnres train") != NULL, "no usage line for %s:\n%s", opts[i], err);
+        expect(err, st, 2, "needs a value");
+    }
+}
+
+Test(cli, train_two_configs)
+{
+    int st;
+    char *err = RUN(2, &st, "train a.yaml b.yaml");
+    check_error_style(err);
+    expect(err, st, 2, "unexpected argument 'b.yaml'");
+}
+
+Test(cli, train_resume_with_other_out)
+{
+    int st;
+    char *err = RUN(2, &st, "train --resume runs/a --out runs/b");
+    check_error_style(err);
+    expect(err, st, 2, "--resume");
+}
+
+/* ---- train: configuration errors ---- */
+
+Test(cli, config_unknown_key_has_place)
+{
+    const char *dir = tu_tmpdir();
+    char cfg[4096];
+    snprintf(cfg, sizeof cfg, "%s", tu_path(dir, "bad.yaml"));
+    write_text(cfg, "model:\n  d_model: 64\n  d_modle: 64\n");
+    int st;
+    char *err = run_in(dir, 2, &st, "train '%s'", cfg);
+    check_error_style(err);
+    cr_assert_eq(st, 1, "exit %d, expected 1:\n%s", st, err);
+    /* "FILE:LINE:COL: unknown key 'model.d_modle' ..." */
+    char *p = strstr(err, cfg);
+    cr_assert(p != NULL, "the message does not name '%s':\n%s", cfg, err);
+    int line = 0, col = 0, used = 0;
+    cr_assert(sscanf(p + strlen(cfg), ":%d:%d: %n", &line, &col, &used) == 2 && used > 0,
+              "no FILE:LINE:COL place in:\n%s", err);
+    cr_assert_eq(line, 3, "line %d, expected 3:\n%s", line, err);
+    cr_assert_eq(col, 3, "column %d, expected 3 (1-based):\n%s", col, err);
+    cr_assert(strncmp(p + strlen(cfg) + used, "unknown key 'model.d_modle'", 27) == 0,
+              "unexpected message:\n%s", err);
+    free(err);
+}
+
+Test(cli, config_missing_file)
+{
+    const char *dir = tu_tmpdir();
+    int st;
+    char *err = run_in(dir, 2, &st, "train nope.yaml");
+    check_error_style(err);
+    expect(err, st, 1, "'nope.yaml'");
+}
+
+Test(cli, set_bad_value)
+{
+    const char *dir = tu_tmpdir();
+    int st;
+    char *err = run_in(dir, 2, &st, "train --set model.d_model=abc");
+    check_error_style(err);
+    cr_assert(strstr(err, "'model.d_model'") != NULL, "the key is not named:\n%s", err);
+    expect(err, st, 1, "attnres: error: --set 'model.d_model=abc'");
+}
+
+Test(cli, set_equals_form_and_unknown_key)
+{
+    const char *dir = tu_tmpdir();
+    int st;
+    char *err = run_in(dir, 2, &st, "train --set=model.bogus=1");
+    check_error_style(err);
+    cr_assert(strstr(err, "unknown key") != NULL, "no 'unknown key' in:\n%s", err);
+    expect(err, st, 1, "--set 'model.bogus=1'");
+}
+
+Test(cli, set_without_equals)
+{
+    const char *dir = tu_tmpdir();
+    int st;
+    char *err = run_in(dir, 2, &st, "train --set model.d_model");
+    check_error_style(err);
+    expect(err, st, 1, "--set 'model.d_model'");
+}
+
+Test(cli, invalid_combination_is_a_config_error)
+{
+    /* Each value is fine alone; validation rejects the pair. */
+    const char *dir = tu_tmpdir();
+    int st;
+    char *err = run_in(dir, 2, &st, "train --set model.d_model=100 --set model.n_head=3");
+    check_error_style(err);
+    expect(err, st, 1, "'model.n_head'");
+}
+
+Test(cli, missing_default_corpus_names_get_data)
+{
+    const char *dir = tu_tmpdir();
+    int st;
+    char *err = run_in(dir, 2, &st, "train");
+    check_error_style(err);
+    cr_assert(strstr(err, "data/kjv.txt") != NULL, "the default corpus is not named:\n%s", err);
+    expect(err, st, 1, "tools/get-data.sh");
+    /* It fails before creating a run directory. */
+    struct stat sb;
+    cr_assert(stat(tu_path(dir, "runs"), &sb) != 0, "a runs/ directory was created");
+}
+
+Test(cli, missing_chosen_corpus)
+{
+    const char *dir = tu_tmpdir();
+    int st;
+    char *err = run_in(dir, 2, &st, "train --set data.train=missing.txt --out run");
+    check_error_style(err);
+    cr_assert(strstr(err, "get-data") == NULL, "a chosen corpus is not the default one:\n%s", err);
+    expect(err, st, 1, "'missing.txt'");
+}
+
+Test(cli, refuses_run_directory_with_checkpoint)
+{
+    const char *dir = tu_tmpdir();
+    mkdir(tu_path(dir, "run"), 0777);
+    write_text(tu_path(dir, "run/model.safetensors"), "not really");
+    write_text(tu_path(dir, "corpus.txt"), "in the beginning was the word\n");
+    int st;
+    char *err = run_in(dir, 2, &st, "train --set data.train=corpus.txt --out run");
+    check_error_style(err);
+    cr_assert(strstr(err, "--resume") != NULL, "the message does not point to --resume:\n%s", err);
+    expect(err, st, 1, "'run'");
+    /* The file is untouched. */
+    char *s = tu_read_file(tu_path(dir, "run/model.safetensors"), NULL);
+    cr_assert_str_eq(s, "not really");
+    free(s);
+}
+
+Test(cli, resume_without_run)
+{
+    const char *dir = tu_tmpdir();
+    mkdir(tu_path(dir, "empty"), 0777);
+    int st;
+    char *err = run_in(dir, 2, &st, "train --resume empty");
+    check_error_style(err);
+    expect(err, st, 1, "empty");
+}
+
+/* ---- eval ---- */
+
+Test(cli, eval_missing_data)
+{
+    const char *dir = tu_tmpdir();
+    int st;
+    char *err = run_in(dir, 2, &st, "eval run");
+    check_error_style(err);
+    cr_assert(strstr(err, "usage: attnres eval") != NULL, "no usage line:\n%s", err);
+    expect(err, st, 2, "--data");
+}
+
+Test(cli, eval_missing_checkpoint_argument)
+{
+    int st;
+    char *err = RUN(2, &st, "eval --data x.txt");
+    check_error_style(err);
+    expect(err, st, 2, "usage: attnres eval");
+}
+
+Test(cli, eval_bad_max_windows)
+{
+    const char *bad[] = {"0", "-3", "abc", "5x"};
+    for (int i = 0; i < 4; i++) {
+        int st;
+        char *err = RUN(2, &st, "eval run --data x.txt --max-windows %s", bad[i]);
+        check_error_style(err);
+        expect(err, st, 2, "'--max-windows'");
+    }
+}
+
+Test(cli, eval_extra_argument)
+{
+    int st;
+    char *err = RUN(2, &st, "eval a b --data x.txt");
+    check_error_style(err);
+    expect(err, st, 2, "unexpected argument 'b'");
+}
+
+Test(cli, eval_nonexistent_checkpoint)
+{
+    const char *dir = tu_tmpdir();
+    char data[4096], ck[4096], want[4200];
+    snprintf(data, sizeof data, "%s", tu_path(dir, "d.txt"));
+    snprintf(ck, sizeof ck, "%s", tu_path(dir, "no-such-run"));
+    write_text(data, "and god said, let there be light: and there was light.\n");
+    int st;
+    char *err = RUN(2, &st, "eval '%s' --data '%s'", ck, data);
+    check_error_style(err);
+    snprintf(want, sizeof want, "'%s'", ck);
+    expect(err, st, 1, want);
+}
+
+Test(cli, eval_run_directory_without_model)
+{
+    const char *dir = tu_tmpdir();
+    char data[4096], want[4200];
+    snprintf(data, sizeof data, "%s", tu_path(dir, "d.txt"));
+    write_text(data, "and god said, let there be light: and there was light.\n");
+    int st;
+    char *err = RUN(2, &st, "eval '%s' --data '%s'", dir, data);
+    check_error_style(err);
+    snprintf(want, sizeof want, "'%s/model.safetensors'", dir);
+    expect(err, st, 1, want);
+}
+
+Test(cli, eval_malformed_checkpoint)
+{
+    const char *dir = tu_tmpdir();
+    char data[4096], ck[4096], want[4200];
+    snprintf(data, sizeof data, "%s", tu_path(dir, "d.txt"));
+    snprintf(ck, sizeof ck, "%s", tu_path(dir, "junk.safetensors"));
+    write_text(data, "and god said, let there be light: and there was light.\n");
+    write_text(ck, "this is not a safetensors file at all");
+    int st;
+    char *err = RUN(2, &st, "eval '%s' --data '%s'", ck, data);
+    check_error_style(err);
+    snprintf(want, sizeof want, "'%s'", ck);
+    expect(err, st, 1, want);
+}
+
+Test(cli, eval_missing_data_file)
+{
+    const char *dir = tu_tmpdir();
+    char data[4096], want[4200];
+    snprintf(data, sizeof data, "%s", tu_path(dir, "nope.txt"));
+    int st;
+    char *err = RUN(2, &st, "eval '%s' --data '%s'", dir, data);
+    check_error_style(err);
+    snprintf(want, sizeof want, "'%s'", data);
+    expect(err, st, 1, want);
+}

@@ -1,0 +1,442 @@
+/* Training and evaluation end to end: schedules, the optimizer's decay rule,
+ * learning on a tiny corpus, exact resume, and the evaluation protocol on a
+ * model whose loss can be computed by hand. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/config.h"
+#include "formats/json.h"
+#include "formats/metrics.h"
+#include "formats/safetensors.h"
+#include "lib/checkpoint.h"
+#include "lib/data.h"
+#include "lib/eval.h"
+#include "lib/optim.h"
+#include "lib/schedule.h"
+#include "lib/train.h"
+#include "testutil.h"
+
+/* ---------- schedules ---------- */
+
+static ar_train_cfg sched(ar_sched_kind k)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    c.train.schedule = k;
+    c.train.steps = 100;
+    c.train.warmup = 10;
+    c.train.lr = 1.0;
+    c.train.min_lr = 0.1;
+    c.train.decay_frac = 0.2;
+    return c.train;
+}
+
+Test(schedule, warmup_is_linear)
+{
+    ar_train_cfg t = sched(AR_SCHED_COSINE);
+    cr_expect_float_eq(ar_lr_at(&t, 0), 0.1, 1e-12);
+    cr_expect_float_eq(ar_lr_at(&t, 4), 0.5, 1e-12);
+    cr_expect_float_eq(ar_lr_at(&t, 9), 1.0, 1e-12);
+}
+
+Test(schedule, cosine_reaches_min_lr)
+{
+    ar_train_cfg t = sched(AR_SCHED_COSINE);
+    cr_expect_float_eq(ar_lr_at(&t, 10), 1.0, 1e-12);
+    cr_expect_float_eq(ar_lr_at(&t, 54), 0.1 + 0.9 * 0.5 * (1 + cos(M_PI * 44 / 89.0)), 1e-12);
+    cr_expect_float_eq(ar_lr_at(&t, 99), 0.1, 1e-12);
+    for (long s = 11; s < 100; s++)
+        cr_expect_leq(ar_lr_at(&t, s), ar_lr_at(&t, s - 1) + 1e-15);
+}
+
+Test(schedule, wsd_is_stable_then_decays)
+{
+    ar_train_cfg t = sched(AR_SCHED_WSD);
+    cr_expect_float_eq(ar_lr_at(&t, 50), 1.0, 1e-12);
+    cr_expect_float_eq(ar_lr_at(&t, 79), 1.0, 1e-12);
+    cr_expect_float_eq(ar_lr_at(&t, 80), 1.0 - 0.9 / 20, 1e-12);
+    cr_expect_float_eq(ar_lr_at(&t, 99), 0.1, 1e-12);
+}
+
+Test(schedule, constant)
+{
+    ar_train_cfg t = sched(AR_SCHED_CONSTANT);
+    cr_expect_float_eq(ar_lr_at(&t, 10), 1.0, 1e-12);
+    cr_expect_float_eq(ar_lr_at(&t, 99), 1.0, 1e-12);
+}
+
+/* ---------- fixtures ---------- */
+
+/* A small text with structure a model can learn quickly. */
+static void write_corpus(const char *path, int lines)
+{
+    const char *words[] = {"alpha", "beta", "gamma", "delta", "the", "and", "of", "light"};
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    unsigned s = 1;
+    for (int i = 0; i < lines; i++) {
+        for (int w = 0; w < 6; w++) {
+            s = s * 1103515245u + 12345u;
+            fprintf(f, "%s%s", w ? " " : "", words[(s >> 16) % 8]);
+        }
+        fprintf(f, ".\n");
+    }
+    fclose(f);
+}
+
+static ar_config tiny_run(const char *corpus, ar_res_kind kind)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    c.model.d_model = 32;
+    c.model.n_layer = 2;
+    c.model.n_head = 2;
+    c.model.d_ff = 64;
+    c.model.seq_len = 32;
+    c.model.residual.kind = kind;
+    c.model.residual.block_size = kind == AR_RES_BLOCK ? 2 : 0;
+    c.model.residual.num_blocks = 0;
+    snprintf(c.data.train, sizeof c.data.train, "%s", corpus);
+    c.data.val_fraction = 0.1;
+    c.train.steps = 50;
+    c.train.batch_size = 8;
+    c.train.warmup = 5;
+    c.train.lr = 1e-2;
+    c.train.min_lr = 1e-3;
+    c.train.eval_every = 25;
+    c.train.eval_windows = 16;
+    c.train.save_every = 0;
+    c.train.log_every = 5;
+    c.train.threads = 2;
+    return c;
+}
+
+static void read_rows(const char *dir, ar_json ***rows, int *n)
+{
+    ar_err e;
+    cr_assert_eq(ar_metrics_read(tu_path(dir, "metrics.jsonl"), rows, n, &e), 0, "%s", e.msg);
+}
+
+/* ---------- learning ---------- */
+
+static void learns(ar_res_kind kind)
+{
+    const char *dir = tu_tmpdir();
+    char corpus[2048], run[4200];
+    snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
+    snprintf(run, sizeof run, "%s/run", dir);
+    write_corpus(corpus, 600);
+    ar_config c = tiny_run(corpus, kind);
+    ar_train_opts o = {.out_dir = run};
+    ar_train_result r;
+    ar_err e = {{0}};
+    cr_assert_eq(ar_train(&c, &o, &r, &e), 0, "%s", e.msg);
+    cr_expect_eq(r.step, 50);
+    ar_json **rows;
+    int n;
+    read_rows(run, &rows, &n);
+    cr_assert_geq(n, 2);
+    double first = ar_json_get(rows[0], "loss")->num;
+    /* ln 256 = 5.545 at initialisation; 50 steps must reach well below. */
+    cr_expect_gt(first, 4.0, "first logged loss %g", first);
+    cr_expect_lt(r.final_val_loss, 3.0, "val loss after 50 steps %g", r.final_val_loss);
+    cr_expect_lt(r.final_loss, first - 1.5);
+    const ar_json *last = rows[n - 1];
+    cr_expect(ar_json_get(last, "val_loss") != NULL);
+    const ar_json *orms = ar_json_get(last, "out_rms");
+    cr_assert(orms && orms->n == 4);
+    cr_expect(ar_json_get(last, "grad_rms") && ar_json_get(last, "grad_rms")->n == 4);
+    const ar_json *da = ar_json_get(last, "depth_attn");
+    if (kind == AR_RES_BASELINE) {
+        cr_expect(da == NULL);
+    } else {
+        cr_assert(da && da->n == 5, "depth_attn should list L+1 = 5 mixers");
+        for (int l = 0; l < da->n; l++) {
+            double s = 0;
+            for (int i = 0; i < da->items[l].n; i++)
+                s += da->items[l].items[i].num;
+            cr_expect_float_eq(s, 1.0, 1e-4, "mixer %d weights sum to %g", l + 1, s);
+        }
+    }
+    const char *files[] = {"model.safetensors", "optimizer.safetensors", "config.yaml", "loss.png"};
+    for (int i = 0; i < 4; i++) {
+        size_t sz = 0;
+        char *b = tu_read_file(tu_path(run, files[i]), &sz);
+        cr_expect(b && sz > 0, "run directory lacks %s", files[i]);
+        free(b);
+    }
+    ar_metrics_free(rows, n);
+}
+
+Test(train, baseline_learns, .timeout = 120) { learns(AR_RES_BASELINE); }
+Test(train, block_learns, .timeout = 120) { learns(AR_RES_BLOCK); }
+
+Test(train, refuses_to_overwrite_a_run, .timeout = 120)
+{
+    const char *dir = tu_tmpdir();
+    char corpus[2048], run[4200];
+    snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
+    snprintf(run, sizeof run, "%s/run", dir);
+    write_corpus(corpus, 200);
+    ar_config c = tiny_run(corpus, AR_RES_FULL);
+    c.train.steps = 2;
+    c.train.warmup = 1;
+    ar_train_opts o = {.out_dir = run};
+    ar_train_result r;
+    ar_err e = {{0}};
+    cr_assert_eq(ar_train(&c, &o, &r, &e), 0, "%s", e.msg);
+    size_t n0, n1;
+    char *before = tu_read_file(tu_path(run, "model.safetensors"), &n0);
+    cr_expect_neq(ar_train(&c, &o, &r, &e), 0);
+    cr_expect(strstr(e.msg, "already holds a checkpoint"), "%s", e.msg);
+    char *after = tu_read_file(tu_path(run, "model.safetensors"), &n1);
+    cr_expect(n0 == n1 && memcmp(before, after, n0) == 0, "the saved model changed");
+    free(before);
+    free(after);
+}
+
+/* ---------- exact resume ---------- */
+
+static volatile sig_atomic_t stop_flag;
+static void stop_at_9(const ar_progress *p, void *ud)
+{
+    (void)ud;
+    if (p->step == 9)
+        stop_flag = 1;
+}
+
+static char *read_tensor_bytes(const char *run, size_t *n)
+{
+    ar_st_file f;
+    ar_err e;
+    cr_assert_eq(ar_st_read(&f, tu_path(run, "model.safetensors"), &e), 0, "%s", e.msg);
+    char *b = malloc(f.data_size);
+    memcpy(b, f.data, f.data_size);
+    *n = f.data_size;
+    ar_st_free(&f);
+    return b;
+}
+
+Test(train, resume_is_bit_exact, .timeout = 180)
+{
+    const char *dir = tu_tmpdir();
+    char corpus[2048], a[4200], b[4200];
+    snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    write_corpus(corpus, 400);
+    ar_config c = tiny_run(corpus, AR_RES_BLOCK);
+    c.train.steps = 20;
+    c.train.grad_accum = 2;
+    c.train.log_every = 1;
+    ar_train_result r;
+    ar_err e = {{0}};
+    ar_train_opts oa = {.out_dir = a};
+    cr_assert_eq(ar_train(&c, &oa, &r, &e), 0, "%s", e.msg);
+
+    stop_flag = 0;
+    ar_train_opts ob = {.out_dir = b, .progress = stop_at_9, .interrupt = &stop_flag};
+    cr_assert_eq(ar_train(&c, &ob, &r, &e), 0, "%s", e.msg);
+    cr_assert(r.interrupted);
+    cr_assert_eq(r.step, 10, "interrupted run stopped at step %ld", r.step);
+    ob.resume = 1;
+    ob.progress = NULL;
+    ob.interrupt = NULL;
+    cr_assert_eq(ar_train(&c, &ob, &r, &e), 0, "%s", e.msg);
+    cr_assert_eq(r.step, 20);
+
+    size_t na, nb;
+    char *ta = read_tensor_bytes(a, &na), *tb = read_tensor_bytes(b, &nb);
+    cr_assert_eq(na, nb);
+    cr_expect(memcmp(ta, tb, na) == 0, "resumed weights differ from the uninterrupted run");
+    free(ta);
+    free(tb);
+
+    /* metrics.jsonl of the resumed run has each step exactly once */
+    ar_json **rows;
+    int n;
+    read_rows(b, &rows, &n);
+    cr_expect_eq(n, 20, "%d metric lines", n);
+    for (int i = 0; i < n; i++)
+        cr_expect_eq(ar_json_get(rows[i], "step")->inum, i + 1);
+    ar_metrics_free(rows, n);
+}
+
+/* ---------- evaluation protocol ---------- */
+
+/* With every output projection zero, each sublayer outputs 0, so (baseline)
+ * h_out = embedding and the model is a bigram table:
+ *   logits(x) = W_lm (g * e_x / rms(e_x)).
+ * The protocol's loss is then computable directly from the stream. */
+static double bigram_nll(const float *E, const float *W, int V, int d, int a, int b)
+{
+    double ms = 0;
+    for (int j = 0; j < d; j++)
+        ms += (double)E[a * d + j] * E[a * d + j];
+    double rs = 1.0 / sqrt(ms / d + 1e-6), mx = -1e300, z = 0, lb = 0;
+    double *lg = malloc((size_t)V * sizeof(double));
+    for (int v = 0; v < V; v++) {
+        double s = 0;
+        for (int j = 0; j < d; j++)
+            s += (double)W[v * d + j] * E[a * d + j] * rs;
+        lg[v] = s;
+        mx = fmax(mx, s);
+    }
+    for (int v = 0; v < V; v++)
+        z += exp(lg[v] - mx);
+    lb = lg[b];
+    free(lg);
+    return -(lb - mx - log(z));
+}
+
+Test(eval, protocol_matches_hand_computation, .timeout = 120)
+{
+    const char *dir = tu_tmpdir();
+    ar_config c;
+    ar_config_defaults(&c);
+    c.model.d_model = 16;
+    c.model.n_layer = 1;
+    c.model.n_head = 2;
+    c.model.d_ff = 16;
+    c.model.seq_len = 8;
+    c.model.residual.kind = AR_RES_BASELINE;
+    ar_model *m;
+    ar_err e = {{0}};
+    cr_assert_eq(ar_model_create(&m, &c.model, ar_backend_cpu(), 4, &e), 0);
+    ar_model_init(m, 3);
+    memset(ar_model_param(m, m->blk[0].o), 0, (size_t)16 * 16 * sizeof(float));
+    memset(ar_model_param(m, m->blk[0].down), 0, (size_t)16 * 16 * sizeof(float));
+    /* sharpen the table so different windows have clearly different losses */
+    float *W = ar_model_param(m, m->lm_head), *E = ar_model_param(m, m->embed);
+    for (size_t i = 0; i < (size_t)256 * 16; i++)
+        W[i] *= 100;
+    cr_assert_eq(ar_ckpt_save(dir, &c, m, NULL, 0, &e), 0, "%s", e.msg);
+
+    /* 45 bytes: (45-1)/8 = 5 whole windows; the last 4 bytes are never scored */
+    const char *text = "In the beginning God created the heaven and t";
+    size_t n = strlen(text);
+    tu_write_file(tu_path(dir, "eval.txt"), text, n);
+    int32_t x[64];
+    for (size_t i = 0; i < n; i++)
+        x[i] = (unsigned char)text[i];
+    for (int maxw = 0; maxw <= 5; maxw += 3) {
+        int nw = maxw ? maxw : 5;
+        double want = 0;
+        for (int i = 0; i < nw * 8; i++)
+            want += bigram_nll(E, W, 256, 16, x[i], x[i + 1]);
+        want /= nw * 8;
+        ar_eval_result r;
+        cr_assert_eq(ar_evaluate(m, x, n, maxw, 0, &r, &e), 0, "%s", e.msg);
+        cr_expect_eq(r.windows, nw);
+        cr_expect_eq(r.tokens, nw * 8);
+        cr_expect(fabs(r.loss - want) < 1e-5 * want, "max_windows %d: loss %.8f, by hand %.8f", maxw,
+                  r.loss, want);
+        if (tu_bin()) {
+            char cmd[8192];
+            int st;
+            snprintf(cmd, sizeof cmd, "%s eval %s --data %s --json%s%s", tu_bin(), dir,
+                     tu_path(dir, "eval.txt"), maxw ? " --max-windows " : "", maxw ? "3" : "");
+            char *out = tu_run(cmd, &st);
+            cr_assert_eq(st, 0, "%s", out);
+            ar_json *j = ar_json_parse(out, strlen(out), &e);
+            cr_assert(j, "eval --json printed: %s", out);
+            cr_expect(fabs(ar_json_get(j, "loss")->num - want) < 1e-5 * want);
+            cr_expect_eq(ar_json_get(j, "windows")->inum, nw);
+            cr_expect_eq(ar_json_get(j, "tokens")->inum, nw * 8);
+            cr_expect(fabs(ar_json_get(j, "bits_per_byte")->num - want / M_LN2) < 1e-5 * want);
+            cr_expect(fabs(ar_json_get(j, "perplexity")->num - exp(want)) < 1e-4 * exp(want));
+            ar_json_free(j);
+            free(out);
+        }
+    }
+    ar_model_free(m);
+}
+
+Test(eval, grads_file_holds_the_mean_loss_gradient, .timeout = 120)
+{
+    if (!tu_bin())
+        cr_skip_test("AR_BIN not set");
+    const char *dir = tu_tmpdir();
+    ar_config c;
+    ar_config_defaults(&c);
+    c.model.d_model = 16;
+    c.model.n_layer = 1;
+    c.model.n_head = 2;
+    c.model.d_ff = 16;
+    c.model.seq_len = 8;
+    ar_model *m;
+    ar_err e = {{0}};
+    cr_assert_eq(ar_model_create(&m, &c.model, ar_backend_cpu(), 8, &e), 0);
+    ar_model_init(m, 5);
+    cr_assert_eq(ar_ckpt_save(dir, &c, m, NULL, 0, &e), 0, "%s", e.msg);
+    const char *text = "And God said, Let there be light: and there was light.";
+    size_t n = strlen(text);
+    tu_write_file(tu_path(dir, "eval.txt"), text, n);
+    int32_t x[128];
+    for (size_t i = 0; i < n; i++)
+        x[i] = (unsigned char)text[i];
+    ar_eval_result r;
+    cr_assert_eq(ar_evaluate(m, x, n, 0, 1, &r, &e), 0);
+    char cmd[8192];
+    int st;
+    snprintf(cmd, sizeof cmd, "%s eval %s --data %s --grads %s", tu_bin(), dir, tu_path(dir, "eval.txt"),
+             tu_path(dir, "g.safetensors"));
+    char *out = tu_run(cmd, &st);
+    cr_assert_eq(st, 0, "%s", out);
+    free(out);
+    ar_st_file f;
+    cr_assert_eq(ar_st_read(&f, tu_path(dir, "g.safetensors"), &e), 0, "%s", e.msg);
+    cr_expect_eq(f.n, m->pt.n);
+    for (int i = 0; i < m->pt.n; i++) {
+        const ar_param *p = &m->pt.p[i];
+        float *g = malloc(p->numel * sizeof(float));
+        cr_assert_eq(ar_st_get_f32(&f, p->name, p->shape, p->ndim, g, &e), 0, "%s", e.msg);
+        double err = tu_rel_err(g, ar_model_grad(m, i), p->numel);
+        cr_expect(err < 1e-5, "'%s' differs: %g", p->name, err);
+        free(g);
+    }
+    ar_st_free(&f);
+    ar_model_free(m);
+}
+
+/* ---------- optimizer ---------- */
+
+Test(optim, weight_decay_only_on_matrices)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    c.model.d_model = 8;
+    c.model.n_layer = 1;
+    c.model.n_head = 2;
+    c.model.d_ff = 8;
+    c.model.seq_len = 4;
+    c.model.residual.kind = AR_RES_FULL;
+    ar_model *m;
+    ar_err e;
+    cr_assert_eq(ar_model_create(&m, &c.model, ar_backend_cpu(), 1, &e), 0);
+    ar_model_init(m, 1);
+    float *before = malloc(m->pt.total * sizeof(float));
+    /* nonzero everywhere so decay would show on every tensor */
+    for (size_t i = 0; i < m->pt.total; i++)
+        m->params[i] += 0.5f;
+    memcpy(before, m->params, m->pt.total * sizeof(float));
+    ar_adamw o;
+    ar_adamw_init(&o, m);
+    ar_model_zero_grad(m);
+    c.train.weight_decay = 0.1;
+    ar_adamw_step(&o, m, &c.train, 0.01, 0.0);
+    for (int i = 0; i < m->pt.n; i++) {
+        const ar_param *p = &m->pt.p[i];
+        float x0 = before[p->offset], x1 = m->params[p->offset];
+        if (p->ndim == 2)
+            cr_expect_float_eq(x1, x0 * (1 - 0.01f * 0.1f), 1e-6, "'%s' not decayed", p->name);
+        else
+            cr_expect_eq(x1, x0, "'%s' decayed", p->name);
+    }
+    ar_adamw_free(&o);
+    free(before);
+    ar_model_free(m);
+}
