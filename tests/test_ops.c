@@ -923,6 +923,17 @@ Test(ops, xent_uniform_and_extreme)
     be->xent_fwd(losses, probs, logits, tg, 1, V);
     cr_assert(isfinite(losses[0]) && fabs(losses[0] - 2000.0) < 1e-2, "loss %g", losses[0]);
     cr_assert(fabsf(probs[7] - 1.0f) < 1e-6f);
+    /* logits spread over 80 nats: every prob to 1e-5 relative */
+    for (int c = 0; c < V; c++)
+        logits[c] = 20.0f - 80.0f * (float)((c * 37) % V) / V;
+    be->xent_fwd(losses, probs, logits, tg, 1, V);
+    double mx = 20.0, s = 0;
+    for (int c = 0; c < V; c++)
+        s += exp(logits[c] - mx);
+    for (int c = 0; c < V; c++) {
+        double p = exp(logits[c] - mx) / s;
+        cr_assert(fabs(probs[c] - p) <= 1e-5 * p, "prob %d: %g vs %g", c, probs[c], p);
+    }
     free(logits), free(losses), free(probs);
 }
 
@@ -1055,4 +1066,46 @@ Test(ops, determinism)
                   "embedding dwte differs");
         free(dw[0]), free(dw[1]), free(tok), free(dout);
     }
+}
+
+/* The parameter-gradient reductions (dg, dw, dwte) and sumsq sum in an
+ * order fixed by the data, not by the threads: 1 and 2 threads agree
+ * bitwise. */
+Test(ops, reductions_thread_count_independent)
+{
+    int N = 1000, d = 96, n = 3, V = 17;
+    size_t nd = (size_t)N * d;
+    float *x = rnd(nd, -1, 1), *g = rnd(d, 0.5f, 1.5f), *w = rnd(d, -1, 1);
+    float *dout = rnd(nd, -1, 1), *out = zeros(nd), *rstd = zeros(N);
+    float *src[3] = {rnd(nd, -1, 1), rnd(nd, -1, 1), rnd(nd, -1, 1)};
+    const float *const *cs = (const float *const *)src;
+    float *al = zeros((size_t)N * n), *rs = zeros((size_t)N * n);
+    int32_t *tok = malloc(N * sizeof(int32_t));
+    for (int i = 0; i < N; i++)
+        tok[i] = (i * 5 + i / 7) % V;
+    be->rmsnorm_fwd(out, rstd, x, g, N, d);
+    be->depth_attn_fwd(out, al, rs, cs, n, w, g, N, d);
+    float *rg[2], *dw[2], *dg[2], *de[2], *dx = zeros(nd);
+    float *ds[3] = {zeros(nd), zeros(nd), zeros(nd)};
+    double ss[2];
+    for (int k = 0; k < 2; k++) {
+        be->set_threads(k + 1);
+        rg[k] = zeros(d), dw[k] = zeros(d), dg[k] = zeros(d), de[k] = zeros((size_t)V * d);
+        be->rmsnorm_bwd(dx, rg[k], dout, x, g, rstd, N, d);
+        be->depth_attn_bwd(ds, dw[k], dg[k], dout, al, rs, cs, n, w, g, N, d);
+        be->embedding_bwd(de[k], dout, tok, N, d);
+        ss[k] = be->sumsq(dout, nd);
+    }
+    be->set_threads(2);
+    cr_assert(memcmp(rg[0], rg[1], d * sizeof(float)) == 0, "rmsnorm dg");
+    cr_assert(memcmp(dw[0], dw[1], d * sizeof(float)) == 0, "depth_attn dw");
+    cr_assert(memcmp(dg[0], dg[1], d * sizeof(float)) == 0, "depth_attn dg");
+    cr_assert(memcmp(de[0], de[1], (size_t)V * d * sizeof(float)) == 0, "embedding dwte");
+    cr_assert(memcmp(&ss[0], &ss[1], sizeof(double)) == 0, "sumsq");
+    for (int k = 0; k < 2; k++)
+        free(rg[k]), free(dw[k]), free(dg[k]), free(de[k]);
+    for (int s = 0; s < 3; s++)
+        free(src[s]), free(ds[s]);
+    free(x), free(g), free(w), free(dout), free(out), free(rstd), free(al), free(rs), free(tok);
+    free(dx);
 }

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Writes the King James Bible, one verse a line (4,137,850 bytes of ASCII),
-# to data/kjv.txt: the default training corpus.  The text comes from Debian's
+# to data/kjv.txt: the default training corpus; and its last 5% to
+# data/kjv-val.txt.  The text comes from Debian's
 # bible-kjv package (tools/install-deps.sh installs it).
 set -eu
 out=${1:-data/kjv.txt}
@@ -17,4 +18,8 @@ if [ "$size" -lt 4000000 ]; then
     exit 1
 fi
 mv "$out.tmp" "$out"
-echo "wrote $out ($size bytes)"
+# The held-out tail: the same bytes as training's validation split at the
+# default val_fraction 0.05 (the last floor(0.05 n) bytes), for attnres eval.
+val="${out%.txt}-val.txt"
+tail -c $((size / 20)) "$out" > "$val.tmp" && mv "$val.tmp" "$val"
+echo "wrote $out ($size bytes) and $val ($((size / 20)) bytes, its last 5%)"

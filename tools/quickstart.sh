@@ -10,4 +10,4 @@ meson compile -C build attnres
 tools/get-data.sh
 rm -rf runs/quickstart
 build/attnres train configs/quickstart.yaml --out runs/quickstart
-build/attnres eval runs/quickstart --data data/kjv.txt --max-windows 400
+build/attnres eval runs/quickstart --data data/kjv-val.txt

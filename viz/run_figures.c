@@ -79,7 +79,7 @@ static int plot_depth(const char *dir, const ar_json *da, long step, ar_err *e)
     char path[AR_PATH_MAX + 32], title[96];
     snprintf(path, sizeof path, "%s/depth_attn.png", dir);
     snprintf(title, sizeof title, "Depth attention weights (step %ld)", step);
-    int rc = ar_plot_heatmap(path, title, "source (0 = embedding)", "mixer (sublayer input)", m, rows,
+    int rc = ar_plot_heatmap(path, title, "source (0 = embedding; then block, or sublayer for full)", "mixer (sublayer input)", m, rows,
                              cols, (const char *const *)rl, (const char *const *)cl, e);
     for (int r = 0; r < rows; r++)
         free(rl[r]);

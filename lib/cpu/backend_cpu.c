@@ -70,10 +70,15 @@ static void cpu_zero(void *p, size_t bytes)
 static void cpu_sync(void) {}
 
 /* n = 0 means all cores. */
+/* n <= 0: OMP_NUM_THREADS if set, else every processor (omp_get_max_threads
+ * before any omp_set_num_threads call says exactly that, so remember it). */
 static void cpu_set_threads(int n)
 {
+    static int initial;
+    if (!initial)
+        initial = omp_get_max_threads();
     if (n <= 0)
-        n = omp_get_num_procs();
+        n = initial;
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
 }
@@ -185,11 +190,11 @@ static inline float fast_expf(float x)
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
     union {
-        int32_t i;
+        uint32_t u;
         float f;
-    } u;
-    u.i = ((int32_t)fn + 127) << 23;
-    return p * u.f;
+    } e;
+    e.u = (uint32_t)((int32_t)fn + 127) << 23;
+    return p * e.f;
 }
 
 /* sum of x[0..n) with 8 interleaved partial sums (vectorises without
@@ -202,6 +207,22 @@ static inline float sum8(const float *x, int n)
         for (int l = 0; l < 8; l++)
             acc[l] += x[i + l];
     float s = 0.0f;
+    for (; i < n; i++)
+        s += x[i];
+    for (int l = 0; l < 8; l++)
+        s += acc[l];
+    return s;
+}
+
+/* the same in double */
+static inline double sum8d(const float *x, int n)
+{
+    double acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            acc[l] += x[i + l];
+    double s = 0.0;
     for (; i < n; i++)
         s += x[i];
     for (int l = 0; l < 8; l++)
@@ -335,16 +356,20 @@ static float *rope_table(int T, int hd)
 {
     int h2 = hd / 2;
     float *tab = malloc((size_t)T * h2 * 2 * sizeof(float) + 1);
-    if (!tab)
+    double *freq = malloc((size_t)h2 * sizeof(double) + 1);
+    if (!tab || !freq)
         abort();
+    for (int j = 0; j < h2; j++)
+        freq[j] = pow(10000.0, -2.0 * j / hd);
 #pragma omp parallel for schedule(static) if ((long)T * h2 > 4096)
     for (int t = 0; t < T; t++) {
         for (int j = 0; j < h2; j++) {
-            double a = (double)t * pow(10000.0, -2.0 * j / hd);
+            double a = (double)t * freq[j];
             tab[((size_t)t * h2 + j) * 2] = (float)cos(a);
             tab[((size_t)t * h2 + j) * 2 + 1] = (float)sin(a);
         }
     }
+    free(freq);
     return tab;
 }
 
@@ -539,9 +564,12 @@ static void depth_attn_forward(float *h, float *alpha, float *rstd, const float 
 #pragma omp parallel if ((long)N * d * n > PAR_MIN)
     {
         float *acc = malloc((size_t)d * sizeof(float) + 1);
+        float *u = malloc((size_t)d * sizeof(float) + 1);
         float *lg = malloc((size_t)n * sizeof(float) + 1);
-        if (!acc || !lg)
+        if (!acc || !u || !lg)
             abort();
+        for (int j = 0; j < d; j++)
+            u[j] = w[j] * g[j];
 #pragma omp for schedule(static)
         for (int i = 0; i < N; i++) {
             float *al = alpha + (size_t)i * n;
@@ -553,7 +581,7 @@ static void depth_attn_forward(float *h, float *alpha, float *rstd, const float 
 #pragma omp simd reduction(+ : ss, dot)
                 for (int j = 0; j < d; j++) {
                     ss += x[j] * x[j];
-                    dot += w[j] * g[j] * x[j];
+                    dot += u[j] * x[j];
                 }
                 float r = 1.0f / sqrtf(ss / d + AR_RMS_EPS);
                 rs[s] = r;
@@ -578,6 +606,7 @@ static void depth_attn_forward(float *h, float *alpha, float *rstd, const float 
             memcpy(h + (size_t)i * d, acc, (size_t)d * sizeof(float));
         }
         free(acc);
+        free(u);
         free(lg);
     }
 }
@@ -585,85 +614,79 @@ static void depth_attn_forward(float *h, float *alpha, float *rstd, const float 
 /* u = w*g, da_s = dh.src_s, dl_s = alpha_s (da_s - sum_r alpha_r da_r):
  *   dsrc[s] += alpha_s dh + dl_s (rstd_s u - (u.src_s) rstd_s^3 src_s / d)
  *   dw += g * sum_{i,s} dl_s rstd_s src_s ;  dg += w * (same sum)
- * Pass 1 (parallel over tokens): dl and dsrc; the dh row is copied to a
- * per-thread buffer first, so dh may alias one of the dsrc.  Pass 2
- * (parallel over column chunks, tokens and sources summed in order): the
- * dw/dg reduction, deterministic and thread-count independent. */
+ * One pass, parallel over fixed chunks of RED_CHUNK tokens: each chunk
+ * writes its dsrc rows and its own partial of the (i,s) sum (tokens and
+ * sources in order); the partials are then added in chunk order.  So the
+ * result is deterministic and independent of the thread count.  The dh row
+ * is copied to a per-thread buffer first, so dh may alias one of the dsrc;
+ * repeated dsrc pointers accumulate in source order. */
+#define RED_CHUNK 32
 static void depth_attn_backward(float *const *dsrc, float *dw, float *dg, const float *dh,
                                 const float *alpha, const float *rstd, const float *const *src,
                                 int n, const float *w, const float *g, int N, int d)
 {
-    float *dl = malloc((size_t)N * n * sizeof(float) + 1);
-    if (!dl)
+    int nch = (N + RED_CHUNK - 1) / RED_CHUNK;
+    float *part = calloc((size_t)nch * d + 1, sizeof(float));
+    if (!part)
         abort();
-    int par = (long)N * d * n > PAR_MIN;
-#pragma omp parallel if (par)
+#pragma omp parallel if ((long)N * d * n > PAR_MIN)
     {
         float *dhr = malloc((size_t)d * sizeof(float) + 1);
+        float *u = malloc((size_t)d * sizeof(float) + 1);
         float *da = malloc((size_t)n * sizeof(float) + 1);
         float *us = malloc((size_t)n * sizeof(float) + 1);
-        if (!dhr || !da || !us)
+        if (!dhr || !u || !da || !us)
             abort();
+        for (int j = 0; j < d; j++)
+            u[j] = w[j] * g[j];
 #pragma omp for schedule(static)
-        for (int i = 0; i < N; i++) {
-            const float *al = alpha + (size_t)i * n;
-            const float *rs = rstd + (size_t)i * n;
-            float *dli = dl + (size_t)i * n;
-            memcpy(dhr, dh + (size_t)i * d, (size_t)d * sizeof(float));
-            float mean_da = 0.0f;
-            for (int s = 0; s < n; s++) {
-                const float *x = src[s] + (size_t)i * d;
-                float a = 0.0f, u = 0.0f;
-#pragma omp simd reduction(+ : a, u)
-                for (int j = 0; j < d; j++) {
-                    a += dhr[j] * x[j];
-                    u += w[j] * g[j] * x[j];
+        for (int ch = 0; ch < nch; ch++) {
+            float *pp = part + (size_t)ch * d;
+            int i1 = (ch + 1) * RED_CHUNK < N ? (ch + 1) * RED_CHUNK : N;
+            for (int i = ch * RED_CHUNK; i < i1; i++) {
+                const float *al = alpha + (size_t)i * n;
+                const float *rs = rstd + (size_t)i * n;
+                memcpy(dhr, dh + (size_t)i * d, (size_t)d * sizeof(float));
+                float mean_da = 0.0f;
+                for (int s = 0; s < n; s++) {
+                    const float *x = src[s] + (size_t)i * d;
+                    float a = 0.0f, ux = 0.0f;
+#pragma omp simd reduction(+ : a, ux)
+                    for (int j = 0; j < d; j++) {
+                        a += dhr[j] * x[j];
+                        ux += u[j] * x[j];
+                    }
+                    da[s] = a;
+                    us[s] = ux;
+                    mean_da += al[s] * a;
                 }
-                da[s] = a;
-                us[s] = u;
-                mean_da += al[s] * a;
-            }
-            for (int s = 0; s < n; s++)
-                dli[s] = al[s] * (da[s] - mean_da);
-            for (int s = 0; s < n; s++) {
-                const float *x = src[s] + (size_t)i * d;
-                float *dx = dsrc[s] + (size_t)i * d;
-                float a = al[s], r = rs[s];
-                float c1 = dli[s] * r;
-                float c2 = dli[s] * us[s] * r * r * r / d;
-                for (int j = 0; j < d; j++)
-                    dx[j] += a * dhr[j] + c1 * w[j] * g[j] - c2 * x[j];
+                for (int s = 0; s < n; s++) {
+                    const float *x = src[s] + (size_t)i * d;
+                    float *dx = dsrc[s] + (size_t)i * d;
+                    float a = al[s], r = rs[s];
+                    float dl = a * (da[s] - mean_da);
+                    float c1 = dl * r;
+                    float c2 = dl * us[s] * r * r * r / d;
+                    for (int j = 0; j < d; j++) {
+                        dx[j] += a * dhr[j] + c1 * u[j] - c2 * x[j];
+                        pp[j] += c1 * x[j];
+                    }
+                }
             }
         }
         free(dhr);
+        free(u);
         free(da);
         free(us);
     }
-    int nc = col_chunks(d);
-#pragma omp parallel for schedule(static) num_threads(nc) if (par && nc > 1)
-    for (int c = 0; c < nc; c++) {
-        int j0, j1;
-        split_range(d, nc, c, &j0, &j1);
-        double *acc = calloc((size_t)(j1 - j0) + 1, sizeof(double));
-        if (!acc)
-            abort();
-        for (int i = 0; i < N; i++) {
-            const float *dli = dl + (size_t)i * n;
-            const float *rs = rstd + (size_t)i * n;
-            for (int s = 0; s < n; s++) {
-                const float *x = src[s] + (size_t)i * d;
-                float cf = dli[s] * rs[s];
-                for (int j = j0; j < j1; j++)
-                    acc[j - j0] += cf * x[j];
-            }
-        }
-        for (int j = j0; j < j1; j++) {
-            dw[j] += g[j] * (float)acc[j - j0];
-            dg[j] += w[j] * (float)acc[j - j0];
-        }
-        free(acc);
+    for (int j = 0; j < d; j++) {
+        float acc = 0.0f;
+        for (int ch = 0; ch < nch; ch++)
+            acc += part[(size_t)ch * d + j];
+        dw[j] += g[j] * acc;
+        dg[j] += w[j] * acc;
     }
-    free(dl);
+    free(part);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -683,13 +706,9 @@ static double xent_forward(float *losses, float *probs, const float *logits,
 #pragma omp simd reduction(max : mx)
         for (int c = 1; c < V; c++)
             mx = z[c] > mx ? z[c] : mx;
-        double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-        for (int c = 0; c < V; c++) {
-            float e = fast_expf(z[c] - mx);
-            p[c] = e;
-            sum += e;
-        }
+        for (int c = 0; c < V; c++)
+            p[c] = fast_expf(z[c] - mx);
+        double sum = sum8d(p, V);
         float inv = (float)(1.0 / sum);
         for (int c = 0; c < V; c++)
             p[c] *= inv;
