@@ -103,9 +103,9 @@ int cmd_eval(int argc, char **argv)
     const ar_backend *be = ar_backend_cpu();
     be->set_threads(0);
     int rc = AR_EXIT_FAIL;
-    if (ar_tokens_load(&t, data, &e) != 0)
-        goto done;
     if (ar_ckpt_load_model(ckpt, be, 8, &cfg, &m, &step, &e) != 0)
+        goto done;
+    if (ar_tokens_load(&t, data, &e) != 0)
         goto done;
     if (check_tokens(&t, &cfg, data, &e) != 0)
         goto done;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "lib/checkpoint.h"
 #include "testutil.h"
 
 /* ---- helpers ---- */
@@ -601,7 +602,21 @@ Test(cli, eval_malformed_checkpoint)
 
 Test(cli, eval_missing_data_file)
 {
+    /* a valid checkpoint, so the data file is what fails */
     const char *dir = tu_tmpdir();
+    ar_config c;
+    ar_config_defaults(&c);
+    c.model.d_model = 8;
+    c.model.n_layer = 1;
+    c.model.n_head = 2;
+    c.model.d_ff = 8;
+    c.model.seq_len = 4;
+    ar_model *m;
+    ar_err e;
+    cr_assert_eq(ar_model_create(&m, &c.model, ar_backend_cpu(), 1, &e), 0, "%s", e.msg);
+    ar_model_init(m, 1);
+    cr_assert_eq(ar_ckpt_save(dir, &c, m, NULL, 0, &e), 0, "%s", e.msg);
+    ar_model_free(m);
     char data[4096], want[4200];
     snprintf(data, sizeof data, "%s", tu_path(dir, "nope.txt"));
     int st;

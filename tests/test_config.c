@@ -685,8 +685,12 @@ Test(config, man_page_documents_every_key)
     snprintf(all, n, "%snum_blocks: 1\n", y); /* written only when it is the way S is given */
     for (char *line = strtok(all, "\n"); line; line = strtok(NULL, "\n")) {
         line += strspn(line, " ");
-        char want[128];
-        snprintf(want, sizeof want, "\n.BR %.*s \"", (int)strcspn(line, ":"), line);
+        char want[160], key[104];
+        size_t kl = strcspn(line, ":");
+        kl = kl < 100 ? kl : 100;
+        memcpy(key, line, kl);
+        key[kl] = 0;
+        snprintf(want, sizeof want, "\n.BR %s \"", key);
         if (strchr(line, ':')[1] == '\0')
             continue; /* a section heading */
         cr_assert(strstr(man, want) != NULL, "attnres-config(5) does not document '%.*s'", (int)strcspn(line, ":"),
