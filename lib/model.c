@@ -87,6 +87,7 @@ static void alloc_activations(ar_model *m)
     m->dlogits = falloc(be, N * V);
     m->dhn = falloc(be, N * d);
     m->out_rms = ar_xcalloc((size_t)m->L, sizeof(double));
+    m->depth_w = ar_xcalloc((size_t)(m->L + 1) * (m->L + 1), sizeof(float));
     m->res_in = ar_xcalloc((size_t)m->L + 1, sizeof *m->res_in);
 }
 
@@ -140,6 +141,7 @@ void ar_model_free(ar_model *m)
     free(m->act);
     free(m->blk);
     free(m->out_rms);
+    free(m->depth_w);
     free(m->res_in);
     ar_params_free(&m->pt);
     free(m);
@@ -254,6 +256,9 @@ double ar_model_forward(ar_model *m, const int32_t *inputs, const int32_t *targe
         r->vt->accept_fwd(r, l, N);
     }
     const float *hout = m->res_hout = r->vt->final_fwd(r, N);
+    if (m->collect_stats && r->vt->n_sources(r, 1) > 0)
+        for (int l = 1; l <= m->L + 1; l++)
+            r->vt->mean_weights(r, l, N, m->depth_w + (size_t)(l - 1) * (m->L + 1));
     be->rmsnorm_fwd(m->hn, m->frstd, hout, P(m->final_norm), N, d);
     be->matmul_fwd(m->logits, m->hn, P(m->lm_head), N, d, m->V);
     if (!targets)

@@ -45,6 +45,8 @@ typedef struct ar_model {
     /* diagnostics of the last forward/backward when collect_stats is set */
     int collect_stats;
     double *out_rms;       /* L: RMS of each sublayer's output v_l */
+    float *depth_w;        /* (L+1) x (L+1): row l-1 = token-averaged weights
+                              of mixer l over its n_sources(l) sources */
 } ar_model;
 
 int ar_model_create(ar_model **out, const ar_model_cfg *cfg, const ar_backend *be, int max_batch,

@@ -150,22 +150,16 @@ static int evaluate(trainer *t, ar_jw *w, ar_err *e)
     ar_residual *res = m->res;
     if (res->vt->n_sources(res, 1) > 0) {
         /* depth_attn[l-1] = token-averaged weights of mixer l over its
-         * sources (l = L+1 is the final aggregation), first eval batch. */
+         * sources (l = L+1 is the final aggregation), first eval batch,
+         * the same batch as out_rms. */
         ar_jw_key(w, "depth_attn");
         ar_jw_arr_begin(w);
         for (int l = 1; l <= m->L + 1; l++) {
-            int n = res->vt->n_sources(res, l);
-            float *a = ar_xmalloc((size_t)n * sizeof(float));
-            double *ad = ar_xmalloc((size_t)n * sizeof(double));
-            res->vt->mean_weights(res, l, m->T * (int)(r.windows < m->maxB ? r.windows : m->maxB), a);
-            for (int i = 0; i < n; i++)
-                ad[i] = a[i];
+            const float *a = m->depth_w + (size_t)(l - 1) * (m->L + 1);
             ar_jw_arr_begin(w);
-            for (int i = 0; i < n; i++)
-                ar_jw_num(w, ad[i]);
+            for (int i = 0; i < res->vt->n_sources(res, l); i++)
+                ar_jw_num(w, a[i]);
             ar_jw_arr_end(w);
-            free(a);
-            free(ad);
         }
         ar_jw_arr_end(w);
     }
