@@ -86,7 +86,7 @@ int cmd_train(int argc, char **argv)
 {
     const char *config = NULL, *out = NULL, *resume = NULL;
     const char **sets = calloc((size_t)argc, sizeof *sets);
-    int nsets = 0, rc;
+    int nsets = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if ((!strcmp(a, "--set") || !strcmp(a, "--out") || !strcmp(a, "--resume")) && i + 1 >= argc) {
@@ -176,6 +176,5 @@ int cmd_train(int argc, char **argv)
 fail:
     cli_error("%s", e.msg);
     free(sets);
-    rc = AR_EXIT_FAIL;
-    return rc;
+    return AR_EXIT_FAIL;
 }

@@ -1,6 +1,8 @@
 /* metrics.jsonl: durable appends, tolerant reads, atomic cut-back on resume. */
 #include "metrics.h"
 
+#include "atomic.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -212,40 +214,27 @@ static int keep_row(const ar_json *j, long step)
     return s->is_int ? s->inum <= step : s->num <= (double)step;
 }
 
-static int write_lines(FILE *f, const line *lines, const int *keep, int nl)
+typedef struct {
+    const line *lines;
+    const int *keep;
+    int nl;
+} kept_lines;
+
+static int write_lines(FILE *f, void *ud)
 {
-    for (int i = 0; i < nl; i++)
-        if (keep[i] && (fwrite(lines[i].text, 1, lines[i].len, f) != lines[i].len || fputc('\n', f) == EOF))
+    const kept_lines *k = ud;
+    for (int i = 0; i < k->nl; i++)
+        if (k->keep[i] && (fwrite(k->lines[i].text, 1, k->lines[i].len, f) != k->lines[i].len ||
+                           fputc('\n', f) == EOF))
             return -1;
-    return fflush(f) == 0 && fsync(fileno(f)) == 0 ? 0 : -1;
+    return 0;
 }
 
-/* Temporary file in the same directory, then rename over the original:
- * a crash leaves either the old or the new file, never a mix. */
+/* Atomic replacement: a crash leaves either the old or the new file. */
 static int replace_file(const char *path, const line *lines, const int *keep, int nl, ar_err *e)
 {
-    size_t cap = strlen(path) + 32;
-    char *tmp = ar_xmalloc(cap);
-    snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        fail_errno(e, "rewrite", path, errno);
-        free(tmp);
-        return -1;
-    }
-    int rc = write_lines(f, lines, keep, nl), err = errno;
-    if (fclose(f) != 0 && rc == 0) {
-        rc = -1;
-        err = errno;
-    }
-    if (rc == 0 && rename(tmp, path) != 0) {
-        rc = -1;
-        err = errno;
-    }
-    if (rc != 0)
-        remove(tmp);
-    free(tmp);
-    return rc == 0 ? 0 : fail_errno(e, "rewrite", path, err);
+    kept_lines k = {lines, keep, nl};
+    return ar_write_atomic(path, write_lines, &k, e);
 }
 
 int ar_metrics_truncate_after(const char *path, long step, ar_err *e)

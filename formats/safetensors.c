@@ -4,6 +4,8 @@
  * bytes. */
 #include "safetensors.h"
 
+#include "atomic.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -515,64 +517,24 @@ static int write_body(FILE *fp, const ar_jw *hdr, const ar_st_entry *t, int n, c
     return 0;
 }
 
-/* fsync of the directory makes the rename itself durable.  File systems
- * that cannot sync a directory answer EINVAL; that is not an error. */
-static int sync_dir(const char *path, ar_err *e)
-{
-    char eb[128], *dir = ar_xstrdup(path), *slash = strrchr(dir, '/');
-    const char *d = ".";
-    if (slash == dir)
-        d = "/";
-    else if (slash) {
-        *slash = 0;
-        d = dir;
-    }
-    int fd = open(d, O_RDONLY | O_DIRECTORY), rc = 0;
-    if (fd < 0 || (fsync(fd) < 0 && errno != EINVAL))
-        rc = fail(e, path, "cannot sync directory '%s': %s", d, os_error(errno, eb));
-    if (fd >= 0)
-        close(fd);
-    free(dir);
-    return rc;
-}
+typedef struct {
+    const ar_jw *hdr;
+    const ar_st_entry *t;
+    int n;
+    const uint64_t *bytes;
+} body_args;
 
-/* Writes tmp completely and durably; the caller removes it on failure. */
-static int write_tmp(const char *path, const char *tmp, const ar_jw *hdr, const ar_st_entry *t, int n,
-                     const uint64_t *bytes, ar_err *e)
+static int fill_body(FILE *fp, void *ud)
 {
-    char eb[128];
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp)
-        return fail(e, path, "cannot create '%s': %s", tmp, os_error(errno, eb));
-    int rc = write_body(fp, hdr, t, n, bytes);
-    if (rc == 0)
-        rc = fflush(fp);
-    if (rc == 0)
-        rc = fsync(fileno(fp));
-    int err = errno;
-    if (fclose(fp) != 0 && rc == 0) {
-        rc = -1;
-        err = errno;
-    }
-    if (rc != 0)
-        return fail(e, path, "cannot write '%s': %s", tmp, os_error(err, eb));
-    return 0;
+    const body_args *b = ud;
+    return write_body(fp, b->hdr, b->t, b->n, b->bytes);
 }
 
 static int write_atomic(const char *path, const ar_jw *hdr, const ar_st_entry *t, int n, const uint64_t *bytes,
                         ar_err *e)
 {
-    char eb[128];
-    size_t tn = strlen(path) + 32;
-    char *tmp = ar_xmalloc(tn);
-    snprintf(tmp, tn, "%s.tmp.%ld", path, (long)getpid());
-    int rc = write_tmp(path, tmp, hdr, t, n, bytes, e);
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = fail(e, path, "cannot rename '%s' over it: %s", tmp, os_error(errno, eb));
-    if (rc != 0)
-        unlink(tmp);
-    free(tmp);
-    return rc == 0 ? sync_dir(path, e) : rc;
+    body_args b = {hdr, t, n, bytes};
+    return ar_write_atomic(path, fill_body, &b, e);
 }
 
 int ar_st_write(const char *path, const ar_st_entry *t, int n, const char *const *meta, ar_err *e)

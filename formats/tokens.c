@@ -8,6 +8,8 @@
  * tokens cannot make us allocate for them. */
 #include "tokens.h"
 
+#include "atomic.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -302,41 +304,25 @@ static int write_body(FILE *f, const int32_t *tok, size_t n, int u32)
         if (fwrite(buf, width, m, f) != m)
             return -1;
     }
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0)
-        return -1;
     return 0;
+}
+
+typedef struct {
+    const int32_t *tok;
+    size_t n;
+    int u32;
+} token_body;
+
+static int fill_body(FILE *f, void *ud)
+{
+    const token_body *b = ud;
+    return write_body(f, b->tok, b->n, b->u32);
 }
 
 int ar_tokens_write_llmc(const char *path, const int32_t *tok, size_t n, int u32, ar_err *e)
 {
     if (check_range(path, tok, n, u32, e) < 0)
         return -1;
-    /* Temporary file + rename: readers see the old file or the whole new one. */
-    size_t cap = strlen(path) + 32;
-    char *tmp = ar_xmalloc(cap), why[256];
-    snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        errno_text(errno, why, sizeof why);
-        free(tmp);
-        return ar_fail(e, "cannot write '%s': %s", path, why);
-    }
-    int rc = write_body(f, tok, n, u32);
-    int err = errno;
-    if (fclose(f) != 0 && rc == 0) {
-        rc = -1;
-        err = errno;
-    }
-    if (rc == 0 && rename(tmp, path) != 0) {
-        rc = -1;
-        err = errno;
-    }
-    if (rc != 0)
-        remove(tmp);
-    free(tmp);
-    if (rc != 0) {
-        errno_text(err, why, sizeof why);
-        return ar_fail(e, "cannot write '%s': %s", path, why);
-    }
-    return 0;
+    token_body b = {tok, n, u32};
+    return ar_write_atomic(path, fill_body, &b, e);
 }

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../formats/atomic.h"
 #include "../formats/config.h"
 #include "../formats/safetensors.h"
 
@@ -31,22 +32,17 @@ static float *to_host(const ar_backend *be, const float *dev, size_t n)
     return h;
 }
 
-/* Safetensors entries for every parameter, reading from host copy `base`. */
-static ar_st_entry *entries_for(const ar_model *m, const float *base, const char *prefix,
-                                char (*names)[128])
+/* Safetensors entries for every parameter, into t[0..n), reading from host
+ * copy `base`, names prefixed by prefix. */
+static void entries_for(const ar_model *m, const float *base, const char *prefix, char (*names)[128],
+                        ar_st_entry *t)
 {
-    ar_st_entry *t = ar_xcalloc((size_t)m->pt.n, sizeof *t);
     for (int i = 0; i < m->pt.n; i++) {
         const ar_param *p = &m->pt.p[i];
         snprintf(names[i], 128, "%s%s", prefix, p->name);
-        t[i].name = names[i];
-        t[i].dtype = "F32";
-        t[i].ndim = p->ndim;
-        t[i].shape[0] = p->shape[0];
-        t[i].shape[1] = p->shape[1];
-        t[i].data = base + p->offset;
+        t[i] = (ar_st_entry){.name = names[i], .dtype = "F32", .ndim = p->ndim,
+                             .shape = {p->shape[0], p->shape[1]}, .data = base + p->offset};
     }
-    return t;
 }
 
 static int write_params(const char *file, const ar_model *m, const float *dev, const char *prefix,
@@ -54,7 +50,8 @@ static int write_params(const char *file, const ar_model *m, const float *dev, c
 {
     float *host = to_host(m->be, dev, m->pt.total);
     char(*names)[128] = ar_xcalloc((size_t)m->pt.n, sizeof *names);
-    ar_st_entry *t = entries_for(m, host, prefix, names);
+    ar_st_entry *t = ar_xcalloc((size_t)m->pt.n, sizeof *t);
+    entries_for(m, host, prefix, names, t);
     int rc = ar_st_write(file, t, m->pt.n, meta, e);
     free(t);
     free(names);
@@ -69,37 +66,26 @@ static int write_optim(const char *file, const ar_model *m, const ar_adamw *o, c
     int n = m->pt.n;
     float *hm = to_host(m->be, o->m, m->pt.total), *hv = to_host(m->be, o->v, m->pt.total);
     char(*names)[128] = ar_xcalloc((size_t)2 * n, sizeof *names);
-    ar_st_entry *tm = entries_for(m, hm, "m.", names);
-    ar_st_entry *tv = entries_for(m, hv, "v.", names + n);
     ar_st_entry *all = ar_xcalloc((size_t)2 * n, sizeof *all);
-    memcpy(all, tm, (size_t)n * sizeof *all);
-    memcpy(all + n, tv, (size_t)n * sizeof *all);
+    entries_for(m, hm, "m.", names, all);
+    entries_for(m, hv, "v.", names + n, all + n);
     int rc = ar_st_write(file, all, 2 * n, meta, e);
     free(all);
-    free(tm);
-    free(tv);
     free(names);
     free(hm);
     free(hv);
     return rc;
 }
 
+static int fill_text(FILE *f, void *ud)
+{
+    size_t n = strlen(ud);
+    return fwrite(ud, 1, n, f) == n ? 0 : -1;
+}
+
 static int write_text_atomic(const char *path, const char *text, ar_err *e)
 {
-    char tmp[2 * AR_PATH_MAX + 64];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return ar_fail(e, "cannot write '%s': %s", path, strerror(errno));
-    size_t n = strlen(text);
-    int ok = fwrite(text, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        int err = errno;
-        unlink(tmp);
-        return ar_fail(e, "cannot write '%s': %s", path, strerror(err));
-    }
-    return 0;
+    return ar_write_atomic(path, fill_text, (void *)text, e);
 }
 
 int ar_ckpt_save(const char *dir, const ar_config *cfg, ar_model *m, const ar_adamw *opt, long step,

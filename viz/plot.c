@@ -8,6 +8,8 @@
  * PATH.tmp.<pid> and renamed, so a figure on disk is always complete. */
 #include "plot.h"
 
+#include "../formats/atomic.h"
+
 #include <cairo.h>
 #include <errno.h>
 #include <math.h>
@@ -743,40 +745,20 @@ static cairo_status_t write_cb(void *closure, const unsigned char *data, unsigne
     return fwrite(data, 1, len, closure) == len ? CAIRO_STATUS_SUCCESS : CAIRO_STATUS_WRITE_ERROR;
 }
 
-static int fail_write(const char *path, int err, ar_err *e)
+static int fill_png(FILE *fp, void *ud)
 {
-    char why[256];
-    snprintf(why, sizeof why, "%s", strerror(err));
-    if (why[0] >= 'A' && why[0] <= 'Z')
-        why[0] = (char)(why[0] - 'A' + 'a');
-    return ar_fail(e, "cannot write '%s': %s", path, why);
+    if (cairo_surface_write_to_png_stream(ud, write_cb, fp) == CAIRO_STATUS_SUCCESS)
+        return 0;
+    if (!errno)
+        errno = EIO;
+    return -1;
 }
 
-/* PNG into PATH.tmp.<pid>, then rename: readers never see half a figure,
- * and a failure leaves no stray temporary file. */
+/* Atomic: readers never see half a figure, and a failure leaves no stray
+ * temporary file. */
 static int save_png(cairo_surface_t *sf, const char *path, ar_err *e)
 {
-    size_t cap = strlen(path) + 32;
-    char *tmp = malloc(cap);
-    if (!tmp)
-        return ar_fail(e, "cannot write '%s': out of memory", path);
-    snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid());
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) {
-        int err = errno;
-        free(tmp);
-        return fail_write(path, err, e);
-    }
-    cairo_status_t st = cairo_surface_write_to_png_stream(sf, write_cb, fp);
-    int err = st == CAIRO_STATUS_SUCCESS ? 0 : errno ? errno : EIO;
-    if (fclose(fp) != 0 && !err)
-        err = errno;
-    if (!err && rename(tmp, path) != 0)
-        err = errno;
-    if (err)
-        remove(tmp);
-    free(tmp);
-    return err ? fail_write(path, err, e) : 0;
+    return ar_write_atomic(path, fill_png, sf, e);
 }
 
 /* Checks the drawing went through, then writes the PNG; frees both. */

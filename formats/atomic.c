@@ -1,0 +1,79 @@
+#include "atomic.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* strerror with a lowercase first letter, as every attnres message. */
+static const char *reason(int err, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s", strerror(err ? err : EIO));
+    if (buf[0] >= 'A' && buf[0] <= 'Z')
+        buf[0] = (char)(buf[0] - 'A' + 'a');
+    return buf;
+}
+
+/* fsync of the directory makes the rename durable.  File systems that
+ * cannot sync a directory answer EINVAL; that is not an error. */
+static int sync_dir(const char *path, char *dir, size_t n)
+{
+    snprintf(dir, n, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, n, ".");
+    else if (slash == dir)
+        dir[1] = 0;
+    else
+        *slash = 0;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd) < 0 && errno != EINVAL ? -1 : 0;
+    int err = errno;
+    close(fd);
+    errno = err;
+    return rc;
+}
+
+int ar_write_atomic(const char *path, ar_atomic_fill fill, void *ud, ar_err *e)
+{
+    size_t tn = strlen(path) + 32;
+    char *tmp = ar_xmalloc(tn), why[256];
+    snprintf(tmp, tn, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        int err = errno;
+        ar_fail(e, "cannot write '%s': cannot create '%s': %s", path, tmp, reason(err, why, sizeof why));
+        free(tmp);
+        return -1;
+    }
+    errno = 0;
+    int rc = fill(f, ud);
+    if (rc == 0 && (fflush(f) != 0 || fsync(fileno(f)) != 0))
+        rc = -1;
+    int err = errno;
+    if (fclose(f) != 0 && rc == 0) {
+        rc = -1;
+        err = errno;
+    }
+    if (rc != 0) {
+        ar_fail(e, "cannot write '%s': write error on '%s': %s", path, tmp, reason(err, why, sizeof why));
+    } else if (rename(tmp, path) != 0) {
+        rc = -1;
+        ar_fail(e, "cannot write '%s': cannot rename '%s' over it: %s", path, tmp,
+                reason(errno, why, sizeof why));
+    }
+    if (rc != 0) {
+        unlink(tmp);
+        free(tmp);
+        return -1;
+    }
+    free(tmp);
+    char dir[4096];
+    if (sync_dir(path, dir, sizeof dir) != 0)
+        return ar_fail(e, "cannot write '%s': cannot sync directory '%s': %s", path, dir,
+                       reason(errno, why, sizeof why));
+    return 0;
+}

@@ -1,0 +1,21 @@
+/* Atomic file replacement, the one way every attnres file is written:
+ * the content goes to PATH.tmp.<pid> in the same directory, is flushed and
+ * fsync'ed, renamed over PATH, and the directory is fsync'ed so the rename
+ * itself is durable.  A crash at any moment leaves the old file or the whole
+ * new one; a failure removes the temporary file and leaves PATH untouched. */
+#ifndef AR_ATOMIC_H
+#define AR_ATOMIC_H
+
+#include <stdio.h>
+
+#include "../lib/error.h"
+
+/* Writes the content into f; returns 0, or -1 with errno set. */
+typedef int (*ar_atomic_fill)(FILE *f, void *ud);
+
+/* Errors read "cannot write 'PATH': <step>: <reason>", the step being
+ * "cannot create 'TMP'", "write error on 'TMP'", "cannot rename 'TMP' over
+ * it" or "cannot sync directory 'DIR'". */
+int ar_write_atomic(const char *path, ar_atomic_fill fill, void *ud, ar_err *e);
+
+#endif
