@@ -6,6 +6,9 @@
 
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_sweep(int argc, char **argv);
+int cmd_fit_scaling(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 /* Exit statuses: 0 ok, 1 the work failed, 2 the command line was wrong. */
 enum { AR_EXIT_OK = 0, AR_EXIT_FAIL = 1, AR_EXIT_USAGE = 2 };

@@ -1,4 +1,5 @@
 /* attnres eval: the evaluation protocol of DESIGN.md on a checkpoint. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,8 @@
 #include "cmds.h"
 
 static const char *usage =
-    "attnres eval RUN_OR_SAFETENSORS --data FILE [--max-windows N] [--json] [--grads OUT.safetensors]";
+    "attnres eval RUN_OR_SAFETENSORS --data FILE [--max-windows N] [--threads N] [--json] "
+    "[--grads OUT.safetensors]";
 
 static int check_tokens(const ar_tokens *t, const ar_config *cfg, const char *path, ar_err *e)
 {
@@ -67,12 +69,13 @@ static void print_result(const ar_eval_result *r, const ar_config *cfg, long ste
 int cmd_eval(int argc, char **argv)
 {
     const char *ckpt = NULL, *data = NULL, *grads = NULL;
-    long max_windows = 0;
+    long max_windows = 0, threads = 0;
     int json = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has_val = i + 1 < argc;
-        if (!strcmp(a, "--data") || !strcmp(a, "--max-windows") || !strcmp(a, "--grads")) {
+        if (!strcmp(a, "--data") || !strcmp(a, "--max-windows") || !strcmp(a, "--grads") ||
+            !strcmp(a, "--threads")) {
             if (!has_val)
                 return cli_usage_error(usage, "'%s' needs a value", a);
             const char *v = argv[++i];
@@ -80,7 +83,14 @@ int cmd_eval(int argc, char **argv)
                 data = v;
             else if (!strcmp(a, "--grads"))
                 grads = v;
-            else if (cli_parse_long(a, v, 1, &max_windows) != 0)
+            else if (!strcmp(a, "--threads")) {
+                if (cli_parse_long(a, v, 0, &threads) != 0)
+                    return AR_EXIT_USAGE;
+                if (threads > INT_MAX) {
+                    cli_error("'%s' expects an integer <= %d, got '%s'", a, INT_MAX, v);
+                    return AR_EXIT_USAGE;
+                }
+            } else if (cli_parse_long(a, v, 1, &max_windows) != 0)
                 return AR_EXIT_USAGE;
         } else if (!strcmp(a, "--json"))
             json = 1;
@@ -101,7 +111,7 @@ int cmd_eval(int argc, char **argv)
     ar_tokens t = {0};
     long step = 0;
     const ar_backend *be = ar_backend_cpu();
-    be->set_threads(0);
+    be->set_threads((int)threads);
     int rc = AR_EXIT_FAIL;
     if (ar_ckpt_load_model(ckpt, be, 8, &cfg, &m, &step, &e) != 0)
         goto done;

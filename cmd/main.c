@@ -17,6 +17,9 @@ typedef struct {
 static const command commands[] = {
     {"train", cmd_train, "train a model from a YAML config"},
     {"eval", cmd_eval, "evaluate a checkpoint on a token stream"},
+    {"sweep", cmd_sweep, "train a grid of model sizes x variants for scaling laws"},
+    {"fit-scaling", cmd_fit_scaling, "fit power-law scaling curves and compare compute"},
+    {"bench", cmd_bench, "measure speed and memory of the residual variants"},
     {"help", NULL, "show the manual page of attnres or of a command"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof *commands)
@@ -27,7 +30,7 @@ static void list_commands(FILE *f)
 {
     fprintf(f, "usage: %s\n\ncommands:\n", main_usage);
     for (int i = 0; i < N_COMMANDS; i++)
-        fprintf(f, "   %-10s %s\n", commands[i].name, commands[i].summary);
+        fprintf(f, "   %-12s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\n'attnres help <command>' shows a command's manual page.\n");
 }
 

@@ -1,5 +1,6 @@
 /* attnres train: parse the command line, resolve the config, call ar_train,
  * show progress. */
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,7 +13,8 @@
 #include "../lib/train.h"
 #include "cmds.h"
 
-static const char *usage = "attnres train [CONFIG] [--set KEY=VALUE]... [--out DIR] [--resume DIR]";
+static const char *usage =
+    "attnres train [CONFIG] [--set KEY=VALUE]... [--out DIR] [--resume DIR] [--threads N]";
 
 static volatile sig_atomic_t interrupted;
 
@@ -87,9 +89,11 @@ int cmd_train(int argc, char **argv)
     const char *config = NULL, *out = NULL, *resume = NULL;
     const char **sets = calloc((size_t)argc, sizeof *sets);
     int nsets = 0;
+    long threads = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if ((!strcmp(a, "--set") || !strcmp(a, "--out") || !strcmp(a, "--resume")) && i + 1 >= argc) {
+        if ((!strcmp(a, "--set") || !strcmp(a, "--out") || !strcmp(a, "--resume") || !strcmp(a, "--threads")) &&
+            i + 1 >= argc) {
             free(sets);
             return cli_usage_error(usage, "'%s' needs a value", a);
         }
@@ -101,7 +105,14 @@ int cmd_train(int argc, char **argv)
             out = argv[++i];
         else if (!strcmp(a, "--resume"))
             resume = argv[++i];
-        else if (a[0] == '-' && a[1]) {
+        else if (!strcmp(a, "--threads")) {
+            if (cli_parse_long(a, argv[++i], 0, &threads) != 0 || threads > INT_MAX) {
+                if (threads > INT_MAX)
+                    cli_error("'%s' expects an integer <= %d, got '%s'", a, INT_MAX, argv[i]);
+                free(sets);
+                return AR_EXIT_USAGE;
+            }
+        } else if (a[0] == '-' && a[1]) {
             free(sets);
             return cli_usage_error(usage, "unknown option '%s'", a);
         } else if (!config)
@@ -128,6 +139,8 @@ int cmd_train(int argc, char **argv)
     for (int i = 0; i < nsets; i++)
         if (ar_config_set(&cfg, sets[i], &e) != 0)
             goto fail;
+    if (threads >= 0)
+        cfg.train.threads = (int)threads;
     if (ar_config_validate(&cfg, &e) != 0)
         goto fail;
     if (access(cfg.data.train, R_OK) != 0 && strcmp(cfg.data.train, AR_DEFAULT_CORPUS) == 0) {

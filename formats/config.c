@@ -661,6 +661,25 @@ int ar_config_parse(ar_config *c, const char *text, size_t len, const char *name
     return rc;
 }
 
+int ar_config_apply_node(ar_config *c, yaml_document_t *doc, yaml_node_t *node, const char *key,
+                         const char *name, ar_err *e)
+{
+    ar_config tmp = *c;
+    pctx p = {.c = &tmp, .doc = doc, .name = name ? name : "<config>", .e = e};
+    int rc, ki = key && *key ? find_leaf(key) : -1;
+    if (!key || !*key)
+        rc = apply_section(&p, "", node);
+    else if (ki >= 0)
+        rc = apply_leaf(&p, ki, node);
+    else if (strlen(key) < KEY_MAX && is_section(key))
+        rc = apply_section(&p, key, node);
+    else
+        rc = fail_at(&p, node->start_mark, "unknown key '%s'", key);
+    if (rc == 0)
+        *c = tmp;
+    return rc;
+}
+
 /* Reads a whole stream (a config may come from a pipe, so no fstat). */
 static char *read_all(FILE *f, size_t *len)
 {

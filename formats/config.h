@@ -19,6 +19,18 @@ int ar_config_parse(ar_config *c, const char *text, size_t len, const char *name
 /* Reads a file and overlays it (ar_config_parse with name = path). */
 int ar_config_load(ar_config *c, const char *path, ar_err *e);
 
+/* Overlays one node of a YAML document the caller has loaded with libyaml
+ * (a section of a larger file, such as the base: section of a sweep file):
+ * with key NULL or "" the node is a mapping of sections, as a whole config
+ * file is; otherwise it is the value of the dotted key or section `key`
+ * ("model.d_model", "train").  Messages are placed "NAME:LINE:COL" from the
+ * node's marks, exactly as ar_config_parse places them.  On error c is
+ * unchanged. */
+struct yaml_document_s;
+struct yaml_node_s;
+int ar_config_apply_node(ar_config *c, struct yaml_document_s *doc, struct yaml_node_s *node,
+                         const char *key, const char *name, ar_err *e);
+
 /* Applies one "--set" override "dotted.key=value"; value is a YAML scalar
  * (or a flow sequence/mapping where the key takes one).  Errors:
  *   "--set 'model.d_model=abc': 'model.d_model' expects a positive integer, got 'abc'" */

@@ -111,10 +111,65 @@ typedef struct ar_backend {
                            const float *alpha, const float *rstd, const float *const *src, int n,
                            const float *w, const float *g, int N, int d);
 
+    /* ---- two-phase depth attention (the report's Algorithm 1; the schedule
+     * is in lib/residual_depth.c) ----
+     * The simple ops above mix one mixer's sources in two sweeps each.  These
+     * split the work of a chunk of C mixers (c = 0..C-1) that share their
+     * first k sources src[0..k-1] (available before the chunk runs); mixer c
+     * has n[c] >= k sources, the other n[c]-k ("intra", produced inside the
+     * chunk) join later.  u_c = w[c]*g[c]; alpha[c] is N x n[c]; rs[s] (N) is
+     * the rstd of source s.  The results equal the simple ops' to rounding.
+     *
+     * Phase 1, all mixers of a chunk, per token i:
+     *   rs[s][i] = 1/sqrt(mean_j src[s][i,j]^2 + eps)   (=)
+     *   z[c,s]   = rs[s][i] * (u_c . src[s][i,:])
+     *   lse[c][i] = log sum_{s<k} exp z[c,s]             (=)
+     *   o[c][i,:] = sum_{s<k} exp(z[c,s] - lse) src[s][i,:]   (=)
+     *   alpha[c][i,s] = z[c,s] for s < k (raw logits until phase 2) */
+    void (*depth_fwd_inter)(float *const *o, float *const *lse, float *const *alpha, const int *n,
+                            float *const *rs, const float *const *src, int k,
+                            const float *const *w, const float *const *g, int C, int N, int d);
+    /* Phase 2, one mixer with j = n-k intra sources, h holding o on entry:
+     *   rsi[t][i] = rstd(intra[t][i,:]) (=);  z_t = rsi[t][i] (u . intra[t][i,:])
+     *   LSE = log(exp(lse[i]) + sum_t exp z_t)
+     *   h[i,:] = exp(lse[i]-LSE) h[i,:] + sum_t exp(z_t-LSE) intra[t][i,:]
+     *   alpha[i,s] = exp(alpha[i,s] - LSE) (s < k);  alpha[i,k+t] = exp(z_t - LSE)
+     *   lse[i] = LSE (=)   (the backward gets u.x_s back as (log alpha_s + LSE)/rstd_s) */
+    void (*depth_fwd_merge)(float *h, float *lse, float *alpha, int n, int k,
+                            float *const *rsi, const float *const *intra, const float *w,
+                            const float *g, int N, int d);
+    /* h[c][i,:] = sum_{s<n[c]} alpha[c][i,s] src[c][s][i,:]   (=)  for C mixers
+     * (the backward recomputes sublayer inputs instead of keeping them) */
+    void (*depth_recompute)(float *const *h, const float *const *alpha,
+                            const float *const *const *src, const int *n, int C, int N, int d);
+    /* Backward, intra part of one mixer (as soon as its dh is known):
+     *   cdot[i] = dh[i,:].h[i,:]   (=)   (= sum_s alpha_s da_s)
+     *   for t < n-k, x = intra[t], a = alpha[i,k+t], r = rsi[t][i]:
+     *     dl = a (dh.x - cdot);  dintra[t] += a dh + dl (r u - (u.x) r^3 x / d)
+     *   dw += g * sum dl r x;  dg += w * (same sum)
+     * lse is phase 2's: u.x = (log a + lse[i]) / r without touching x again. */
+    void (*depth_bwd_intra)(float *const *dintra, float *dw, float *dg, float *cdot,
+                            const float *dh, const float *h, const float *alpha,
+                            const float *lse, int n, int k,
+                            const float *const *rsi, const float *const *intra, const float *w,
+                            const float *g, int N, int d);
+    /* Backward, shared part of a chunk (after its lowest mixer's intra part):
+     *   dl[c,s] = alpha[c][i,s] (dh[c].x_s - cdot[c][i])
+     *   dsrc[s] += sum_c alpha dh[c] + dl (rs u_c - (u_c.x_s) rs^3 x_s / d)
+     *   dw[c] += g_c * sum dl rs x_s;  dg[c] += w_c * (same sum)
+     * overwrite: dsrc[s] = (...) instead of += (the first mixer differentiated
+     * reaches every gradient buffer, so they need no zeroing pass). */
+    void (*depth_bwd_inter)(float *const *dsrc, float *const *dw, float *const *dg,
+                            const float *const *dh, const float *const *cdot,
+                            const float *const *alpha, const float *const *lse, const int *n,
+                            const float *const *rs, const float *const *src, int k,
+                            const float *const *w, const float *const *g, int C,
+                            int overwrite, int N, int d);
+
     /* ---- softmax cross-entropy ----
      * probs = softmax(logits) (N x V, =); losses[i] = -log probs[i, targets[i]];
      * returns sum_i losses[i] (double-accumulated).
-     * bwd (=): dlogits = scale * (probs - onehot(targets)) */
+     * bwd (=): dlogits = scale * (probs - onehot(targets)); dlogits may alias probs */
     double (*xent_fwd)(float *losses, float *probs, const float *logits, const int32_t *targets,
                        int N, int V);
     void (*xent_bwd)(float *dlogits, const float *probs, const int32_t *targets, float scale,

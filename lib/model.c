@@ -84,7 +84,6 @@ static void alloc_activations(ar_model *m)
     m->dgate = falloc(be, N * F);
     m->dup = falloc(be, N * F);
     m->dact = falloc(be, N * F);
-    m->dlogits = falloc(be, N * V);
     m->dhn = falloc(be, N * d);
     m->out_rms = ar_xcalloc((size_t)m->L, sizeof(double));
     m->depth_w = ar_xcalloc((size_t)(m->L + 1) * (m->L + 1), sizeof(float));
@@ -133,7 +132,7 @@ void ar_model_free(ar_model *m)
     }
     float *bufs[] = {m->params, m->grads, m->hn, m->frstd, m->logits, m->probs, m->losses,
                      m->dxn, m->dq, m->dk, m->dv, m->datt, m->dy, m->dgate, m->dup, m->dact,
-                     m->dlogits, m->dhn};
+                     m->dhn};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         be->free(bufs[i]);
     be->free(m->tok);
@@ -276,15 +275,18 @@ void ar_model_backward(ar_model *m, float scale)
     ar_residual *r = m->res;
     int N = m->N, d = m->d;
     r->vt->zero_grads(r, N);
-    be->xent_bwd(m->dlogits, m->probs, m->tgt, scale, N, m->V);
+    /* dlogits overwrite the probabilities in place: one N x V buffer less,
+     * one pass less over it */
+    float *dlogits = m->probs;
+    be->xent_bwd(dlogits, m->probs, m->tgt, scale, N, m->V);
     be->zero(m->dhn, (size_t)N * d * sizeof(float));
-    be->matmul_bwd(m->dhn, G(m->lm_head), m->dlogits, m->hn, P(m->lm_head), N, d, m->V);
+    be->matmul_bwd(m->dhn, G(m->lm_head), dlogits, m->hn, P(m->lm_head), N, d, m->V);
     be->rmsnorm_bwd(r->vt->final_grad_buf(r), G(m->final_norm), m->dhn, m->res_hout,
                     P(m->final_norm), m->frstd, N, d);
     r->vt->final_bwd(r, N);
     for (int l = m->L; l >= 1; l--) {
         const float *dout = r->vt->output_grad(r, l, N);
-        const float *h = m->res_in[l];
+        const float *h = r->vt->input_saved(r, l, N);
         float *dh = r->vt->input_grad_buf(r, l, N);
         if (l % 2)
             attn_backward(m, (l - 1) / 2, h, dout, dh);

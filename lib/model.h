@@ -32,15 +32,17 @@ typedef struct ar_model {
     ar_block_idx *blk;
     float *params, *grads; /* device, pt.total floats each */
     ar_residual *res;
-    const float **res_in;  /* h_l returned by the residual scheme, l = 1..L */
+    const float **res_in;  /* h_l returned by the residual scheme in the last
+                              forward, l = 1..L (diagnostics: AttnRes kinds
+                              reuse these buffers in later chunks) */
     const float *res_hout; /* h_out */
 
     /* activations */
     int32_t *tok, *tgt;    /* device, maxN */
     ar_block_act *act;
-    float *hn, *frstd, *logits, *probs, *losses;
+    float *hn, *frstd, *logits, *probs, *losses; /* probs become dlogits in backward */
     /* backward scratch */
-    float *dxn, *dq, *dk, *dv, *datt, *dy, *dgate, *dup, *dact, *dlogits, *dhn;
+    float *dxn, *dq, *dk, *dv, *datt, *dy, *dgate, *dup, *dact, *dhn;
 
     /* diagnostics of the last forward/backward when collect_stats is set */
     int collect_stats;

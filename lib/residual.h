@@ -11,9 +11,12 @@
  *                      for l = 1..L: h = input_fwd(l); sublayer writes v_l
  *                                    into output_buf(l); accept_fwd(l)
  *                      h_out = final_fwd()
+ * dv and the input-gradient buffer of one sublayer may be the same memory:
+ * a sublayer's backward reads all of dv before it adds anything to dL/dh.
  * Backward, in reverse: zero_grads(); caller adds dL/dh_out into
  *                      final_grad_buf(); final_bwd();
  *                      for l = L..1: dv = output_grad(l) (complete);
+ *                                    h = input_saved(l);
  *                                    sublayer adds dL/dh_l into
  *                                    input_grad_buf(l); input_bwd(l)
  *                      dv_0 = embed_grad()
@@ -40,6 +43,9 @@ typedef struct {
     float *(*final_grad_buf)(ar_residual *r);
     void (*final_bwd)(ar_residual *r, int N);
     float *(*output_grad)(ar_residual *r, int l, int N);
+    /* The input h_l of sublayer l again, for its backward (called after
+     * output_grad(l)); a scheme may recompute it rather than keep it. */
+    const float *(*input_saved)(ar_residual *r, int l, int N);
     float *(*input_grad_buf)(ar_residual *r, int l, int N);
     void (*input_bwd)(ar_residual *r, int l, int N);
     float *(*embed_grad)(ar_residual *r);
@@ -65,6 +71,11 @@ struct ar_residual {
  * allocated at bind time. */
 ar_residual *ar_residual_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN,
                                 ar_param_table *pt);
+
+/* Most consecutive mixers that AttnRes kinds batch in one two-phase chunk
+ * (lib/residual_depth.c; default 4).  Read at creation.  1 = one mixer per
+ * chunk (one phase); tests vary it to check that results do not depend on it. */
+extern int ar_depth_chunk;
 
 /* The implementations (one file per family). */
 ar_residual *ar_residual_sum_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN);

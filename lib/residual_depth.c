@@ -12,31 +12,75 @@
  * partial.  Each mixer m = 1..L+1 (L+1 = final) has its own pseudo-query w_m
  * (zero-initialised, so every alpha starts at 1/n) and key-norm gain g_m.
  *
- * Backward: dv_l = dP_l once every later consumer has added into it; the
- * block chain adds dP_{l-1} += dP_l; each mixer scatters dL/dh into the dP
- * of its sources. */
+ * Backward: dv_l = dP_l once every later consumer has added into it.  One
+ * gradient buffer per block, dB_n: every later mixer adds into it while it
+ * stands for dP of the summary b_n; going down through block n it becomes
+ * dP_{l-1} = dP_l + (mixer l's term for P_{l-1}) in place, since P_{l-1}
+ * feeds only mixer l and P_l.  Each mixer scatters dL/dh into the dB of its
+ * sources. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "error.h"
 #include "residual.h"
 
+/* Schedule (two-phase, the report's Algorithm 1 generalised): mixers
+ * 1..L are cut into chunks of at most ar_depth_chunk consecutive mixers;
+ * the final mixer L+1 is a chunk of its own.  The first k sources of a
+ * chunk's mixers are the same for all of them (the common prefix: block
+ * summaries, or for Full every output before the chunk) and exist before
+ * the chunk starts, so
+ *   forward:  phase 1 mixes them for all C mixers in one pass (one read of
+ *             each shared source per chunk, not per mixer); phase 2 merges
+ *             each mixer's own later sources (the partial sum; for Full the
+ *             outputs inside the chunk) by online softmax when it runs;
+ *   backward: each mixer's own sources get their gradient at once (the next
+ *             sublayer down needs it); the shared sources' gradient from all
+ *             C mixers is deferred to the chunk's lowest mixer and done in
+ *             one pass.
+ * Memory traffic per chunk, in rows of N x d (k shared, j_c own sources):
+ *   forward  k + sum_c j_c reads, C writes   (one-phase: 2 sum_c n_c reads)
+ *   backward k + C reads, k read-modify-writes of dsrc, plus 3 j_c per mixer
+ *            (one-phase: 3 n_c + 1 per mixer)
+ * The sublayer inputs h are not kept: the backward recomputes a chunk's C
+ * inputs from the saved weights alpha in one pass over its sources.  Memory
+ * beyond the baseline's (which keeps the same P_0..P_L and one running
+ * gradient), in buffers of N x d: the nb+1 block gradients dB less one,
+ * the C chunk buffers hb and dH; plus the N x n weights and N-float
+ * statistics of every mixer. */
+int ar_depth_chunk = 4;
+
 typedef struct {
-    int n;            /* number of sources */
-    int *src;         /* indices into P */
-    int q_idx, g_idx; /* parameter indices */
-    float *alpha, *rstd;  /* maxN x n, saved for the backward */
-    const float **sp; /* host array of source pointers */
-    float **dsp;
+    int n;                /* number of sources */
+    int *src;             /* indices into P */
+    int q_idx, g_idx;     /* parameter indices */
+    int chunk, pos;       /* its chunk, and its place there */
+    float *alpha;         /* maxN x n: logits, then weights (saved for the backward) */
+    float *lse, *cdot;    /* maxN: phase-1 log-sum-exp; dh.h of the backward */
+    const float **sp;     /* host array of source pointers */
+    float **dsp, **rsp;   /* their gradients and rstd arrays */
 } mixer;
 
 typedef struct {
+    int m0, m1, C, k;     /* mixers m0..m1 (C of them) share their first k sources */
+    /* host argument arrays for the chunk ops (C or k entries) */
+    float **h, **lse, **alpha, **cdot, **dw, **dg;
+    const float **w, **g, **dh;
+    const float ***src;   /* per mixer source lists (recompute) */
+    int *n;
+} chunk;
+
+typedef struct {
     ar_residual base;
-    int S;
-    float **P, **dP;  /* L+1 buffers */
-    float **H;        /* mixer outputs: H[m] for m = 1..L+1 */
-    float *dH;        /* one scratch for dL/dh of the mixer being differentiated */
-    mixer *mx;        /* mx[1..L+1] */
+    int S, nch, cmax;
+    float **P;            /* L+1 buffers maxN x d */
+    float **dB;           /* nb+1 buffers maxN x d: gradient of block n's sums */
+    int nb;               /* blocks after the embedding: ceil(L/S) */
+    float **rs;           /* L+1 arrays maxN: rstd of each P_l as a key */
+    float **hb;           /* cmax buffers: the current chunk's h, then its dh */
+    float *dH;            /* dL/dh of the mixer being differentiated */
+    mixer *mx;            /* mx[1..L+1] */
+    chunk *ch;
     const ar_param_table *pt;
     float *params, *grads;
 } depth_res;
@@ -44,6 +88,7 @@ typedef struct {
 #define D(r) ((depth_res *)(r))
 
 static int block_end(int n, int S, int L) { return n * S < L ? n * S : L; }
+static int block_of(depth_res *s, int l) { return l == 0 ? 0 : (l - 1) / s->S + 1; }
 
 /* Source list for mixer m (sublayer m, or the final state when m = L+1). */
 static void plan_sources(mixer *x, int m, int S, int L)
@@ -65,7 +110,50 @@ static void plan_sources(mixer *x, int m, int S, int L)
         x->src[nblk] = m - 1;
     x->sp = ar_xcalloc((size_t)x->n, sizeof *x->sp);
     x->dsp = ar_xcalloc((size_t)x->n, sizeof *x->dsp);
+    x->rsp = ar_xcalloc((size_t)x->n, sizeof *x->rsp);
 }
+
+/* Chunks of at most cmax consecutive mixers; k = common source prefix. */
+static void plan_chunks(depth_res *s)
+{
+    int L = s->base.L;
+    s->cmax = ar_depth_chunk < 1 ? 1 : ar_depth_chunk;
+    s->ch = ar_xcalloc((size_t)L + 2, sizeof(chunk));
+    s->nch = 0;
+    for (int m = 1; m <= L + 1;) {
+        chunk *c = &s->ch[s->nch];
+        c->m0 = m;
+        c->m1 = m == L + 1 ? m : (m + s->cmax - 1 < L ? m + s->cmax - 1 : L);
+        c->C = c->m1 - c->m0 + 1;
+        c->k = s->mx[m].n;
+        for (int q = m + 1; q <= c->m1; q++) {
+            int k = 0;
+            while (k < c->k && k < s->mx[q].n && s->mx[q].src[k] == s->mx[m].src[k])
+                k++;
+            c->k = k;
+        }
+        c->h = ar_xcalloc((size_t)c->C, sizeof(float *));
+        c->lse = ar_xcalloc((size_t)c->C, sizeof(float *));
+        c->alpha = ar_xcalloc((size_t)c->C, sizeof(float *));
+        c->cdot = ar_xcalloc((size_t)c->C, sizeof(float *));
+        c->dw = ar_xcalloc((size_t)c->C, sizeof(float *));
+        c->dg = ar_xcalloc((size_t)c->C, sizeof(float *));
+        c->w = ar_xcalloc((size_t)c->C, sizeof(float *));
+        c->g = ar_xcalloc((size_t)c->C, sizeof(float *));
+        c->dh = ar_xcalloc((size_t)c->C, sizeof(float *));
+        c->src = ar_xcalloc((size_t)c->C, sizeof(float **));
+        c->n = ar_xcalloc((size_t)c->C, sizeof(int));
+        for (int q = c->m0; q <= c->m1; q++) {
+            s->mx[q].chunk = s->nch;
+            s->mx[q].pos = q - c->m0;
+        }
+        s->nch++;
+        m = c->m1 + 1;
+    }
+}
+
+static const float *pq(depth_res *s, int idx) { return s->params + s->pt->p[idx].offset; }
+static float *gq(depth_res *s, int idx) { return s->grads + s->pt->p[idx].offset; }
 
 static void depth_bind(ar_residual *r, float *params, float *grads)
 {
@@ -76,37 +164,90 @@ static void depth_bind(ar_residual *r, float *params, float *grads)
     s->grads = grads;
     for (int l = 0; l <= r->L; l++) {
         s->P[l] = be->alloc(bytes);
-        s->dP[l] = be->alloc(bytes);
+        s->rs[l] = be->alloc((size_t)r->maxN * sizeof(float));
     }
+    for (int b = 0; b <= s->nb; b++)
+        s->dB[b] = be->alloc(bytes);
+    for (int c = 0; c < s->cmax; c++)
+        s->hb[c] = be->alloc(bytes);
+    s->dH = be->alloc(bytes);
     for (int m = 1; m <= r->L + 1; m++) {
         mixer *x = &s->mx[m];
-        s->H[m] = be->alloc(bytes);
         x->alpha = be->alloc((size_t)r->maxN * x->n * sizeof(float));
-        x->rstd = be->alloc((size_t)r->maxN * x->n * sizeof(float));
+        x->lse = be->alloc((size_t)r->maxN * sizeof(float));
+        x->cdot = be->alloc((size_t)r->maxN * sizeof(float));
         for (int i = 0; i < x->n; i++) {
             x->sp[i] = s->P[x->src[i]];
-            x->dsp[i] = s->dP[x->src[i]];
+            x->dsp[i] = s->dB[block_of(s, x->src[i])];
+            x->rsp[i] = s->rs[x->src[i]];
         }
     }
-    s->dH = be->alloc(bytes);
+    for (int i = 0; i < s->nch; i++) {
+        chunk *c = &s->ch[i];
+        for (int p = 0; p < c->C; p++) {
+            mixer *x = &s->mx[c->m0 + p];
+            c->lse[p] = x->lse;
+            c->alpha[p] = x->alpha;
+            c->cdot[p] = x->cdot;
+            c->w[p] = pq(s, x->q_idx);
+            c->g[p] = pq(s, x->g_idx);
+            c->dw[p] = gq(s, x->q_idx);
+            c->dg[p] = gq(s, x->g_idx);
+            c->src[p] = x->sp;
+            c->n[p] = x->n;
+        }
+    }
 }
 
-static const float *pq(depth_res *s, int idx) { return s->params + s->pt->p[idx].offset; }
-static float *gq(depth_res *s, int idx) { return s->grads + s->pt->p[idx].offset; }
+/* Sublayer inputs of chunk c live in hb[0..C-1] (the final mixer's too). */
+static float **chunk_h(depth_res *s, chunk *c)
+{
+    for (int p = 0; p < c->C; p++)
+        c->h[p] = s->hb[p];
+    return c->h;
+}
 
 static const float *mix_fwd(depth_res *s, int m, int N)
 {
+    const ar_backend *be = s->base.be;
     mixer *x = &s->mx[m];
-    s->base.be->depth_attn_fwd(s->H[m], x->alpha, x->rstd, x->sp, x->n, pq(s, x->q_idx),
-                               pq(s, x->g_idx), N, s->base.d);
-    return s->H[m];
+    chunk *c = &s->ch[x->chunk];
+    if (m == c->m0) {
+        mixer *x0 = &s->mx[c->m0];
+        be->depth_fwd_inter(chunk_h(s, c), c->lse, c->alpha, c->n, x0->rsp, x0->sp, c->k, c->w,
+                            c->g, c->C, N, s->base.d);
+    }
+    float *h = s->hb[x->pos];
+    be->depth_fwd_merge(h, x->lse, x->alpha, x->n, c->k, x->rsp + c->k, x->sp + c->k,
+                        pq(s, x->q_idx), pq(s, x->g_idx), N, s->base.d);
+    return h;
 }
 
-static void mix_bwd(depth_res *s, int m, const float *dh, int N)
+/* dh of mixer m is in s->dH and its input h in hb[pos]: the intra part now,
+ * then dh is kept in hb[pos] (h is dead) for the chunk's deferred part. */
+static void mix_bwd(depth_res *s, int m, int N)
 {
+    const ar_backend *be = s->base.be;
     mixer *x = &s->mx[m];
-    s->base.be->depth_attn_bwd(x->dsp, gq(s, x->q_idx), gq(s, x->g_idx), dh, x->alpha, x->rstd,
-                               x->sp, x->n, pq(s, x->q_idx), pq(s, x->g_idx), N, s->base.d);
+    chunk *c = &s->ch[x->chunk];
+    be->depth_bwd_intra(x->dsp + c->k, gq(s, x->q_idx), gq(s, x->g_idx), x->cdot, s->dH,
+                        s->hb[x->pos], x->alpha, x->lse, x->n, c->k, (const float *const *)x->rsp + c->k,
+                        x->sp + c->k,
+                        pq(s, x->q_idx), pq(s, x->g_idx), N, s->base.d);
+    float *t = s->hb[x->pos];
+    s->hb[x->pos] = s->dH;
+    s->dH = t;
+    if (m == c->m0) {
+        mixer *x0 = &s->mx[c->m0];
+        for (int p = 0; p < c->C; p++)
+            c->dh[p] = s->hb[p];
+        /* The final mixer comes first in the backward and reaches every dB
+         * (its sources are all block summaries): it initialises them. */
+        be->depth_bwd_inter(x0->dsp, c->dw, c->dg, c->dh, (const float *const *)c->cdot,
+                            (const float *const *)c->alpha, (const float *const *)c->lse, c->n,
+                            (const float *const *)x0->rsp, x0->sp, c->k, c->w, c->g, c->C,
+                            m == s->base.L + 1, N, s->base.d);
+    }
 }
 
 static int opens_block(depth_res *s, int l) { return (l - 1) % s->S == 0; }
@@ -123,22 +264,32 @@ static void depth_accept_fwd(ar_residual *r, int l, int N)
 
 static const float *depth_final_fwd(ar_residual *r, int N) { return mix_fwd(D(r), r->L + 1, N); }
 
+/* dB needs no zeroing: the final mixer's backward writes every dB first. */
 static void depth_zero_grads(ar_residual *r, int N)
 {
-    for (int l = 0; l <= r->L; l++)
-        r->be->zero(D(r)->dP[l], (size_t)N * r->d * sizeof(float));
     r->be->zero(D(r)->dH, (size_t)N * r->d * sizeof(float));
 }
 
 static float *depth_final_grad_buf(ar_residual *r) { return D(r)->dH; }
 
-static void depth_final_bwd(ar_residual *r, int N) { mix_bwd(D(r), r->L + 1, D(r)->dH, N); }
+static void depth_final_bwd(ar_residual *r, int N) { mix_bwd(D(r), r->L + 1, N); }
 
 static float *depth_output_grad(ar_residual *r, int l, int N)
 {
-    if (!opens_block(D(r), l))
-        r->be->add(D(r)->dP[l - 1], D(r)->dP[l], (size_t)N * r->d);
-    return D(r)->dP[l];
+    (void)N;
+    return D(r)->dB[block_of(D(r), l)];
+}
+
+/* Entering a chunk from the top: recompute all its inputs in one pass. */
+static const float *depth_input_saved(ar_residual *r, int l, int N)
+{
+    depth_res *s = D(r);
+    mixer *x = &s->mx[l];
+    chunk *c = &s->ch[x->chunk];
+    if (l == c->m1)
+        r->be->depth_recompute(chunk_h(s, c), (const float *const *)c->alpha,
+                               (const float *const *const *)c->src, c->n, c->C, N, r->d);
+    return s->hb[x->pos];
 }
 
 static float *depth_input_grad_buf(ar_residual *r, int l, int N)
@@ -148,8 +299,8 @@ static float *depth_input_grad_buf(ar_residual *r, int l, int N)
     return D(r)->dH;
 }
 
-static void depth_input_bwd(ar_residual *r, int l, int N) { mix_bwd(D(r), l, D(r)->dH, N); }
-static float *depth_embed_grad(ar_residual *r) { return D(r)->dP[0]; }
+static void depth_input_bwd(ar_residual *r, int l, int N) { mix_bwd(D(r), l, N); }
+static float *depth_embed_grad(ar_residual *r) { return D(r)->dB[0]; }
 static int depth_n_sources(ar_residual *r, int l) { return D(r)->mx[l].n; }
 
 static void depth_mean_weights(ar_residual *r, int l, int N, float *out)
@@ -174,21 +325,34 @@ static void depth_destroy(ar_residual *r)
     const ar_backend *be = r->be;
     for (int l = 0; l <= r->L; l++) {
         be->free(s->P[l]);
-        be->free(s->dP[l]);
+        be->free(s->rs[l]);
     }
+    for (int b = 0; b <= s->nb; b++)
+        be->free(s->dB[b]);
+    for (int c = 0; c < s->cmax; c++)
+        be->free(s->hb[c]);
+    be->free(s->dH);
     for (int m = 1; m <= r->L + 1; m++) {
         mixer *x = &s->mx[m];
-        be->free(s->H[m]);
         be->free(x->alpha);
-        be->free(x->rstd);
+        be->free(x->lse);
+        be->free(x->cdot);
         free(x->src);
         free(x->sp);
         free(x->dsp);
+        free(x->rsp);
     }
-    be->free(s->dH);
+    for (int i = 0; i < s->nch; i++) {
+        chunk *c = &s->ch[i];
+        void *arrs[] = {c->h, c->lse, c->alpha, c->cdot, c->dw, c->dg, c->w, c->g, c->dh, c->src, c->n};
+        for (size_t j = 0; j < sizeof arrs / sizeof *arrs; j++)
+            free(arrs[j]);
+    }
+    free(s->ch);
     free(s->P);
-    free(s->dP);
-    free(s->H);
+    free(s->dB);
+    free(s->rs);
+    free(s->hb);
     free(s->mx);
     free(s);
 }
@@ -204,6 +368,7 @@ static const ar_residual_vt depth_vt = {
     .final_grad_buf = depth_final_grad_buf,
     .final_bwd = depth_final_bwd,
     .output_grad = depth_output_grad,
+    .input_saved = depth_input_saved,
     .input_grad_buf = depth_input_grad_buf,
     .input_bwd = depth_input_bwd,
     .embed_grad = depth_embed_grad,
@@ -226,8 +391,9 @@ ar_residual *ar_residual_depth_create(const ar_model_cfg *cfg, const ar_backend 
     s->S = ar_cfg_block_size(cfg);
     s->pt = pt;
     s->P = ar_xcalloc((size_t)L + 1, sizeof(float *));
-    s->dP = ar_xcalloc((size_t)L + 1, sizeof(float *));
-    s->H = ar_xcalloc((size_t)L + 2, sizeof(float *));
+    s->nb = (L + s->S - 1) / s->S;
+    s->dB = ar_xcalloc((size_t)s->nb + 1, sizeof(float *));
+    s->rs = ar_xcalloc((size_t)L + 1, sizeof(float *));
     s->mx = ar_xcalloc((size_t)L + 2, sizeof(mixer));
     for (int m = 1; m <= L + 1; m++) {
         char qn[96], gn[96];
@@ -243,5 +409,7 @@ ar_residual *ar_residual_depth_create(const ar_model_cfg *cfg, const ar_backend 
         s->mx[m].q_idx = ar_params_add(pt, qn, d, 0, AR_INIT_ZEROS, 0, m);
         s->mx[m].g_idx = ar_params_add(pt, gn, d, 0, AR_INIT_ONES, 0, m);
     }
+    plan_chunks(s);
+    s->hb = ar_xcalloc((size_t)s->cmax, sizeof(float *));
     return &s->base;
 }

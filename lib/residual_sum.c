@@ -2,8 +2,9 @@
  *
  * One running sum P_l = P_{l-1} + v_l; the input of sublayer l is P_{l-1}
  * itself (no copy), which also keeps it for the sublayer's backward.
- * Backward: dv_l = dP_l and dP_{l-1} += dP_l, and the sublayer's dL/dh_l is
- * accumulated straight into dP_{l-1}. */
+ * Backward: dv_l = dP_l and dP_{l-1} = dP_l + dL/dh_l, all in one buffer dR:
+ * it holds dP_l when sublayer l's backward starts (which reads it first), and
+ * the sublayer adds its dL/dh_l into it last. */
 #include <stdlib.h>
 
 #include "error.h"
@@ -11,7 +12,8 @@
 
 typedef struct {
     ar_residual base;
-    float **P, **dP; /* L+1 buffers of maxN x d each */
+    float **P;  /* L+1 buffers of maxN x d each */
+    float *dR;  /* the running gradient dP_l */
 } sum_res;
 
 #define S(r) ((sum_res *)(r))
@@ -22,10 +24,9 @@ static void sum_bind(ar_residual *r, float *params, float *grads)
     (void)grads;
     sum_res *s = S(r);
     size_t bytes = (size_t)r->maxN * r->d * sizeof(float);
-    for (int l = 0; l <= r->L; l++) {
+    for (int l = 0; l <= r->L; l++)
         s->P[l] = r->be->alloc(bytes);
-        s->dP[l] = r->be->alloc(bytes);
-    }
+    s->dR = r->be->alloc(bytes);
 }
 
 static float *sum_embed_out(ar_residual *r) { return S(r)->P[0]; }
@@ -41,22 +42,18 @@ static const float *sum_final_fwd(ar_residual *r, int N) { (void)N; return S(r)-
 
 static void sum_zero_grads(ar_residual *r, int N)
 {
-    for (int l = 0; l <= r->L; l++)
-        r->be->zero(S(r)->dP[l], (size_t)N * r->d * sizeof(float));
+    r->be->zero(S(r)->dR, (size_t)N * r->d * sizeof(float));
 }
 
-static float *sum_final_grad_buf(ar_residual *r) { return S(r)->dP[r->L]; }
+static float *sum_final_grad_buf(ar_residual *r) { return S(r)->dR; }
 static void sum_final_bwd(ar_residual *r, int N) { (void)r; (void)N; }
 
-static float *sum_output_grad(ar_residual *r, int l, int N)
-{
-    r->be->add(S(r)->dP[l - 1], S(r)->dP[l], (size_t)N * r->d);
-    return S(r)->dP[l];
-}
+static float *sum_output_grad(ar_residual *r, int l, int N) { (void)l; (void)N; return S(r)->dR; }
 
-static float *sum_input_grad_buf(ar_residual *r, int l, int N) { (void)N; return S(r)->dP[l - 1]; }
+static const float *sum_input_saved(ar_residual *r, int l, int N) { (void)N; return S(r)->P[l - 1]; }
+static float *sum_input_grad_buf(ar_residual *r, int l, int N) { (void)l; (void)N; return S(r)->dR; }
 static void sum_input_bwd(ar_residual *r, int l, int N) { (void)r; (void)l; (void)N; }
-static float *sum_embed_grad(ar_residual *r) { return S(r)->dP[0]; }
+static float *sum_embed_grad(ar_residual *r) { return S(r)->dR; }
 static int sum_n_sources(ar_residual *r, int l) { (void)r; (void)l; return 0; }
 static void sum_mean_weights(ar_residual *r, int l, int N, float *out) { (void)r; (void)l; (void)N; (void)out; }
 
@@ -65,12 +62,10 @@ static const float *sum_source(ar_residual *r, int l, int i) { (void)r; (void)l;
 static void sum_destroy(ar_residual *r)
 {
     sum_res *s = S(r);
-    for (int l = 0; l <= r->L; l++) {
+    for (int l = 0; l <= r->L; l++)
         r->be->free(s->P[l]);
-        r->be->free(s->dP[l]);
-    }
+    r->be->free(s->dR);
     free(s->P);
-    free(s->dP);
     free(s);
 }
 
@@ -85,6 +80,7 @@ static const ar_residual_vt sum_vt = {
     .final_grad_buf = sum_final_grad_buf,
     .final_bwd = sum_final_bwd,
     .output_grad = sum_output_grad,
+    .input_saved = sum_input_saved,
     .input_grad_buf = sum_input_grad_buf,
     .input_bwd = sum_input_bwd,
     .embed_grad = sum_embed_grad,
@@ -103,6 +99,5 @@ ar_residual *ar_residual_sum_create(const ar_model_cfg *cfg, const ar_backend *b
     s->base.d = cfg->d_model;
     s->base.maxN = maxN;
     s->P = ar_xcalloc((size_t)s->base.L + 1, sizeof(float *));
-    s->dP = ar_xcalloc((size_t)s->base.L + 1, sizeof(float *));
     return &s->base;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "formats/json.h"
 #include "lib/checkpoint.h"
 #include "testutil.h"
 
@@ -229,6 +230,21 @@ Test(cli, eval_usage_matches_man_synopsis)
     check_usage_matches("eval --bogus", "attnres-eval.1");
 }
 
+Test(cli, bench_usage_matches_man_synopsis)
+{
+    check_usage_matches("bench --bogus", "attnres-bench.1");
+}
+
+Test(cli, sweep_usage_matches_man_synopsis)
+{
+    check_usage_matches("sweep --bogus", "attnres-sweep.1");
+}
+
+Test(cli, fit_scaling_usage_matches_man_synopsis)
+{
+    check_usage_matches("fit-scaling --bogus", "attnres-fit-scaling.1");
+}
+
 Test(cli, main_usage_matches_man_synopsis)
 {
     /* With no command, attnres lists the commands after its usage line. */
@@ -280,6 +296,21 @@ Test(cli, help_train_equals_train_dash_help)
 Test(cli, help_eval_equals_eval_dash_h)
 {
     check_help_pair("help eval", "eval -h", "attnres-eval.1");
+}
+
+Test(cli, help_bench_equals_bench_dash_help)
+{
+    check_help_pair("help bench", "bench --help", "attnres-bench.1");
+}
+
+Test(cli, help_sweep_equals_sweep_dash_help)
+{
+    check_help_pair("help sweep", "sweep --help", "attnres-sweep.1");
+}
+
+Test(cli, help_fit_scaling_equals_fit_scaling_dash_h)
+{
+    check_help_pair("help fit-scaling", "fit-scaling -h", "attnres-fit-scaling.1");
 }
 
 Test(cli, help_equals_dash_help)
@@ -624,4 +655,138 @@ Test(cli, eval_missing_data_file)
     check_error_style(err);
     snprintf(want, sizeof want, "'%s'", data);
     expect(err, st, 1, want);
+}
+
+/* ---- --threads (train, eval) ---- */
+
+Test(cli, train_threads_is_validated)
+{
+    const char *bad[] = {"x", "-1", "2x", ""};
+    for (int i = 0; i < 4; i++) {
+        int st;
+        char *err = RUN(2, &st, "train --threads '%s'", bad[i]);
+        check_error_style(err);
+        expect(err, st, 2, "'--threads' expects an integer >= 0");
+    }
+    int st;
+    char *err = RUN(2, &st, "train --threads");
+    check_error_style(err);
+    expect(err, st, 2, "'--threads' needs a value");
+}
+
+Test(cli, train_threads_zero_is_accepted)
+{
+    /* 0 = all cores: the command line is fine, so it goes on to the
+     * missing default corpus (and does not start training). */
+    const char *dir = tu_tmpdir();
+    int st;
+    char *err = run_in(dir, 2, &st, "train --threads 0");
+    check_error_style(err);
+    expect(err, st, 1, "tools/get-data.sh");
+    err = run_in(dir, 2, &st, "train --set train.threads=3 --threads 1 --set model.n_head=5");
+    check_error_style(err);
+    expect(err, st, 1, "'model.n_head'");
+}
+
+Test(cli, eval_threads_is_validated)
+{
+    const char *bad[] = {"x", "-2"};
+    for (int i = 0; i < 2; i++) {
+        int st;
+        char *err = RUN(2, &st, "eval run --data x.txt --threads %s", bad[i]);
+        check_error_style(err);
+        expect(err, st, 2, "'--threads'");
+    }
+}
+
+/* ---- bench ---- */
+
+#define BENCH_TINY                                                                                   \
+    "--steps 1 --repeat 1 --warmup 0 --threads 2 --set model.d_model=32 --set model.n_layer=2 "      \
+    "--set model.n_head=2 --set model.d_ff=64 --set model.seq_len=16 --set train.batch_size=2"
+
+static const ar_json *json_field(const ar_json *o, const char *key, ar_json_type type)
+{
+    const ar_json *v = ar_json_get(o, key);
+    cr_assert(v != NULL, "no '%s' in the bench JSON", key);
+    cr_assert_eq(v->type, type, "'%s' has JSON type %d, expected %d", key, v->type, type);
+    return v;
+}
+
+Test(cli, bench_json_has_the_required_fields)
+{
+    /* In an empty directory: bench reads no data file. */
+    const char *dir = tu_tmpdir();
+    int st;
+    char *out = run_in(dir, 1, &st, "bench --json --variants baseline,full " BENCH_TINY);
+    cr_assert_eq(st, 0, "bench exited %d; stdout:\n%s", st, out);
+    ar_err e;
+    ar_json *j = ar_json_parse(out, strlen(out), &e);
+    cr_assert(j != NULL, "bench --json printed invalid JSON (%s):\n%s", e.msg, out);
+    cr_assert_eq(j->type, AR_JSON_OBJ);
+    cr_assert_gt(json_field(j, "ceiling_gflops", AR_JSON_NUM)->num, 0);
+    const ar_json *cfg = json_field(j, "config", AR_JSON_OBJ);
+    cr_assert_eq(json_field(cfg, "d_model", AR_JSON_NUM)->num, 32);
+    cr_assert_eq(json_field(cfg, "batch_size", AR_JSON_NUM)->num, 2);
+    cr_assert_eq(json_field(j, "threads", AR_JSON_NUM)->num, 2);
+    const ar_json *res = json_field(j, "results", AR_JSON_ARR);
+    cr_assert_eq(res->n, 2, "expected 2 results, got %d", res->n);
+    const char *nums[] = {"train_tok_per_s", "train_tok_per_s_min", "train_tok_per_s_max", "infer_tok_per_s",
+                          "gflops", "ceiling_gflops", "peak_rss_bytes", "extra_rss_bytes",
+                          "predicted_extra_bytes", "train_overhead", "infer_overhead"};
+    const char *names[] = {"baseline", "full"};
+    for (int i = 0; i < 2; i++) {
+        const ar_json *r = &res->items[i];
+        cr_assert_str_eq(json_field(r, "variant", AR_JSON_STR)->str, names[i]);
+        for (size_t k = 0; k < sizeof nums / sizeof *nums; k++)
+            json_field(r, nums[k], AR_JSON_NUM);
+        double tps = json_field(r, "train_tok_per_s", AR_JSON_NUM)->num;
+        cr_assert_gt(tps, 0);
+        cr_assert_gt(json_field(r, "infer_tok_per_s", AR_JSON_NUM)->num, 0);
+        cr_assert_gt(json_field(r, "peak_rss_bytes", AR_JSON_NUM)->num, 0);
+        double fpt = json_field(r, "flops_per_token", AR_JSON_NUM)->num;
+        cr_assert_float_eq(json_field(r, "gflops", AR_JSON_NUM)->num, tps * fpt / 1e9, 1e-6 * tps * fpt / 1e9);
+    }
+    cr_assert_eq(json_field(&res->items[0], "train_overhead", AR_JSON_NUM)->num, 0);
+    cr_assert_eq(json_field(&res->items[0], "predicted_extra_bytes", AR_JSON_NUM)->num, 0);
+    /* full: L*B*T*d floats = 4*2*16*32*4 bytes */
+    cr_assert_eq(json_field(&res->items[1], "predicted_extra_bytes", AR_JSON_NUM)->num, 4.0 * 2 * 16 * 32 * 4);
+    ar_json_free(j);
+    free(out);
+}
+
+Test(cli, bench_unknown_variant_lists_the_valid_ones)
+{
+    int st;
+    char *err = RUN(2, &st, "bench --variants baseline,block");
+    check_error_style(err);
+    cr_assert(strstr(err, "baseline, block8, block4, full") != NULL, "the valid names are not listed:\n%s", err);
+    expect(err, st, 2, "unknown variant 'block'");
+}
+
+Test(cli, bench_bad_numbers)
+{
+    const char *bad[] = {"--steps 0", "--repeat 0", "--warmup -1", "--threads x", "--steps abc"};
+    for (int i = 0; i < 5; i++) {
+        int st;
+        char *err = RUN(2, &st, "bench %s", bad[i]);
+        check_error_style(err);
+        expect(err, st, 2, "expects an integer");
+    }
+    int st;
+    char *err = RUN(2, &st, "bench --variants full,full");
+    check_error_style(err);
+    expect(err, st, 2, "'full'");
+}
+
+Test(cli, bench_config_errors)
+{
+    const char *dir = tu_tmpdir();
+    int st;
+    char *err = run_in(dir, 2, &st, "bench nope.yaml");
+    check_error_style(err);
+    expect(err, st, 1, "'nope.yaml'");
+    err = run_in(dir, 2, &st, "bench --set model.d_model=100 --set model.n_head=3");
+    check_error_style(err);
+    expect(err, st, 1, "'model.n_head'");
 }

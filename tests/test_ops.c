@@ -937,6 +937,21 @@ Test(ops, xent_uniform_and_extreme)
     free(logits), free(losses), free(probs);
 }
 
+/* the model turns probabilities into dlogits in place: same result as apart */
+Test(ops, xent_backward_in_place)
+{
+    int N = 9, V = 37;
+    int32_t tg[9] = {0, 36, 5, 5, 12, 1, 30, 7, 0};
+    float *logits = rnd((size_t)N * V, -3, 3), *losses = zeros(N), *probs = zeros((size_t)N * V);
+    float *apart = zeros((size_t)N * V);
+    be->xent_fwd(losses, probs, logits, tg, N, V);
+    be->xent_bwd(apart, probs, tg, 0.25f, N, V);
+    be->xent_bwd(probs, probs, tg, 0.25f, N, V);
+    cr_assert(memcmp(apart, probs, (size_t)N * V * sizeof(float)) == 0,
+              "in-place xent backward differs from the out-of-place one");
+    free(logits), free(losses), free(probs), free(apart);
+}
+
 /* ---- AdamW ------------------------------------------------------------ */
 
 Test(ops, adamw_reference)

@@ -1,7 +1,8 @@
 #!/bin/sh
 # The README's second command (and CI's): install, build, run the whole test
-# suite; then everything but the plot tests (fontconfig keeps caches that
-# LeakSanitizer reports) again under AddressSanitizer and UBSan.
+# suite; then everything but the suites that draw figures (plot, scaling,
+# sweep: fontconfig keeps caches that LeakSanitizer reports) again under
+# AddressSanitizer and UBSan.
 set -eu
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
@@ -12,7 +13,7 @@ meson setup build-asan -Db_sanitize=address,undefined -Dbuildtype=debugoptimized
     meson setup build-asan -Db_sanitize=address,undefined -Dbuildtype=debugoptimized >/dev/null
 meson compile -C build-asan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 \
-    meson test -C build-asan --print-errorlogs --num-processes 2 json safetensors config data cli ops model train
+    meson test -C build-asan --print-errorlogs --num-processes 2 json safetensors config data cli csv ops depth model train
 # One closing tally of the Criterion test cases of the main run.
 grep -h 'Synthesis: Tested' build-test/meson-logs/testlog.txt |
     sed -E 's/.*Passing: ([0-9]+) \| Failing: ([0-9]+) \| Crashing: ([0-9]+).*/\1 \2 \3/' |

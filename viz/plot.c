@@ -601,15 +601,22 @@ static void marker(cairo_t *cr, double x, double y, double r)
     cairo_fill(cr);
 }
 
+/* A series' colour: its own index, or the one it asks for. */
+static int series_color(const ar_series *s, int k)
+{
+    return s->color > 0 ? s->color - 1 : k;
+}
+
 /* Undrawable points (NaN, or <= 0 on a log axis) break the line, as in
  * matplotlib; a point with no drawable neighbour is shown as a dot. */
+
 static void draw_series(cairo_t *cr, const fig *f, const ar_plot_opts *o, const ar_series *s, int k)
 {
-    series_pen(cr, k, f->lw);
+    series_pen(cr, series_color(s, k), f->lw);
     cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
     cairo_set_line_cap(cr, CAIRO_LINE_CAP_ROUND);
     int run = 0;
-    for (int i = 0; i < s->n; i++) {
+    for (int i = 0; i < s->n && !s->no_line; i++) {
         if (!point_ok(o, s->x[i], s->y[i])) {
             run = 0;
             continue;
@@ -627,7 +634,7 @@ static void draw_series(cairo_t *cr, const fig *f, const ar_plot_opts *o, const 
             continue;
         int alone = (i == 0 || !point_ok(o, s->x[i - 1], s->y[i - 1])) &&
                     (i == s->n - 1 || !point_ok(o, s->x[i + 1], s->y[i + 1]));
-        if (s->markers || alone)
+        if (s->markers || alone || s->no_line)
             marker(cr, ax_px(&f->ax, s->x[i]), ax_px(&f->ay, s->y[i]), s->markers ? 3.5 * f->s : f->lw);
     }
 }
@@ -658,7 +665,7 @@ static long covered(const fig *f, const ar_plot_opts *o, const ar_series *s, int
             }
             double px = ax_px(&f->ax, s[k].x[i]), py = ax_px(&f->ay, s[k].y[i]);
             hits += in_box(b, px, py);
-            if (prev) {
+            if (prev && !s[k].no_line) {
                 int m = (int)fmin(hypot(px - lx, py - ly) / 4, 200);
                 for (int j = 1; j < m; j++)
                     hits += in_box(b, lx + (px - lx) * j / m, ly + (py - ly) * j / m);
@@ -671,9 +678,17 @@ static long covered(const fig *f, const ar_plot_opts *o, const ar_series *s, int
     return hits;
 }
 
+static int overlap(const box *a, const box *b)
+{
+    return a->w > 0 && b->w > 0 && a->x < b->x + b->w && b->x < a->x + a->w && a->y < b->y + b->h &&
+           b->y < a->y + a->h;
+}
+
 /* matplotlib's "best": the first of its candidate places that hides the
- * least data. */
-static box place_legend(const fig *f, const ar_plot_opts *o, const ar_series *s, int ns, double w, double h)
+ * least data; avoid is a box already drawn (w = 0: none) that this one must
+ * not cover. */
+static box place_box(const fig *f, const ar_plot_opts *o, const ar_series *s, int ns, double w, double h,
+                     const box *avoid)
 {
     double in = 10 * f->s, l = f->x0 + in, r = f->x1 - in - w, t = f->y0 + in, btm = f->y1 - in - h;
     double cx = (f->x0 + f->x1 - w) / 2, cy = (f->y0 + f->y1 - h) / 2;
@@ -682,6 +697,8 @@ static box place_legend(const fig *f, const ar_plot_opts *o, const ar_series *s,
     long least = -1;
     for (int i = 0; i < 9; i++) {
         box b = {spots[i][0], spots[i][1], w, h};
+        if (avoid && overlap(&b, avoid))
+            continue;
         long c = covered(f, o, s, ns, &b);
         if (least < 0 || c < least) {
             least = c;
@@ -701,7 +718,13 @@ static void rounded(cairo_t *cr, const box *b, double r)
     cairo_close_path(cr);
 }
 
-static void draw_legend(cairo_t *cr, const fig *f, const ar_plot_opts *o, const ar_series *s, int ns)
+static box place_legend(const fig *f, const ar_plot_opts *o, const ar_series *s, int ns, double w, double h)
+{
+    return place_box(f, o, s, ns, w, h, NULL);
+}
+
+/* Returns the legend's box (w = 0 when there is no legend). */
+static box draw_legend(cairo_t *cr, const fig *f, const ar_plot_opts *o, const ar_series *s, int ns)
 {
     int n = 0;
     double tw = 0, sample = 28 * f->s, pad = 8 * f->s, row = f->fs_legend * 1.55;
@@ -712,7 +735,7 @@ static void draw_legend(cairo_t *cr, const fig *f, const ar_plot_opts *o, const 
             tw = fmax(tw, text_w(cr, s[k].label));
         }
     if (n == 0)
-        return;
+        return (box){0, 0, 0, 0};
     box b = place_legend(f, o, s, ns, 2 * pad + sample + pad + tw, 2 * pad + n * row - (row - f->fs_legend));
     rounded(cr, &b, 4 * f->s);
     cairo_set_source_rgba(cr, 1, 1, 1, 0.85);
@@ -724,17 +747,56 @@ static void draw_legend(cairo_t *cr, const fig *f, const ar_plot_opts *o, const 
     for (int k = 0; k < ns; k++) {
         if (!s[k].label)
             continue;
-        series_pen(cr, k, f->lw);
-        cairo_move_to(cr, b.x + pad, y);
-        cairo_line_to(cr, b.x + pad + sample, y);
-        cairo_stroke(cr);
+        series_pen(cr, series_color(&s[k], k), f->lw);
+        if (!s[k].no_line) {
+            cairo_move_to(cr, b.x + pad, y);
+            cairo_line_to(cr, b.x + pad + sample, y);
+            cairo_stroke(cr);
+        }
         cairo_set_dash(cr, NULL, 0, 0);
-        if (s[k].markers)
-            marker(cr, b.x + pad + sample / 2, y, 3.5 * f->s);
+        if (s[k].markers || s[k].no_line)
+            marker(cr, b.x + pad + sample / 2, y, s[k].markers ? 3.5 * f->s : f->lw);
         set_grey(cr, 0.1);
         font(cr, f->fs_legend, 0);
         text_at(cr, s[k].label, b.x + 2 * pad + sample, y, 0, 0.5);
         y += row;
+    }
+    return b;
+}
+
+/* The note: its lines in a box like the legend's, where it hides the
+ * fewest data without covering the legend. */
+static void draw_note(cairo_t *cr, const fig *f, const ar_plot_opts *o, const ar_series *s, int ns,
+                      const box *legend)
+{
+    if (!o->note || !*o->note)
+        return;
+    double pad = 8 * f->s, row = f->fs_legend * 1.55, tw = 0;
+    int n = 0;
+    char line[512];
+    font(cr, f->fs_legend, 0);
+    for (const char *p = o->note; *p;) {
+        size_t len = strcspn(p, "\n");
+        snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), p);
+        tw = fmax(tw, text_w(cr, line));
+        n++;
+        p += len + (p[len] == '\n');
+    }
+    box b = place_box(f, o, s, ns, 2 * pad + tw, 2 * pad + n * row - (row - f->fs_legend), legend);
+    rounded(cr, &b, 4 * f->s);
+    cairo_set_source_rgba(cr, 1, 1, 1, 0.85);
+    cairo_fill_preserve(cr);
+    set_grey(cr, 0.8);
+    cairo_set_line_width(cr, 1);
+    cairo_stroke(cr);
+    set_grey(cr, 0.1);
+    double y = b.y + pad + f->fs_legend / 2;
+    for (const char *p = o->note; *p;) {
+        size_t len = strcspn(p, "\n");
+        snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), p);
+        text_at(cr, line, b.x + pad, y, 0, 0.5);
+        y += row;
+        p += len + (p[len] == '\n');
     }
 }
 
@@ -819,7 +881,8 @@ int ar_plot_lines(const char *path, const ar_plot_opts *o, const ar_series *s, i
     cairo_restore(cr);
     draw_frame_ticks(cr, f);
     draw_titles(cr, f, o);
-    draw_legend(cr, f, o, s, ns);
+    box lb = draw_legend(cr, f, o, s, ns);
+    draw_note(cr, f, o, s, ns, &lb);
     free(f);
     return finish(sf, cr, path, e);
 }

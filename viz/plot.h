@@ -10,12 +10,15 @@ typedef struct {
     const double *x, *y;    /* n points; non-finite y values are skipped */
     int n;
     int markers;            /* 1: draw a dot at every point */
+    int no_line;            /* 1: points only, no line between them (with markers) */
+    int color;              /* 0: the series' own colour (by index); k >= 1: that of series k-1 */
 } ar_series;
 
 typedef struct {
     const char *title, *xlabel, *ylabel;
     int logx, logy;
     int width, height;      /* pixels; 0 = 900 x 560 */
+    const char *note;       /* text drawn in a box inside the axes ('\n' breaks lines); NULL = none */
 } ar_plot_opts;
 
 /* Line plot of ns series with axes, ticks, tick labels, grid and legend. */

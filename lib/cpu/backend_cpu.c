@@ -18,6 +18,7 @@
  * (batch, head); the OpenMP build of OpenBLAS runs single-threaded when it
  * is called from inside a parallel region. */
 #include "../backend.h"
+#include "workspace.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -83,6 +84,22 @@ static void cpu_set_threads(int n)
     openblas_set_num_threads(n);
 }
 
+/* Grow-only scratch (workspace.h). */
+void *cpu_ws(int slot, size_t bytes)
+{
+    static void *buf[WS_NSLOTS];
+    static size_t cap[WS_NSLOTS];
+    if (bytes > cap[slot]) {
+        free(buf[slot]);
+        size_t n = (bytes + 63) & ~(size_t)63;
+        buf[slot] = aligned_alloc(64, n);
+        if (!buf[slot])
+            abort();
+        cap[slot] = n;
+    }
+    return buf[slot];
+}
+
 /* ------------------------------------------------------------------------ */
 /* elementwise                                                               */
 
@@ -122,9 +139,7 @@ static double sumsq_forward(const float *x, size_t n)
             s += (double)x[i] * x[i];
         return s;
     }
-    double *part = malloc((size_t)nc * sizeof(double));
-    if (!part)
-        abort();
+    double *part = cpu_ws(WS_C, (size_t)nc * sizeof(double));
 #pragma omp parallel for schedule(static)
     for (long c = 0; c < nc; c++) {
         size_t lo = (size_t)c * SUMSQ_CHUNK;
@@ -137,7 +152,7 @@ static double sumsq_forward(const float *x, size_t n)
     double s = 0;
     for (long c = 0; c < nc; c++)
         s += part[c];
-    free(part);
+    
     return s;
 }
 
@@ -306,13 +321,13 @@ static void rmsnorm_backward(float *dx, float *dg, const float *dout, const floa
             dxi[j] += r * (g[j] * doi[j] - xi[j] * r * m);
     }
     int nc = col_chunks(d);
+    double *accs = cpu_ws(WS_C, (size_t)d * sizeof(double));
+    memset(accs, 0, (size_t)d * sizeof(double));
 #pragma omp parallel for schedule(static) num_threads(nc) if (par && nc > 1)
     for (int c = 0; c < nc; c++) {
         int j0, j1;
         split_range(d, nc, c, &j0, &j1);
-        double *acc = calloc((size_t)(j1 - j0) + 1, sizeof(double));
-        if (!acc)
-            abort();
+        double *acc = accs + j0;
         for (int i = 0; i < N; i++) {
             const float *xi = x + (size_t)i * d;
             const float *doi = dout + (size_t)i * d;
@@ -322,7 +337,6 @@ static void rmsnorm_backward(float *dx, float *dg, const float *dout, const floa
         }
         for (int j = j0; j < j1; j++)
             dg[j] += (float)acc[j - j0];
-        free(acc);
     }
 }
 
@@ -350,15 +364,17 @@ static void matmul_backward(float *dx, float *dW, const float *dout, const float
 /* ------------------------------------------------------------------------ */
 /* rotary position embedding (rotate-half, theta 10000)                      */
 
-/* cos/sin table T x hd/2 for this call: angle t*10000^(-2j/hd) in double,
- * rounded to float. */
+/* cos/sin table T x hd/2: angle t*10000^(-2j/hd) in double, rounded to
+ * float; kept in the workspace and rebuilt only when (T, hd) changes. */
 static float *rope_table(int T, int hd)
 {
+    static int cT = -1, chd = -1;
     int h2 = hd / 2;
-    float *tab = malloc((size_t)T * h2 * 2 * sizeof(float) + 1);
-    double *freq = malloc((size_t)h2 * sizeof(double) + 1);
-    if (!tab || !freq)
-        abort();
+    float *tab = cpu_ws(WS_ROPE, (size_t)T * h2 * 2 * sizeof(float) + (size_t)h2 * sizeof(double));
+    if (T == cT && hd == chd)
+        return tab;
+    cT = T, chd = hd;
+    double *freq = (double *)(tab + (size_t)T * h2 * 2);
     for (int j = 0; j < h2; j++)
         freq[j] = pow(10000.0, -2.0 * j / hd);
 #pragma omp parallel for schedule(static) if ((long)T * h2 > 4096)
@@ -369,7 +385,6 @@ static float *rope_table(int T, int hd)
             tab[((size_t)t * h2 + j) * 2 + 1] = (float)sin(a);
         }
     }
-    free(freq);
     return tab;
 }
 
@@ -396,7 +411,6 @@ static void rope_apply(float *x, int B, int T, int nh, int hd, float dir)
             }
         }
     }
-    free(tab);
 }
 
 /* x'_j = x_j cos a - x_{j+hd/2} sin a ;  x'_{j+hd/2} = x_j sin a + x_{j+hd/2} cos a
@@ -720,7 +734,8 @@ static double xent_forward(float *losses, float *probs, const float *logits,
     return tot;
 }
 
-/* (=) dlogits = scale * (probs - onehot(targets)) */
+/* (=) dlogits = scale * (probs - onehot(targets)); dlogits may be probs
+ * itself (the model turns its probabilities into dlogits in place). */
 static void xent_backward(float *dlogits, const float *probs, const int32_t *targets,
                           float scale, int N, int V)
 {
@@ -728,9 +743,10 @@ static void xent_backward(float *dlogits, const float *probs, const int32_t *tar
     for (int i = 0; i < N; i++) {
         const float *p = probs + (size_t)i * V;
         float *dz = dlogits + (size_t)i * V;
+        float pt = p[targets[i]];
         for (int c = 0; c < V; c++)
             dz[c] = scale * p[c];
-        dz[targets[i]] = scale * (p[targets[i]] - 1.0f);
+        dz[targets[i]] = scale * (pt - 1.0f);
     }
 }
 
@@ -789,6 +805,11 @@ static const ar_backend cpu_backend = {
     .swiglu_bwd = swiglu_backward,
     .depth_attn_fwd = depth_attn_forward,
     .depth_attn_bwd = depth_attn_backward,
+    .depth_fwd_inter = cpu_depth_fwd_inter,
+    .depth_fwd_merge = cpu_depth_fwd_merge,
+    .depth_recompute = cpu_depth_recompute,
+    .depth_bwd_intra = cpu_depth_bwd_intra,
+    .depth_bwd_inter = cpu_depth_bwd_inter,
     .xent_fwd = xent_forward,
     .xent_bwd = xent_backward,
     .adamw = adamw_update,

@@ -1,0 +1,633 @@
+/* attnres bench: training and inference throughput, GFLOP/s against the
+ * sgemm ceiling, and peak memory of baseline and AttnRes variants of one
+ * config.  Each variant runs in a forked child (so its peak RSS is its own)
+ * that sends its numbers back through a pipe; the parent allocates no model
+ * and runs no compute, so the children start from a clean process. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../formats/config.h"
+#include "../formats/json.h"
+#include "../lib/bench.h"
+#include "cmds.h"
+
+static const char *usage = "attnres bench [CONFIG] [--set KEY=VALUE]... [--steps N] [--warmup N] [--repeat R] "
+                           "[--threads N] [--variants LIST] [--json]";
+
+#define MIB (1024.0 * 1024.0)
+#define AR_BENCH_MAX_VARIANTS 16
+
+/* What a child sends back. */
+typedef struct {
+    int ok;
+    ar_bench_result r;
+    double ceiling; /* sgemm GFLOP/s in the child, after the variant */
+    char msg[sizeof(ar_err)];
+} report;
+
+typedef struct {
+    const ar_bench_variant_def *def;
+    ar_config cfg; /* the config with the variant's residual */
+    report rep;
+    double train_ovh, infer_ovh; /* percent, median over paired rounds; NaN without a baseline */
+} variant_run;
+
+static int parse_int(const char *opt, const char *s, long min, int *out)
+{
+    long v;
+    if (cli_parse_long(opt, s, min, &v) != 0)
+        return -1;
+    if (v > INT_MAX) {
+        cli_error("'%s' expects an integer <= %d, got '%s'", opt, INT_MAX, s);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static void valid_names(char *buf, size_t n)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < ar_bench_n_variants && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", ar_bench_variants[i].name);
+}
+
+/* "baseline,full" -> sel[i] = 1 for the named variants. */
+static int parse_variants(const char *list, int *sel)
+{
+    char names[256];
+    valid_names(names, sizeof names);
+    memset(sel, 0, (size_t)ar_bench_n_variants * sizeof *sel);
+    const char *p = list;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        char name[64];
+        if (len == 0 || len >= sizeof name) {
+            cli_error("'--variants' expects a comma-separated list of %s, got '%s'", names, list);
+            return -1;
+        }
+        memcpy(name, p, len);
+        name[len] = 0;
+        const ar_bench_variant_def *d = ar_bench_find_variant(name);
+        if (!d) {
+            cli_error("unknown variant '%s' in '--variants' (valid: %s)", name, names);
+            return -1;
+        }
+        int i = (int)(d - ar_bench_variants);
+        if (sel[i]) {
+            cli_error("variant '%s' is named twice in '--variants'", name);
+            return -1;
+        }
+        sel[i] = 1;
+        if (!p[len])
+            return 0;
+        p += len + 1;
+    }
+}
+
+static int read_all(int fd, void *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = read(fd, (char *)buf + got, n - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    return got == n ? 0 : -1;
+}
+
+static void write_all(int fd, const void *buf, size_t n)
+{
+    size_t put = 0;
+    while (put < n) {
+        ssize_t k = write(fd, (const char *)buf + put, n - put);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return;
+        put += (size_t)k;
+    }
+}
+
+/* The child: measure, then send the report and leave without running the
+ * parent's atexit handlers or flushing its stdio buffers. */
+static void child_main(int fd, const variant_run *v, const ar_bench_opts *o)
+{
+    report rep;
+    memset(&rep, 0, sizeof rep);
+    ar_err e = {{0}};
+    if (ar_bench_variant(&v->cfg, o, &rep.r, &e) == 0) {
+        rep.ceiling = ar_bench_sgemm_gflops(AR_BENCH_CEILING_N, AR_BENCH_CEILING_REPS);
+        rep.ok = 1;
+    } else {
+        snprintf(rep.msg, sizeof rep.msg, "%s", e.msg);
+    }
+    write_all(fd, &rep, sizeof rep);
+    close(fd);
+    _exit(0);
+}
+
+static int run_variant(variant_run *v, const ar_bench_opts *o, ar_err *e)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return ar_fail(e, "cannot create a pipe: %s", strerror(errno));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return ar_fail(e, "cannot fork the process for variant '%s': %s", v->def->label, strerror(errno));
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        child_main(fds[1], v, o);
+    }
+    close(fds[1]);
+    int have = read_all(fds[0], &v->rep, sizeof v->rep) == 0;
+    close(fds[0]);
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return ar_fail(e, "waiting for variant '%s': %s", v->def->label, strerror(errno));
+    if (WIFSIGNALED(st)) {
+        int sig = WTERMSIG(st);
+        return ar_fail(e, "variant '%s' was killed by signal %d (%s)%s", v->def->label, sig, strsignal(sig),
+                       sig == SIGKILL ? ": out of memory?" : "");
+    }
+    if (!have || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        return ar_fail(e, "variant '%s' exited with status %d without a result", v->def->label,
+                       WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    if (!v->rep.ok)
+        return ar_fail(e, "variant '%s': %s", v->def->label, v->rep.msg);
+    return 0;
+}
+
+/* ---- paired timing: all variants in one child, round-robin ---- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Runs ar_bench_paired in a child; fills each run's tok/s (median and range
+ * over rounds) and overheads (median over rounds of the round's ratio to the
+ * baseline, measured seconds apart). */
+static int run_paired(variant_run *runs, int n, const variant_run *base, const ar_bench_opts *o, ar_err *e)
+{
+    size_t nd = (size_t)n * o->repeat;
+    double *buf = calloc(2 * nd + 1, sizeof *buf);
+    ar_config *cfgs = calloc((size_t)n, sizeof *cfgs);
+    if (!buf || !cfgs) {
+        free(buf), free(cfgs);
+        return ar_fail(e, "out of memory");
+    }
+    for (int i = 0; i < n; i++)
+        cfgs[i] = runs[i].cfg;
+    int fds[2];
+    if (pipe(fds) != 0) {
+        free(buf), free(cfgs);
+        return ar_fail(e, "cannot create a pipe: %s", strerror(errno));
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]), close(fds[1]), free(buf), free(cfgs);
+        return ar_fail(e, "cannot fork the timing process: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        report rep;
+        memset(&rep, 0, sizeof rep);
+        ar_err ce = {{0}};
+        rep.ok = ar_bench_paired(cfgs, n, o, buf, buf + nd, &ce) == 0;
+        if (!rep.ok)
+            snprintf(rep.msg, sizeof rep.msg, "%s", ce.msg);
+        write_all(fds[1], &rep, sizeof rep);
+        write_all(fds[1], buf, 2 * nd * sizeof *buf);
+        close(fds[1]);
+        _exit(0);
+    }
+    close(fds[1]);
+    report rep;
+    int have = read_all(fds[0], &rep, sizeof rep) == 0 && read_all(fds[0], buf, 2 * nd * sizeof *buf) == 0;
+    close(fds[0]);
+    free(cfgs);
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) {
+            free(buf);
+            return ar_fail(e, "waiting for the timing process: %s", strerror(errno));
+        }
+    if (WIFSIGNALED(st)) {
+        int sig = WTERMSIG(st);
+        free(buf);
+        return ar_fail(e, "the timing process (all variants at once) was killed by signal %d (%s)%s", sig,
+                       strsignal(sig), sig == SIGKILL ? ": out of memory? try fewer --variants" : "");
+    }
+    if (!have || !rep.ok) {
+        free(buf);
+        return ar_fail(e, "timing: %s", have ? rep.msg : "the timing process exited without a result");
+    }
+    int R = o->repeat, bi = base ? (int)(base - runs) : -1;
+    double *tmp = malloc((size_t)R * sizeof *tmp);
+    for (int i = 0; i < n; i++) {
+        ar_bench_result *r = &runs[i].rep.r;
+        for (int pass = 0; pass < 2; pass++) {
+            const double *v = buf + (size_t)pass * nd + (size_t)i * R;
+            double lo = v[0], hi = v[0];
+            for (int k = 0; k < R; k++) {
+                tmp[k] = v[k];
+                lo = v[k] < lo ? v[k] : lo;
+                hi = v[k] > hi ? v[k] : hi;
+            }
+            double med = median(tmp, R), ovh = NAN;
+            if (bi >= 0) {
+                const double *b = buf + (size_t)pass * nd + (size_t)bi * R;
+                for (int k = 0; k < R; k++)
+                    tmp[k] = 100.0 * (1.0 - v[k] / b[k]);
+                ovh = median(tmp, R);
+            }
+            if (pass == 0) {
+                r->train_tok_per_s = med, r->train_tok_per_s_min = lo, r->train_tok_per_s_max = hi;
+                r->train_step_ms = 1e3 * (double)r->batch * r->seq_len / med;
+                r->gflops = med * r->flops_per_token / 1e9;
+                runs[i].train_ovh = ovh;
+            } else {
+                r->infer_tok_per_s = med, r->infer_tok_per_s_min = lo, r->infer_tok_per_s_max = hi;
+                runs[i].infer_ovh = ovh;
+            }
+        }
+    }
+    free(tmp);
+    free(buf);
+    return 0;
+}
+
+/* ---- derived numbers ---- */
+
+typedef struct {
+    double train_ovh, infer_ovh;   /* percent; NaN without a baseline */
+    double extra, pred, ratio;     /* bytes; ratio NaN where undefined */
+    double ceil_pct;
+} derived;
+
+static derived derive(const variant_run *v, const variant_run *base)
+{
+    const ar_bench_result *r = &v->rep.r;
+    derived d = {NAN, NAN, NAN, 0, NAN, NAN};
+    d.pred = 4.0 * ar_bench_predicted_extra_floats(&v->cfg.model, r->batch);
+    if (v->rep.ceiling > 0)
+        d.ceil_pct = 100.0 * r->gflops / v->rep.ceiling;
+    if (base) {
+        const ar_bench_result *b = &base->rep.r;
+        d.train_ovh = v->train_ovh;
+        d.infer_ovh = v->infer_ovh;
+        if (r->peak_rss_bytes >= 0 && b->peak_rss_bytes >= 0)
+            d.extra = (double)(r->peak_rss_bytes - b->peak_rss_bytes);
+        if (isfinite(d.extra) && d.pred > 0)
+            d.ratio = d.extra / d.pred;
+    }
+    return d;
+}
+
+static void json_num_or_null(ar_jw *w, const char *key, double x)
+{
+    ar_jw_key(w, key);
+    if (isfinite(x))
+        ar_jw_num(w, x);
+    else
+        ar_jw_null(w);
+}
+
+static void print_json(const char *config, const ar_config *cfg, const ar_bench_opts *o, variant_run *runs,
+                       int n, const variant_run *base, double ceil_max)
+{
+    const char *ct = getenv("OPENBLAS_CORETYPE");
+    const ar_model_cfg *m = &cfg->model;
+    ar_jw w;
+    ar_jw_init(&w);
+    ar_jw_obj_begin(&w);
+    ar_jw_key(&w, "config");
+    ar_jw_obj_begin(&w);
+    ar_jw_key(&w, "file");
+    if (config)
+        ar_jw_str(&w, config);
+    else
+        ar_jw_null(&w);
+    ar_jw_key(&w, "d_model");
+    ar_jw_int(&w, m->d_model);
+    ar_jw_key(&w, "n_layer");
+    ar_jw_int(&w, m->n_layer);
+    ar_jw_key(&w, "n_head");
+    ar_jw_int(&w, m->n_head);
+    ar_jw_key(&w, "d_ff");
+    ar_jw_int(&w, m->d_ff);
+    ar_jw_key(&w, "seq_len");
+    ar_jw_int(&w, m->seq_len);
+    ar_jw_key(&w, "batch_size");
+    ar_jw_int(&w, cfg->train.batch_size);
+    ar_jw_key(&w, "vocab");
+    ar_jw_int(&w, m->vocab);
+    ar_jw_key(&w, "sublayers");
+    ar_jw_int(&w, ar_cfg_sublayers(m));
+    ar_jw_obj_end(&w);
+    ar_jw_key(&w, "threads");
+    ar_jw_int(&w, runs[0].rep.r.threads);
+    ar_jw_key(&w, "openblas_coretype");
+    if (ct)
+        ar_jw_str(&w, ct);
+    else
+        ar_jw_null(&w);
+    ar_jw_key(&w, "steps");
+    ar_jw_int(&w, o->steps);
+    ar_jw_key(&w, "warmup");
+    ar_jw_int(&w, o->warmup);
+    ar_jw_key(&w, "repeat");
+    ar_jw_int(&w, o->repeat);
+    ar_jw_key(&w, "ceiling_gflops");
+    ar_jw_num(&w, ceil_max);
+    ar_jw_key(&w, "results");
+    ar_jw_arr_begin(&w);
+    for (int i = 0; i < n; i++) {
+        const variant_run *v = &runs[i];
+        const ar_bench_result *r = &v->rep.r;
+        derived d = derive(v, base);
+        ar_jw_obj_begin(&w);
+        ar_jw_key(&w, "variant");
+        ar_jw_str(&w, v->def->label);
+        ar_jw_key(&w, "name");
+        ar_jw_str(&w, v->def->name);
+        ar_jw_key(&w, "kind");
+        ar_jw_str(&w, ar_res_kind_name(v->cfg.model.residual.kind));
+        ar_jw_key(&w, "block_size");
+        if (v->cfg.model.residual.kind == AR_RES_BASELINE)
+            ar_jw_null(&w);
+        else
+            ar_jw_int(&w, ar_cfg_block_size(&v->cfg.model));
+        ar_jw_key(&w, "num_blocks");
+        ar_jw_int(&w, ar_bench_num_blocks_effective(&v->cfg.model));
+        ar_jw_key(&w, "params");
+        ar_jw_int(&w, r->params);
+        ar_jw_key(&w, "nonembed_params");
+        ar_jw_int(&w, r->nonembed_params);
+        ar_jw_key(&w, "flops_per_token");
+        ar_jw_num(&w, r->flops_per_token);
+        ar_jw_key(&w, "train_tok_per_s");
+        ar_jw_num(&w, r->train_tok_per_s);
+        ar_jw_key(&w, "train_tok_per_s_min");
+        ar_jw_num(&w, r->train_tok_per_s_min);
+        ar_jw_key(&w, "train_tok_per_s_max");
+        ar_jw_num(&w, r->train_tok_per_s_max);
+        ar_jw_key(&w, "train_step_ms");
+        ar_jw_num(&w, r->train_step_ms);
+        ar_jw_key(&w, "infer_tok_per_s");
+        ar_jw_num(&w, r->infer_tok_per_s);
+        ar_jw_key(&w, "infer_tok_per_s_min");
+        ar_jw_num(&w, r->infer_tok_per_s_min);
+        ar_jw_key(&w, "infer_tok_per_s_max");
+        ar_jw_num(&w, r->infer_tok_per_s_max);
+        ar_jw_key(&w, "gflops");
+        ar_jw_num(&w, r->gflops);
+        ar_jw_key(&w, "ceiling_gflops");
+        ar_jw_num(&w, v->rep.ceiling);
+        json_num_or_null(&w, "ceiling_percent", d.ceil_pct);
+        json_num_or_null(&w, "train_overhead", d.train_ovh);
+        json_num_or_null(&w, "infer_overhead", d.infer_ovh);
+        ar_jw_key(&w, "peak_rss_bytes");
+        if (r->peak_rss_bytes >= 0)
+            ar_jw_int(&w, r->peak_rss_bytes);
+        else
+            ar_jw_null(&w);
+        ar_jw_key(&w, "extra_rss_bytes");
+        if (isfinite(d.extra))
+            ar_jw_int(&w, (long long)d.extra);
+        else
+            ar_jw_null(&w);
+        ar_jw_key(&w, "predicted_extra_bytes");
+        ar_jw_int(&w, (long long)d.pred);
+        json_num_or_null(&w, "extra_ratio", d.ratio);
+        json_num_or_null(&w, "loss", r->loss);
+        ar_jw_obj_end(&w);
+    }
+    ar_jw_arr_end(&w);
+    ar_jw_obj_end(&w);
+    printf("%s\n", w.s);
+    ar_jw_free(&w);
+}
+
+static void fmt_pct(char *buf, size_t n, double x)
+{
+    if (isfinite(x))
+        snprintf(buf, n, "%.1f%%", x);
+    else
+        snprintf(buf, n, "-");
+}
+
+static void fmt_mib(char *buf, size_t n, double bytes)
+{
+    if (isfinite(bytes))
+        snprintf(buf, n, "%.1f", bytes / MIB);
+    else
+        snprintf(buf, n, "-");
+}
+
+static void print_table(const char *config, const ar_config *cfg, const ar_bench_opts *o, variant_run *runs,
+                        int n, const variant_run *base, double ceil_min, double ceil_max)
+{
+    const char *ct = getenv("OPENBLAS_CORETYPE");
+    const ar_model_cfg *m = &cfg->model;
+    int L = ar_cfg_sublayers(m);
+    printf("threads %d, OPENBLAS_CORETYPE=%s, sgemm ceiling %.1f GFLOP/s (%d^3, best of %d; %.1f..%.1f over "
+           "the variants' processes)\n",
+           runs[0].rep.r.threads, ct ? ct : "(unset)", ceil_max, AR_BENCH_CEILING_N, AR_BENCH_CEILING_REPS,
+           ceil_min, ceil_max);
+    printf("config %s: d_model %d, n_layer %d (L = %d), n_head %d, d_ff %d, T %d, batch %d, vocab %d\n",
+           config ? config : "(built-in default)", m->d_model, m->n_layer, L, m->n_head, m->d_ff, m->seq_len,
+           cfg->train.batch_size, m->vocab);
+    printf("all variants in one process, timed round-robin: median of %d round%s of %d step%s each, after %d "
+           "warm-up step%s\n\n",
+           o->repeat, o->repeat == 1 ? "" : "s", o->steps, o->steps == 1 ? "" : "s", o->warmup,
+           o->warmup == 1 ? "" : "s");
+    printf("%-10s %11s %19s %8s %6s %8s %11s %8s %9s %9s %9s %9s\n", "variant", "train tok/s", "min..max",
+           "GFLOP/s", "%ceil", "overhead", "infer tok/s", "overhead", "peak MiB", "extra MiB", "pred MiB",
+           "meas/pred");
+    for (int i = 0; i < n; i++) {
+        const variant_run *v = &runs[i];
+        const ar_bench_result *r = &v->rep.r;
+        derived d = derive(v, base);
+        char range[48], cp[16], to[16], io[16], peak[24], extra[24], pred[24], ratio[24];
+        snprintf(range, sizeof range, "%.0f..%.0f", r->train_tok_per_s_min, r->train_tok_per_s_max);
+        fmt_pct(cp, sizeof cp, d.ceil_pct);
+        fmt_pct(to, sizeof to, d.train_ovh);
+        fmt_pct(io, sizeof io, d.infer_ovh);
+        fmt_mib(peak, sizeof peak, r->peak_rss_bytes >= 0 ? (double)r->peak_rss_bytes : NAN);
+        fmt_mib(extra, sizeof extra, d.extra);
+        fmt_mib(pred, sizeof pred, d.pred);
+        if (isfinite(d.ratio))
+            snprintf(ratio, sizeof ratio, "%.2f", d.ratio);
+        else
+            snprintf(ratio, sizeof ratio, "-");
+        printf("%-10s %11.0f %19s %8.1f %6s %8s %11.0f %8s %9s %9s %9s %9s\n", v->def->label, r->train_tok_per_s,
+               range, r->gflops, cp, to, r->infer_tok_per_s, io, peak, extra, pred, ratio);
+    }
+    printf("\noverhead = median over rounds of 100*(1 - tok/s / baseline tok/s of the same round);\n"
+           "%%ceil against the sgemm ceiling measured in the variant's own process; peak MiB in that process;\n"
+           "pred MiB = ceil(L/S)*B*T*d floats of stored block summaries (full: S = 1)\n");
+    for (int i = 0; i < n; i++) {
+        const ar_bench_variant_def *d = runs[i].def;
+        const ar_residual_cfg *rc = &runs[i].cfg.model.residual;
+        if ((d->num_blocks && rc->num_blocks != d->num_blocks) || (d->block_size && rc->block_size != d->block_size))
+            printf("note: the model has only L = %d sublayers, so '%s' runs with %s = %d\n", L, d->label,
+                   d->num_blocks ? "N" : "S", d->num_blocks ? rc->num_blocks : rc->block_size);
+    }
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    const char *config = NULL, *variants = NULL;
+    int json = 0, threads = -1;
+    ar_bench_opts o = {.be = NULL, .threads = 0, .steps = 5, .warmup = 2, .repeat = 3};
+    const char **sets = calloc((size_t)argc, sizeof *sets);
+    int nsets = 0, rc = AR_EXIT_USAGE;
+    variant_run *runs = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int takes = !strcmp(a, "--set") || !strcmp(a, "--steps") || !strcmp(a, "--warmup") ||
+                    !strcmp(a, "--repeat") || !strcmp(a, "--threads") || !strcmp(a, "--variants");
+        if (takes && i + 1 >= argc) {
+            cli_usage_error(usage, "'%s' needs a value", a);
+            goto out;
+        }
+        if (!strcmp(a, "--set"))
+            sets[nsets++] = argv[++i];
+        else if (!strncmp(a, "--set=", 6))
+            sets[nsets++] = a + 6;
+        else if (!strcmp(a, "--steps")) {
+            if (parse_int(a, argv[++i], 1, &o.steps) != 0)
+                goto out;
+        } else if (!strcmp(a, "--warmup")) {
+            if (parse_int(a, argv[++i], 0, &o.warmup) != 0)
+                goto out;
+        } else if (!strcmp(a, "--repeat")) {
+            if (parse_int(a, argv[++i], 1, &o.repeat) != 0)
+                goto out;
+        } else if (!strcmp(a, "--threads")) {
+            if (parse_int(a, argv[++i], 0, &threads) != 0)
+                goto out;
+        } else if (!strcmp(a, "--variants"))
+            variants = argv[++i];
+        else if (!strcmp(a, "--json"))
+            json = 1;
+        else if (a[0] == '-' && a[1]) {
+            cli_usage_error(usage, "unknown option '%s'", a);
+            goto out;
+        } else if (!config)
+            config = a;
+        else {
+            cli_usage_error(usage, "unexpected argument '%s'", a);
+            goto out;
+        }
+    }
+    int sel[AR_BENCH_MAX_VARIANTS];
+    for (int i = 0; i < ar_bench_n_variants; i++)
+        sel[i] = 1;
+    if (variants && parse_variants(variants, sel) != 0)
+        goto out;
+
+    rc = AR_EXIT_FAIL;
+    ar_err e = {{0}};
+    ar_config cfg;
+    ar_config_defaults(&cfg);
+    if (config && ar_config_load(&cfg, config, &e) != 0)
+        goto fail;
+    for (int i = 0; i < nsets; i++)
+        if (ar_config_set(&cfg, sets[i], &e) != 0)
+            goto fail;
+    if (threads >= 0)
+        cfg.train.threads = threads;
+    o.threads = cfg.train.threads;
+
+    /* Validate every variant's config here, before any child runs (the
+     * config's own residual is replaced, so it need not be valid). */
+    runs = calloc((size_t)ar_bench_n_variants, sizeof *runs);
+    int n = 0;
+    const variant_run *base = NULL;
+    for (int i = 0; i < ar_bench_n_variants; i++) {
+        if (!sel[i])
+            continue;
+        variant_run *v = &runs[n++];
+        memset(v, 0, sizeof *v);
+        v->def = &ar_bench_variants[i];
+        v->cfg = cfg;
+        ar_bench_apply_variant(&v->cfg, v->def);
+        if (ar_config_validate(&v->cfg, &e) != 0)
+            goto fail;
+        if (v->def->kind == AR_RES_BASELINE)
+            base = v;
+    }
+
+    int tty = isatty(STDERR_FILENO);
+    double ceil_min = INFINITY, ceil_max = 0;
+    for (int i = 0; i < n; i++) {
+        if (tty) {
+            fprintf(stderr, "\r\033[Kmeasuring '%s' (%d/%d)...", runs[i].def->label, i + 1, n);
+            fflush(stderr);
+        }
+        /* memory only: peak RSS is reached by one training step and one
+         * forward; the timing is done below with all variants paired */
+        ar_bench_opts mem = o;
+        mem.steps = mem.repeat = mem.warmup = 1;
+        int r = run_variant(&runs[i], &mem, &e);
+        if (tty) {
+            fprintf(stderr, "\r\033[K");
+            fflush(stderr);
+        }
+        if (r != 0)
+            goto fail;
+        double c = runs[i].rep.ceiling;
+        ceil_min = c < ceil_min ? c : ceil_min;
+        ceil_max = c > ceil_max ? c : ceil_max;
+    }
+    if (tty) {
+        fprintf(stderr, "\r\033[Ktiming all %d variants round-robin...", n);
+        fflush(stderr);
+    }
+    int pr = run_paired(runs, n, base, &o, &e);
+    if (tty) {
+        fprintf(stderr, "\r\033[K");
+        fflush(stderr);
+    }
+    if (pr != 0)
+        goto fail;
+    if (json)
+        print_json(config, &cfg, &o, runs, n, base, ceil_max);
+    else
+        print_table(config, &cfg, &o, runs, n, base, ceil_min, ceil_max);
+    rc = AR_EXIT_OK;
+    goto out;
+fail:
+    cli_error("%s", e.msg);
+out:
+    free(runs);
+    free(sets);
+    return rc;
+}

@@ -1,0 +1,217 @@
+/* attnres sweep: parse the command line, load the grid, call
+ * ar_sweep_run_all, show what happens. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../formats/sweep.h"
+#include "../lib/sweep.h"
+#include "cmds.h"
+
+static const char *usage = "attnres sweep [CONFIG] [--set KEY=VALUE]... [--out DIR] [--jobs J] [--dry-run]";
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    if (interrupted)
+        _exit(130);
+    interrupted = 1;
+}
+
+typedef struct {
+    const ar_sweep *s;
+    int tty;    /* live progress line (one job, stdout a terminal) */
+    int live;   /* a live line is showing */
+} view;
+
+static int run_index(const ar_sweep *s, const ar_sweep_run *r)
+{
+    return (int)(r - s->runs) + 1;
+}
+
+static void end_live(view *v)
+{
+    if (v->live) {
+        fputc('\n', stdout);
+        v->live = 0;
+    }
+}
+
+static void on_event(const ar_sweep_run *r, ar_sweep_event ev, const char *detail, void *ud)
+{
+    view *v = ud;
+    end_live(v);
+    int i = run_index(v->s, r), n = v->s->nruns;
+    switch (ev) {
+    case AR_SWEEP_SKIPPED: printf("[%d/%d] %s: already finished (%s), reused\n", i, n, r->name, detail); break;
+    case AR_SWEEP_STARTED:
+        printf("[%d/%d] %s: training %ld steps (%ld tokens)\n", i, n, r->name, r->cfg.train.steps, r->tokens);
+        break;
+    case AR_SWEEP_RESUMED:
+        printf("[%d/%d] %s: resuming from %s of %ld\n", i, n, r->name, detail, r->cfg.train.steps);
+        break;
+    case AR_SWEEP_FINISHED: printf("[%d/%d] %s: done, %s\n", i, n, r->name, detail); break;
+    case AR_SWEEP_INTERRUPTED: printf("[%d/%d] %s: interrupted, checkpoint saved\n", i, n, r->name); break;
+    case AR_SWEEP_FAILED: printf("[%d/%d] %s: failed\n", i, n, r->name); break;
+    }
+    fflush(stdout);
+}
+
+/* With one job on a terminal: one live line.  Otherwise a line per
+ * evaluation, so that concurrent runs stay readable. */
+static void on_progress(const ar_sweep_run *r, const ar_progress *p, void *ud)
+{
+    view *v = ud;
+    char val[32];
+    if (isfinite(p->val_loss))
+        snprintf(val, sizeof val, "%.4f", p->val_loss);
+    else
+        snprintf(val, sizeof val, "-");
+    if (v->tty) {
+        printf("\r\033[K%s: step %ld/%ld | loss %.4f | val %s | %.0f tok/s | ETA %.0f s", r->name, p->step,
+               p->steps, p->loss, val, p->tok_per_s, p->eta_s);
+        v->live = 1;
+    } else if (p->is_eval) {
+        printf("%s: step %ld/%ld loss %.4f val %s tok/s %.0f\n", r->name, p->step, p->steps, p->loss, val,
+               p->tok_per_s);
+    }
+    fflush(stdout);
+}
+
+/* runs/<config stem>, the same on every invocation so that a rerun finds
+ * its runs. */
+static void default_out(const char *config, char *out, size_t n)
+{
+    char stem[256] = "scaling";
+    if (config) {
+        const char *b = strrchr(config, '/');
+        b = b ? b + 1 : config;
+        snprintf(stem, sizeof stem, "%.200s", b);
+        char *dot = strrchr(stem, '.');
+        if (dot && dot != stem)
+            *dot = 0;
+    }
+    snprintf(out, n, "runs/%s", stem);
+}
+
+static void print_plan(const ar_sweep *s, const char *out, int jobs)
+{
+    printf("sweep of %d runs (%d sizes x %d variants) into '%s', %d at a time\n", s->nruns, s->nsizes,
+           s->nvariants, out, jobs);
+    printf("%-24s %6s %3s %9s %8s %11s %11s %10s\n", "run", "d", "n", "N", "steps", "tokens", "FLOPs",
+           "PF-days");
+    double total = 0;
+    for (int i = 0; i < s->nruns; i++) {
+        const ar_sweep_run *r = &s->runs[i];
+        ar_sweep_compute c;
+        ar_err e;
+        if (ar_sweep_compute_of(r, &c, &e) != 0)
+            continue;
+        total += c.flops;
+        printf("%-24s %6d %3d %9ld %8ld %11ld %11.3e %10.3e\n", r->name, r->cfg.model.d_model, r->cfg.model.n_layer,
+               c.nonembed_params, r->cfg.train.steps, r->tokens, c.flops, c.pflops_days);
+    }
+    printf("total %.3e FLOPs (%.3e PFLOP/s-days)\n", total, total / (1e15 * 86400));
+    fflush(stdout);
+}
+
+int cmd_sweep(int argc, char **argv)
+{
+    const char *config = NULL, *out = NULL;
+    long jobs = 1;
+    int dry = 0;
+    const char **sets = calloc((size_t)argc, sizeof *sets);
+    int nsets = 0, rc = AR_EXIT_FAIL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if ((!strcmp(a, "--set") || !strcmp(a, "--out") || !strcmp(a, "--jobs")) && i + 1 >= argc) {
+            free(sets);
+            return cli_usage_error(usage, "'%s' needs a value", a);
+        }
+        if (!strcmp(a, "--set"))
+            sets[nsets++] = argv[++i];
+        else if (!strncmp(a, "--set=", 6))
+            sets[nsets++] = a + 6;
+        else if (!strcmp(a, "--out"))
+            out = argv[++i];
+        else if (!strcmp(a, "--jobs")) {
+            if (cli_parse_long("--jobs", argv[++i], 1, &jobs) != 0) {
+                free(sets);
+                fprintf(stderr, "usage: %s\n", usage);
+                return AR_EXIT_USAGE;
+            }
+        } else if (!strcmp(a, "--dry-run"))
+            dry = 1;
+        else if (a[0] == '-' && a[1]) {
+            free(sets);
+            return cli_usage_error(usage, "unknown option '%s'", a);
+        } else if (!config)
+            config = a;
+        else {
+            free(sets);
+            return cli_usage_error(usage, "unexpected argument '%s'", a);
+        }
+    }
+    ar_sweep s;
+    ar_err e = {{0}};
+    int loaded = config ? ar_sweep_load(&s, config, sets, nsets, &e)
+                        : ar_sweep_parse(&s, ar_sweep_builtin_yaml, strlen(ar_sweep_builtin_yaml),
+                                         AR_SWEEP_BUILTIN_NAME, NULL, sets, nsets, &e);
+    free(sets);
+    if (loaded != 0) {
+        cli_error("%s", e.msg);
+        return AR_EXIT_FAIL;
+    }
+    /* Missing data fails now, not after the first run's setup. */
+    for (int i = 0; i < s.nruns; i++) {
+        const char *train = s.runs[i].cfg.data.train;
+        if (access(train, R_OK) == 0)
+            continue;
+        if (strcmp(train, AR_DEFAULT_CORPUS) == 0)
+            cli_error("training data '%s' not found: run 'tools/get-data.sh' to install the King James Bible "
+                      "corpus there, or choose a file with --set data.train=FILE",
+                      AR_DEFAULT_CORPUS);
+        else
+            cli_error("training data '%s' of run '%s' not found", train, s.runs[i].name);
+        ar_sweep_free(&s);
+        return AR_EXIT_FAIL;
+    }
+    char outbuf[AR_PATH_MAX];
+    if (!out) {
+        default_out(config, outbuf, sizeof outbuf);
+        out = outbuf;
+    }
+    print_plan(&s, out, (int)jobs);
+    if (dry) {
+        ar_sweep_free(&s);
+        return AR_EXIT_OK;
+    }
+    signal(SIGINT, on_sigint);
+    signal(SIGTERM, on_sigint);
+    view v = {.s = &s, .tty = jobs == 1 && isatty(STDOUT_FILENO)};
+    ar_sweep_opts o = {.out_dir = out, .jobs = (int)jobs, .event = on_event, .progress = on_progress, .ud = &v,
+                       .interrupt = &interrupted};
+    ar_sweep_result res;
+    int st = ar_sweep_run_all(&s, &o, &res, &e);
+    end_live(&v);
+    if (st != 0) {
+        cli_error("%s", e.msg);
+    } else if (res.interrupted) {
+        printf("interrupted: %d of %d runs finished, the others keep their checkpoints; run the same "
+               "command again to continue\n",
+               res.finished, s.nruns);
+        rc = 130;
+    } else {
+        printf("sweep done: %d runs (%d reused, %d trained); results in '%s/results.csv'\n"
+               "fit the scaling laws with: attnres fit-scaling %s --out %s/scaling.png\n",
+               res.finished, res.skipped, res.trained, out, out, out);
+        rc = AR_EXIT_OK;
+    }
+    ar_sweep_free(&s);
+    return rc;
+}

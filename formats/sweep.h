@@ -1,0 +1,38 @@
+/* Sweep files: the YAML grid of `attnres sweep` (attnres-sweep(1)).
+ *
+ *   base:            # an attnres config (attnres-config(5)), inline, or
+ *     model: ...     # the path of one (relative to the sweep file)
+ *   sizes:           # one mapping per model size
+ *     - {name: xs, d_model: 64, n_layer: 2, n_head: 2, d_ff: 176, lr: 4.0e-3, tokens: 1048576}
+ *   variants:        # residual kinds, or mappings {name, kind, block_size | num_blocks}
+ *     - baseline
+ *     - {kind: block, block_size: 4}
+ *
+ * Every value goes through the key table of formats/config.c, so a bad one is
+ * reported as "FILE:LINE:COL: 'model.d_model' expects a positive integer,
+ * got 'abc'", and a grid point that fails the cross-field checks as
+ * "FILE: size 'xs', variant 'block': <the check's message>". */
+#ifndef AR_FORMATS_SWEEP_H
+#define AR_FORMATS_SWEEP_H
+
+#include <stddef.h>
+
+#include "../lib/error.h"
+#include "../lib/sweep.h"
+
+/* Parses a sweep document.  name is used in messages; base_dir resolves a
+ * relative `base:` path (NULL: the working directory).  sets are
+ * "KEY=VALUE" overrides of the base config (ar_config_set), applied after
+ * base: and before each size's and variant's own keys. */
+int ar_sweep_parse(ar_sweep *s, const char *text, size_t len, const char *name, const char *base_dir,
+                   const char *const *sets, int nsets, ar_err *e);
+
+/* Reads a sweep file (relative base: paths are taken from its directory). */
+int ar_sweep_load(ar_sweep *s, const char *path, const char *const *sets, int nsets, ar_err *e);
+
+/* The built-in grid, used by `attnres sweep` without a CONFIG: the text of
+ * configs/scaling.yaml (a test keeps the two equal). */
+extern const char ar_sweep_builtin_yaml[];
+#define AR_SWEEP_BUILTIN_NAME "<built-in scaling grid>"
+
+#endif

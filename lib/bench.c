@@ -1,0 +1,278 @@
+#include "bench.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "model.h"
+#include "optim.h"
+
+const ar_bench_variant_def ar_bench_variants[] = {
+    {"baseline", "baseline", AR_RES_BASELINE, 0, 0},
+    {"block8", "block N=8", AR_RES_BLOCK, 8, 0},
+    {"block4", "block S=4", AR_RES_BLOCK, 0, 4},
+    {"full", "full", AR_RES_FULL, 0, 0},
+};
+const int ar_bench_n_variants = (int)(sizeof ar_bench_variants / sizeof *ar_bench_variants);
+
+const ar_bench_variant_def *ar_bench_find_variant(const char *name)
+{
+    for (int i = 0; i < ar_bench_n_variants; i++)
+        if (strcmp(ar_bench_variants[i].name, name) == 0)
+            return &ar_bench_variants[i];
+    return NULL;
+}
+
+void ar_bench_apply_variant(ar_config *c, const ar_bench_variant_def *v)
+{
+    int L = ar_cfg_sublayers(&c->model);
+    ar_residual_cfg *r = &c->model.residual;
+    memset(r, 0, sizeof *r);
+    r->kind = v->kind;
+    if (v->kind == AR_RES_BLOCK) {
+        r->num_blocks = v->num_blocks > L ? L : v->num_blocks;
+        r->block_size = v->block_size > L ? L : v->block_size;
+    }
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median, min and max of n values (sorts v). */
+static void summarize(double *v, int n, double *med, double *lo, double *hi)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    *med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    *lo = v[0];
+    *hi = v[n - 1];
+}
+
+typedef struct {
+    ar_model *m;
+    ar_adamw *opt;
+    const ar_train_cfg *tc;
+    const int32_t *in, *tg;
+    int B;
+    double loss;
+} bench_ctx;
+
+static void train_step(bench_ctx *c)
+{
+    ar_model_zero_grad(c->m);
+    c->loss = ar_model_forward(c->m, c->in, c->tg, c->B, NULL);
+    ar_model_backward(c->m, 1.0f / (float)(c->B * c->m->T));
+    ar_adamw_step(c->opt, c->m, c->tc, c->tc->lr, ar_grad_norm(c->m));
+}
+
+static void bench_tokens(int32_t *in, int32_t *tg, size_t N, int V, uint64_t seed);
+
+static void infer_step(bench_ctx *c)
+{
+    ar_model_forward(c->m, c->in, NULL, c->B, NULL);
+}
+
+/* warmup untimed calls, then `repeat` timed runs of `steps` calls; tok/s of
+ * each run in tps[]. */
+static void time_runs(bench_ctx *c, void (*step)(bench_ctx *), const ar_bench_opts *o, double *tps)
+{
+    const ar_backend *be = c->m->be;
+    double tokens = (double)c->B * c->m->T * o->steps;
+    for (int s = 0; s < o->warmup; s++)
+        step(c);
+    be->sync();
+    for (int r = 0; r < o->repeat; r++) {
+        double t0 = now_s();
+        for (int s = 0; s < o->steps; s++)
+            step(c);
+        be->sync();
+        double dt = now_s() - t0;
+        tps[r] = tokens / (dt > 1e-9 ? dt : 1e-9);
+    }
+}
+
+int ar_bench_variant(const ar_config *cfg, const ar_bench_opts *o, ar_bench_result *r, ar_err *e)
+{
+    memset(r, 0, sizeof *r);
+    if (o->steps < 1 || o->repeat < 1 || o->warmup < 0)
+        return ar_fail(e, "bench needs steps >= 1, repeat >= 1 and warmup >= 0 (got %d, %d, %d)", o->steps,
+                       o->repeat, o->warmup);
+    const ar_backend *be = o->be ? o->be : ar_backend_cpu();
+    if (o->threads >= 0)
+        be->set_threads(o->threads);
+    int B = cfg->train.batch_size, T = cfg->model.seq_len, V = cfg->model.vocab;
+    ar_model *m;
+    if (ar_model_create(&m, &cfg->model, be, B, e) != 0)
+        return -1;
+    ar_model_init(m, cfg->train.seed);
+    ar_adamw opt;
+    ar_adamw_init(&opt, m);
+    size_t N = (size_t)B * T;
+    int32_t *in = ar_xmalloc(N * sizeof *in), *tg = ar_xmalloc(N * sizeof *tg);
+    /* Fixed pseudo-random ids, so every variant sees the same batch. */
+    bench_tokens(in, tg, N, V, cfg->train.seed);
+    double *tps = ar_xmalloc((size_t)o->repeat * sizeof *tps);
+    bench_ctx c = {.m = m, .opt = &opt, .tc = &cfg->train, .in = in, .tg = tg, .B = B};
+
+    r->batch = B;
+    r->seq_len = T;
+    r->threads = omp_get_max_threads();
+    for (int i = 0; i < m->pt.n; i++)
+        r->params += (long)m->pt.p[i].numel;
+    r->nonembed_params = ar_model_nonembed_params(m);
+    r->flops_per_token = ar_model_flops_per_token(m);
+
+    time_runs(&c, train_step, o, tps);
+    summarize(tps, o->repeat, &r->train_tok_per_s, &r->train_tok_per_s_min, &r->train_tok_per_s_max);
+    r->train_step_ms = 1e3 * (double)N / r->train_tok_per_s;
+    r->gflops = r->train_tok_per_s * r->flops_per_token / 1e9;
+    r->loss = c.loss;
+
+    time_runs(&c, infer_step, o, tps);
+    summarize(tps, o->repeat, &r->infer_tok_per_s, &r->infer_tok_per_s_min, &r->infer_tok_per_s_max);
+
+    r->peak_rss_bytes = ar_bench_peak_rss();
+    free(tps);
+    free(in);
+    free(tg);
+    ar_adamw_free(&opt);
+    ar_model_free(m);
+    return 0;
+}
+
+/* Fills in[] and tg[] with the fixed pseudo-random ids of ar_bench_variant. */
+static void bench_tokens(int32_t *in, int32_t *tg, size_t N, int V, uint64_t seed)
+{
+    uint64_t x = 0x9E3779B97F4A7C15ull ^ seed;
+    for (size_t i = 0; i < N; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        in[i] = (int32_t)(x % (uint64_t)V);
+        tg[i] = (int32_t)((x >> 32) % (uint64_t)V);
+    }
+}
+
+int ar_bench_paired(const ar_config *cfgs, int nv, const ar_bench_opts *o, double *train,
+                    double *infer, ar_err *e)
+{
+    if (o->steps < 1 || o->repeat < 1 || o->warmup < 0)
+        return ar_fail(e, "bench needs steps >= 1, repeat >= 1 and warmup >= 0 (got %d, %d, %d)", o->steps,
+                       o->repeat, o->warmup);
+    const ar_backend *be = o->be ? o->be : ar_backend_cpu();
+    if (o->threads >= 0)
+        be->set_threads(o->threads);
+    bench_ctx *c = ar_xcalloc((size_t)nv, sizeof *c);
+    ar_adamw *opt = ar_xcalloc((size_t)nv, sizeof *opt);
+    int rc = 0, made = 0;
+    for (; made < nv; made++) {
+        const ar_config *cf = &cfgs[made];
+        int B = cf->train.batch_size;
+        size_t N = (size_t)B * cf->model.seq_len;
+        if (ar_model_create(&c[made].m, &cf->model, be, B, e) != 0) {
+            rc = -1;
+            break;
+        }
+        ar_model_init(c[made].m, cf->train.seed);
+        ar_adamw_init(&opt[made], c[made].m);
+        int32_t *in = ar_xmalloc(N * sizeof *in), *tg = ar_xmalloc(N * sizeof *tg);
+        bench_tokens(in, tg, N, cf->model.vocab, cf->train.seed);
+        c[made] = (bench_ctx){.m = c[made].m, .opt = &opt[made], .tc = &cf->train, .in = in, .tg = tg, .B = B};
+    }
+    for (int pass = 0; pass < 2 && rc == 0; pass++) {
+        void (*step)(bench_ctx *) = pass == 0 ? train_step : infer_step;
+        double *out = pass == 0 ? train : infer;
+        for (int v = 0; v < nv; v++)
+            for (int s = 0; s < o->warmup; s++)
+                step(&c[v]);
+        for (int r = 0; r < o->repeat; r++)
+            for (int v = 0; v < nv; v++) {
+                double tokens = (double)c[v].B * c[v].m->T * o->steps;
+                be->sync();
+                double t0 = now_s();
+                for (int s = 0; s < o->steps; s++)
+                    step(&c[v]);
+                be->sync();
+                double dt = now_s() - t0;
+                out[(size_t)v * o->repeat + r] = tokens / (dt > 1e-9 ? dt : 1e-9);
+            }
+    }
+    for (int v = 0; v < made; v++) {
+        free((void *)c[v].in);
+        free((void *)c[v].tg);
+        ar_adamw_free(&opt[v]);
+        ar_model_free(c[v].m);
+    }
+    free(c);
+    free(opt);
+    return rc;
+}
+
+double ar_bench_sgemm_gflops(int n, int reps)
+{
+    size_t nn = (size_t)n * n;
+    float *a = ar_xmalloc(nn * sizeof *a), *b = ar_xmalloc(nn * sizeof *b);
+    float *c = ar_xcalloc(nn, sizeof *c);
+    for (size_t i = 0; i < nn; i++) {
+        a[i] = (float)(i % 7) * 0.1f;
+        b[i] = (float)(i % 5) * 0.1f;
+    }
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t = now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+        double dt = now_s() - t;
+        double g = 2.0 * n * n * (double)n / (dt > 1e-9 ? dt : 1e-9) / 1e9;
+        best = g > best ? g : best;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return best;
+}
+
+long long ar_bench_peak_rss(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f) {
+        char line[256];
+        long long kb = -1;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "VmHWM: %lld kB", &kb) == 1)
+                break;
+        fclose(f);
+        if (kb >= 0)
+            return kb * 1024;
+    }
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0 && ru.ru_maxrss > 0)
+        return (long long)ru.ru_maxrss * 1024;
+    return -1;
+}
+
+int ar_bench_num_blocks_effective(const ar_model_cfg *m)
+{
+    if (m->residual.kind == AR_RES_BASELINE)
+        return 0;
+    int L = ar_cfg_sublayers(m), S = ar_cfg_block_size(m);
+    return (L + S - 1) / S;
+}
+
+double ar_bench_predicted_extra_floats(const ar_model_cfg *m, int batch)
+{
+    return (double)ar_bench_num_blocks_effective(m) * batch * m->seq_len * m->d_model;
+}

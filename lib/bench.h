@@ -1,0 +1,104 @@
+/* Throughput and memory measurements for `attnres bench`: training and
+ * inference tokens/s of one config on synthetic token ids, achieved GFLOP/s
+ * (DESIGN.md: 6N + 12 n_layer d T FLOPs per token), peak resident memory,
+ * the sgemm ceiling of the machine, and the memory the depth-attention
+ * sources are predicted to add over the baseline.
+ *
+ * Everything here runs in the calling process; the command runs each
+ * variant in a child process of its own so that peak memory is per
+ * variant. */
+#ifndef AR_BENCH_H
+#define AR_BENCH_H
+
+#include <stddef.h>
+
+#include "backend.h"
+#include "config.h"
+#include "error.h"
+
+/* ---- the variants a bench compares ---- */
+
+typedef struct {
+    const char *name;  /* command-line name: "baseline", "block8", "block4", "full" */
+    const char *label; /* table / JSON label: "baseline", "block N=8", "block S=4", "full" */
+    ar_res_kind kind;
+    int num_blocks;    /* block: N wanted (0 = not used) */
+    int block_size;    /* block: S wanted (0 = not used) */
+} ar_bench_variant_def;
+
+extern const ar_bench_variant_def ar_bench_variants[];
+extern const int ar_bench_n_variants;
+
+/* The variant by command-line name, or NULL. */
+const ar_bench_variant_def *ar_bench_find_variant(const char *name);
+
+/* Replaces c->model.residual with the variant's.  A model with fewer
+ * sublayers than the variant asks for is clamped: N = min(N, L),
+ * S = min(S, L), so every variant is valid for every model. */
+void ar_bench_apply_variant(ar_config *c, const ar_bench_variant_def *v);
+
+/* ---- measuring ---- */
+
+typedef struct {
+    const ar_backend *be; /* NULL: the CPU backend */
+    int threads;          /* applied with be->set_threads first (0 = all cores); < 0: left as is */
+    int steps;            /* timed steps per repetition, >= 1 */
+    int warmup;           /* untimed steps before the first repetition, >= 0 */
+    int repeat;           /* timed repetitions, >= 1 */
+} ar_bench_opts;
+
+typedef struct {
+    int batch, seq_len;     /* B (train.batch_size) and T */
+    int threads;            /* compute threads in effect */
+    long params;            /* all parameters */
+    long nonembed_params;   /* N of the compute formula */
+    double flops_per_token; /* ar_model_flops_per_token */
+    /* training: zero_grad, forward, backward, grad norm, AdamW step */
+    double train_tok_per_s; /* median over the repetitions */
+    double train_tok_per_s_min, train_tok_per_s_max;
+    double train_step_ms;   /* at the median */
+    double gflops;          /* train_tok_per_s * flops_per_token / 1e9 */
+    double loss;            /* of the last training step (sanity) */
+    /* inference: forward without targets */
+    double infer_tok_per_s; /* median over the repetitions */
+    double infer_tok_per_s_min, infer_tok_per_s_max;
+    long long peak_rss_bytes; /* ar_bench_peak_rss() with the model still allocated */
+} ar_bench_result;
+
+/* Creates the model of cfg->model for train.batch_size sequences, feeds it
+ * synthetic token ids (no data files are read) and times o->warmup untimed
+ * then o->repeat timed repetitions of o->steps training steps, then the
+ * same for forward-only passes.  cfg must be valid (ar_config_validate). */
+int ar_bench_variant(const ar_config *cfg, const ar_bench_opts *o, ar_bench_result *r, ar_err *e);
+
+/* Paired timing of nv configs in this process: every model is created,
+ * given o->warmup untimed steps, then timed round-robin, o->repeat rounds in
+ * each of which every model runs o->steps training steps; then the same for
+ * forward-only passes.  train[v*repeat + r] and infer[v*repeat + r] get the
+ * tokens/s of variant v in round r.  Measurements of one round are seconds
+ * apart, so ratios between variants taken round by round are much steadier
+ * than ratios between separate processes on a machine whose speed drifts.
+ * Needs the memory of all nv models at once. */
+int ar_bench_paired(const ar_config *cfgs, int nv, const ar_bench_opts *o, double *train,
+                    double *infer, ar_err *e);
+
+/* The square sgemm ceiling: the best GFLOP/s of `reps` row-major
+ * cblas_sgemm calls of size n, on the threads currently set. */
+#define AR_BENCH_CEILING_N 2048
+#define AR_BENCH_CEILING_REPS 5
+double ar_bench_sgemm_gflops(int n, int reps);
+
+/* Peak resident set size of this process in bytes (VmHWM of
+ * /proc/self/status, else getrusage's ru_maxrss); -1 if unknown. */
+long long ar_bench_peak_rss(void);
+
+/* The floats that the depth-attention sources are predicted to add over the
+ * baseline for a batch of B sequences: nb*B*T*d with nb = ceil(L/S) stored
+ * block summaries (L = 2*n_layer, S = ar_cfg_block_size) for block, and
+ * L*B*T*d for full (S = 1); 0 for baseline. */
+double ar_bench_predicted_extra_floats(const ar_model_cfg *m, int batch);
+
+/* ceil(L/S): the block summaries a block/full model stores (0 for baseline). */
+int ar_bench_num_blocks_effective(const ar_model_cfg *m);
+
+#endif

@@ -1,0 +1,426 @@
+#include "sweep.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../formats/atomic.h"
+#include "../formats/config.h"
+#include "../formats/csv.h"
+#include "../formats/json.h"
+#include "../formats/metrics.h"
+#include "checkpoint.h"
+#include "model.h"
+
+int ar_sweep_compute_of(const ar_sweep_run *r, ar_sweep_compute *c, ar_err *e)
+{
+    /* The model's own parameter table is the one definition of N; a model
+     * for one sequence allocates little and computes nothing. */
+    ar_model *m;
+    if (ar_model_create(&m, &r->cfg.model, ar_backend_cpu(), 1, e) != 0)
+        return -1;
+    c->nonembed_params = ar_model_nonembed_params(m);
+    c->flops_per_token = ar_model_flops_per_token(m);
+    ar_model_free(m);
+    c->flops = c->flops_per_token * (double)r->tokens;
+    c->pflops_days = c->flops / (1e15 * 86400.0);
+    return 0;
+}
+
+int ar_sweep_run_stats(const char *run_dir, double *wall_s, double *val_loss, ar_err *e)
+{
+    char path[AR_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    ar_json **rows;
+    int n;
+    *wall_s = 0;
+    *val_loss = NAN;
+    if (ar_metrics_read(path, &rows, &n, e) != 0)
+        return -1;
+    /* elapsed_s restarts from 0 in every invocation of a resumed run. */
+    double seg = 0, prev = -1;
+    for (int i = 0; i < n; i++) {
+        const ar_json *el = ar_json_get(rows[i], "elapsed_s"), *vl = ar_json_get(rows[i], "val_loss");
+        if (el && el->type == AR_JSON_NUM) {
+            if (el->num < prev) {
+                *wall_s += seg;
+                seg = 0;
+            }
+            seg = fmax(seg, el->num);
+            prev = el->num;
+        }
+        if (vl && vl->type == AR_JSON_NUM)
+            *val_loss = vl->num;
+    }
+    *wall_s += seg;
+    ar_metrics_free(rows, n);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* State of a run directory                                            */
+/* ------------------------------------------------------------------ */
+
+typedef enum { RUN_NEW, RUN_RESUME, RUN_DONE } run_state;
+
+/* The first line where two YAML texts differ, for the message. */
+static void first_difference(const char *a, const char *b, char *out, size_t n)
+{
+    while (*a && *b) {
+        size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
+        if (la != lb || memcmp(a, b, la) != 0) {
+            snprintf(out, n, "'%.*s' there, '%.*s' in the sweep", (int)(la > 120 ? 120 : la), a,
+                     (int)(lb > 120 ? 120 : lb), b);
+            for (char *p = out; *p; p++)
+                if (*p == '\n')
+                    *p = ' ';
+            return;
+        }
+        a += la + (a[la] == '\n');
+        b += lb + (b[lb] == '\n');
+    }
+    snprintf(out, n, "the key lists differ");
+}
+
+static int run_state_of(const ar_sweep_run *r, const char *dir, run_state *st, long *step, ar_err *e)
+{
+    char file[AR_PATH_MAX + 2 * AR_SWEEP_NAME_MAX + 64];
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    *step = 0;
+    if (access(file, F_OK) != 0) {
+        *st = RUN_NEW;
+        return 0;
+    }
+    ar_config saved;
+    if (ar_ckpt_read_config(file, &saved, step, e) != 0)
+        return -1;
+    saved.train.threads = r->cfg.train.threads;
+    char *a = ar_config_to_yaml(&saved), *b = ar_config_to_yaml(&r->cfg);
+    int same = strcmp(a, b) == 0;
+    char diff[512];
+    if (!same)
+        first_difference(a, b, diff, sizeof diff);
+    free(a);
+    free(b);
+    if (!same)
+        return ar_fail(e, "run directory '%s' holds a run with another configuration (%s); remove it or "
+                          "sweep into another --out",
+                       dir, diff);
+    if (*step > r->cfg.train.steps)
+        return ar_fail(e, "run directory '%s' is at step %ld, past the planned %ld", dir, *step, r->cfg.train.steps);
+    *st = *step == r->cfg.train.steps ? RUN_DONE : RUN_RESUME;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* results.csv                                                         */
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+    int have;
+    ar_sweep_compute c;
+    long steps;
+    double val_loss, wall_s;
+} row;
+
+typedef struct {
+    const ar_sweep *s;
+    const row *rows;
+} table;
+
+static int fill_results(FILE *f, void *ud)
+{
+    const table *t = ud;
+    fprintf(f, "%s\n", AR_SWEEP_COLUMNS);
+    for (int i = 0; i < t->s->nruns; i++) {
+        const ar_sweep_run *r = &t->s->runs[i];
+        const row *w = &t->rows[i];
+        if (!w->have)
+            continue;
+        ar_csv_write_field(f, r->variant);
+        fputc(',', f);
+        ar_csv_write_field(f, r->size);
+        fprintf(f, ",%ld,%ld,%.0f,%.9e,", w->c.nonembed_params, r->tokens, w->c.flops, w->c.pflops_days);
+        if (isfinite(w->val_loss))
+            fprintf(f, "%.6f", w->val_loss);
+        else
+            fprintf(f, "nan");
+        fprintf(f, ",%.1f,%ld,", w->wall_s, w->steps);
+        ar_csv_write_field(f, r->name);
+        fputc('\n', f);
+    }
+    return ferror(f) ? -1 : 0;
+}
+
+static int write_results(const ar_sweep *s, const row *rows, const char *out_dir, ar_err *e)
+{
+    char path[AR_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/results.csv", out_dir);
+    table t = {s, rows};
+    return ar_write_atomic(path, fill_results, &t, e);
+}
+
+static int collect(const ar_sweep_run *r, const char *dir, row *w, ar_err *e)
+{
+    if (ar_sweep_compute_of(r, &w->c, e) != 0 || ar_sweep_run_stats(dir, &w->wall_s, &w->val_loss, e) != 0)
+        return -1;
+    w->steps = r->cfg.train.steps;
+    w->have = 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Training one run                                                    */
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+    const ar_sweep_opts *o;
+    const ar_sweep_run *r;
+} prog_ctx;
+
+static void on_progress(const ar_progress *p, void *ud)
+{
+    prog_ctx *c = ud;
+    if (c->o->progress)
+        c->o->progress(c->r, p, c->o->ud);
+}
+
+/* 0 finished, 130 interrupted, 1 failed (message in e). */
+static int train_one(const ar_sweep_run *r, const char *dir, int resume, int threads, const ar_sweep_opts *o,
+                     ar_err *e)
+{
+    ar_config cfg = r->cfg;
+    cfg.train.threads = threads;
+    prog_ctx pc = {o, r};
+    ar_train_opts to = {.out_dir = dir, .resume = resume, .progress = on_progress, .ud = &pc,
+                        .interrupt = o->interrupt};
+    ar_train_result res;
+    if (ar_train(&cfg, &to, &res, e) != 0)
+        return 1;
+    return res.interrupted ? 130 : 0;
+}
+
+static int mkdir_p(const char *path, ar_err *e)
+{
+    char buf[AR_PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return ar_fail(e, "cannot create directory '%s': %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+        return ar_fail(e, "cannot create directory '%s': %s", buf, strerror(errno));
+    return 0;
+}
+
+typedef struct {
+    pid_t pid;
+    int run;
+    int fd; /* read end of the pipe carrying the child's error message */
+} child;
+
+static void emit(const ar_sweep_opts *o, const ar_sweep_run *r, ar_sweep_event ev, const char *detail)
+{
+    if (o->event)
+        o->event(r, ev, detail, o->ud);
+}
+
+static int interrupted(const ar_sweep_opts *o)
+{
+    return o->interrupt && *o->interrupt;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL); /* returns early on a signal: what we want */
+}
+
+int ar_sweep_run_all(const ar_sweep *s, const ar_sweep_opts *o, ar_sweep_result *res, ar_err *e)
+{
+    memset(res, 0, sizeof *res);
+    int jobs = o->jobs > 1 ? o->jobs : 1;
+    if (mkdir_p(o->out_dir, e) != 0)
+        return -1;
+    row *rows = ar_xcalloc((size_t)s->nruns, sizeof *rows);
+    child *kids = ar_xcalloc((size_t)jobs, sizeof *kids);
+    int nkids = 0, next = 0, rc = 0, forwarded = 0;
+    ar_err first_fail = {{0}};
+    char dir[AR_PATH_MAX + 2 * AR_SWEEP_NAME_MAX + 8], detail[64];
+
+    for (;;) {
+        /* Start runs while there is room. */
+        while (nkids < jobs && next < s->nruns && !interrupted(o) && !res->failed) {
+            const ar_sweep_run *r = &s->runs[next];
+            int idx = next++;
+            snprintf(dir, sizeof dir, "%s/%s", o->out_dir, r->name);
+            run_state st;
+            long step;
+            if (run_state_of(r, dir, &st, &step, e) != 0) {
+                rc = -1;
+                goto out;
+            }
+            if (st == RUN_DONE) {
+                if (collect(r, dir, &rows[idx], e) != 0 || write_results(s, rows, o->out_dir, e) != 0) {
+                    rc = -1;
+                    goto out;
+                }
+                res->skipped++;
+                res->finished++;
+                snprintf(detail, sizeof detail, "val_loss %.4f", rows[idx].val_loss);
+                emit(o, r, AR_SWEEP_SKIPPED, detail);
+                continue;
+            }
+            snprintf(detail, sizeof detail, "step %ld", step);
+            emit(o, r, st == RUN_RESUME ? AR_SWEEP_RESUMED : AR_SWEEP_STARTED, st == RUN_RESUME ? detail : NULL);
+            int threads = r->cfg.train.threads;
+            if (jobs > 1) {
+                long total = threads > 0 ? threads : sysconf(_SC_NPROCESSORS_ONLN);
+                threads = (int)(total / jobs > 1 ? total / jobs : 1);
+            }
+            if (jobs == 1) {
+                ar_err te;
+                int st2 = train_one(r, dir, st == RUN_RESUME, threads, o, &te);
+                if (st2 == 0) {
+                    if (collect(r, dir, &rows[idx], e) != 0 || write_results(s, rows, o->out_dir, e) != 0) {
+                        rc = -1;
+                        goto out;
+                    }
+                    res->trained++;
+                    res->finished++;
+                    snprintf(detail, sizeof detail, "val_loss %.4f", rows[idx].val_loss);
+                    emit(o, r, AR_SWEEP_FINISHED, detail);
+                } else if (st2 == 130) {
+                    res->interrupted = 1;
+                    emit(o, r, AR_SWEEP_INTERRUPTED, NULL);
+                } else {
+                    res->failed++;
+                    ar_fail(&first_fail, "run '%s': %s", r->name, te.msg);
+                    emit(o, r, AR_SWEEP_FAILED, te.msg);
+                }
+                continue;
+            }
+            int pfd[2];
+            if (pipe(pfd) != 0) {
+                rc = ar_fail(e, "cannot create a pipe: %s", strerror(errno));
+                goto out;
+            }
+            fflush(NULL);
+            pid_t parent = getpid(), pid = fork();
+            if (pid < 0) {
+                close(pfd[0]);
+                close(pfd[1]);
+                rc = ar_fail(e, "cannot start a training process: %s", strerror(errno));
+                goto out;
+            }
+            if (pid == 0) {
+                /* The child: its own process group, so a Ctrl-C reaches
+                 * the parent only and is forwarded once; and an interrupt
+                 * if the parent dies. */
+                close(pfd[0]);
+                setpgid(0, 0);
+                prctl(PR_SET_PDEATHSIG, SIGTERM);
+                if (getppid() != parent)
+                    _exit(1);
+                ar_err te = {{0}};
+                int st2 = train_one(r, dir, st == RUN_RESUME, threads, o, &te);
+                if (st2 == 1) {
+                    size_t n = strlen(te.msg);
+                    if (write(pfd[1], te.msg, n) != (ssize_t)n)
+                        st2 = 1;
+                }
+                close(pfd[1]);
+                fflush(NULL);
+                _exit(st2);
+            }
+            close(pfd[1]);
+            kids[nkids++] = (child){pid, idx, pfd[0]};
+        }
+        if (nkids == 0)
+            break;
+
+        /* Wait for a child, forwarding an interrupt once. */
+        int status;
+        pid_t pid = 0;
+        while (pid == 0) {
+            if (interrupted(o) && !forwarded) {
+                for (int k = 0; k < nkids; k++)
+                    kill(kids[k].pid, SIGINT);
+                forwarded = 1;
+            }
+            pid = waitpid(-1, &status, WNOHANG);
+            if (pid == 0)
+                sleep_ms(100);
+            else if (pid < 0 && errno == EINTR)
+                pid = 0;
+        }
+        if (pid < 0) {
+            rc = ar_fail(e, "waiting for the training processes: %s", strerror(errno));
+            goto out;
+        }
+        int k = 0;
+        while (k < nkids && kids[k].pid != pid)
+            k++;
+        if (k == nkids)
+            continue;
+        child c = kids[k];
+        kids[k] = kids[--nkids];
+        char msg[sizeof first_fail.msg];
+        ssize_t got = 0, n;
+        while ((size_t)got < sizeof msg - 1 && (n = read(c.fd, msg + got, sizeof msg - 1 - (size_t)got)) > 0)
+            got += n;
+        msg[got > 0 ? got : 0] = '\0';
+        close(c.fd);
+        const ar_sweep_run *r = &s->runs[c.run];
+        int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        snprintf(dir, sizeof dir, "%s/%s", o->out_dir, r->name);
+        if (code == 0) {
+            if (collect(r, dir, &rows[c.run], e) != 0 || write_results(s, rows, o->out_dir, e) != 0) {
+                rc = -1;
+                goto out;
+            }
+            res->trained++;
+            res->finished++;
+            snprintf(detail, sizeof detail, "val_loss %.4f", rows[c.run].val_loss);
+            emit(o, r, AR_SWEEP_FINISHED, detail);
+        } else if (code == 130) {
+            res->interrupted = 1;
+            emit(o, r, AR_SWEEP_INTERRUPTED, NULL);
+        } else {
+            if (!msg[0])
+                snprintf(msg, sizeof msg, "the training process %s %d", WIFSIGNALED(status) ? "was killed by signal" : "exited with status",
+                         WIFSIGNALED(status) ? WTERMSIG(status) : code);
+            if (!res->failed)
+                ar_fail(&first_fail, "run '%s': %s", r->name, msg);
+            res->failed++;
+            emit(o, r, AR_SWEEP_FAILED, msg);
+        }
+    }
+    if (interrupted(o))
+        res->interrupted = 1;
+    if (write_results(s, rows, o->out_dir, e) != 0)
+        rc = -1;
+    else if (res->failed)
+        rc = ar_fail(e, "%s", first_fail.msg);
+out:
+    /* Only reached early on an error of the parent: stop the children. */
+    for (int k = 0; k < nkids; k++) {
+        kill(kids[k].pid, SIGINT);
+        waitpid(kids[k].pid, NULL, 0);
+        close(kids[k].fd);
+    }
+    free(kids);
+    free(rows);
+    return rc;
+}

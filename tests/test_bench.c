@@ -1,0 +1,151 @@
+/* attnres bench's library side: every variant measures positive, finite
+ * throughputs on a tiny model, the variants clamp to small models, and the
+ * memory prediction follows its formula. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "formats/config.h"
+#include "lib/bench.h"
+
+static ar_config tiny(void)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    c.model.d_model = 32;
+    c.model.n_layer = 2;
+    c.model.n_head = 2;
+    c.model.d_ff = 64;
+    c.model.seq_len = 16;
+    c.train.batch_size = 2;
+    return c;
+}
+
+static void check_finite_pos(double x, const char *what, const char *variant)
+{
+    cr_assert(isfinite(x) && x > 0, "%s: %s = %g, expected a positive finite number", variant, what, x);
+}
+
+Test(bench, every_variant_measures_on_a_tiny_model)
+{
+    ar_bench_opts o = {.be = NULL, .threads = 2, .steps = 1, .warmup = 0, .repeat = 1};
+    cr_assert_eq(ar_bench_n_variants, 4);
+    for (int i = 0; i < ar_bench_n_variants; i++) {
+        const ar_bench_variant_def *v = &ar_bench_variants[i];
+        ar_config c = tiny();
+        ar_bench_apply_variant(&c, v);
+        ar_err e;
+        cr_assert_eq(ar_config_validate(&c, &e), 0, "%s: %s", v->name, e.msg);
+        ar_bench_result r;
+        cr_assert_eq(ar_bench_variant(&c, &o, &r, &e), 0, "%s: %s", v->name, e.msg);
+        check_finite_pos(r.train_tok_per_s, "train_tok_per_s", v->name);
+        check_finite_pos(r.infer_tok_per_s, "infer_tok_per_s", v->name);
+        check_finite_pos(r.gflops, "gflops", v->name);
+        check_finite_pos(r.train_step_ms, "train_step_ms", v->name);
+        cr_assert(isfinite(r.loss), "%s: loss %g", v->name, r.loss);
+        cr_assert_eq(r.batch, 2);
+        cr_assert_eq(r.seq_len, 16);
+        cr_assert_eq(r.threads, 2);
+        cr_assert_gt(r.peak_rss_bytes, 0, "%s: no peak RSS", v->name);
+        cr_assert_gt(r.params, r.nonembed_params);
+        cr_assert_eq(r.params - r.nonembed_params, 256 * 32, "the embedding is V*d");
+        /* GFLOP/s = tok/s * (6N + 12 n_layer d T) / 1e9 */
+        double fpt = 6.0 * r.nonembed_params + 12.0 * 2 * 32 * 16;
+        cr_assert_float_eq(r.flops_per_token, fpt, 1e-6 * fpt);
+        cr_assert_float_eq(r.gflops, r.train_tok_per_s * fpt / 1e9, 1e-9 * r.gflops);
+        /* one repetition: median = min = max */
+        cr_assert_eq(r.train_tok_per_s_min, r.train_tok_per_s);
+        cr_assert_eq(r.train_tok_per_s_max, r.train_tok_per_s);
+    }
+}
+
+Test(bench, median_lies_in_the_range)
+{
+    ar_config c = tiny();
+    ar_bench_apply_variant(&c, ar_bench_find_variant("block4"));
+    ar_bench_opts o = {.be = NULL, .threads = 2, .steps = 2, .warmup = 1, .repeat = 3};
+    ar_bench_result r;
+    ar_err e;
+    cr_assert_eq(ar_bench_variant(&c, &o, &r, &e), 0, "%s", e.msg);
+    cr_assert_leq(r.train_tok_per_s_min, r.train_tok_per_s);
+    cr_assert_leq(r.train_tok_per_s, r.train_tok_per_s_max);
+    cr_assert_leq(r.infer_tok_per_s_min, r.infer_tok_per_s);
+    cr_assert_leq(r.infer_tok_per_s, r.infer_tok_per_s_max);
+}
+
+Test(bench, bad_schedule_is_an_error)
+{
+    ar_config c = tiny();
+    ar_bench_opts o = {.be = NULL, .threads = -1, .steps = 0, .warmup = 0, .repeat = 1};
+    ar_bench_result r;
+    ar_err e;
+    cr_assert_eq(ar_bench_variant(&c, &o, &r, &e), -1);
+    cr_assert(strstr(e.msg, "steps") != NULL, "%s", e.msg);
+}
+
+Test(bench, variants_and_clamping)
+{
+    cr_assert_str_eq(ar_bench_variants[0].name, "baseline");
+    cr_assert_str_eq(ar_bench_find_variant("block8")->label, "block N=8");
+    cr_assert_str_eq(ar_bench_find_variant("block4")->label, "block S=4");
+    cr_assert_str_eq(ar_bench_find_variant("full")->label, "full");
+    cr_assert_null(ar_bench_find_variant("block"));
+
+    ar_config c;
+    ar_config_defaults(&c);
+    c.model.n_layer = 6; /* L = 12: no clamping */
+    ar_bench_apply_variant(&c, ar_bench_find_variant("block8"));
+    cr_assert_eq(c.model.residual.kind, AR_RES_BLOCK);
+    cr_assert_eq(c.model.residual.num_blocks, 8);
+    cr_assert_eq(c.model.residual.block_size, 0);
+    cr_assert_eq(ar_cfg_block_size(&c.model), 2);
+    ar_bench_apply_variant(&c, ar_bench_find_variant("block4"));
+    cr_assert_eq(c.model.residual.num_blocks, 0);
+    cr_assert_eq(c.model.residual.block_size, 4);
+    ar_bench_apply_variant(&c, ar_bench_find_variant("full"));
+    cr_assert_eq(c.model.residual.kind, AR_RES_FULL);
+
+    c.model.n_layer = 1; /* L = 2: N and S clamp to 2 */
+    ar_err e;
+    ar_bench_apply_variant(&c, ar_bench_find_variant("block8"));
+    cr_assert_eq(c.model.residual.num_blocks, 2);
+    cr_assert_eq(ar_config_validate(&c, &e), 0, "%s", e.msg);
+    ar_bench_apply_variant(&c, ar_bench_find_variant("block4"));
+    cr_assert_eq(c.model.residual.block_size, 2);
+    cr_assert_eq(ar_config_validate(&c, &e), 0, "%s", e.msg);
+}
+
+Test(bench, memory_prediction_formula)
+{
+    /* d 32, n_layer 2 (L = 4), T 16, B 2: B*T*d = 1024 floats */
+    ar_config c = tiny();
+    const double btd = 2.0 * 16 * 32;
+    ar_bench_apply_variant(&c, ar_bench_find_variant("baseline"));
+    cr_assert_eq(ar_bench_num_blocks_effective(&c.model), 0);
+    cr_assert_eq(ar_bench_predicted_extra_floats(&c.model, 2), 0);
+    ar_bench_apply_variant(&c, ar_bench_find_variant("block4")); /* S = 4: 1 block */
+    cr_assert_eq(ar_bench_predicted_extra_floats(&c.model, 2), 1 * btd);
+    ar_bench_apply_variant(&c, ar_bench_find_variant("block8")); /* N clamped to 4: S = 1 */
+    cr_assert_eq(ar_bench_predicted_extra_floats(&c.model, 2), 4 * btd);
+    ar_bench_apply_variant(&c, ar_bench_find_variant("full")); /* L*B*T*d */
+    cr_assert_eq(ar_bench_predicted_extra_floats(&c.model, 2), 4 * btd);
+
+    /* bench-small: d 256, n_layer 6 (L = 12), T 256, B 16 */
+    ar_config_defaults(&c);
+    c.model.d_model = 256;
+    c.model.n_layer = 6;
+    c.model.seq_len = 256;
+    const double btd2 = 16.0 * 256 * 256;
+    ar_bench_apply_variant(&c, ar_bench_find_variant("block8")); /* S = ceil(12/8) = 2: 6 blocks */
+    cr_assert_eq(ar_bench_num_blocks_effective(&c.model), 6);
+    cr_assert_eq(ar_bench_predicted_extra_floats(&c.model, 16), 6 * btd2);
+    ar_bench_apply_variant(&c, ar_bench_find_variant("block4")); /* ceil(12/4) = 3 */
+    cr_assert_eq(ar_bench_predicted_extra_floats(&c.model, 16), 3 * btd2);
+    ar_bench_apply_variant(&c, ar_bench_find_variant("full"));
+    cr_assert_eq(ar_bench_predicted_extra_floats(&c.model, 16), 12 * btd2);
+    /* S that does not divide L: S = 5, L = 12 -> ceil = 3 */
+    c.model.residual.kind = AR_RES_BLOCK;
+    c.model.residual.block_size = 5;
+    c.model.residual.num_blocks = 0;
+    cr_assert_eq(ar_bench_predicted_extra_floats(&c.model, 1), 3.0 * 256 * 256);
+}

@@ -1,0 +1,429 @@
+/* The two-phase depth attention (lib/backend.h: depth_fwd_inter,
+ * depth_fwd_merge, depth_recompute, depth_bwd_intra, depth_bwd_inter) against
+ * the simple one-phase ops (depth_attn_fwd/bwd, which test_ops checks
+ * against a double reference and finite differences), on random inputs:
+ * a chunk of C mixers sharing k sources, each with its own later sources,
+ * forward and backward, plus a finite-difference check of the composed
+ * two-phase forward, the += convention, independence of the thread count,
+ * and at model level the independence of the chunk size. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/backend.h"
+#include "lib/model.h"
+#include "lib/residual.h"
+#include "testutil.h"
+
+static const ar_backend *be;
+static uint64_t seed = 7000;
+
+static void setup(void)
+{
+    be = ar_backend_cpu();
+    be->set_threads(2);
+}
+
+TestSuite(depth, .init = setup);
+
+static float *rnd(size_t n, float lo, float hi)
+{
+    float *x = malloc((n ? n : 1) * sizeof(float));
+    tu_fill_uniform(x, n, lo, hi, seed++);
+    return x;
+}
+
+static float *zeros(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+
+/* A chunk: k shared sources, then mixer c has j[c] sources of its own
+ * (taken from the pool of "later" sources, own[0..jmax-1], Full-style: mixer
+ * c uses own[0..j[c]-1]). */
+typedef struct {
+    int C, k, N, d, jmax;
+    int j[8], n[8];
+    float *src[16];          /* k shared + jmax own */
+    float *w[8], *g[8], *dh[8];
+} chunk_case;
+
+static void make_case(chunk_case *t, int C, int k, const int *j, int N, int d)
+{
+    memset(t, 0, sizeof *t);
+    t->C = C, t->k = k, t->N = N, t->d = d;
+    for (int c = 0; c < C; c++) {
+        t->j[c] = j[c];
+        t->n[c] = k + j[c];
+        t->jmax = j[c] > t->jmax ? j[c] : t->jmax;
+    }
+    size_t nd = (size_t)N * d;
+    for (int s = 0; s < k + t->jmax; s++) {
+        t->src[s] = rnd(nd, -1.5f, 1.5f);
+        for (size_t i = 0; i < nd; i++)
+            t->src[s][i] *= 0.5f + 0.7f * s; /* growing scales, as in a residual stream */
+    }
+    for (int c = 0; c < C; c++) {
+        t->w[c] = rnd(d, -1, 1);
+        t->g[c] = rnd(d, 0.5f, 1.5f);
+        t->dh[c] = rnd(nd, -1, 1);
+    }
+}
+
+static void free_case(chunk_case *t)
+{
+    for (int s = 0; s < t->k + t->jmax; s++)
+        free(t->src[s]);
+    for (int c = 0; c < t->C; c++)
+        free(t->w[c]), free(t->g[c]), free(t->dh[c]);
+}
+
+/* Two-phase forward of the whole chunk: h[c], alpha[c]; rs[s] per source. */
+static void two_phase_fwd(chunk_case *t, float **h, float **alpha, float **lse, float **rs)
+{
+    be->depth_fwd_inter(h, lse, alpha, t->n, rs, (const float *const *)t->src, t->k,
+                        (const float *const *)t->w, (const float *const *)t->g, t->C, t->N, t->d);
+    for (int c = 0; c < t->C; c++)
+        be->depth_fwd_merge(h[c], lse[c], alpha[c], t->n[c], t->k, rs + t->k,
+                            (const float *const *)t->src + t->k, t->w[c], t->g[c], t->N, t->d);
+}
+
+static double rel(const float *a, const float *b, size_t n) { return tu_rel_err(a, b, n); }
+
+#define TOL 2e-6
+
+static void check_chunk(int C, int k, const int *j, int N, int d)
+{
+    chunk_case t;
+    make_case(&t, C, k, j, N, d);
+    size_t nd = (size_t)N * d;
+    int ns = k + t.jmax;
+    float *h[8], *alpha[8], *lse[8], *cdot[8], *rs[16], *rh[8], *ral[8], *rrs[8];
+    for (int c = 0; c < C; c++) {
+        h[c] = rnd(nd, -9, 9); /* garbage: outputs are (=) */
+        alpha[c] = zeros((size_t)N * t.n[c]);
+        lse[c] = zeros(N);
+        cdot[c] = zeros(N);
+        rh[c] = zeros(nd);
+        ral[c] = zeros((size_t)N * t.n[c]);
+        rrs[c] = zeros((size_t)N * t.n[c]);
+    }
+    for (int s = 0; s < ns; s++)
+        rs[s] = zeros(N);
+
+    /* forward: two-phase vs one-phase per mixer */
+    two_phase_fwd(&t, h, alpha, lse, rs);
+    for (int c = 0; c < C; c++) {
+        be->depth_attn_fwd(rh[c], ral[c], rrs[c], (const float *const *)t.src, t.n[c], t.w[c],
+                           t.g[c], N, d);
+        double eh = rel(h[c], rh[c], nd), ea = rel(alpha[c], ral[c], (size_t)N * t.n[c]);
+        cr_expect_lt(eh, TOL, "mixer %d: h differs from the one-phase op by %g", c, eh);
+        cr_expect_lt(ea, TOL, "mixer %d: alpha differs from the one-phase op by %g", c, ea);
+        for (int i = 0; i < N; i++)
+            for (int s = 0; s < t.n[c]; s++)
+                cr_expect(fabsf(rs[s][i] - rrs[c][(size_t)i * t.n[c] + s]) <= 1e-6f * rs[s][i],
+                          "rstd of source %d differs", s);
+    }
+
+    /* recompute from the saved weights */
+    float *hre[8];
+    const float *const *lists[8];
+    for (int c = 0; c < C; c++) {
+        hre[c] = rnd(nd, -9, 9);
+        lists[c] = (const float *const *)t.src;
+    }
+    be->depth_recompute(hre, (const float *const *)alpha, lists, t.n, C, N, d);
+    for (int c = 0; c < C; c++) {
+        double e = rel(hre[c], rh[c], nd);
+        cr_expect_lt(e, TOL, "mixer %d: recomputed h differs by %g", c, e);
+    }
+
+    /* backward: gradients start nonzero (+= convention); the reference
+     * accumulates one-phase backwards of every mixer in the same buffers */
+    float *dsrc[16], *rdsrc[16], *dw[8], *dg[8], *rdw[8], *rdg[8];
+    for (int s = 0; s < ns; s++) {
+        dsrc[s] = rnd(nd, -1, 1);
+        rdsrc[s] = malloc(nd * sizeof(float));
+        memcpy(rdsrc[s], dsrc[s], nd * sizeof(float));
+    }
+    for (int c = 0; c < C; c++) {
+        dw[c] = rnd(d, -1, 1), dg[c] = rnd(d, -1, 1);
+        rdw[c] = malloc(d * sizeof(float)), rdg[c] = malloc(d * sizeof(float));
+        memcpy(rdw[c], dw[c], d * sizeof(float));
+        memcpy(rdg[c], dg[c], d * sizeof(float));
+    }
+    for (int c = C - 1; c >= 0; c--) {
+        be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], alpha[c], lse[c], t.n[c], k,
+                            (const float *const *)rs + k, (const float *const *)t.src + k, t.w[c],
+                            t.g[c], N, d);
+        be->depth_attn_bwd(rdsrc, rdw[c], rdg[c], t.dh[c], ral[c], rrs[c],
+                           (const float *const *)t.src, t.n[c], t.w[c], t.g[c], N, d);
+    }
+    be->depth_bwd_inter(dsrc, dw, dg, (const float *const *)t.dh, (const float *const *)cdot,
+                        (const float *const *)alpha, (const float *const *)lse, t.n, (const float *const *)rs,
+                        (const float *const *)t.src, k, (const float *const *)t.w,
+                        (const float *const *)t.g, C, 0, N, d);
+    for (int s = 0; s < ns; s++) {
+        double e = rel(dsrc[s], rdsrc[s], nd);
+        cr_expect_lt(e, 1e-5, "dsrc[%d] differs from the one-phase backward by %g", s, e);
+    }
+    for (int c = 0; c < C; c++) {
+        double ew = rel(dw[c], rdw[c], d), eg = rel(dg[c], rdg[c], d);
+        cr_expect_lt(ew, 1e-5, "mixer %d: dw differs by %g", c, ew);
+        cr_expect_lt(eg, 1e-5, "mixer %d: dg differs by %g", c, eg);
+    }
+
+    for (int c = 0; c < C; c++) {
+        free(h[c]), free(alpha[c]), free(lse[c]), free(cdot[c]), free(rh[c]), free(ral[c]);
+        free(rrs[c]), free(hre[c]), free(dw[c]), free(dg[c]), free(rdw[c]), free(rdg[c]);
+    }
+    for (int s = 0; s < ns; s++)
+        free(rs[s]), free(dsrc[s]), free(rdsrc[s]);
+    free_case(&t);
+}
+
+/* Full-style chunk: mixer c sees the shared prefix and the c outputs before it. */
+Test(depth, full_chunk_matches_one_phase)
+{
+    int j[4] = {0, 1, 2, 3};
+    check_chunk(4, 5, j, 67, 48);
+}
+
+/* Block-style: one own source (the partial sum) from the second mixer on. */
+Test(depth, block_chunk_matches_one_phase)
+{
+    int j[3] = {0, 1, 1};
+    check_chunk(3, 4, j, 50, 36);
+}
+
+/* One mixer, everything shared (the final mixer), and a single source. */
+Test(depth, single_mixer_and_single_source)
+{
+    int j1[1] = {0};
+    check_chunk(1, 6, j1, 33, 20);
+    check_chunk(1, 1, j1, 9, 12);
+    int j2[2] = {2, 2};
+    check_chunk(2, 1, j2, 41, 16);
+}
+
+/* Large enough for the threaded paths (N*d*k*C well above the serial cutoff). */
+Test(depth, large_chunk_threaded)
+{
+    int j[4] = {0, 1, 2, 3};
+    check_chunk(4, 9, j, 1031, 96);
+}
+
+/* Finite differences of L = sum_c R_c . h_c through the composed two-phase
+ * forward, for every source, query and gain. */
+typedef struct {
+    chunk_case *t;
+    float **h, **alpha, **lse, **rs, **R;
+} fd_ctx;
+
+static double fd_loss(fd_ctx *x)
+{
+    two_phase_fwd(x->t, x->h, x->alpha, x->lse, x->rs);
+    double L = 0;
+    for (int c = 0; c < x->t->C; c++)
+        for (size_t i = 0; i < (size_t)x->t->N * x->t->d; i++)
+            L += (double)x->h[c][i] * x->R[c][i];
+    return L;
+}
+
+static void fd_one(fd_ctx *x, float *p, size_t n, const float *g, const char *what)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        float old = p[i], eps = 1e-2f;
+        p[i] = old + eps;
+        float hi = p[i];
+        double Lp = fd_loss(x);
+        p[i] = old - eps;
+        float lo = p[i];
+        double Lm = fd_loss(x);
+        p[i] = old;
+        double fd = (Lp - Lm) / ((double)hi - lo);
+        num += (g[i] - fd) * (g[i] - fd);
+        den += fd * fd;
+    }
+    double e = sqrt(num / (den > 1e-30 ? den : 1e-30));
+    cr_expect_lt(e, 2e-3, "%s: two-phase gradient vs finite differences: rel err %g", what, e);
+}
+
+Test(depth, two_phase_gradients_match_finite_differences)
+{
+    int j[3] = {0, 1, 2}, C = 3, k = 2, N = 5, d = 8;
+    chunk_case t;
+    make_case(&t, C, k, j, N, d);
+    size_t nd = (size_t)N * d;
+    int ns = k + t.jmax;
+    float *h[3], *alpha[3], *lse[3], *cdot[3], *R[3], *rs[8], *dsrc[8], *dw[3], *dg[3];
+    for (int c = 0; c < C; c++) {
+        h[c] = zeros(nd), alpha[c] = zeros((size_t)N * t.n[c]), lse[c] = zeros(N);
+        cdot[c] = zeros(N), R[c] = rnd(nd, -1, 1), dw[c] = zeros(d), dg[c] = zeros(d);
+        memcpy(t.dh[c], R[c], nd * sizeof(float)); /* dL/dh_c = R_c */
+    }
+    for (int s = 0; s < ns; s++)
+        rs[s] = zeros(N), dsrc[s] = zeros(nd);
+    fd_ctx x = {&t, h, alpha, lse, rs, R};
+    fd_loss(&x);
+    for (int c = C - 1; c >= 0; c--)
+        be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], alpha[c], lse[c], t.n[c], k,
+                            (const float *const *)rs + k, (const float *const *)t.src + k, t.w[c],
+                            t.g[c], N, d);
+    be->depth_bwd_inter(dsrc, dw, dg, (const float *const *)t.dh, (const float *const *)cdot,
+                        (const float *const *)alpha, (const float *const *)lse, t.n, (const float *const *)rs,
+                        (const float *const *)t.src, k, (const float *const *)t.w,
+                        (const float *const *)t.g, C, 0, N, d);
+    char what[64];
+    for (int s = 0; s < ns; s++) {
+        snprintf(what, sizeof what, "source %d", s);
+        fd_one(&x, t.src[s], nd, dsrc[s], what);
+    }
+    for (int c = 0; c < C; c++) {
+        snprintf(what, sizeof what, "query of mixer %d", c);
+        fd_one(&x, t.w[c], d, dw[c], what);
+        snprintf(what, sizeof what, "gain of mixer %d", c);
+        fd_one(&x, t.g[c], d, dg[c], what);
+    }
+    for (int c = 0; c < C; c++)
+        free(h[c]), free(alpha[c]), free(lse[c]), free(cdot[c]), free(R[c]), free(dw[c]), free(dg[c]);
+    for (int s = 0; s < ns; s++)
+        free(rs[s]), free(dsrc[s]);
+    free_case(&t);
+}
+
+/* The backward's parameter reductions do not depend on the thread count. */
+Test(depth, backward_bitwise_independent_of_threads)
+{
+    int j[3] = {0, 1, 1}, C = 3, k = 4, N = 700, d = 64;
+    chunk_case t;
+    make_case(&t, C, k, j, N, d);
+    size_t nd = (size_t)N * d;
+    float *out[2][3 * 2 + 6];
+    for (int run = 0; run < 2; run++) {
+        be->set_threads(run ? 1 : 2);
+        float *h[3], *alpha[3], *lse[3], *cdot[3], *rs[6], *dsrc[6], *dw[3], *dg[3];
+        for (int c = 0; c < C; c++) {
+            h[c] = zeros(nd), alpha[c] = zeros((size_t)N * t.n[c]), lse[c] = zeros(N);
+            cdot[c] = zeros(N), dw[c] = zeros(d), dg[c] = zeros(d);
+        }
+        for (int s = 0; s < k + 1; s++)
+            rs[s] = zeros(N), dsrc[s] = zeros(nd);
+        two_phase_fwd(&t, h, alpha, lse, rs);
+        for (int c = C - 1; c >= 0; c--)
+            be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], alpha[c], lse[c],
+                                t.n[c], k, (const float *const *)rs + k,
+                                (const float *const *)t.src + k, t.w[c], t.g[c], N, d);
+        be->depth_bwd_inter(dsrc, dw, dg, (const float *const *)t.dh, (const float *const *)cdot,
+                            (const float *const *)alpha, (const float *const *)lse, t.n, (const float *const *)rs,
+                            (const float *const *)t.src, k, (const float *const *)t.w,
+                            (const float *const *)t.g, C, 0, N, d);
+        for (int c = 0; c < C; c++) {
+            out[run][2 * c] = dw[c], out[run][2 * c + 1] = dg[c];
+            free(h[c]), free(alpha[c]), free(lse[c]), free(cdot[c]);
+        }
+        for (int s = 0; s < k + 1; s++) {
+            out[run][6 + s] = dsrc[s];
+            free(rs[s]);
+        }
+    }
+    be->set_threads(2);
+    for (int i = 0; i < 6; i++) {
+        cr_expect(memcmp(out[0][i], out[1][i], d * sizeof(float)) == 0,
+                  "parameter gradient %d differs between 1 and 2 threads", i);
+        free(out[0][i]), free(out[1][i]);
+    }
+    for (int s = 0; s < k + 1; s++) {
+        cr_expect(memcmp(out[0][6 + s], out[1][6 + s], nd * sizeof(float)) == 0,
+                  "dsrc[%d] differs between 1 and 2 threads", s);
+        free(out[0][6 + s]), free(out[1][6 + s]);
+    }
+    free_case(&t);
+}
+
+/* overwrite = 1 gives what += onto zeroed buffers gives, whatever was there */
+Test(depth, backward_overwrite_equals_accumulate_onto_zero)
+{
+    int j[1] = {0}, C = 1, k = 5, N = 300, d = 40;
+    chunk_case t;
+    make_case(&t, C, k, j, N, d);
+    size_t nd = (size_t)N * d;
+    float *h[1] = {zeros(nd)}, *alpha[1] = {zeros((size_t)N * k)}, *lse[1] = {zeros(N)};
+    float *cdot[1] = {zeros(N)}, *rs[5], *acc[5], *ovw[5];
+    float *dw[1] = {zeros(d)}, *dg[1] = {zeros(d)}, *dw2[1] = {zeros(d)}, *dg2[1] = {zeros(d)};
+    for (int s = 0; s < k; s++)
+        rs[s] = zeros(N), acc[s] = zeros(nd), ovw[s] = rnd(nd, -5, 5);
+    two_phase_fwd(&t, h, alpha, lse, rs);
+    be->depth_bwd_intra(NULL, dw[0], dg[0], cdot[0], t.dh[0], h[0], alpha[0], lse[0], k, k,
+                        NULL, NULL, t.w[0], t.g[0], N, d);
+    const float *const *cd = (const float *const *)cdot;
+    be->depth_bwd_inter(acc, dw, dg, (const float *const *)t.dh, cd, (const float *const *)alpha,
+                        (const float *const *)lse, t.n, (const float *const *)rs,
+                        (const float *const *)t.src, k, (const float *const *)t.w,
+                        (const float *const *)t.g, C, 0, N, d);
+    be->depth_bwd_inter(ovw, dw2, dg2, (const float *const *)t.dh, cd, (const float *const *)alpha,
+                        (const float *const *)lse, t.n, (const float *const *)rs,
+                        (const float *const *)t.src, k, (const float *const *)t.w,
+                        (const float *const *)t.g, C, 1, N, d);
+    for (int s = 0; s < k; s++) {
+        cr_expect(memcmp(acc[s], ovw[s], nd * sizeof(float)) == 0, "dsrc[%d]: overwrite != accumulate", s);
+        free(rs[s]), free(acc[s]), free(ovw[s]);
+    }
+    cr_expect(memcmp(dw[0], dw2[0], d * sizeof(float)) == 0, "dw differs");
+    free(h[0]), free(alpha[0]), free(lse[0]), free(cdot[0]), free(dw[0]), free(dg[0]), free(dw2[0]), free(dg2[0]);
+    free_case(&t);
+}
+
+/* ---- model level: the chunk size changes the schedule, not the result ---- */
+
+static void model_run(ar_res_kind kind, int block_size, int chunk, double *loss, float **grads,
+                      size_t *ng)
+{
+    ar_depth_chunk = chunk;
+    ar_model_cfg c = {0};
+    c.vocab = 32, c.vocab_bytes = 0, c.d_model = 24, c.n_layer = 4, c.n_head = 2, c.d_ff = 40;
+    c.seq_len = 16;
+    c.residual.kind = kind;
+    c.residual.block_size = block_size;
+    ar_model *m;
+    ar_err e;
+    cr_assert_eq(ar_model_create(&m, &c, be, 3, &e), 0, "%s", e.msg);
+    ar_model_init(m, 11);
+    /* nonzero queries, so the weights are not uniform */
+    for (int i = 0; i < m->pt.n; i++)
+        if (strstr(m->pt.p[i].name, "_res.query"))
+            tu_fill_uniform(ar_model_param(m, i), m->pt.p[i].numel, -0.5f, 0.5f, 99 + i);
+    int N = 3 * c.seq_len;
+    int32_t in[48], tg[48];
+    for (int i = 0; i < N; i++)
+        in[i] = (i * 7 + 3) % 32, tg[i] = (i * 5 + 1) % 32;
+    ar_model_zero_grad(m);
+    *loss = ar_model_forward(m, in, tg, 3, NULL);
+    ar_model_backward(m, 1.0f / N);
+    *ng = m->pt.total;
+    *grads = malloc(*ng * sizeof(float));
+    memcpy(*grads, m->grads, *ng * sizeof(float));
+    ar_model_free(m);
+    ar_depth_chunk = 4;
+}
+
+static void chunk_invariance(ar_res_kind kind, int S)
+{
+    double l1, l;
+    float *g1, *g;
+    size_t n;
+    model_run(kind, S, 1, &l1, &g1, &n);
+    int chunks[] = {2, 3, 4, 5, 9};
+    for (size_t i = 0; i < sizeof chunks / sizeof *chunks; i++) {
+        model_run(kind, S, chunks[i], &l, &g, &n);
+        cr_expect(fabs(l - l1) <= 1e-6 * fabs(l1), "chunk %d: loss %.9g vs %.9g", chunks[i], l, l1);
+        double e = tu_rel_err(g, g1, n);
+        cr_expect_lt(e, 1e-5, "chunk %d: gradients differ from chunk 1 by %g", chunks[i], e);
+        free(g);
+    }
+    free(g1);
+}
+
+Test(depth, full_result_independent_of_chunk_size) { chunk_invariance(AR_RES_FULL, 0); }
+Test(depth, block2_result_independent_of_chunk_size) { chunk_invariance(AR_RES_BLOCK, 2); }
+Test(depth, block3_result_independent_of_chunk_size) { chunk_invariance(AR_RES_BLOCK, 3); }

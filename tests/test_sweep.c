@@ -1,0 +1,417 @@
+/* Sweeps: the grid file (values, token budgets, errors with their place),
+ * the built-in grid, and a tiny two-size grid trained end to end: the
+ * results table, reuse of finished runs, resuming an interrupted one, and
+ * the command with --jobs 2. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "formats/csv.h"
+#include "formats/sweep.h"
+#include "lib/checkpoint.h"
+#include "lib/sweep.h"
+#include "testutil.h"
+
+static void write_text(const char *path, const char *text)
+{
+    tu_write_file(path, text, strlen(text));
+}
+
+/* A small text a byte model can read: ~12 KB of words. */
+static void write_corpus(const char *path)
+{
+    const char *w[] = {"in", "the", "beginning", "was", "light", "and", "darkness", "of", "waters"};
+    char *buf = malloc(16384);
+    size_t k = 0;
+    unsigned s = 1;
+    while (k < 12000) {
+        s = s * 1103515245u + 12345u;
+        k += (size_t)sprintf(buf + k, "%s%s", w[(s >> 16) % 9], (s >> 8) % 7 == 0 ? ".\n" : " ");
+    }
+    tu_write_file(path, buf, k);
+    free(buf);
+}
+
+/* The tiny grid: two sizes x baseline and block, a few steps each. */
+static const char *TINY =
+    "base:\n"
+    "  model: {vocab: bytes, seq_len: 16}\n"
+    "  data: {train: corpus.txt}\n"
+    "  train: {batch_size: 4, lr: 1.0e-2, min_lr: 1.0e-3, warmup: 2, eval_every: 0, eval_windows: 4,\n"
+    "          save_every: 2, log_every: 1, threads: 1}\n"
+    "sizes:\n"
+    "  - {name: t1, d_model: 16, n_layer: 1, n_head: 2, d_ff: 32, tokens: 384}\n"
+    "  - {name: t2, d_model: 24, n_layer: 2, n_head: 2, d_ff: 48, lr: 5.0e-3, tokens: 512}\n"
+    "variants:\n"
+    "  - baseline\n"
+    "  - {kind: block, block_size: 2}\n";
+
+static int parse(ar_sweep *s, const char *text, ar_err *e)
+{
+    return ar_sweep_parse(s, text, strlen(text), "g.yaml", NULL, NULL, 0, e);
+}
+
+static void expect_error(const char *text, const char *needle)
+{
+    ar_sweep s;
+    ar_err e = {{0}};
+    cr_assert_eq(parse(&s, text, &e), -1, "accepted:\n%s", text);
+    cr_assert(strstr(e.msg, needle) != NULL, "expected '%s' in:\n%s", needle, e.msg);
+}
+
+/* ---- the grid file ---- */
+
+Test(sweep, grid_resolves_every_run)
+{
+    ar_sweep s;
+    ar_err e;
+    cr_assert_eq(parse(&s, TINY, &e), 0, "%s", e.msg);
+    cr_assert_eq(s.nruns, 4);
+    const char *names[] = {"t1-baseline", "t1-block", "t2-baseline", "t2-block"};
+    for (int i = 0; i < 4; i++)
+        cr_assert_str_eq(s.runs[i].name, names[i]);
+    const ar_config *c = &s.runs[3].cfg;
+    cr_assert_eq(c->model.d_model, 24);
+    cr_assert_eq(c->model.n_layer, 2);
+    cr_assert_eq(c->model.residual.kind, AR_RES_BLOCK);
+    cr_assert_eq(c->model.residual.block_size, 2);
+    cr_assert_eq(s.runs[2].cfg.model.residual.kind, AR_RES_BASELINE);
+    /* tokens / (batch 4 x accum 1 x T 16) */
+    cr_assert_eq(s.runs[0].cfg.train.steps, 6);
+    cr_assert_eq(s.runs[0].tokens, 384);
+    cr_assert_eq(s.runs[2].cfg.train.steps, 8);
+    /* a size with its own lr keeps the base's min_lr/lr = 0.1 */
+    cr_assert_float_eq(c->train.lr, 5e-3, 1e-15);
+    cr_assert_float_eq(c->train.min_lr, 5e-4, 1e-15);
+    cr_assert_float_eq(s.runs[0].cfg.train.min_lr, 1e-3, 1e-15);
+    ar_sweep_free(&s);
+}
+
+Test(sweep, set_overrides_the_base_and_sizes_win)
+{
+    const char *sets[] = {"data.train=other.txt", "model.d_model=64", "train.eval_windows=9"};
+    ar_sweep s;
+    ar_err e;
+    cr_assert_eq(ar_sweep_parse(&s, TINY, strlen(TINY), "g.yaml", NULL, sets, 3, &e), 0, "%s", e.msg);
+    cr_assert_str_eq(s.runs[0].cfg.data.train, "other.txt");
+    cr_assert_eq(s.runs[0].cfg.model.d_model, 16, "the size's d_model wins over --set");
+    cr_assert_eq(s.runs[0].cfg.train.eval_windows, 9);
+    ar_sweep_free(&s);
+    const char *bad[] = {"model.bogus=1"};
+    cr_assert_eq(ar_sweep_parse(&s, TINY, strlen(TINY), "g.yaml", NULL, bad, 1, &e), -1);
+    cr_assert(strstr(e.msg, "--set 'model.bogus=1'"), "%s", e.msg);
+}
+
+Test(sweep, dotted_keys_steps_and_base_file)
+{
+    const char *dir = tu_tmpdir();
+    write_text(tu_path(dir, "base.yaml"), "model: {d_model: 32, n_layer: 1, n_head: 2, d_ff: 64, seq_len: 8}\n"
+                                          "train: {warmup: 1}\n");
+    const char *grid = "base: base.yaml\n"
+                       "sizes:\n"
+                       "  - {name: a, steps: 5, train.eval_every: 3}\n"
+                       "variants: [full]\n";
+    char gpath[4096];
+    snprintf(gpath, sizeof gpath, "%s", tu_path(dir, "sub-grid.yaml"));
+    write_text(gpath, grid);
+    ar_sweep s;
+    ar_err e;
+    cr_assert_eq(ar_sweep_load(&s, gpath, NULL, 0, &e), 0, "%s", e.msg);
+    cr_assert_eq(s.nruns, 1);
+    cr_assert_str_eq(s.runs[0].name, "a-full");
+    cr_assert_eq(s.runs[0].cfg.model.d_model, 32, "base: is read relative to the sweep file");
+    cr_assert_eq(s.runs[0].cfg.train.steps, 5);
+    cr_assert_eq(s.runs[0].cfg.train.eval_every, 3);
+    cr_assert_eq(s.runs[0].tokens, 5L * 16 * 8);
+    ar_sweep_free(&s);
+}
+
+Test(sweep, grid_errors_have_places)
+{
+    expect_error("bogus: 1\nsizes: []\n", "g.yaml:1:1: unknown key 'bogus' (expected one of: base, sizes, variants)");
+    expect_error("sizes:\n  - {name: a, d_model: abc}\nvariants: [baseline]\n",
+                 "g.yaml:2:24: 'model.d_model' expects a positive integer, got 'abc'");
+    expect_error("sizes:\n  - {name: a, width: 3}\nvariants: [baseline]\n", "g.yaml:2:15: unknown size key 'width'");
+    expect_error("sizes:\n  - {name: a, tokens: 5000}\nvariants: [baseline]\n",
+                 "g.yaml:2:23: size 'a': tokens 5000 is not a whole number of steps of 2048 tokens "
+                 "(batch_size 16 x grad_accum 1 x seq_len 128); 4096 or 6144 would be");
+    expect_error("sizes:\n  - {name: a, tokens: 1000}\nvariants: [baseline]\n", "; 2048 would be");
+    expect_error("sizes:\n  - {name: a, tokens: 2.5}\nvariants: [baseline]\n",
+                 "g.yaml:2:23: 'tokens' expects a positive whole number of tokens, got '2.5'");
+    expect_error("sizes:\n  - {name: a, tokens: 2048, steps: 3}\nvariants: [baseline]\n",
+                 "give a size 'steps' or 'tokens', not both");
+    expect_error("sizes:\n  - {name: a}\nvariants: [baseline, {kind: full, name: baseline}]\n",
+                 "g.yaml:3:22: duplicate variant 'baseline'");
+    expect_error("sizes:\n  - {name: a}\nvariants: [sigmoid]\n",
+                 "g.yaml:3:12: 'model.residual.kind' expects one of");
+    expect_error("sizes:\n  - {name: a/b}\nvariants: [baseline]\n", "g.yaml:2:12: a size name expects letters");
+    expect_error("sizes:\n  - {d_model: 8}\nvariants: [baseline]\n", "g.yaml:2:5: a size needs a 'name'");
+    expect_error("sizes: []\nvariants: [baseline]\n", "g.yaml:1:8: 'sizes' expects a non-empty list");
+    expect_error("base:\n  model:\n    dmodel: 3\nsizes: [{name: a}]\nvariants: [baseline]\n",
+                 "g.yaml:3:5: unknown key 'model.dmodel'");
+    expect_error("sizes:\n  - {name: a, n_layer: 1}\nvariants: [{kind: block, block_size: 8}]\n",
+                 "g.yaml: size 'a', variant 'block': 'model.residual.block_size' (8) exceeds");
+    expect_error("sizes: [{name: a}]\n", "a sweep needs 'variants'");
+}
+
+Test(sweep, builtin_grid_is_configs_scaling_yaml)
+{
+    const char *src = tu_source_dir();
+    if (!src)
+        cr_skip_test("AR_SOURCE_DIR is not set");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/configs/scaling.yaml", src);
+    char *text = tu_read_file(path, NULL);
+    cr_assert_not_null(text);
+    cr_assert_str_eq(ar_sweep_builtin_yaml, text, "the built-in grid differs from configs/scaling.yaml");
+    free(text);
+    ar_sweep s;
+    ar_err e;
+    cr_assert_eq(ar_sweep_load(&s, path, NULL, 0, &e), 0, "%s", e.msg);
+    cr_assert(s.nsizes >= 4 && s.nsizes <= 5 && s.nvariants == 3, "%d sizes x %d variants", s.nsizes, s.nvariants);
+    for (int i = 0; i < s.nruns; i++) {
+        const ar_train_cfg *t = &s.runs[i].cfg.train;
+        cr_assert_eq(s.runs[i].tokens, t->steps * t->batch_size * t->grad_accum * s.runs[i].cfg.model.seq_len);
+    }
+    ar_sweep_free(&s);
+}
+
+/* ---- training a tiny grid ---- */
+
+typedef struct {
+    int events[6];
+    const char *stop_run; /* interrupt when this run reaches stop_step */
+    long stop_step;
+    volatile sig_atomic_t *flag;
+} watch;
+
+static void on_event(const ar_sweep_run *r, ar_sweep_event ev, const char *detail, void *ud)
+{
+    (void)r;
+    (void)detail;
+    ((watch *)ud)->events[ev]++;
+}
+
+static void on_progress(const ar_sweep_run *r, const ar_progress *p, void *ud)
+{
+    watch *w = ud;
+    if (w->stop_run && !strcmp(r->name, w->stop_run) && p->step == w->stop_step)
+        *w->flag = 1;
+}
+
+static int sweep_in(const char *dir, const char *text, watch *w, ar_sweep_result *res, ar_err *e)
+{
+    static volatile sig_atomic_t flag;
+    flag = 0;
+    w->flag = &flag;
+    ar_sweep s;
+    char cwd[4096];
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    cr_assert_eq(chdir(dir), 0);
+    int rc = parse(&s, text, e);
+    if (rc == 0) {
+        ar_sweep_opts o = {.out_dir = "out", .jobs = 1, .event = on_event, .progress = on_progress, .ud = w,
+                           .interrupt = &flag};
+        rc = ar_sweep_run_all(&s, &o, res, e);
+        ar_sweep_free(&s);
+    }
+    cr_assert_eq(chdir(cwd), 0);
+    return rc;
+}
+
+static ar_csv *read_results(const char *dir)
+{
+    ar_csv *c;
+    ar_err e;
+    cr_assert_eq(ar_csv_read(&c, tu_path(dir, "out/results.csv"), &e), 0, "%s", e.msg);
+    return c;
+}
+
+static double cell_num(const ar_csv *c, int row, const char *col)
+{
+    ar_err e;
+    double v;
+    int k = ar_csv_require_col(c, col, &e);
+    cr_assert_geq(k, 0, "%s", e.msg);
+    cr_assert_eq(ar_csv_num(c, row, k, &v, &e), 0, "%s", e.msg);
+    return v;
+}
+
+Test(sweep, tiny_grid_writes_results_and_reuses_finished_runs)
+{
+    const char *dir = tu_tmpdir();
+    write_corpus(tu_path(dir, "corpus.txt"));
+    watch w;
+    memset(&w, 0, sizeof w);
+    ar_sweep_result res;
+    ar_err e;
+    cr_assert_eq(sweep_in(dir, TINY, &w, &res, &e), 0, "%s", e.msg);
+    cr_assert_eq(res.trained, 4);
+    cr_assert_eq(res.finished, 4);
+    cr_assert_eq(w.events[AR_SWEEP_STARTED], 4);
+
+    char *first = tu_read_file(tu_path(dir, "out/results.csv"), NULL);
+    cr_assert(strncmp(first, AR_SWEEP_COLUMNS "\n", strlen(AR_SWEEP_COLUMNS) + 1) == 0, "header:\n%s", first);
+    ar_csv *c = read_results(dir);
+    cr_assert_eq(c->nrows, 4);
+    const char *variants[] = {"baseline", "block", "baseline", "block"}, *sizes[] = {"t1", "t1", "t2", "t2"};
+    for (int i = 0; i < 4; i++) {
+        cr_assert_str_eq(ar_csv_cell(c, i, ar_csv_col(c, "variant")), variants[i]);
+        cr_assert_str_eq(ar_csv_cell(c, i, ar_csv_col(c, "size")), sizes[i]);
+        double tokens = cell_num(c, i, "tokens"), flops = cell_num(c, i, "flops");
+        double N = cell_num(c, i, "nonembed_params"), pfd = cell_num(c, i, "pflops_days");
+        int d = i < 2 ? 16 : 24, nl = i < 2 ? 1 : 2;
+        cr_assert_float_eq(tokens, i < 2 ? 384 : 512, 0);
+        /* DESIGN.md: 6N + 12 n_layer d T per token; PFLOP/s-days = FLOPs / 8.64e19 */
+        double want = (6 * N + 12.0 * nl * d * 16) * tokens;
+        cr_assert(fabs(flops - want) <= 0.5, "flops %.1f, want %.1f", flops, want);
+        cr_assert(fabs(pfd - flops / 8.64e19) <= 1e-9 * pfd, "pflops_days %g vs %g", pfd, flops / 8.64e19);
+        double vl = cell_num(c, i, "val_loss");
+        cr_assert(vl > 0 && vl < 6, "val_loss %g", vl);
+        cr_assert_geq(cell_num(c, i, "wall_s"), 0);
+        cr_assert_float_eq(cell_num(c, i, "steps"), i < 2 ? 6 : 8, 0);
+    }
+    /* N grows with the size and the block variant adds its queries and norms */
+    cr_assert(cell_num(c, 1, "nonembed_params") > cell_num(c, 0, "nonembed_params"));
+    cr_assert(cell_num(c, 2, "nonembed_params") > cell_num(c, 1, "nonembed_params"));
+    ar_csv_free(c);
+
+    /* A rerun trains nothing and writes the same table. */
+    struct stat before, after;
+    cr_assert_eq(stat(tu_path(dir, "out/t2-block/model.safetensors"), &before), 0);
+    memset(&w, 0, sizeof w);
+    cr_assert_eq(sweep_in(dir, TINY, &w, &res, &e), 0, "%s", e.msg);
+    cr_assert_eq(res.skipped, 4);
+    cr_assert_eq(res.trained, 0);
+    cr_assert_eq(w.events[AR_SWEEP_SKIPPED], 4);
+    cr_assert_eq(stat(tu_path(dir, "out/t2-block/model.safetensors"), &after), 0);
+    cr_assert(before.st_mtim.tv_sec == after.st_mtim.tv_sec && before.st_mtim.tv_nsec == after.st_mtim.tv_nsec,
+              "a finished run was trained again");
+    char *second = tu_read_file(tu_path(dir, "out/results.csv"), NULL);
+    cr_assert_str_eq(first, second);
+    free(first);
+    free(second);
+
+    /* A changed grid does not silently reuse a run trained otherwise. */
+    char *changed = strdup(TINY);
+    char *lr = strstr(changed, "lr: 5.0e-3");
+    memcpy(lr, "lr: 6.0e-3", 10);
+    cr_assert_eq(sweep_in(dir, changed, &w, &res, &e), -1);
+    cr_assert(strstr(e.msg, "out/t2-baseline") && strstr(e.msg, "another configuration"), "%s", e.msg);
+    cr_assert(strstr(e.msg, "lr"), "the differing key is not shown: %s", e.msg);
+    free(changed);
+}
+
+Test(sweep, interrupted_run_is_resumed)
+{
+    const char *dir = tu_tmpdir();
+    write_corpus(tu_path(dir, "corpus.txt"));
+    /* Interrupted after its third step: it finishes the step it is in,
+     * saves at step 4 and stops. */
+    watch w = {.events = {0}, .stop_run = "t1-block", .stop_step = 3, .flag = NULL};
+    ar_sweep_result res;
+    ar_err e;
+    cr_assert_eq(sweep_in(dir, TINY, &w, &res, &e), 0, "%s", e.msg);
+    cr_assert(res.interrupted);
+    cr_assert_eq(res.finished, 1, "only t1-baseline finished");
+    cr_assert_eq(w.events[AR_SWEEP_INTERRUPTED], 1);
+    ar_csv *c = read_results(dir);
+    cr_assert_eq(c->nrows, 1);
+    ar_csv_free(c);
+    ar_config cfg;
+    long step;
+    cr_assert_eq(ar_ckpt_read_config(tu_path(dir, "out/t1-block"), &cfg, &step, &e), 0, "%s", e.msg);
+    cr_assert_eq(step, 4);
+
+    memset(&w, 0, sizeof w);
+    cr_assert_eq(sweep_in(dir, TINY, &w, &res, &e), 0, "%s", e.msg);
+    cr_assert_eq(w.events[AR_SWEEP_SKIPPED], 1);
+    cr_assert_eq(w.events[AR_SWEEP_RESUMED], 1);
+    cr_assert_eq(w.events[AR_SWEEP_STARTED], 2);
+    cr_assert_eq(res.finished, 4);
+    cr_assert_eq(ar_ckpt_read_config(tu_path(dir, "out/t1-block"), &cfg, &step, &e), 0, "%s", e.msg);
+    cr_assert_eq(step, 6);
+    /* wall time of the resumed run sums its two invocations */
+    double wall, vl;
+    cr_assert_eq(ar_sweep_run_stats(tu_path(dir, "out/t1-block"), &wall, &vl, &e), 0, "%s", e.msg);
+    cr_assert(wall > 0 && isfinite(vl));
+}
+
+/* ---- the command ---- */
+
+static char *run_cli(const char *dir, int *st, const char *fmt, ...)
+{
+    const char *bin = tu_bin();
+    if (!bin)
+        cr_skip_test("AR_BIN is not set");
+    char args[4096], cmd[9000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s", dir, bin, args);
+    return tu_run(cmd, st);
+}
+
+Test(sweep, cli_two_jobs_rerun_and_fit)
+{
+    const char *dir = tu_tmpdir();
+    write_corpus(tu_path(dir, "corpus.txt"));
+    write_text(tu_path(dir, "tiny.yaml"), TINY);
+    int st;
+    char *out = run_cli(dir, &st, "sweep tiny.yaml --jobs 2");
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "into 'runs/tiny', 2 at a time") && strstr(out, "sweep done: 4 runs (0 reused, 4 trained)"),
+              "%s", out);
+    free(out);
+    ar_csv *c;
+    ar_err e;
+    cr_assert_eq(ar_csv_read(&c, tu_path(dir, "runs/tiny/results.csv"), &e), 0, "%s", e.msg);
+    cr_assert_eq(c->nrows, 4);
+    /* two jobs out of threads: 1 -> one thread each */
+    ar_config cfg;
+    long step;
+    cr_assert_eq(ar_ckpt_read_config(tu_path(dir, "runs/tiny/t2-block"), &cfg, &step, &e), 0, "%s", e.msg);
+    cr_assert_eq(cfg.train.threads, 1);
+    cr_assert_eq(step, 8);
+    ar_csv_free(c);
+
+    out = run_cli(dir, &st, "sweep tiny.yaml");
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "sweep done: 4 runs (4 reused, 0 trained)"), "%s", out);
+    free(out);
+
+    out = run_cli(dir, &st, "fit-scaling runs/tiny --json 2>&1");
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "\"baseline\":\"baseline\"") && strstr(out, "\"ratio\""), "%s", out);
+    free(out);
+}
+
+Test(sweep, cli_errors)
+{
+    const char *dir = tu_tmpdir();
+    int st;
+    char *out = run_cli(dir, &st, "sweep --jobs 0 2>&1");
+    cr_assert_eq(st, 2, "%s", out);
+    cr_assert(strstr(out, "'--jobs'") && strstr(out, "usage: attnres sweep"), "%s", out);
+    free(out);
+    out = run_cli(dir, &st, "sweep 2>&1");
+    cr_assert_eq(st, 1, "%s", out);
+    cr_assert(strstr(out, "tools/get-data.sh"), "the missing default corpus is not explained: %s", out);
+    free(out);
+    out = run_cli(dir, &st, "sweep --dry-run --set data.train=/dev/null 2>&1");
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "s1-baseline") && strstr(out, "into 'runs/scaling'"), "%s", out);
+    free(out);
+    write_text(tu_path(dir, "bad.yaml"), "sizes:\n  - {name: a, d_model: -1}\nvariants: [baseline]\n");
+    out = run_cli(dir, &st, "sweep bad.yaml 2>&1");
+    cr_assert_eq(st, 1, "%s", out);
+    cr_assert(strstr(out, "attnres: error: bad.yaml:2:24: 'model.d_model' expects a positive integer, got '-1'"),
+              "%s", out);
+    free(out);
+}
