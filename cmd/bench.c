@@ -120,25 +120,12 @@ static void write_all(int fd, const void *buf, size_t n)
     }
 }
 
-/* The child: measure, then send the report and leave without running the
- * parent's atexit handlers or flushing its stdio buffers. */
-static void child_main(int fd, const variant_run *v, const ar_bench_opts *o)
-{
-    report rep;
-    memset(&rep, 0, sizeof rep);
-    ar_err e = {{0}};
-    if (ar_bench_variant(&v->cfg, o, &rep.r, &e) == 0) {
-        rep.ceiling = ar_bench_sgemm_gflops(AR_BENCH_CEILING_N, AR_BENCH_CEILING_REPS);
-        rep.ok = 1;
-    } else {
-        snprintf(rep.msg, sizeof rep.msg, "%s", e.msg);
-    }
-    write_all(fd, &rep, sizeof rep);
-    close(fd);
-    _exit(0);
-}
-
-static int run_variant(variant_run *v, const ar_bench_opts *o, ar_err *e)
+/* Runs work(ud, buf) in a forked child, which fills n bytes of buf (a
+ * report first) and sends them back through a pipe; the child leaves with
+ * _exit, without the parent's atexit handlers or stdio buffers.  what names
+ * the process in errors. */
+static int run_child(void (*work)(void *ud, void *buf), void *ud, void *buf, size_t n, const char *what,
+                     ar_err *e)
 {
     int fds[2];
     if (pipe(fds) != 0)
@@ -148,44 +135,83 @@ static int run_variant(variant_run *v, const ar_bench_opts *o, ar_err *e)
     if (pid < 0) {
         close(fds[0]);
         close(fds[1]);
-        return ar_fail(e, "cannot fork the process for variant '%s': %s", v->def->label, strerror(errno));
+        return ar_fail(e, "cannot fork the process for %s: %s", what, strerror(errno));
     }
     if (pid == 0) {
         close(fds[0]);
-        child_main(fds[1], v, o);
+        memset(buf, 0, n);
+        work(ud, buf);
+        write_all(fds[1], buf, n);
+        close(fds[1]);
+        _exit(0);
     }
     close(fds[1]);
-    int have = read_all(fds[0], &v->rep, sizeof v->rep) == 0;
+    int have = read_all(fds[0], buf, n) == 0;
     close(fds[0]);
     int st;
     while (waitpid(pid, &st, 0) < 0)
         if (errno != EINTR)
-            return ar_fail(e, "waiting for variant '%s': %s", v->def->label, strerror(errno));
+            return ar_fail(e, "waiting for %s: %s", what, strerror(errno));
     if (WIFSIGNALED(st)) {
         int sig = WTERMSIG(st);
-        return ar_fail(e, "variant '%s' was killed by signal %d (%s)%s", v->def->label, sig, strsignal(sig),
+        return ar_fail(e, "%s was killed by signal %d (%s)%s", what, sig, strsignal(sig),
                        sig == SIGKILL ? ": out of memory?" : "");
     }
     if (!have || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        return ar_fail(e, "variant '%s' exited with status %d without a result", v->def->label,
+        return ar_fail(e, "%s exited with status %d without a result", what,
                        WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-    if (!v->rep.ok)
-        return ar_fail(e, "variant '%s': %s", v->def->label, v->rep.msg);
+    const report *rep = buf;
+    if (!rep->ok)
+        return ar_fail(e, "%s: %s", what, rep->msg);
     return 0;
+}
+
+typedef struct {
+    const variant_run *v;
+    const ar_bench_opts *o;
+} variant_job;
+
+/* A variant's process: its numbers (peak memory), then the sgemm ceiling. */
+static void variant_work(void *ud, void *buf)
+{
+    const variant_job *j = ud;
+    report *rep = buf;
+    ar_err e = {{0}};
+    if (ar_bench_variant(&j->v->cfg, j->o, &rep->r, &e) == 0) {
+        rep->ceiling = ar_bench_sgemm_gflops(AR_BENCH_CEILING_N, AR_BENCH_CEILING_REPS);
+        rep->ok = 1;
+    } else {
+        snprintf(rep->msg, sizeof rep->msg, "%s", e.msg);
+    }
+}
+
+static int run_variant(variant_run *v, const ar_bench_opts *o, ar_err *e)
+{
+    variant_job j = {v, o};
+    char what[96];
+    snprintf(what, sizeof what, "variant '%s'", v->def->label);
+    return run_child(variant_work, &j, &v->rep, sizeof v->rep, what, e);
 }
 
 /* ---- paired timing: all variants in one child, round-robin ---- */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+typedef struct {
+    const ar_config *cfgs;
+    int n;
+    const ar_bench_opts *o;
+} paired_job;
 
-static double median(double *v, int n)
+/* The timing process: a report, then train[n*repeat] and infer[n*repeat]. */
+static void paired_work(void *ud, void *buf)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    const paired_job *j = ud;
+    report *rep = buf;
+    double *v = (double *)(rep + 1);
+    size_t nd = (size_t)j->n * j->o->repeat;
+    ar_err e = {{0}};
+    rep->ok = ar_bench_paired(j->cfgs, j->n, j->o, v, v + nd, &e) == 0;
+    if (!rep->ok)
+        snprintf(rep->msg, sizeof rep->msg, "%s", e.msg);
 }
 
 /* Runs ar_bench_paired in a child; fills each run's tok/s (median and range
@@ -193,78 +219,32 @@ static double median(double *v, int n)
  * baseline, measured seconds apart). */
 static int run_paired(variant_run *runs, int n, const variant_run *base, const ar_bench_opts *o, ar_err *e)
 {
-    size_t nd = (size_t)n * o->repeat;
-    double *buf = calloc(2 * nd + 1, sizeof *buf);
+    int R = o->repeat, bi = base ? (int)(base - runs) : -1;
+    size_t nd = (size_t)n * R, bytes = sizeof(report) + 2 * nd * sizeof(double);
+    report *rep = calloc(1, bytes);
     ar_config *cfgs = calloc((size_t)n, sizeof *cfgs);
-    if (!buf || !cfgs) {
-        free(buf), free(cfgs);
+    double *tmp = calloc((size_t)R, sizeof *tmp);
+    if (!rep || !cfgs || !tmp) {
+        free(rep), free(cfgs), free(tmp);
         return ar_fail(e, "out of memory");
     }
     for (int i = 0; i < n; i++)
         cfgs[i] = runs[i].cfg;
-    int fds[2];
-    if (pipe(fds) != 0) {
-        free(buf), free(cfgs);
-        return ar_fail(e, "cannot create a pipe: %s", strerror(errno));
-    }
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(fds[0]), close(fds[1]), free(buf), free(cfgs);
-        return ar_fail(e, "cannot fork the timing process: %s", strerror(errno));
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        report rep;
-        memset(&rep, 0, sizeof rep);
-        ar_err ce = {{0}};
-        rep.ok = ar_bench_paired(cfgs, n, o, buf, buf + nd, &ce) == 0;
-        if (!rep.ok)
-            snprintf(rep.msg, sizeof rep.msg, "%s", ce.msg);
-        write_all(fds[1], &rep, sizeof rep);
-        write_all(fds[1], buf, 2 * nd * sizeof *buf);
-        close(fds[1]);
-        _exit(0);
-    }
-    close(fds[1]);
-    report rep;
-    int have = read_all(fds[0], &rep, sizeof rep) == 0 && read_all(fds[0], buf, 2 * nd * sizeof *buf) == 0;
-    close(fds[0]);
-    free(cfgs);
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR) {
-            free(buf);
-            return ar_fail(e, "waiting for the timing process: %s", strerror(errno));
-        }
-    if (WIFSIGNALED(st)) {
-        int sig = WTERMSIG(st);
-        free(buf);
-        return ar_fail(e, "the timing process (all variants at once) was killed by signal %d (%s)%s", sig,
-                       strsignal(sig), sig == SIGKILL ? ": out of memory? try fewer --variants" : "");
-    }
-    if (!have || !rep.ok) {
-        free(buf);
-        return ar_fail(e, "timing: %s", have ? rep.msg : "the timing process exited without a result");
-    }
-    int R = o->repeat, bi = base ? (int)(base - runs) : -1;
-    double *tmp = malloc((size_t)R * sizeof *tmp);
-    for (int i = 0; i < n; i++) {
+    paired_job j = {cfgs, n, o};
+    int rc = run_child(paired_work, &j, rep, bytes, "the timing process (all variants at once)", e);
+    const double *buf = (const double *)(rep + 1);
+    for (int i = 0; i < n && rc == 0; i++) {
         ar_bench_result *r = &runs[i].rep.r;
         for (int pass = 0; pass < 2; pass++) {
             const double *v = buf + (size_t)pass * nd + (size_t)i * R;
-            double lo = v[0], hi = v[0];
-            for (int k = 0; k < R; k++) {
-                tmp[k] = v[k];
-                lo = v[k] < lo ? v[k] : lo;
-                hi = v[k] > hi ? v[k] : hi;
-            }
-            double med = median(tmp, R), ovh = NAN;
+            double med, lo, hi, ovh = NAN, olo, ohi;
+            memcpy(tmp, v, (size_t)R * sizeof *tmp);
+            ar_bench_summarize(tmp, R, &med, &lo, &hi);
             if (bi >= 0) {
                 const double *b = buf + (size_t)pass * nd + (size_t)bi * R;
                 for (int k = 0; k < R; k++)
                     tmp[k] = 100.0 * (1.0 - v[k] / b[k]);
-                ovh = median(tmp, R);
+                ar_bench_summarize(tmp, R, &ovh, &olo, &ohi);
             }
             if (pass == 0) {
                 r->train_tok_per_s = med, r->train_tok_per_s_min = lo, r->train_tok_per_s_max = hi;
@@ -277,9 +257,8 @@ static int run_paired(variant_run *runs, int n, const variant_run *base, const a
             }
         }
     }
-    free(tmp);
-    free(buf);
-    return 0;
+    free(rep), free(cfgs), free(tmp);
+    return rc;
 }
 
 /* ---- derived numbers ---- */

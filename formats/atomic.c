@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* strerror with a lowercase first letter, as every attnres message. */
@@ -75,5 +76,23 @@ int ar_write_atomic(const char *path, ar_atomic_fill fill, void *ud, ar_err *e)
     if (sync_dir(path, dir, sizeof dir) != 0)
         return ar_fail(e, "cannot write '%s': cannot sync directory '%s': %s", path, dir,
                        reason(errno, why, sizeof why));
+    return 0;
+}
+
+int ar_mkdir_p(const char *path, ar_err *e)
+{
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return ar_fail(e, "directory name '%.64s...' is too long", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return ar_fail(e, "cannot create directory '%s': %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+        return ar_fail(e, "cannot create directory '%s': %s", buf, strerror(errno));
     return 0;
 }

@@ -18,4 +18,7 @@ typedef int (*ar_atomic_fill)(FILE *f, void *ud);
  * it" or "cannot sync directory 'DIR'". */
 int ar_write_atomic(const char *path, ar_atomic_fill fill, void *ud, ar_err *e);
 
+/* mkdir -p: creates path and its missing parents (mode 0777 less umask). */
+int ar_mkdir_p(const char *path, ar_err *e);
+
 #endif

@@ -53,8 +53,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median, min and max of n values (sorts v). */
-static void summarize(double *v, int n, double *med, double *lo, double *hi)
+void ar_bench_summarize(double *v, int n, double *med, double *lo, double *hi)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     *med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -62,163 +61,150 @@ static void summarize(double *v, int n, double *med, double *lo, double *hi)
     *hi = v[n - 1];
 }
 
+/* One model under test: its optimizer and a fixed batch of pseudo-random
+ * ids (the same for every variant of a config). */
 typedef struct {
     ar_model *m;
-    ar_adamw *opt;
+    ar_adamw opt;
     const ar_train_cfg *tc;
-    const int32_t *in, *tg;
+    int32_t *in, *tg;
     int B;
     double loss;
 } bench_ctx;
+
+static int ctx_open(bench_ctx *c, const ar_config *cfg, const ar_backend *be, ar_err *e)
+{
+    memset(c, 0, sizeof *c);
+    c->B = cfg->train.batch_size;
+    c->tc = &cfg->train;
+    if (ar_model_create(&c->m, &cfg->model, be, c->B, e) != 0)
+        return -1;
+    ar_model_init(c->m, cfg->train.seed);
+    ar_adamw_init(&c->opt, c->m);
+    size_t N = (size_t)c->B * cfg->model.seq_len;
+    c->in = ar_xmalloc(N * sizeof *c->in);
+    c->tg = ar_xmalloc(N * sizeof *c->tg);
+    uint64_t x = 0x9E3779B97F4A7C15ull ^ cfg->train.seed;
+    for (size_t i = 0; i < N; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        c->in[i] = (int32_t)(x % (uint64_t)cfg->model.vocab);
+        c->tg[i] = (int32_t)((x >> 32) % (uint64_t)cfg->model.vocab);
+    }
+    return 0;
+}
+
+static void ctx_close(bench_ctx *c)
+{
+    free(c->in);
+    free(c->tg);
+    ar_adamw_free(&c->opt);
+    ar_model_free(c->m);
+}
 
 static void train_step(bench_ctx *c)
 {
     ar_model_zero_grad(c->m);
     c->loss = ar_model_forward(c->m, c->in, c->tg, c->B, NULL);
     ar_model_backward(c->m, 1.0f / (float)(c->B * c->m->T));
-    ar_adamw_step(c->opt, c->m, c->tc, c->tc->lr, ar_grad_norm(c->m));
+    ar_adamw_step(&c->opt, c->m, c->tc, c->tc->lr, ar_grad_norm(c->m));
 }
 
-static void bench_tokens(int32_t *in, int32_t *tg, size_t N, int V, uint64_t seed);
+static void infer_step(bench_ctx *c) { ar_model_forward(c->m, c->in, NULL, c->B, NULL); }
 
-static void infer_step(bench_ctx *c)
-{
-    ar_model_forward(c->m, c->in, NULL, c->B, NULL);
-}
-
-/* warmup untimed calls, then `repeat` timed runs of `steps` calls; tok/s of
- * each run in tps[]. */
-static void time_runs(bench_ctx *c, void (*step)(bench_ctx *), const ar_bench_opts *o, double *tps)
+/* tok/s of `steps` timed calls of step. */
+static double time_steps(bench_ctx *c, void (*step)(bench_ctx *), int steps)
 {
     const ar_backend *be = c->m->be;
-    double tokens = (double)c->B * c->m->T * o->steps;
-    for (int s = 0; s < o->warmup; s++)
+    be->sync();
+    double t0 = now_s();
+    for (int s = 0; s < steps; s++)
         step(c);
     be->sync();
-    for (int r = 0; r < o->repeat; r++) {
-        double t0 = now_s();
-        for (int s = 0; s < o->steps; s++)
-            step(c);
-        be->sync();
-        double dt = now_s() - t0;
-        tps[r] = tokens / (dt > 1e-9 ? dt : 1e-9);
+    double dt = now_s() - t0;
+    return (double)c->B * c->m->T * steps / (dt > 1e-9 ? dt : 1e-9);
+}
+
+/* Checks the schedule and sets the threads; returns the backend or NULL. */
+static const ar_backend *bench_backend(const ar_bench_opts *o, ar_err *e)
+{
+    if (o->steps < 1 || o->repeat < 1 || o->warmup < 0) {
+        ar_fail(e, "bench needs steps >= 1, repeat >= 1 and warmup >= 0 (got %d, %d, %d)", o->steps,
+                o->repeat, o->warmup);
+        return NULL;
     }
+    const ar_backend *be = o->be ? o->be : ar_backend_cpu();
+    if (o->threads >= 0)
+        be->set_threads(o->threads);
+    return be;
 }
 
 int ar_bench_variant(const ar_config *cfg, const ar_bench_opts *o, ar_bench_result *r, ar_err *e)
 {
     memset(r, 0, sizeof *r);
-    if (o->steps < 1 || o->repeat < 1 || o->warmup < 0)
-        return ar_fail(e, "bench needs steps >= 1, repeat >= 1 and warmup >= 0 (got %d, %d, %d)", o->steps,
-                       o->repeat, o->warmup);
-    const ar_backend *be = o->be ? o->be : ar_backend_cpu();
-    if (o->threads >= 0)
-        be->set_threads(o->threads);
-    int B = cfg->train.batch_size, T = cfg->model.seq_len, V = cfg->model.vocab;
-    ar_model *m;
-    if (ar_model_create(&m, &cfg->model, be, B, e) != 0)
+    const ar_backend *be = bench_backend(o, e);
+    bench_ctx c;
+    if (!be || ctx_open(&c, cfg, be, e) != 0)
         return -1;
-    ar_model_init(m, cfg->train.seed);
-    ar_adamw opt;
-    ar_adamw_init(&opt, m);
-    size_t N = (size_t)B * T;
-    int32_t *in = ar_xmalloc(N * sizeof *in), *tg = ar_xmalloc(N * sizeof *tg);
-    /* Fixed pseudo-random ids, so every variant sees the same batch. */
-    bench_tokens(in, tg, N, V, cfg->train.seed);
-    double *tps = ar_xmalloc((size_t)o->repeat * sizeof *tps);
-    bench_ctx c = {.m = m, .opt = &opt, .tc = &cfg->train, .in = in, .tg = tg, .B = B};
-
-    r->batch = B;
-    r->seq_len = T;
+    ar_model *m = c.m;
+    r->batch = c.B;
+    r->seq_len = m->T;
     r->threads = omp_get_max_threads();
     for (int i = 0; i < m->pt.n; i++)
         r->params += (long)m->pt.p[i].numel;
     r->nonembed_params = ar_model_nonembed_params(m);
     r->flops_per_token = ar_model_flops_per_token(m);
 
-    time_runs(&c, train_step, o, tps);
-    summarize(tps, o->repeat, &r->train_tok_per_s, &r->train_tok_per_s_min, &r->train_tok_per_s_max);
-    r->train_step_ms = 1e3 * (double)N / r->train_tok_per_s;
+    double *tps = ar_xmalloc((size_t)o->repeat * sizeof *tps);
+    for (int pass = 0; pass < 2; pass++) {
+        void (*step)(bench_ctx *) = pass == 0 ? train_step : infer_step;
+        for (int s = 0; s < o->warmup; s++)
+            step(&c);
+        for (int k = 0; k < o->repeat; k++)
+            tps[k] = time_steps(&c, step, o->steps);
+        if (pass == 0)
+            ar_bench_summarize(tps, o->repeat, &r->train_tok_per_s, &r->train_tok_per_s_min,
+                               &r->train_tok_per_s_max);
+        else
+            ar_bench_summarize(tps, o->repeat, &r->infer_tok_per_s, &r->infer_tok_per_s_min,
+                               &r->infer_tok_per_s_max);
+    }
+    r->train_step_ms = 1e3 * (double)c.B * m->T / r->train_tok_per_s;
     r->gflops = r->train_tok_per_s * r->flops_per_token / 1e9;
     r->loss = c.loss;
-
-    time_runs(&c, infer_step, o, tps);
-    summarize(tps, o->repeat, &r->infer_tok_per_s, &r->infer_tok_per_s_min, &r->infer_tok_per_s_max);
-
     r->peak_rss_bytes = ar_bench_peak_rss();
     free(tps);
-    free(in);
-    free(tg);
-    ar_adamw_free(&opt);
-    ar_model_free(m);
+    ctx_close(&c);
     return 0;
-}
-
-/* Fills in[] and tg[] with the fixed pseudo-random ids of ar_bench_variant. */
-static void bench_tokens(int32_t *in, int32_t *tg, size_t N, int V, uint64_t seed)
-{
-    uint64_t x = 0x9E3779B97F4A7C15ull ^ seed;
-    for (size_t i = 0; i < N; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        in[i] = (int32_t)(x % (uint64_t)V);
-        tg[i] = (int32_t)((x >> 32) % (uint64_t)V);
-    }
 }
 
 int ar_bench_paired(const ar_config *cfgs, int nv, const ar_bench_opts *o, double *train,
                     double *infer, ar_err *e)
 {
-    if (o->steps < 1 || o->repeat < 1 || o->warmup < 0)
-        return ar_fail(e, "bench needs steps >= 1, repeat >= 1 and warmup >= 0 (got %d, %d, %d)", o->steps,
-                       o->repeat, o->warmup);
-    const ar_backend *be = o->be ? o->be : ar_backend_cpu();
-    if (o->threads >= 0)
-        be->set_threads(o->threads);
+    const ar_backend *be = bench_backend(o, e);
+    if (!be)
+        return -1;
     bench_ctx *c = ar_xcalloc((size_t)nv, sizeof *c);
-    ar_adamw *opt = ar_xcalloc((size_t)nv, sizeof *opt);
     int rc = 0, made = 0;
-    for (; made < nv; made++) {
-        const ar_config *cf = &cfgs[made];
-        int B = cf->train.batch_size;
-        size_t N = (size_t)B * cf->model.seq_len;
-        if (ar_model_create(&c[made].m, &cf->model, be, B, e) != 0) {
+    for (; made < nv && rc == 0; made++)
+        if (ctx_open(&c[made], &cfgs[made], be, e) != 0)
             rc = -1;
-            break;
-        }
-        ar_model_init(c[made].m, cf->train.seed);
-        ar_adamw_init(&opt[made], c[made].m);
-        int32_t *in = ar_xmalloc(N * sizeof *in), *tg = ar_xmalloc(N * sizeof *tg);
-        bench_tokens(in, tg, N, cf->model.vocab, cf->train.seed);
-        c[made] = (bench_ctx){.m = c[made].m, .opt = &opt[made], .tc = &cf->train, .in = in, .tg = tg, .B = B};
-    }
+    if (rc != 0)
+        made--; /* the failed one holds nothing */
     for (int pass = 0; pass < 2 && rc == 0; pass++) {
         void (*step)(bench_ctx *) = pass == 0 ? train_step : infer_step;
         double *out = pass == 0 ? train : infer;
         for (int v = 0; v < nv; v++)
             for (int s = 0; s < o->warmup; s++)
                 step(&c[v]);
-        for (int r = 0; r < o->repeat; r++)
-            for (int v = 0; v < nv; v++) {
-                double tokens = (double)c[v].B * c[v].m->T * o->steps;
-                be->sync();
-                double t0 = now_s();
-                for (int s = 0; s < o->steps; s++)
-                    step(&c[v]);
-                be->sync();
-                double dt = now_s() - t0;
-                out[(size_t)v * o->repeat + r] = tokens / (dt > 1e-9 ? dt : 1e-9);
-            }
+        for (int k = 0; k < o->repeat; k++)
+            for (int v = 0; v < nv; v++)
+                out[(size_t)v * o->repeat + k] = time_steps(&c[v], step, o->steps);
     }
-    for (int v = 0; v < made; v++) {
-        free((void *)c[v].in);
-        free((void *)c[v].tg);
-        ar_adamw_free(&opt[v]);
-        ar_model_free(c[v].m);
-    }
+    for (int v = 0; v < made; v++)
+        ctx_close(&c[v]);
     free(c);
-    free(opt);
     return rc;
 }
 

@@ -82,6 +82,9 @@ int ar_bench_variant(const ar_config *cfg, const ar_bench_opts *o, ar_bench_resu
 int ar_bench_paired(const ar_config *cfgs, int nv, const ar_bench_opts *o, double *train,
                     double *infer, ar_err *e);
 
+/* Median, minimum and maximum of n values (sorts v). */
+void ar_bench_summarize(double *v, int n, double *med, double *lo, double *hi);
+
 /* The square sgemm ceiling: the best GFLOP/s of `reps` row-major
  * cblas_sgemm calls of size n, on the threads currently set. */
 #define AR_BENCH_CEILING_N 2048

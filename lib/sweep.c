@@ -207,23 +207,6 @@ static int train_one(const ar_sweep_run *r, const char *dir, int resume, int thr
     return res.interrupted ? 130 : 0;
 }
 
-static int mkdir_p(const char *path, ar_err *e)
-{
-    char buf[AR_PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = 0;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return ar_fail(e, "cannot create directory '%s': %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return ar_fail(e, "cannot create directory '%s': %s", buf, strerror(errno));
-    return 0;
-}
-
 typedef struct {
     pid_t pid;
     int run;
@@ -251,7 +234,7 @@ int ar_sweep_run_all(const ar_sweep *s, const ar_sweep_opts *o, ar_sweep_result 
 {
     memset(res, 0, sizeof *res);
     int jobs = o->jobs > 1 ? o->jobs : 1;
-    if (mkdir_p(o->out_dir, e) != 0)
+    if (ar_mkdir_p(o->out_dir, e) != 0)
         return -1;
     row *rows = ar_xcalloc((size_t)s->nruns, sizeof *rows);
     child *kids = ar_xcalloc((size_t)jobs, sizeof *kids);

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../formats/atomic.h"
 #include "../formats/config.h"
 #include "../formats/json.h"
 #include "../formats/metrics.h"
@@ -36,23 +37,6 @@ static unsigned long mix_seed(uint64_t seed, uint64_t k)
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return (unsigned long)(z ^ (z >> 31));
-}
-
-static int mkdir_p(const char *path, ar_err *e)
-{
-    char buf[AR_PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = 0;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return ar_fail(e, "cannot create directory '%s': %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return ar_fail(e, "cannot create directory '%s': %s", buf, strerror(errno));
-    return 0;
 }
 
 static int file_exists(const char *dir, const char *name)
@@ -190,7 +174,7 @@ static int setup(trainer *t, long *start, ar_err *e)
         return ar_fail(e, "run directory '%s' already holds a checkpoint; use --resume to continue "
                           "it or --out to choose another directory", o->out_dir);
     }
-    if (mkdir_p(o->out_dir, e) != 0)
+    if (ar_mkdir_p(o->out_dir, e) != 0)
         return -1;
     if (ar_dataset_open(&t->ds, &cfg->data, &cfg->model, e) != 0)
         return -1;

@@ -18,6 +18,7 @@
  * (batch, head); the OpenMP build of OpenBLAS runs single-threaded when it
  * is called from inside a parallel region. */
 #include "../backend.h"
+#include "depth_cpu.h"
 #include "workspace.h"
 
 #include <cblas.h>

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "../backend.h"
+#include "depth_cpu.h"
 #include "workspace.h"
 
 #define PAR_MIN 32768

@@ -1,0 +1,26 @@
+/* The CPU backend's two-phase depth-attention ops (lib/cpu/depth_cpu.c);
+ * their math is in lib/backend.h, which they fill in for the CPU table. */
+#ifndef AR_CPU_DEPTH_H
+#define AR_CPU_DEPTH_H
+
+void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha, const int *n,
+                         float *const *rs, const float *const *src, int k, const float *const *w,
+                         const float *const *g, int C, int N, int d);
+void cpu_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
+                         float *const *rsi, const float *const *intra, const float *w,
+                         const float *g, int N, int d);
+void cpu_depth_recompute(float *const *h, const float *const *alpha,
+                         const float *const *const *src, const int *n, int C, int N, int d);
+void cpu_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot,
+                         const float *dh, const float *h, const float *alpha, const float *lse,
+                         int n, int k,
+                         const float *const *rsi, const float *const *intra, const float *w,
+                         const float *g, int N, int d);
+void cpu_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg,
+                         const float *const *dh, const float *const *cdot,
+                         const float *const *alpha, const float *const *lse, const int *n,
+                         const float *const *rs, const float *const *src, int k,
+                         const float *const *w, const float *const *g, int C, int overwrite,
+                         int N, int d);
+
+#endif
