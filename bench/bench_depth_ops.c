@@ -26,22 +26,23 @@ static double T[16];
     }
 WRAP(0, depth_fwd_inter,
      (float *const *o, float *const *lse, float *const *alpha, const int *n, float *const *rs,
-      const float *const *src, int k, const float *const *w, const float *const *g, int C, int N,
-      int d),
-     (o, lse, alpha, n, rs, src, k, w, g, C, N, d))
+      const float *const *src, int k, const float *const *w, const float *const *g, int C,
+      const float *ng, float *xn, float *nrstd, int N, int d),
+     (o, lse, alpha, n, rs, src, k, w, g, C, ng, xn, nrstd, N, d))
 WRAP(1, depth_fwd_merge,
      (float *h, float *lse, float *alpha, int n, int k, float *const *rsi,
-      const float *const *intra, const float *w, const float *g, int N, int d),
-     (h, lse, alpha, n, k, rsi, intra, w, g, N, d))
+      const float *const *intra, const float *w, const float *g, const float *ng, float *xn,
+      float *nrstd, int N, int d),
+     (h, lse, alpha, n, k, rsi, intra, w, g, ng, xn, nrstd, N, d))
 WRAP(2, depth_recompute,
      (float *const *h, const float *const *alpha, const float *const *const *src, const int *n,
       int C, int N, int d),
      (h, alpha, src, n, C, N, d))
 WRAP(3, depth_bwd_intra,
      (float *const *dintra, float *dw, float *dg, float *cdot, const float *dh, const float *h,
-      const float *alpha, const float *lse, int n, int k, const float *const *rsi,
+      float *keep, const float *alpha, const float *lse, int n, int k, const float *const *rsi,
       const float *const *intra, const float *w, const float *g, int N, int d),
-     (dintra, dw, dg, cdot, dh, h, alpha, lse, n, k, rsi, intra, w, g, N, d))
+     (dintra, dw, dg, cdot, dh, h, keep, alpha, lse, n, k, rsi, intra, w, g, N, d))
 WRAP(4, depth_bwd_inter,
      (float *const *dsrc, float *const *dw, float *const *dg, const float *const *dh,
       const float *const *cdot, const float *const *alpha, const float *const *lse, const int *n,

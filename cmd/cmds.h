@@ -4,11 +4,16 @@
 
 #include <stdio.h>
 
+#include "../viz/canvas.h"
+
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
+int cmd_ablate(int argc, char **argv);
 int cmd_fit_scaling(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_plot_depth_attn(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
 
 /* Exit statuses: 0 ok, 1 the work failed, 2 the command line was wrong. */
 enum { AR_EXIT_OK = 0, AR_EXIT_FAIL = 1, AR_EXIT_USAGE = 2 };
@@ -23,6 +28,12 @@ int cli_show_man(const char *page);
 int cli_wants_help(int argc, char **argv);
 /* Parses a positive/non-negative long option value. */
 int cli_parse_long(const char *opt, const char *s, long min, long *out);
+
+/* --format VALUE of the figure commands: 0, or a usage error (-1). */
+int cli_parse_format(const char *usage, const char *v, ar_fig_format *f);
+/* Default figure path for one run: RUN/STEM.EXT for a run directory, the
+ * file's directory for a file (f AUTO = PNG). */
+void cli_figure_path(const char *run, const char *stem, ar_fig_format f, char *out, size_t cap);
 
 /* The man pages compiled into the binary (man_pages.c, generated). */
 typedef struct {

@@ -15,17 +15,6 @@ static const char *usage =
     "attnres eval RUN_OR_SAFETENSORS --data FILE [--max-windows N] [--threads N] [--json] "
     "[--grads OUT.safetensors]";
 
-static int check_tokens(const ar_tokens *t, const ar_config *cfg, const char *path, ar_err *e)
-{
-    if (cfg->model.vocab_bytes && !t->is_bytes)
-        return ar_fail(e, "'%s' is a token file but the model's vocabulary is bytes", path);
-    for (size_t i = 0; i < t->n; i++)
-        if (t->tok[i] < 0 || t->tok[i] >= cfg->model.vocab)
-            return ar_fail(e, "'%s': token %zu has id %d, outside the model's vocabulary of %d", path, i,
-                           t->tok[i], cfg->model.vocab);
-    return 0;
-}
-
 static void print_result(const ar_eval_result *r, const ar_config *cfg, long step, const char *ckpt,
                          const char *data, int json)
 {
@@ -117,7 +106,7 @@ int cmd_eval(int argc, char **argv)
         goto done;
     if (ar_tokens_load(&t, data, &e) != 0)
         goto done;
-    if (check_tokens(&t, &cfg, data, &e) != 0)
+    if (ar_eval_check_tokens(&t, &cfg.model, data, &e) != 0)
         goto done;
     ar_eval_result r;
     if (ar_evaluate(m, t.tok, t.n, max_windows, grads != NULL, &r, &e) != 0) {

@@ -18,11 +18,22 @@ static const command commands[] = {
     {"train", cmd_train, "train a model from a YAML config"},
     {"eval", cmd_eval, "evaluate a checkpoint on a token stream"},
     {"sweep", cmd_sweep, "train a grid of model sizes x variants for scaling laws"},
+    {"ablate", cmd_ablate, "train residual variants x seeds on one config and compare them"},
     {"fit-scaling", cmd_fit_scaling, "fit power-law scaling curves and compare compute"},
     {"bench", cmd_bench, "measure speed and memory of the residual variants"},
+    {"plot", cmd_plot, "draw the training dynamics of runs"},
+    {"plot-depth-attn", cmd_plot_depth_attn, "draw what depth attention learned, or the depth mixing matrix"},
     {"help", NULL, "show the manual page of attnres or of a command"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof *commands)
+
+/* Other names of commands: the same command, the same man page. */
+static const struct {
+    const char *alias, *name;
+} aliases[] = {
+    {"plot-attn", "plot-depth-attn"},
+};
+#define N_ALIASES (int)(sizeof aliases / sizeof *aliases)
 
 static const char *main_usage = "attnres [--version] [--help] <command> [<args>]";
 
@@ -30,12 +41,17 @@ static void list_commands(FILE *f)
 {
     fprintf(f, "usage: %s\n\ncommands:\n", main_usage);
     for (int i = 0; i < N_COMMANDS; i++)
-        fprintf(f, "   %-12s %s\n", commands[i].name, commands[i].summary);
+        fprintf(f, "   %-16s %s\n", commands[i].name, commands[i].summary);
+    for (int i = 0; i < N_ALIASES; i++)
+        fprintf(f, "   %-16s same as %s\n", aliases[i].alias, aliases[i].name);
     fprintf(f, "\n'attnres help <command>' shows a command's manual page.\n");
 }
 
 static const command *find(const char *name)
 {
+    for (int i = 0; i < N_ALIASES; i++)
+        if (strcmp(aliases[i].alias, name) == 0)
+            name = aliases[i].name;
     for (int i = 0; i < N_COMMANDS; i++)
         if (strcmp(commands[i].name, name) == 0)
             return &commands[i];
@@ -80,7 +96,7 @@ int main(int argc, char **argv)
     }
     if (cli_wants_help(argc - 1, argv + 1)) {
         char page[64];
-        snprintf(page, sizeof page, "attnres-%s", c->name);
+        snprintf(page, sizeof page, "attnres-%s", c->name); /* an alias shows its command's page */
         return cli_show_man(page);
     }
     return c->fn(argc - 1, argv + 1);

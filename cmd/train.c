@@ -14,18 +14,48 @@
 #include "cmds.h"
 
 static const char *usage =
-    "attnres train [CONFIG] [--set KEY=VALUE]... [--out DIR] [--resume DIR] [--threads N]";
+    "attnres train [CONFIG] [--set KEY=VALUE]... [--out DIR] [--resume DIR] [--force] [--threads N]";
 
+/* The number of the first SIGINT or SIGTERM, 0 before one. */
 static volatile sig_atomic_t interrupted;
 
-/* First Ctrl-C: finish the step, save, stop.  Second: die at once (the
- * previous checkpoint is intact: every file is replaced by rename). */
-static void on_sigint(int sig)
+static void say(const char *s)
 {
-    (void)sig;
-    if (interrupted)
-        _exit(130);
-    interrupted = 1;
+    size_t n = strlen(s);
+    while (n > 0) {
+        ssize_t k = write(STDERR_FILENO, s, n);
+        if (k <= 0)
+            return;
+        s += k;
+        n -= (size_t)k;
+    }
+}
+
+/* First SIGINT (Ctrl-C) or SIGTERM: finish the step, save, stop with
+ * status 128 + the signal's number.  Second: stop at once with 128 + its
+ * number; the previous checkpoint is intact (every file is replaced by
+ * rename, and a half-written temporary file is removed by the next run). */
+static void on_signal(int sig)
+{
+    const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+    if (interrupted) {
+        say("\nattnres: ");
+        say(name);
+        say(" again: stopping at once; the last checkpoint is kept\n");
+        _exit(128 + sig);
+    }
+    interrupted = sig;
+    say("\nattnres: ");
+    say(name);
+    say(": finishing this step, then saving a checkpoint and stopping (signal again to stop at once)\n");
+}
+
+static void show_warning(const char *msg, void *ud)
+{
+    if (*(int *)ud)
+        fputs("\r\033[K", stdout); /* clear the live progress line */
+    fflush(stdout);
+    fprintf(stderr, "attnres: warning: %s\n", msg);
 }
 
 static void fmt_time(double s, char *buf, size_t n)
@@ -87,6 +117,7 @@ static void default_out(const char *config, char *out, size_t n)
 int cmd_train(int argc, char **argv)
 {
     const char *config = NULL, *out = NULL, *resume = NULL;
+    int force = 0;
     const char **sets = calloc((size_t)argc, sizeof *sets);
     int nsets = 0;
     long threads = -1;
@@ -105,6 +136,8 @@ int cmd_train(int argc, char **argv)
             out = argv[++i];
         else if (!strcmp(a, "--resume"))
             resume = argv[++i];
+        else if (!strcmp(a, "--force"))
+            force = 1;
         else if (!strcmp(a, "--threads")) {
             if (cli_parse_long(a, argv[++i], 0, &threads) != 0 || threads > INT_MAX) {
                 if (threads > INT_MAX)
@@ -125,6 +158,10 @@ int cmd_train(int argc, char **argv)
     if (resume && out && strcmp(resume, out) != 0) {
         free(sets);
         return cli_usage_error(usage, "'--resume' continues the run in its own directory; drop '--out'");
+    }
+    if (resume && force) {
+        free(sets);
+        return cli_usage_error(usage, "'--force' starts a new run and '--resume' continues one; give one of them");
     }
     ar_config cfg;
     ar_err e = {{0}};
@@ -156,11 +193,19 @@ int cmd_train(int argc, char **argv)
         default_out(config, outbuf, sizeof outbuf);
         out = outbuf;
     }
-    signal(SIGINT, on_sigint);
-    signal(SIGTERM, on_sigint);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    /* A file size limit (ulimit -f) makes write() fail with EFBIG, which is
+     * reported like a full disk, instead of killing the process. */
+    signal(SIGXFSZ, SIG_IGN);
     int tty = isatty(STDOUT_FILENO);
-    ar_train_opts o = {.out_dir = out, .resume = resume != NULL, .progress = show_progress, .ud = &tty,
-                       .interrupt = &interrupted};
+    ar_train_opts o = {.out_dir = out, .resume = resume != NULL, .force = force, .progress = show_progress,
+                       .warn = show_warning, .ud = &tty, .interrupt = &interrupted};
     printf("%s run in '%s': %s, d_model %d, n_layer %d, seq_len %d, %ld steps of %d x %d tokens\n",
            resume ? "resuming" : "training", out, ar_res_kind_name(cfg.model.residual.kind),
            cfg.model.d_model, cfg.model.n_layer, cfg.model.seq_len, cfg.train.steps,
@@ -176,13 +221,13 @@ int cmd_train(int argc, char **argv)
         printf("interrupted at step %ld; checkpoint saved; continue with: attnres train --resume %s\n",
                res.step, out);
         free(sets);
-        return 130;
+        return 128 + (int)interrupted;
     }
     printf("done: %ld steps, train loss %.4f, val loss %.4f", res.step, res.final_loss,
            res.final_val_loss);
     if (cfg.model.vocab_bytes)
         printf(" (%.3f bits/byte)", res.final_val_loss / M_LN2);
-    printf(", %.0f tok/s\nrun saved in '%s' (model.safetensors, metrics.jsonl, loss.png%s)\n",
+    printf(", %.0f tok/s\nrun saved in '%s' (model.safetensors, metrics.jsonl, loss.png, dynamics.png%s)\n",
            res.tok_per_s, out, cfg.model.residual.kind == AR_RES_BASELINE ? "" : ", depth_attn.png");
     free(sets);
     return AR_EXIT_OK;

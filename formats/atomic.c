@@ -79,6 +79,22 @@ int ar_write_atomic(const char *path, ar_atomic_fill fill, void *ud, ar_err *e)
     return 0;
 }
 
+/* mkdir that accepts an existing directory, and only a directory. */
+static int mkdir_one(const char *dir, ar_err *e)
+{
+    char why[256];
+    struct stat st;
+    if (mkdir(dir, 0777) == 0)
+        return 0;
+    int err = errno;
+    if (err == EEXIST && stat(dir, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            return 0;
+        err = ENOTDIR;
+    }
+    return ar_fail(e, "cannot create directory '%s': %s", dir, reason(err, why, sizeof why));
+}
+
 int ar_mkdir_p(const char *path, ar_err *e)
 {
     char buf[4096];
@@ -88,11 +104,51 @@ int ar_mkdir_p(const char *path, ar_err *e)
         if (*p != '/')
             continue;
         *p = 0;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return ar_fail(e, "cannot create directory '%s': %s", buf, strerror(errno));
+        if (mkdir_one(buf, e) != 0)
+            return -1;
         *p = '/';
     }
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return ar_fail(e, "cannot create directory '%s': %s", buf, strerror(errno));
+    return mkdir_one(buf, e);
+}
+
+int ar_sync_dir(const char *dir, ar_err *e)
+{
+    char why[256];
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || (fsync(fd) < 0 && errno != EINVAL)) {
+        int err = errno;
+        if (fd >= 0)
+            close(fd);
+        return ar_fail(e, "cannot sync directory '%s': %s", dir, reason(err, why, sizeof why));
+    }
+    close(fd);
     return 0;
+}
+
+static int copy_from(FILE *f, void *ud)
+{
+    FILE *in = ud;
+    char buf[1 << 16];
+    size_t k;
+    while ((k = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, k, f) != k)
+            return -1;
+    return ferror(in) ? -1 : 0;
+}
+
+int ar_link_or_copy(const char *src, const char *dst, ar_err *e)
+{
+    char why[256];
+    if (link(src, dst) == 0)
+        return 0;
+    int err = errno;
+    /* No hard links here (EPERM, EXDEV, ENOTSUP, EMLINK...): copy. */
+    if (err == EEXIST || err == ENOENT || err == EACCES || err == ENOSPC || err == EROFS || err == EDQUOT)
+        return ar_fail(e, "cannot link '%s' to '%s': %s", dst, src, reason(err, why, sizeof why));
+    FILE *in = fopen(src, "rb");
+    if (!in)
+        return ar_fail(e, "cannot read '%s': %s", src, reason(errno, why, sizeof why));
+    int rc = ar_write_atomic(dst, copy_from, in, e);
+    fclose(in);
+    return rc;
 }

@@ -21,4 +21,14 @@ int ar_write_atomic(const char *path, ar_atomic_fill fill, void *ud, ar_err *e);
 /* mkdir -p: creates path and its missing parents (mode 0777 less umask). */
 int ar_mkdir_p(const char *path, ar_err *e);
 
+/* fsync of directory dir, so the names created, renamed or removed in it
+ * are durable ("cannot sync directory 'DIR': <reason>"). */
+int ar_sync_dir(const char *dir, ar_err *e);
+
+/* Gives the file src a second name dst (a new file; dst must not exist):
+ * a hard link, or where the file system has none an atomic copy.  Files
+ * that are only ever replaced by rename, never changed in place, can share
+ * their bytes this way. */
+int ar_link_or_copy(const char *src, const char *dst, ar_err *e);
+
 #endif

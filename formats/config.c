@@ -64,6 +64,18 @@ _Static_assert(sizeof(ar_sched_kind) == sizeof(int), "KT_ENUM stores enums as in
 
 static const char *res_kind_at(int i) { return ar_res_kind_name((ar_res_kind)i); }
 static const char *sched_at(int i) { return ar_sched_name((ar_sched_kind)i); }
+static const char *score_at(int i) { return ar_score_name((ar_score_kind)i); }
+static const char *key_norm_at(int i) { return ar_key_norm_name((ar_key_norm)i); }
+static const char *query_at(int i) { return ar_query_name((ar_query_kind)i); }
+
+/* The ablation flags are written only where they differ from their
+ * defaults, so configs written before they existed resolve unchanged. */
+static int emit_score(const ar_config *c) { return c->model.residual.score != AR_SCORE_SOFTMAX; }
+static int emit_key_norm(const ar_config *c) { return c->model.residual.key_norm != AR_KEY_NORM_ON; }
+static int emit_query(const ar_config *c) { return c->model.residual.query != AR_QUERY_LEARNED; }
+static int emit_heads(const ar_config *c) { return c->model.residual.heads > 0; }
+static int emit_window(const ar_config *c) { return c->model.residual.window > 0; }
+static int emit_streams(const ar_config *c) { return c->model.residual.streams > 0; }
 
 /* S is only meaningful for kind block, and only the way it was given is
  * written, so reading the YAML back restores the same struct. */
@@ -93,6 +105,17 @@ static const key_def KEYS[] = {
         .exclusive = "model.residual.num_blocks", .zero_unset = 1, .emit_if = emit_block_size),
     KEY("model.residual.num_blocks", KT_INT, RG_POS, model.residual.num_blocks,
         .exclusive = "model.residual.block_size", .zero_unset = 1, .emit_if = emit_num_blocks),
+    KEY("model.residual.score", KT_ENUM, RG_ANY, model.residual.score, .enum_name = score_at,
+        .emit_if = emit_score),
+    KEY("model.residual.key_norm", KT_ENUM, RG_ANY, model.residual.key_norm, .enum_name = key_norm_at,
+        .emit_if = emit_key_norm),
+    KEY("model.residual.query", KT_ENUM, RG_ANY, model.residual.query, .enum_name = query_at,
+        .emit_if = emit_query),
+    KEY("model.residual.heads", KT_INT, RG_POS, model.residual.heads, .zero_unset = 1, .emit_if = emit_heads),
+    KEY("model.residual.window", KT_INT, RG_POS, model.residual.window, .zero_unset = 1,
+        .emit_if = emit_window),
+    KEY("model.residual.streams", KT_INT, RG_POS, model.residual.streams, .zero_unset = 1,
+        .emit_if = emit_streams),
 
     KEY("data.train", KT_PATH, RG_ANY, data.train),
     KEY("data.val", KT_PATH_NULL, RG_ANY, data.val),
@@ -115,6 +138,8 @@ static const key_def KEYS[] = {
     KEY("train.eval_every", KT_LONG, RG_NONNEG, train.eval_every),
     KEY("train.eval_windows", KT_LONG, RG_NONNEG, train.eval_windows),
     KEY("train.save_every", KT_LONG, RG_NONNEG, train.save_every),
+    KEY("train.keep_checkpoints", KT_INT, RG_NONNEG, train.keep_checkpoints),
+    KEY("train.max_bad_steps", KT_INT, RG_POS, train.max_bad_steps),
     KEY("train.log_every", KT_LONG, RG_POS, train.log_every),
     KEY("train.threads", KT_INT, RG_NONNEG, train.threads),
 };
@@ -827,9 +852,28 @@ static int check_model(const ar_model_cfg *m, ar_err *e)
                        "(rotary embedding rotates pairs of dimensions)",
                        m->d_model, m->n_head, hd);
     const ar_residual_cfg *r = &m->residual;
+    int L = ar_cfg_sublayers(m);
+    int attn = r->kind == AR_RES_FULL || r->kind == AR_RES_BLOCK || r->kind == AR_RES_SWA;
+    if (!attn && ar_cfg_depth_flags(m))
+        return ar_fail(e, "'model.residual.score', 'key_norm', 'query' and 'heads' apply to kinds full, block "
+                          "and swa, not '%s'", ar_res_kind_name(r->kind));
+    if (r->heads > 1 && m->d_model % r->heads)
+        return ar_fail(e, "'model.d_model' (%d) must be divisible by 'model.residual.heads' (%d)", m->d_model,
+                       r->heads);
+    if (r->kind == AR_RES_SWA && r->window == 0)
+        return ar_fail(e, "'model.residual.kind' is swa but 'model.residual.window' is not set");
+    if (r->kind != AR_RES_SWA && r->window > 0)
+        return ar_fail(e, "'model.residual.window' applies to kind swa, not '%s'", ar_res_kind_name(r->kind));
+    if (r->kind != AR_RES_MHC && r->streams > 0)
+        return ar_fail(e, "'model.residual.streams' applies to kind mhc, not '%s'", ar_res_kind_name(r->kind));
+    if (attn && ar_cfg_heads(m) * (L + 2) > 4096)
+        return ar_fail(e, "'model.residual.heads' (%d) times the sources of a mixer (up to %d) exceeds 4096",
+                       ar_cfg_heads(m), L + 1);
+    if (r->kind == AR_RES_MHC && r->streams > 5)
+        return ar_fail(e, "'model.residual.streams' (%d) is at most 5 (mHC-lite mixes all m! permutations)",
+                       r->streams);
     if (r->kind != AR_RES_BLOCK)
         return 0;
-    int L = ar_cfg_sublayers(m);
     if (r->block_size > 0 && r->num_blocks > 0)
         return ar_fail(e, "'model.residual.block_size' and 'model.residual.num_blocks' are mutually exclusive");
     if (r->block_size == 0 && r->num_blocks == 0)
@@ -886,7 +930,13 @@ static void format_double(double v, char *buf, size_t n)
     snprintf(buf, n, "%.*s.0%s", (int)mant, num, num + mant);
 }
 
-/* Double-quoted YAML string: always safe, whatever the path holds. */
+/* Double-quoted YAML string: always safe, whatever the path holds.  Besides
+ * the ASCII controls, the characters a YAML reader would not give back
+ * unchanged are escaped: the C1 controls U+0080..U+009F (a reader rejects
+ * them raw; U+0085 is also a line break), the line and paragraph
+ * separators U+2028 and U+2029 (folded like line breaks inside quotes) and
+ * U+FEFF (a byte order mark).  (Found by fuzzing: "\N" in a path did not
+ * survive the round trip.) */
 static void emit_quoted(FILE *f, const char *s)
 {
     fputc('"', f);
@@ -898,10 +948,20 @@ static void emit_quoted(FILE *f, const char *s)
         case '\t': fputs("\\t", f); break;
         case '\r': fputs("\\r", f); break;
         default:
-            if (*q < 0x20 || *q == 0x7f)
+            if (*q < 0x20 || *q == 0x7f) {
                 fprintf(f, "\\x%02x", *q);
-            else
+            } else if (q[0] == 0xC2 && q[1] >= 0x80 && q[1] <= 0x9F) {
+                fprintf(f, "\\x%02x", q[1]);
+                q++;
+            } else if (q[0] == 0xE2 && q[1] == 0x80 && (q[2] == 0xA8 || q[2] == 0xA9)) {
+                fputs(q[2] == 0xA8 ? "\\L" : "\\P", f);
+                q += 2;
+            } else if (q[0] == 0xEF && q[1] == 0xBB && q[2] == 0xBF) {
+                fputs("\\uFEFF", f);
+                q += 2;
+            } else {
                 fputc(*q, f);
+            }
         }
     }
     fputc('"', f);
@@ -934,6 +994,52 @@ static void emit_value(FILE *f, const ar_config *c, const key_def *k)
         /* fall through */
     case KT_PATH: emit_quoted(f, v); break;
     }
+}
+
+/* One key's value as the resolved YAML writes it ("-" when not written). */
+static void value_text(const ar_config *c, const key_def *k, char *buf, size_t n)
+{
+    if (k->emit_if && !k->emit_if(c)) {
+        snprintf(buf, n, "-");
+        return;
+    }
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    if (!f) {
+        snprintf(buf, n, "?");
+        return;
+    }
+    emit_value(f, c, k);
+    fclose(f);
+    snprintf(buf, n, "%s", out);
+    free(out);
+}
+
+int ar_config_diff(const ar_config *a, const ar_config *b, char *buf, size_t n)
+{
+    int count = 0;
+    size_t used = 0;
+    if (n)
+        buf[0] = '\0';
+    for (int i = 0; i < N_KEYS; i++) {
+        const key_def *k = &KEYS[i];
+        if (strcmp(k->key, "train.threads") == 0)
+            continue;
+        char va[96], vb[96];
+        value_text(a, k, va, sizeof va);
+        value_text(b, k, vb, sizeof vb);
+        if (strcmp(va, vb) == 0)
+            continue;
+        if (++count <= 3 && used < n) {
+            int w = snprintf(buf + used, n - used, "%s%s %s -> %s", used ? ", " : "", k->key, va, vb);
+            used = w < 0 ? n : used + (size_t)w;
+        } else if (count == 4 && used < n) {
+            int w = snprintf(buf + used, n - used, ", ...");
+            used = w < 0 ? n : used + (size_t)w;
+        }
+    }
+    return count;
 }
 
 char *ar_config_to_yaml(const ar_config *c)

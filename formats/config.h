@@ -40,6 +40,12 @@ int ar_config_set(ar_config *c, const char *assignment, ar_err *e);
  * within 1..L, data.train given, ...). */
 int ar_config_validate(const ar_config *c, ar_err *e);
 
+/* Compares two configs key by key, as their resolved YAML shows them
+ * (train.threads is not compared: it changes how fast, not what).  Returns
+ * the number of keys that differ, and describes the first few in buf as
+ * "train.lr 0.01 -> 0.02, model.d_model 64 -> 128" (a's value first). */
+int ar_config_diff(const ar_config *a, const ar_config *b, char *buf, size_t n);
+
 /* The resolved config as YAML (every key, explicit values), malloc'd.
  * Parsing it back over defaults gives an identical ar_config. */
 char *ar_config_to_yaml(const ar_config *c);

@@ -168,8 +168,15 @@ static int parse_line(const char *path, const line *l, int is_last, ar_json **ou
 
 int ar_metrics_read(const char *path, ar_json ***rows, int *n, ar_err *e)
 {
+    return ar_metrics_read_lines(path, rows, NULL, n, e);
+}
+
+int ar_metrics_read_lines(const char *path, ar_json ***rows, int **linenos, int *n, ar_err *e)
+{
     *rows = NULL;
     *n = 0;
+    if (linenos)
+        *linenos = NULL;
     size_t len;
     char *buf = slurp(path, &len, NULL, e);
     if (!buf)
@@ -177,9 +184,12 @@ int ar_metrics_read(const char *path, ar_json ***rows, int *n, ar_err *e)
     int nl;
     line *lines = split_lines(buf, len, &nl);
     ar_json **v = ar_xcalloc((size_t)nl, sizeof *v);
+    int *at = linenos ? ar_xcalloc((size_t)nl + 1, sizeof(int)) : NULL;
     int k = 0, rc = 0;
     for (int i = 0; i < nl && rc >= 0; i++) {
         rc = parse_line(path, &lines[i], i == nl - 1, &v[k], e);
+        if (rc > 0 && at)
+            at[k] = lines[i].lineno;
         if (rc > 0)
             k++;
     }
@@ -187,10 +197,13 @@ int ar_metrics_read(const char *path, ar_json ***rows, int *n, ar_err *e)
     free(buf);
     if (rc < 0) {
         ar_metrics_free(v, k);
+        free(at);
         return -1;
     }
     *rows = v;
     *n = k;
+    if (linenos)
+        *linenos = at;
     return 0;
 }
 

@@ -22,6 +22,10 @@ int ar_metrics_append(const char *path, const char *json_line, ar_err *e);
  * unparseable or non-object line elsewhere fails with "path:line: ...". */
 int ar_metrics_read(const char *path, ar_json ***rows, int *n, ar_err *e);
 void ar_metrics_free(ar_json **rows, int n);
+/* ar_metrics_read that also gives, in *linenos (malloc'd, *n entries), the
+ * 1-based line of each record, so readers can place their own complaints
+ * about a record's fields ("path:line: ..."). */
+int ar_metrics_read_lines(const char *path, ar_json ***rows, int **linenos, int *n, ar_err *e);
 
 /* Atomically rewrites path (temporary file, fsync, rename) keeping only the
  * lines whose "step" is <= step, byte for byte; lines with no numeric "step"

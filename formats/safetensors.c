@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "json.h"
 
@@ -31,6 +32,19 @@ static const struct {
     {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
     {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},   {"BOOL", 1},
 };
+
+uint32_t ar_st_crc32(const void *data, uint64_t n)
+{
+    uLong crc = crc32_z(0L, Z_NULL, 0);
+    const Bytef *p = data;
+    while (n > 0) {
+        z_size_t k = n > (1u << 30) ? (1u << 30) : (z_size_t)n;
+        crc = crc32_z(crc, p, k);
+        p += k;
+        n -= k;
+    }
+    return (uint32_t)crc;
+}
 
 int ar_st_dtype_size(const char *dtype)
 {
@@ -328,6 +342,79 @@ static int read_header(FILE *fp, ar_st_file *f, uint64_t hlen, uint64_t data_siz
     return rc;
 }
 
+/* ------------------------------------------------------------------ */
+/* CRC-32 of every tensor                                              */
+
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Exactly 8 hex digits. */
+static int parse_crc(const char *s, uint32_t *out)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 8; i++) {
+        int d = hex_digit(s[i]);
+        if (d < 0)
+            return -1;
+        v = v << 4 | (uint32_t)d;
+    }
+    if (s[8])
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Checks the "crc32:NAME" entries against the tensors' bytes and removes
+ * them from the metadata the caller sees. */
+static int verify_crcs(ar_st_file *f, ar_err *e)
+{
+    size_t plen = strlen(AR_ST_CRC_PREFIX);
+    int ncrc = 0, k = 0;
+    for (int i = 0; i < f->nmeta; i++) {
+        const char *key = f->meta_key[i];
+        if (strncmp(key, AR_ST_CRC_PREFIX, plen) != 0)
+            continue;
+        ar_st_tensor *t = (ar_st_tensor *)ar_st_find(f, key + plen);
+        uint32_t want;
+        if (!t)
+            return fail(e, f->path, "'%s' entry '%s' names no tensor", META_KEY, key);
+        if (parse_crc(f->meta_val[i], &want) < 0)
+            return fail(e, f->path, "tensor '%s': '%s' entry '%s' is not 8 hex digits", t->name, META_KEY, key);
+        uint32_t got = ar_st_crc32(f->data + t->begin, t->end - t->begin);
+        if (got != want)
+            return fail(e, f->path,
+                        "tensor '%s': CRC-32 mismatch (stored %08x, computed %08x): the file is damaged", t->name,
+                        (unsigned)want, (unsigned)got);
+        t->has_crc = 1;
+        t->crc32 = got;
+        ncrc++;
+    }
+    for (int i = 0; ncrc > 0 && i < f->n; i++)
+        if (!f->t[i].has_crc)
+            return fail(e, f->path, "tensor '%s' has no CRC-32 ('%s' lacks '%s%s', which other tensors have)",
+                        f->t[i].name, META_KEY, AR_ST_CRC_PREFIX, f->t[i].name);
+    for (int i = 0; i < f->nmeta; i++) {
+        if (strncmp(f->meta_key[i], AR_ST_CRC_PREFIX, plen) == 0) {
+            free(f->meta_key[i]);
+            free(f->meta_val[i]);
+            continue;
+        }
+        f->meta_key[k] = f->meta_key[i];
+        f->meta_val[k++] = f->meta_val[i];
+    }
+    f->nmeta = k;
+    f->crc_verified = ncrc > 0;
+    return 0;
+}
+
 static int read_file(FILE *fp, ar_st_file *f, ar_err *e)
 {
     uint64_t hlen = 0, data_size = 0;
@@ -335,7 +422,9 @@ static int read_file(FILE *fp, ar_st_file *f, ar_err *e)
         return -1;
     f->data = ar_xmalloc((size_t)data_size);
     f->data_size = data_size;
-    return read_exact(fp, f->data, (size_t)data_size, f->path, "the data area", e);
+    if (read_exact(fp, f->data, (size_t)data_size, f->path, "the data area", e) < 0)
+        return -1;
+    return verify_crcs(f, e);
 }
 
 int ar_st_read(ar_st_file *f, const char *path, ar_err *e)
@@ -450,17 +539,30 @@ static uint64_t *check_entries(const char *path, const ar_st_entry *t, int n, ar
     return bytes;
 }
 
-static int write_meta(ar_jw *w, const char *path, const char *const *meta, ar_err *e)
+/* The caller's metadata, then "crc32:NAME" for every tensor. */
+static int write_meta(ar_jw *w, const char *path, const char *const *meta, const ar_st_entry *t, int n,
+                      const uint64_t *bytes, ar_err *e)
 {
-    if (!meta || !meta[0])
+    if ((!meta || !meta[0]) && n == 0)
         return 0;
     ar_jw_key(w, META_KEY);
     ar_jw_obj_begin(w);
-    for (int i = 0; meta[i]; i += 2) {
+    for (int i = 0; meta && meta[i]; i += 2) {
         if (!meta[i + 1])
             return fail(e, path, "metadata key '%s' has no value", meta[i]);
+        if (strncmp(meta[i], AR_ST_CRC_PREFIX, strlen(AR_ST_CRC_PREFIX)) == 0)
+            return fail(e, path, "metadata key '%s' is reserved (the writer stores the CRC-32s)", meta[i]);
         ar_jw_key(w, meta[i]);
         ar_jw_str(w, meta[i + 1]);
+    }
+    for (int i = 0; i < n; i++) {
+        char key[8 + 1024], val[16];
+        snprintf(key, sizeof key, "%s%s", AR_ST_CRC_PREFIX, t[i].name);
+        if (strlen(t[i].name) > 1000)
+            return fail(e, path, "tensor name '%.40s...' is too long", t[i].name);
+        snprintf(val, sizeof val, "%08x", (unsigned)ar_st_crc32(t[i].data, bytes[i]));
+        ar_jw_key(w, key);
+        ar_jw_str(w, val);
     }
     ar_jw_obj_end(w);
     return 0;
@@ -474,7 +576,7 @@ static int build_header(ar_jw *w, const char *path, const ar_st_entry *t, int n,
     uint64_t off = 0;
     ar_jw_init(w);
     ar_jw_obj_begin(w);
-    if (write_meta(w, path, meta, e) < 0)
+    if (write_meta(w, path, meta, t, n, bytes, e) < 0)
         return -1;
     for (int i = 0; i < n; i++) {
         ar_jw_key(w, t[i].name);

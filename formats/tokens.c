@@ -217,6 +217,8 @@ static int load_llmc(ar_tokens *t, gzFile g, const char *path, const unsigned ch
                        (unsigned long)magic, (int)want_version, (long)version);
     if (count < 0)
         return ar_fail(e, "'%s': header token count is negative (%ld)", path, (long)count);
+    if (count == 0)
+        return ar_fail(e, "'%s': token file holds no tokens (header count 0)", path);
 
     size_t width = u32 ? 4 : 2, want = (size_t)count * width, got = 0;
     unsigned char *raw = read_payload(g, path, want, &got, e);

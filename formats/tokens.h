@@ -3,7 +3,8 @@
  * files: 256 little-endian int32 header ([0] magic, [1] version, [2] token
  * count) then the tokens; magic 20240520 version 1 = uint16 tokens, magic
  * 20240801 version 7 = uint32 tokens.  A token file whose size disagrees with
- * its header is an error, never a silent truncation. */
+ * its header is an error, never a silent truncation; so is a file with no
+ * tokens. */
 #ifndef AR_TOKENS_H
 #define AR_TOKENS_H
 

@@ -125,19 +125,27 @@ typedef struct ar_backend {
      *   z[c,s]   = rs[s][i] * (u_c . src[s][i,:])
      *   lse[c][i] = log sum_{s<k} exp z[c,s]             (=)
      *   o[c][i,:] = sum_{s<k} exp(z[c,s] - lse) src[s][i,:]   (=)
-     *   alpha[c][i,s] = z[c,s] for s < k (raw logits until phase 2) */
+     *   alpha[c][i,s] = z[c,s] for s < k (raw logits until phase 2)
+     * xn (or NULL): mixer 0's o is not written; its RMSNorm is, as
+     * rmsnorm_fwd(xn, nrstd, o, ng) would (for a mixer with no sources of its
+     * own, whose h is o: saves writing h and reading it back). */
     void (*depth_fwd_inter)(float *const *o, float *const *lse, float *const *alpha, const int *n,
                             float *const *rs, const float *const *src, int k,
-                            const float *const *w, const float *const *g, int C, int N, int d);
+                            const float *const *w, const float *const *g, int C, const float *ng,
+                            float *xn, float *nrstd, int N, int d);
     /* Phase 2, one mixer with j = n-k intra sources, h holding o on entry:
      *   rsi[t][i] = rstd(intra[t][i,:]) (=);  z_t = rsi[t][i] (u . intra[t][i,:])
      *   LSE = log(exp(lse[i]) + sum_t exp z_t)
      *   h[i,:] = exp(lse[i]-LSE) h[i,:] + sum_t exp(z_t-LSE) intra[t][i,:]
      *   alpha[i,s] = exp(alpha[i,s] - LSE) (s < k);  alpha[i,k+t] = exp(z_t - LSE)
-     *   lse[i] = LSE (=)   (the backward gets u.x_s back as (log alpha_s + LSE)/rstd_s) */
+     *   lse[i] = LSE (=)   (the backward gets u.x_s back as (log alpha_s + LSE)/rstd_s)
+     * xn (or NULL), with j > 0: h is left alone and the sublayer's RMSNorm of
+     * the new h is written instead, as rmsnorm_fwd(xn, nrstd, h, ng) would
+     * (saves writing h and reading it back). */
     void (*depth_fwd_merge)(float *h, float *lse, float *alpha, int n, int k,
                             float *const *rsi, const float *const *intra, const float *w,
-                            const float *g, int N, int d);
+                            const float *g, const float *ng, float *xn, float *nrstd, int N,
+                            int d);
     /* h[c][i,:] = sum_{s<n[c]} alpha[c][i,s] src[c][s][i,:]   (=)  for C mixers
      * (the backward recomputes sublayer inputs instead of keeping them) */
     void (*depth_recompute)(float *const *h, const float *const *alpha,
@@ -147,10 +155,12 @@ typedef struct ar_backend {
      *   for t < n-k, x = intra[t], a = alpha[i,k+t], r = rsi[t][i]:
      *     dl = a (dh.x - cdot);  dintra[t] += a dh + dl (r u - (u.x) r^3 x / d)
      *   dw += g * sum dl r x;  dg += w * (same sum)
-     * lse is phase 2's: u.x = (log a + lse[i]) / r without touching x again. */
+     * lse is phase 2's: u.x = (log a + lse[i]) / r without touching x again.
+     * keep (or NULL): keep[i,:] = dh[i,:] (=), written once cdot[i] is known,
+     * so keep may be h's own buffer (the schedule saves dh for later there). */
     void (*depth_bwd_intra)(float *const *dintra, float *dw, float *dg, float *cdot,
-                            const float *dh, const float *h, const float *alpha,
-                            const float *lse, int n, int k,
+                            const float *dh, const float *h, float *keep,
+                            const float *alpha, const float *lse, int n, int k,
                             const float *const *rsi, const float *const *intra, const float *w,
                             const float *g, int N, int d);
     /* Backward, shared part of a chunk (after its lowest mixer's intra part):
@@ -165,6 +175,45 @@ typedef struct ar_backend {
                             const float *const *rs, const float *const *src, int k,
                             const float *const *w, const float *const *g, int C,
                             int overwrite, int N, int d);
+
+    /* ---- general one-phase depth mixing (the ablation variants;
+     * lib/cpu/ablate_cpu.c) ----
+     * n sources src[s] (N x d), H heads over channel groups G_a of e = d/H
+     * channels; per token i, with q = w (wstride 0: one query for all
+     * tokens) or w + i*wstride (per-token queries, wstride = d):
+     *   g non-NULL (key norm): r_s = rstd[i,s] = 1/sqrt(mean_j src[s][i,j]^2 + eps) (=),
+     *                          k_s[j] = src[s][i,j] r_s g[j];   else k_s = src[s][i,:], r_s = 1
+     *   logit[a,s] = sum_{j in G_a} q[j] k_s[j];  theta non-NULL: theta[s];
+     *                both w and theta NULL: 0 (uniform softmax)
+     *   alpha[i,a,s] = softmax_s(logit[a,:]) or, sigmoid != 0, sigmoid(logit[a,s])
+     *   h[i,j] = sum_s alpha[i,a(j),s] src[s][i,j]                          (=)
+     * alpha is N x H x n, rstd N x n (only with g), both saved for the backward.
+     * bwd, da[a,s] = sum_{j in G_a} dh[j] src_s[j];
+     *   dl = alpha (da - sum_r alpha_r da_r)  (softmax)  |  da alpha (1 - alpha)  (sigmoid)
+     *   u[a,s] = sum_{j in G_a} q[j] g[j] src_s[j]
+     *   dsrc[s][j] += alpha[a(j),s] dh[j] + dl[a(j),s] r_s q[j] g[j]
+     *                 - (sum_a dl[a,s] u[a,s]) r_s^3 src_s[j] / d    (last term with g only)
+     *   dw[j] += sum dl[a(j),s] r_s g[j] src_s[j]   (over tokens too when wstride is 0;
+     *            per token into dw[i*d+j] otherwise; g = 1 without key norm)
+     *   dg[j] += sum_{i,s} dl[a(j),s] r_s q[j] src_s[j];   dtheta[s] += sum_{i,a} dl[a,s]
+     * dsrc[s] may be NULL (no gradient wanted); dw, dg, dtheta may be NULL. */
+    void (*depth_mix_fwd)(float *h, float *alpha, float *rstd, const float *const *src, int n,
+                          const float *w, int wstride, const float *g, const float *theta,
+                          int sigmoid, int H, int N, int d);
+    void (*depth_mix_bwd)(float *const *dsrc, float *dw, float *dg, float *dtheta, const float *dh,
+                          const float *alpha, const float *rstd, const float *const *src, int n,
+                          const float *w, int wstride, const float *g, const float *theta,
+                          int sigmoid, int H, int N, int d);
+
+    /* ---- weighted sum of buffers with learned coefficients (DenseFormer,
+     * mHC; lib/cpu/ablate_cpu.c) ----
+     * y = sum_s c[s] x[s]   ((=), or += when accumulate)   c: n floats (device)
+     * bwd: dx[s] += c[s] dy (dx or dx[s] NULL: skipped);  dc[s] += dy . x[s]
+     *      (dc NULL: skipped) */
+    void (*wsum_fwd)(float *y, const float *const *x, const float *c, int n, int accumulate,
+                     size_t len);
+    void (*wsum_bwd)(float *const *dx, float *dc, const float *dy, const float *const *x,
+                     const float *c, int n, size_t len);
 
     /* ---- softmax cross-entropy ----
      * probs = softmax(logits) (N x V, =); losses[i] = -log probs[i, targets[i]];

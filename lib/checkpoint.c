@@ -1,6 +1,9 @@
 #include "checkpoint.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,12 +91,65 @@ static int write_text_atomic(const char *path, const char *text, ar_err *e)
     return ar_write_atomic(path, fill_text, (void *)text, e);
 }
 
-int ar_ckpt_save(const char *dir, const ar_config *cfg, ar_model *m, const ar_adamw *opt, long step,
-                 ar_err *e)
+ar_ckpt_state ar_ckpt_state_at(const ar_config *cfg, long step)
+{
+    ar_ckpt_state st = {.step = step, .rng_seed = cfg->train.seed,
+                        .data_position = step * (long)cfg->train.grad_accum};
+    return st;
+}
+
+/* The first non-finite element of a parameter-shaped device buffer:
+ * returns the parameter index (-1: all finite) and the element. */
+static int first_nonfinite(const ar_model *m, const float *dev, size_t *elem, float *val)
+{
+    if (isfinite(m->be->sumsq(dev, m->pt.total)))
+        return -1;
+    float *h = to_host(m->be, dev, m->pt.total);
+    int found = -1;
+    for (int i = 0; i < m->pt.n && found < 0; i++) {
+        const ar_param *p = &m->pt.p[i];
+        for (size_t j = 0; j < p->numel; j++)
+            if (!isfinite(h[p->offset + j])) {
+                found = i;
+                *elem = j;
+                *val = h[p->offset + j];
+                break;
+            }
+    }
+    free(h);
+    return found;
+}
+
+static int refuse_nonfinite(const char *dir, const ar_model *m, const float *dev, const char *prefix, long step,
+                            ar_err *e)
+{
+    size_t j = 0;
+    float v = 0;
+    int i = first_nonfinite(m, dev, &j, &v);
+    if (i < 0)
+        return 0;
+    return ar_fail(e, "not saving step %ld in '%s': tensor '%s%s' holds a non-finite value (%s at element %zu); "
+                      "the checkpoint already there is kept",
+                   step, dir, prefix, m->pt.p[i].name, isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", j);
+}
+
+int ar_ckpt_save_state(const char *dir, const ar_config *cfg, ar_model *m, const ar_adamw *opt,
+                       const ar_ckpt_state *st, ar_err *e)
 {
     char path[AR_PATH_MAX + 64], prev[AR_PATH_MAX + 64], stepbuf[32], tbuf[32];
+    char seedbuf[32], posbuf[32], badbuf[32], thrbuf[32], ntokbuf[32], crcbuf[16];
+    if (refuse_nonfinite(dir, m, m->params, "", st->step, e) != 0 ||
+        (opt && (refuse_nonfinite(dir, m, opt->m, "m.", st->step, e) != 0 ||
+                 refuse_nonfinite(dir, m, opt->v, "v.", st->step, e) != 0)))
+        return -1;
     char *yaml = ar_config_to_yaml(cfg);
-    snprintf(stepbuf, sizeof stepbuf, "%ld", step);
+    snprintf(stepbuf, sizeof stepbuf, "%ld", st->step);
+    snprintf(seedbuf, sizeof seedbuf, "%" PRIu64, st->rng_seed);
+    snprintf(posbuf, sizeof posbuf, "%ld", st->data_position);
+    snprintf(badbuf, sizeof badbuf, "%ld", st->bad_steps);
+    snprintf(thrbuf, sizeof thrbuf, "%d", st->threads);
+    snprintf(ntokbuf, sizeof ntokbuf, "%ld", st->data_tokens);
+    snprintf(crcbuf, sizeof crcbuf, "%08" PRIx32, st->data_crc32);
     int rc = 0;
     snprintf(path, sizeof path, "%s/config.yaml", dir);
     rc = write_text_atomic(path, yaml, e);
@@ -104,19 +160,147 @@ int ar_ckpt_save(const char *dir, const ar_config *cfg, ar_model *m, const ar_ad
         snprintf(prev, sizeof prev, "%s/optimizer.prev.safetensors", dir);
         unlink(prev);
         if (link(path, prev) != 0 && errno != ENOENT)
-            rc = ar_fail(e, "cannot keep '%s' as '%s': %s", path, prev, strerror(errno));
+            rc = ar_fail(e, "cannot keep '%s' as '%s': %s", path, prev, ar_strerror(errno));
         snprintf(tbuf, sizeof tbuf, "%ld", opt->t);
         const char *meta[] = {"step", stepbuf, "adam_t", tbuf, "attnres_version", AR_VERSION, NULL};
         if (rc == 0)
             rc = write_optim(path, m, opt, meta, e);
     }
     if (rc == 0) {
-        const char *meta[] = {"config", yaml, "step", stepbuf, "attnres_version", AR_VERSION, NULL};
+        const char *meta[] = {"config", yaml, "step", stepbuf, "attnres_version", AR_VERSION,
+                              "rng_seed", seedbuf, "data_position", posbuf, "bad_steps", badbuf,
+                              "threads", thrbuf, "data_tokens", ntokbuf, "data_crc32", crcbuf, NULL};
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         rc = write_params(path, m, m->params, "", meta, e);
     }
     free(yaml);
     return rc;
+}
+
+int ar_ckpt_save(const char *dir, const ar_config *cfg, ar_model *m, const ar_adamw *opt, long step,
+                 ar_err *e)
+{
+    ar_ckpt_state st = ar_ckpt_state_at(cfg, step);
+    return ar_ckpt_save_state(dir, cfg, m, opt, &st, e);
+}
+
+/* ------------------------------------------------------------------ */
+/* checkpoints/step-N                                                  */
+
+/* Removes a folder of plain files (a step-N checkpoint). */
+static int remove_folder(const char *path, ar_err *e)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return errno == ENOENT ? 0 : ar_fail(e, "cannot remove '%s': %s", path, ar_strerror(errno));
+    struct dirent *de;
+    char f[AR_PATH_MAX + 600];
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+            snprintf(f, sizeof f, "%s/%s", path, de->d_name);
+            unlink(f);
+        }
+    closedir(d);
+    if (rmdir(path) != 0 && errno != ENOENT)
+        return ar_fail(e, "cannot remove '%s': %s", path, ar_strerror(errno));
+    return 0;
+}
+
+/* "step-123" -> 123; -1 for anything else. */
+static long step_of(const char *name)
+{
+    if (strncmp(name, "step-", 5) != 0 || !name[5] || strspn(name + 5, "0123456789") != strlen(name + 5) ||
+        strlen(name + 5) > 15)
+        return -1;
+    return atol(name + 5);
+}
+
+static int cmp_long_desc(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x < y) - (x > y);
+}
+
+/* Keeps the `keep` newest step-N folders at or below `step`. */
+static int prune(const char *ck, long step, int keep, ar_err *e)
+{
+    DIR *d = opendir(ck);
+    if (!d)
+        return errno == ENOENT ? 0 : ar_fail(e, "cannot read '%s': %s", ck, ar_strerror(errno));
+    long *steps = NULL;
+    size_t n = 0, cap = 0;
+    int changed = 0, rc = 0;
+    char path[AR_PATH_MAX + 600];
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        long s = step_of(de->d_name);
+        int stale_tmp = strncmp(de->d_name, ".step-", 6) == 0;
+        if (stale_tmp || s > step) {
+            snprintf(path, sizeof path, "%s/%s", ck, de->d_name);
+            if (remove_folder(path, e) != 0)
+                rc = -1;
+            changed = 1;
+        } else if (s >= 0) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                long *ns = realloc(steps, cap * sizeof *ns);
+                if (!ns)
+                    ar_xmalloc((size_t)-1);
+                steps = ns;
+            }
+            steps[n++] = s;
+        }
+    }
+    closedir(d);
+    if (n > 1)
+        qsort(steps, n, sizeof *steps, cmp_long_desc);
+    for (size_t i = (size_t)keep; i < n && rc == 0; i++) {
+        snprintf(path, sizeof path, "%s/step-%ld", ck, steps[i]);
+        rc = remove_folder(path, e);
+        changed = 1;
+    }
+    free(steps);
+    if (rc == 0 && changed)
+        rc = ar_sync_dir(ck, e);
+    return rc;
+}
+
+int ar_ckpt_keep(const char *dir, long step, int keep, ar_err *e)
+{
+    char ck[AR_PATH_MAX + 64], tmp[AR_PATH_MAX + 128], fin[AR_PATH_MAX + 128];
+    char src[AR_PATH_MAX + 64], dst[AR_PATH_MAX + 192];
+    snprintf(ck, sizeof ck, "%s/checkpoints", dir);
+    if (keep <= 0)
+        return prune(ck, step, 0, e);
+    snprintf(tmp, sizeof tmp, "%s/.step-%ld.tmp", ck, step);
+    snprintf(fin, sizeof fin, "%s/step-%ld", ck, step);
+    if (ar_mkdir_p(ck, e) != 0 || remove_folder(tmp, e) != 0)
+        return ar_wrap(e, "cannot keep checkpoint '%s'", fin);
+    if (mkdir(tmp, 0777) != 0)
+        return ar_fail(e, "cannot keep checkpoint '%s': cannot create '%s': %s", fin, tmp, ar_strerror(errno));
+    const char *files[] = {"model.safetensors", "optimizer.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(src, sizeof src, "%s/%s", dir, files[i]);
+        snprintf(dst, sizeof dst, "%s/%s", tmp, files[i]);
+        if (i == 1 && access(src, F_OK) != 0)
+            continue;
+        if (ar_link_or_copy(src, dst, e) != 0) {
+            remove_folder(tmp, NULL);
+            return ar_wrap(e, "cannot keep checkpoint '%s'", fin);
+        }
+    }
+    if (ar_sync_dir(tmp, e) != 0 || remove_folder(fin, e) != 0) {
+        remove_folder(tmp, NULL);
+        return ar_wrap(e, "cannot keep checkpoint '%s'", fin);
+    }
+    if (rename(tmp, fin) != 0) {
+        int err = errno;
+        remove_folder(tmp, NULL);
+        return ar_fail(e, "cannot keep checkpoint '%s': cannot rename '%s' to it: %s", fin, tmp, ar_strerror(err));
+    }
+    if (ar_sync_dir(ck, e) != 0)
+        return -1;
+    return prune(ck, step, keep, e);
 }
 
 int ar_ckpt_save_grads(const char *file, ar_model *m, ar_err *e)
@@ -151,6 +335,58 @@ static int config_from(const ar_st_file *f, ar_config *cfg, long *step, ar_err *
     if (step && parse_step(f, step, e) != 0)
         return -1;
     return 0;
+}
+
+/* An optional integer metadata entry. */
+static int meta_long(const ar_st_file *f, const char *key, long *out, ar_err *e)
+{
+    const char *s = ar_st_meta(f, key);
+    if (!s)
+        return 0;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (*s == 0 || *end || errno || v < 0)
+        return ar_fail(e, "'%s': metadata '%s' is '%.40s', expected a non-negative integer", f->path, key, s);
+    *out = v;
+    return 0;
+}
+
+int ar_ckpt_read_state(const char *file, ar_config *cfg, ar_ckpt_state *st, ar_err *e)
+{
+    ar_st_file f;
+    if (ar_st_read(&f, file, e) != 0)
+        return -1;
+    long step = 0, thr = 0;
+    int rc = config_from(&f, cfg, &step, e);
+    if (rc == 0) {
+        *st = ar_ckpt_state_at(cfg, step);
+        const char *seed = ar_st_meta(&f, "rng_seed"), *crc = ar_st_meta(&f, "data_crc32");
+        char *end;
+        if (seed) {
+            errno = 0;
+            unsigned long long x = strtoull(seed, &end, 10);
+            if (!*seed || *end || errno || *seed == '-')
+                rc = ar_fail(e, "'%s': metadata 'rng_seed' is '%.40s', expected an unsigned integer", f.path, seed);
+            st->rng_seed = (uint64_t)x;
+        }
+        if (rc == 0 && crc) {
+            unsigned long x = strtoul(crc, &end, 16);
+            if (strlen(crc) != 8 || *end)
+                rc = ar_fail(e, "'%s': metadata 'data_crc32' is '%.40s', expected 8 hex digits", f.path, crc);
+            st->data_crc32 = (uint32_t)x;
+        }
+        if (rc == 0)
+            rc = meta_long(&f, "data_position", &st->data_position, e);
+        if (rc == 0)
+            rc = meta_long(&f, "bad_steps", &st->bad_steps, e);
+        if (rc == 0)
+            rc = meta_long(&f, "data_tokens", &st->data_tokens, e);
+        if (rc == 0 && (rc = meta_long(&f, "threads", &thr, e)) == 0)
+            st->threads = thr > 1 << 20 ? 0 : (int)thr;
+    }
+    ar_st_free(&f);
+    return rc;
 }
 
 int ar_ckpt_read_config(const char *path, ar_config *cfg, long *step, ar_err *e)

@@ -44,6 +44,8 @@ void ar_config_defaults(ar_config *c)
     t->eval_every = 200;
     t->eval_windows = 64;
     t->save_every = 500;
+    t->keep_checkpoints = 3;
+    t->max_bad_steps = 5;
     t->log_every = 10;
     t->threads = 0;
 }
@@ -62,7 +64,14 @@ int ar_cfg_block_size(const ar_model_cfg *m)
          * it keeps "which block is sublayer l in" well defined. */
         return L + 1;
     case AR_RES_FULL:
+    case AR_RES_STATIC:
+    case AR_RES_SWA:
+    case AR_RES_RESCALED:
         return 1;
+    case AR_RES_DENSEFORMER:
+        return 2; /* its averages sit at transformer-block boundaries */
+    case AR_RES_MHC:
+        return L + 1;
     case AR_RES_BLOCK:
         if (m->residual.block_size > 0)
             return m->residual.block_size;
@@ -80,6 +89,48 @@ const char *ar_res_kind_name(ar_res_kind k)
     case AR_RES_BASELINE: return "baseline";
     case AR_RES_FULL: return "full";
     case AR_RES_BLOCK: return "block";
+    case AR_RES_STATIC: return "static";
+    case AR_RES_DENSEFORMER: return "denseformer";
+    case AR_RES_SWA: return "swa";
+    case AR_RES_MHC: return "mhc";
+    case AR_RES_RESCALED: return "rescaled";
+    }
+    return "unknown";
+}
+
+int ar_cfg_depth_flags(const ar_model_cfg *m)
+{
+    const ar_residual_cfg *r = &m->residual;
+    return r->score != AR_SCORE_SOFTMAX || r->key_norm != AR_KEY_NORM_ON || r->query != AR_QUERY_LEARNED ||
+           r->heads > 1;
+}
+
+int ar_cfg_heads(const ar_model_cfg *m) { return m->residual.heads > 1 ? m->residual.heads : 1; }
+int ar_cfg_streams(const ar_model_cfg *m) { return m->residual.streams > 0 ? m->residual.streams : 4; }
+
+const char *ar_score_name(ar_score_kind k)
+{
+    switch (k) {
+    case AR_SCORE_SOFTMAX: return "softmax";
+    case AR_SCORE_SIGMOID: return "sigmoid";
+    }
+    return "unknown";
+}
+
+const char *ar_key_norm_name(ar_key_norm k)
+{
+    switch (k) {
+    case AR_KEY_NORM_ON: return "true";
+    case AR_KEY_NORM_OFF: return "false";
+    }
+    return "unknown";
+}
+
+const char *ar_query_name(ar_query_kind k)
+{
+    switch (k) {
+    case AR_QUERY_LEARNED: return "learned";
+    case AR_QUERY_INPUT: return "input";
     }
     return "unknown";
 }

@@ -12,7 +12,19 @@ typedef enum {
     AR_RES_BASELINE = 0, /* PreNorm residual: h_l = v_0 + ... + v_{l-1} */
     AR_RES_FULL,         /* depth attention over every earlier sublayer output (S = 1) */
     AR_RES_BLOCK,        /* depth attention over block summaries (S = block_size) */
+    /* Ablation variants (DESIGN.md "Ablation variants"; lib/residual_ablate.c,
+     * residual_denseformer.c, residual_mhc.c) */
+    AR_RES_STATIC,       /* alpha = softmax(theta_l), one learned scalar per source (Full's sources) */
+    AR_RES_DENSEFORMER,  /* DenseFormer depth-weighted average after each transformer block */
+    AR_RES_SWA,          /* depth attention over v_0 and the last `window` sublayer outputs */
+    AR_RES_MHC,          /* mHC-lite hyper-connections with `streams` streams */
+    AR_RES_RESCALED,     /* uniform average of Full's sources, alpha = 1/n */
 } ar_res_kind;
+
+/* Flags of the depth-attention kinds (full, block, swa). */
+typedef enum { AR_SCORE_SOFTMAX = 0, AR_SCORE_SIGMOID } ar_score_kind;
+typedef enum { AR_KEY_NORM_ON = 0, AR_KEY_NORM_OFF } ar_key_norm; /* spelled true | false */
+typedef enum { AR_QUERY_LEARNED = 0, AR_QUERY_INPUT } ar_query_kind;
 
 typedef enum {
     AR_SCHED_COSINE = 0, /* linear warmup, then cosine from lr to min_lr */
@@ -24,6 +36,12 @@ typedef struct {
     ar_res_kind kind;
     int block_size; /* S in sublayers; 0 = not given */
     int num_blocks; /* N; 0 = not given. At most one of block_size/num_blocks is set */
+    ar_score_kind score;   /* full, block, swa: softmax (default) | sigmoid */
+    ar_key_norm key_norm;  /* full, block, swa: RMSNorm on keys (default) or not */
+    ar_query_kind query;   /* full, block, swa: learned vector (default) | input-dependent */
+    int heads;             /* full, block, swa: depth-attention heads H; 0 = not given (1) */
+    int window;            /* swa: W most recent sublayer outputs; 0 = not given */
+    int streams;           /* mhc: m streams; 0 = not given (4) */
 } ar_residual_cfg;
 
 typedef struct {
@@ -59,6 +77,8 @@ typedef struct {
     long eval_every;    /* 0 = only at the end */
     long eval_windows;  /* validation windows per evaluation; 0 = all */
     long save_every;    /* 0 = only at the end */
+    int keep_checkpoints; /* step-numbered checkpoints kept in checkpoints/; 0 = none */
+    int max_bad_steps;  /* consecutive non-finite steps (skipped) before training stops */
     long log_every;
     int threads;        /* 0 = all cores */
 } ar_train_cfg;
@@ -80,7 +100,19 @@ void ar_config_defaults(ar_config *c);
 int ar_cfg_sublayers(const ar_model_cfg *m);
 int ar_cfg_block_size(const ar_model_cfg *m);
 
+/* Whether the config's depth-attention flags (score, key_norm, query,
+ * heads) differ from plain AttnRes: such full/block models run on the
+ * general one-phase mixer of lib/residual_ablate.c. */
+int ar_cfg_depth_flags(const ar_model_cfg *m);
+
+/* Effective depth-attention heads (1 when not given) and mHC streams (4). */
+int ar_cfg_heads(const ar_model_cfg *m);
+int ar_cfg_streams(const ar_model_cfg *m);
+
 const char *ar_res_kind_name(ar_res_kind k);
+const char *ar_score_name(ar_score_kind k);
+const char *ar_key_norm_name(ar_key_norm k);
+const char *ar_query_name(ar_query_kind k);
 const char *ar_sched_name(ar_sched_kind k);
 
 #endif

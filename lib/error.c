@@ -5,6 +5,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A message is one line: control characters that came in with names taken
+ * from files (a tensor name with a "\n" escape, a CSV column name with a
+ * line break) are shown as '?'. */
+static void one_line(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            *s = '?';
+}
+
 int ar_fail(ar_err *e, const char *fmt, ...)
 {
     if (e) {
@@ -12,6 +22,7 @@ int ar_fail(ar_err *e, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(e->msg, sizeof e->msg, fmt, ap);
         va_end(ap);
+        one_line(e->msg);
     }
     return -1;
 }
@@ -38,7 +49,17 @@ int ar_wrap(ar_err *e, const char *fmt, ...)
         no = cap - at;
     memcpy(e->msg + at, old, no);
     e->msg[at + no] = 0;
+    one_line(e->msg);
     return -1;
+}
+
+const char *ar_strerror(int err)
+{
+    static __thread char buf[256];
+    snprintf(buf, sizeof buf, "%s", strerror(err));
+    if (buf[0] >= 'A' && buf[0] <= 'Z' && !(buf[1] >= 'A' && buf[1] <= 'Z'))
+        buf[0] = (char)(buf[0] - 'A' + 'a');
+    return buf;
 }
 
 static void oom(size_t n)

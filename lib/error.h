@@ -4,6 +4,7 @@
  * caller's ar_err with one message in the project's style: lowercase, no
  * trailing period, the subject in single quotes, and where it applies the
  * place ("file:line:col: ...").  The CLI prints it as "attnres: error: MSG".
+ * A message is one line: control characters in it are shown as '?'.
  * The library never prints and never exits. */
 #ifndef AR_ERROR_H
 #define AR_ERROR_H
@@ -21,6 +22,10 @@ int ar_fail(ar_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 
 /* Prepends "prefix: " to an existing message (adds context on the way up). */
 int ar_wrap(ar_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* strerror(err) in the messages' style: "permission denied", not
+ * "Permission denied" (a per-thread buffer, valid until the next call). */
+const char *ar_strerror(int err);
 
 /* malloc/calloc that abort the process with a message on out-of-memory
  * (there is no sensible recovery from that inside a training step). */

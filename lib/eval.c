@@ -7,6 +7,23 @@
 int ar_evaluate(ar_model *m, const int32_t *x, size_t n, long max_windows, int want_grads,
                 ar_eval_result *r, ar_err *e)
 {
+    return ar_evaluate_with(m, x, n, max_windows, want_grads, NULL, NULL, r, e);
+}
+
+int ar_eval_check_tokens(const ar_tokens *t, const ar_model_cfg *mc, const char *path, ar_err *e)
+{
+    if (mc->vocab_bytes && !t->is_bytes)
+        return ar_fail(e, "'%s' is a token file but the model's vocabulary is bytes", path);
+    for (size_t i = 0; i < t->n; i++)
+        if (t->tok[i] < 0 || t->tok[i] >= mc->vocab)
+            return ar_fail(e, "'%s': token %zu has id %d, outside the model's vocabulary of %d", path, i,
+                           t->tok[i], mc->vocab);
+    return 0;
+}
+
+int ar_evaluate_with(ar_model *m, const int32_t *x, size_t n, long max_windows, int want_grads,
+                     ar_eval_hook hook, void *ud, ar_eval_result *r, ar_err *e)
+{
     int T = m->T;
     size_t nw = ar_eval_window_count(n, T);
     if (nw == 0)
@@ -26,6 +43,8 @@ int ar_evaluate(ar_model *m, const int32_t *x, size_t n, long max_windows, int w
             ar_eval_window(x, w0 + b, T, in + (size_t)b * T, tg + (size_t)b * T);
         double s;
         ar_model_forward(m, in, tg, B, &s);
+        if (hook)
+            hook(m, B, ud);
         m->collect_stats = 0;
         total += s;
         /* d(mean over all nw*T positions)/dparams accumulates batch by batch. */

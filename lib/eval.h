@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../formats/tokens.h"
 #include "error.h"
 #include "model.h"
 
@@ -23,5 +24,18 @@ typedef struct {
  * batch only, so diagnostics describe that batch. */
 int ar_evaluate(ar_model *m, const int32_t *x, size_t n, long max_windows, int want_grads,
                 ar_eval_result *r, ar_err *e);
+
+/* ar_evaluate, calling hook(m, B, ud) after the forward of each batch of B
+ * windows (B*T tokens), while the model still holds that batch's
+ * activations and depth-attention weights. */
+typedef void (*ar_eval_hook)(ar_model *m, int B, void *ud);
+int ar_evaluate_with(ar_model *m, const int32_t *x, size_t n, long max_windows, int want_grads,
+                     ar_eval_hook hook, void *ud, ar_eval_result *r, ar_err *e);
+
+/* Checks that a token stream suits model config mc: a byte vocabulary needs
+ * a text file, and every id lies below the vocabulary size.  Errors name
+ * the file ("'PATH': token 12 has id 300, outside the model's vocabulary
+ * of 256"). */
+int ar_eval_check_tokens(const ar_tokens *t, const ar_model_cfg *mc, const char *path, ar_err *e);
 
 #endif

@@ -111,8 +111,12 @@ int ar_model_create(ar_model **out, const ar_model_cfg *cfg, const ar_backend *b
     m->res = ar_residual_create(cfg, be, max_batch * m->T, &m->pt);
     m->params = falloc(be, m->pt.total);
     m->grads = falloc(be, m->pt.total);
-    m->res->vt->bind(m->res, m->params, m->grads);
     alloc_activations(m);
+    /* The sublayer backward's N x d scratch is idle through the forward: the
+     * residual scheme works there (dy first: it is the spare, idle again
+     * from the end of each sublayer's backward to the next one's start). */
+    float *scratch[] = {m->dy, m->dxn, m->dq, m->dk, m->dv};
+    m->res->vt->bind(m->res, m->params, m->grads, scratch, 5);
     *out = m;
     return 0;
 }
@@ -167,14 +171,14 @@ void ar_model_init(ar_model *m, uint64_t seed)
 #define P(i) ar_model_param(m, (i))
 #define G(i) ar_model_grad(m, (i))
 
-/* Attention sublayer: v = Wo attn(rope(Wq xn), rope(Wk xn), Wv xn), xn = RMSNorm(h). */
-static void attn_forward(ar_model *m, int k, const float *h, float *out)
+/* Attention sublayer: v = Wo attn(rope(Wq xn), rope(Wk xn), Wv xn), xn = RMSNorm(h)
+ * (xn already formed by the caller). */
+static void attn_forward(ar_model *m, int k, float *out)
 {
     const ar_backend *be = m->be;
     const ar_block_idx *b = &m->blk[k];
     ar_block_act *a = &m->act[k];
     int N = m->N, d = m->d;
-    be->rmsnorm_fwd(a->xn, a->rstd, h, P(b->attn_norm), N, d);
     be->matmul_fwd(a->q, a->xn, P(b->q), N, d, d);
     be->matmul_fwd(a->k, a->xn, P(b->k), N, d, d);
     be->matmul_fwd(a->v, a->xn, P(b->v), N, d, d);
@@ -184,7 +188,10 @@ static void attn_forward(ar_model *m, int k, const float *h, float *out)
     be->matmul_fwd(out, a->y, P(b->o), N, d, d);
 }
 
-static void attn_backward(ar_model *m, int k, const float *h, const float *dout, float *dh)
+/* Attention backward from dout down to dL/dxn (in m->dxn); the RMSNorm is
+ * left to the caller, which fetches h only then.  m->dy is free again on
+ * return. */
+static void attn_backward(ar_model *m, int k, const float *dout)
 {
     const ar_backend *be = m->be;
     const ar_block_idx *b = &m->blk[k];
@@ -201,24 +208,24 @@ static void attn_backward(ar_model *m, int k, const float *h, const float *dout,
     be->matmul_bwd(m->dxn, G(b->q), m->dq, a->xn, P(b->q), N, d, d);
     be->matmul_bwd(m->dxn, G(b->k), m->dk, a->xn, P(b->k), N, d, d);
     be->matmul_bwd(m->dxn, G(b->v), m->dv, a->xn, P(b->v), N, d, d);
-    be->rmsnorm_bwd(dh, G(b->attn_norm), m->dxn, h, P(b->attn_norm), a->rstd, N, d);
 }
 
-/* MLP sublayer: v = W_down (silu(W_gate xn) * (W_up xn)), xn = RMSNorm(h). */
-static void mlp_forward(ar_model *m, int k, const float *h, float *out)
+/* MLP sublayer: v = W_down (silu(W_gate xn) * (W_up xn)), xn = RMSNorm(h)
+ * (xn already formed by the caller). */
+static void mlp_forward(ar_model *m, int k, float *out)
 {
     const ar_backend *be = m->be;
     const ar_block_idx *b = &m->blk[k];
     ar_block_act *a = &m->act[k];
     int N = m->N, d = m->d, F = m->F;
-    be->rmsnorm_fwd(a->mxn, a->mrstd, h, P(b->mlp_norm), N, d);
     be->matmul_fwd(a->gate, a->mxn, P(b->gate), N, d, F);
     be->matmul_fwd(a->up, a->mxn, P(b->up), N, d, F);
     be->swiglu_fwd(a->act, a->gate, a->up, (size_t)N * F);
     be->matmul_fwd(out, a->act, P(b->down), N, F, d);
 }
 
-static void mlp_backward(ar_model *m, int k, const float *h, const float *dout, float *dh)
+/* MLP backward from dout down to dL/dxn (in m->dxn). */
+static void mlp_backward(ar_model *m, int k, const float *dout)
 {
     const ar_backend *be = m->be;
     const ar_block_idx *b = &m->blk[k];
@@ -230,7 +237,6 @@ static void mlp_backward(ar_model *m, int k, const float *h, const float *dout, 
     be->zero(m->dxn, (size_t)N * d * sizeof(float));
     be->matmul_bwd(m->dxn, G(b->gate), m->dgate, a->mxn, P(b->gate), N, d, F);
     be->matmul_bwd(m->dxn, G(b->up), m->dup, a->mxn, P(b->up), N, d, F);
-    be->rmsnorm_bwd(dh, G(b->mlp_norm), m->dxn, h, P(b->mlp_norm), a->mrstd, N, d);
 }
 
 double ar_model_forward(ar_model *m, const int32_t *inputs, const int32_t *targets, int B,
@@ -244,12 +250,18 @@ double ar_model_forward(ar_model *m, const int32_t *inputs, const int32_t *targe
     be->upload(m->tok, inputs, (size_t)N * sizeof(int32_t));
     be->embedding_fwd(r->vt->embed_out(r), m->tok, P(m->embed), N, d);
     for (int l = 1; l <= m->L; l++) {
-        const float *h = m->res_in[l] = r->vt->input_fwd(r, l, N);
+        int k = (l - 1) / 2, attn = l % 2;
+        ar_block_act *a = &m->act[k];
+        ar_norm_out nf = {P(attn ? m->blk[k].attn_norm : m->blk[k].mlp_norm),
+                          attn ? a->xn : a->mxn, attn ? a->rstd : a->mrstd};
+        const float *h = m->res_in[l] = r->vt->input_fwd(r, l, N, &nf);
+        if (h) /* else the scheme normalised h_l itself */
+            be->rmsnorm_fwd(nf.xn, nf.rstd, h, nf.gain, N, d);
         float *out = r->vt->output_buf(r, l);
-        if (l % 2)
-            attn_forward(m, (l - 1) / 2, h, out);
+        if (attn)
+            attn_forward(m, k, out);
         else
-            mlp_forward(m, (l - 1) / 2, h, out);
+            mlp_forward(m, k, out);
         if (m->collect_stats)
             m->out_rms[l - 1] = sqrt(be->sumsq(out, (size_t)N * d) / ((double)N * d));
         r->vt->accept_fwd(r, l, N);
@@ -286,12 +298,19 @@ void ar_model_backward(ar_model *m, float scale)
     r->vt->final_bwd(r, N);
     for (int l = m->L; l >= 1; l--) {
         const float *dout = r->vt->output_grad(r, l, N);
-        const float *h = r->vt->input_saved(r, l, N);
-        float *dh = r->vt->input_grad_buf(r, l, N);
-        if (l % 2)
-            attn_backward(m, (l - 1) / 2, h, dout, dh);
+        int k = (l - 1) / 2, attn = l % 2;
+        if (attn)
+            attn_backward(m, k, dout);
         else
-            mlp_backward(m, (l - 1) / 2, h, dout, dh);
+            mlp_backward(m, k, dout);
+        /* dh_l = RMSNorm backward of dxn at h_l (dout is read in full by now,
+         * so dh may alias it) */
+        const float *h = r->vt->input_saved(r, l, N);
+        float *dh = r->vt->input_grad_buf(r, l, N, m->dy);
+        const ar_block_idx *b = &m->blk[k];
+        const ar_block_act *a = &m->act[k];
+        be->rmsnorm_bwd(dh, G(attn ? b->attn_norm : b->mlp_norm), m->dxn, h,
+                        P(attn ? b->attn_norm : b->mlp_norm), attn ? a->rstd : a->mrstd, N, d);
         r->vt->input_bwd(r, l, N);
     }
     be->embedding_bwd(G(m->embed), r->vt->embed_grad(r), m->tok, N, d);

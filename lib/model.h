@@ -34,7 +34,8 @@ typedef struct ar_model {
     ar_residual *res;
     const float **res_in;  /* h_l returned by the residual scheme in the last
                               forward, l = 1..L (diagnostics: AttnRes kinds
-                              reuse these buffers in later chunks) */
+                              reuse these buffers in later chunks, and give
+                              NULL where they normalised h_l themselves) */
     const float *res_hout; /* h_out */
 
     /* activations */

@@ -8,7 +8,9 @@
  * sublayer reads and how it mixes them.
  *
  * Forward, per step:   embed_out() <- v_0
- *                      for l = 1..L: h = input_fwd(l); sublayer writes v_l
+ *                      for l = 1..L: h = input_fwd(l, norm); if h is NULL
+ *                                    the scheme wrote RMSNorm(h_l) for the
+ *                                    sublayer itself; sublayer writes v_l
  *                                    into output_buf(l); accept_fwd(l)
  *                      h_out = final_fwd()
  * dv and the input-gradient buffer of one sublayer may be the same memory:
@@ -16,10 +18,18 @@
  * Backward, in reverse: zero_grads(); caller adds dL/dh_out into
  *                      final_grad_buf(); final_bwd();
  *                      for l = L..1: dv = output_grad(l) (complete);
+ *                                    sublayer's backward down to dL/dxn;
  *                                    h = input_saved(l);
  *                                    sublayer adds dL/dh_l into
- *                                    input_grad_buf(l); input_bwd(l)
+ *                                    input_grad_buf(l, spare); input_bwd(l)
  *                      dv_0 = embed_grad()
+ *
+ * Scratch lent by the caller (bind): buffers of maxN x d floats that the
+ * model owns for its sublayer backward and leaves alone from the start of a
+ * forward until its first output_grad() call; and `spare` (one of them),
+ * which it leaves alone again from input_grad_buf(l, spare) to the end of
+ * input_bwd(l).  A scheme works in them instead of memory of its own, so
+ * AttnRes costs no more than its extra gradients (issue 3's memory target).
  */
 #ifndef AR_RESIDUAL_H
 #define AR_RESIDUAL_H
@@ -30,11 +40,21 @@
 
 typedef struct ar_residual ar_residual;
 
+/* Where sublayer l wants its input normalised: xn = RMSNorm(h_l) with gain,
+ * rstd per token (as the backend's rmsnorm_fwd). */
 typedef struct {
-    /* params: base of the parameter buffer (device) and of the gradients */
-    void (*bind)(ar_residual *r, float *params, float *grads);
+    const float *gain;
+    float *xn, *rstd;
+} ar_norm_out;
+
+typedef struct {
+    /* params: base of the parameter buffer (device) and of the gradients;
+     * scratch: nscratch lent buffers (see above; nscratch may be 0) */
+    void (*bind)(ar_residual *r, float *params, float *grads, float *const *scratch, int nscratch);
     float *(*embed_out)(ar_residual *r);
-    const float *(*input_fwd)(ar_residual *r, int l, int N);
+    /* h_l; or NULL when the scheme has written nf's xn and rstd instead
+     * (fused with forming h_l, which is then not stored) */
+    const float *(*input_fwd)(ar_residual *r, int l, int N, const ar_norm_out *nf);
     float *(*output_buf)(ar_residual *r, int l);
     void (*accept_fwd)(ar_residual *r, int l, int N);
     const float *(*final_fwd)(ar_residual *r, int N);
@@ -46,7 +66,8 @@ typedef struct {
     /* The input h_l of sublayer l again, for its backward (called after
      * output_grad(l)); a scheme may recompute it rather than keep it. */
     const float *(*input_saved)(ar_residual *r, int l, int N);
-    float *(*input_grad_buf)(ar_residual *r, int l, int N);
+    /* spare: a lent buffer free until input_bwd(l) returns, or NULL */
+    float *(*input_grad_buf)(ar_residual *r, int l, int N, float *spare);
     void (*input_bwd)(ar_residual *r, int l, int N);
     float *(*embed_grad)(ar_residual *r);
 

@@ -42,12 +42,18 @@
  *   forward  k + sum_c j_c reads, C writes   (one-phase: 2 sum_c n_c reads)
  *   backward k + C reads, k read-modify-writes of dsrc, plus 3 j_c per mixer
  *            (one-phase: 3 n_c + 1 per mixer)
- * The sublayer inputs h are not kept: the backward recomputes a chunk's C
- * inputs from the saved weights alpha in one pass over its sources.  Memory
- * beyond the baseline's (which keeps the same P_0..P_L and one running
- * gradient), in buffers of N x d: the nb+1 block gradients dB less one,
- * the C chunk buffers hb and dH; plus the N x n weights and N-float
- * statistics of every mixer. */
+ * Memory.  The sublayer inputs h are not kept.  The forward builds a chunk's
+ * C inputs in scratch the model lends (its sublayer-backward buffers, idle
+ * then).  The backward recomputes them from the saved weights alpha into
+ * dead P buffers: P_q is dead once every mixer above q is done (the deferred
+ * pass reads only sources before its chunk), so on entering chunk m0..m1
+ * from the top, P_{m1} .. P_{m1+C-1} take all C inputs in one pass; the top
+ * chunk, with no room above it, recomputes each h_l alone into P_l.  Once
+ * h_l is used up its buffer keeps dh_l for the deferred pass; dh_l itself is
+ * built in the model's spare buffer.  So beyond the baseline (which keeps
+ * the same P_0..P_L and one running gradient) AttnRes keeps, in buffers of
+ * N x d, only the nb+1 block gradients dB less one, i.e. nb = N_blocks
+ * (Full: L), plus the N x n weights and N-float statistics of every mixer. */
 int ar_depth_chunk = 4;
 
 typedef struct {
@@ -56,7 +62,8 @@ typedef struct {
     int q_idx, g_idx;     /* parameter indices */
     int chunk, pos;       /* its chunk, and its place there */
     float *alpha;         /* maxN x n: logits, then weights (saved for the backward) */
-    float *lse, *cdot;    /* maxN: phase-1 log-sum-exp; dh.h of the backward */
+    float *lse;           /* maxN: phase-1 log-sum-exp, then the total */
+    float *cdot;          /* maxN: dh.h of the backward (shared by chunk position) */
     const float **sp;     /* host array of source pointers */
     float **dsp, **rsp;   /* their gradients and rstd arrays */
 } mixer;
@@ -65,6 +72,8 @@ typedef struct {
     int m0, m1, C, k;     /* mixers m0..m1 (C of them) share their first k sources */
     /* host argument arrays for the chunk ops (C or k entries) */
     float **h, **lse, **alpha, **cdot, **dw, **dg;
+    float **hr;           /* where the backward recomputes each mixer's h */
+    int batched;          /* recompute all C at the chunk's top, not one by one */
     const float **w, **g, **dh;
     const float ***src;   /* per mixer source lists (recompute) */
     int *n;
@@ -77,8 +86,11 @@ typedef struct {
     float **dB;           /* nb+1 buffers maxN x d: gradient of block n's sums */
     int nb;               /* blocks after the embedding: ceil(L/S) */
     float **rs;           /* L+1 arrays maxN: rstd of each P_l as a key */
-    float **hb;           /* cmax buffers: the current chunk's h, then its dh */
-    float *dH;            /* dL/dh of the mixer being differentiated */
+    float **cdot;         /* cmax arrays maxN: dh.h per chunk position */
+    float **hb;           /* cmax buffers: the current chunk's h (forward) */
+    float *fgrad;         /* dL/dh_out */
+    float *dH;            /* dL/dh of the sublayer mixer being differentiated */
+    float *own[2];        /* what bind had to allocate: hb block, own dH */
     mixer *mx;            /* mx[1..L+1] */
     chunk *ch;
     const ar_param_table *pt;
@@ -133,6 +145,7 @@ static void plan_chunks(depth_res *s)
             c->k = k;
         }
         c->h = ar_xcalloc((size_t)c->C, sizeof(float *));
+        c->hr = ar_xcalloc((size_t)c->C, sizeof(float *));
         c->lse = ar_xcalloc((size_t)c->C, sizeof(float *));
         c->alpha = ar_xcalloc((size_t)c->C, sizeof(float *));
         c->cdot = ar_xcalloc((size_t)c->C, sizeof(float *));
@@ -155,7 +168,8 @@ static void plan_chunks(depth_res *s)
 static const float *pq(depth_res *s, int idx) { return s->params + s->pt->p[idx].offset; }
 static float *gq(depth_res *s, int idx) { return s->grads + s->pt->p[idx].offset; }
 
-static void depth_bind(ar_residual *r, float *params, float *grads)
+static void depth_bind(ar_residual *r, float *params, float *grads, float *const *scratch,
+                       int nscratch)
 {
     depth_res *s = D(r);
     const ar_backend *be = r->be;
@@ -166,16 +180,31 @@ static void depth_bind(ar_residual *r, float *params, float *grads)
         s->P[l] = be->alloc(bytes);
         s->rs[l] = be->alloc((size_t)r->maxN * sizeof(float));
     }
+    for (int c = 0; c < s->cmax; c++)
+        s->cdot[c] = be->alloc((size_t)r->maxN * sizeof(float));
     for (int b = 0; b <= s->nb; b++)
         s->dB[b] = be->alloc(bytes);
-    for (int c = 0; c < s->cmax; c++)
-        s->hb[c] = be->alloc(bytes);
-    s->dH = be->alloc(bytes);
+    /* hb[0..cmax-1] and fgrad (= hb[1]: the final chunk has one mixer) */
+    int need = s->cmax > 2 ? s->cmax : 2;
+    size_t nfl = (size_t)r->maxN * r->d;
+    if (nscratch < need)
+        s->own[0] = be->alloc(need * bytes);
+    for (int c = 0; c < need; c++) {
+        float *b = nscratch >= need ? scratch[c] : s->own[0] + c * nfl;
+        if (c < s->cmax)
+            s->hb[c] = b;
+        if (c == 1)
+            s->fgrad = b;
+    }
+    if (nscratch == 0) /* no spare will come: dH of its own */
+        s->own[1] = be->alloc(bytes);
     for (int m = 1; m <= r->L + 1; m++) {
         mixer *x = &s->mx[m];
         x->alpha = be->alloc((size_t)r->maxN * x->n * sizeof(float));
         x->lse = be->alloc((size_t)r->maxN * sizeof(float));
-        x->cdot = be->alloc((size_t)r->maxN * sizeof(float));
+        /* dh.h lives from a mixer's backward to its chunk's deferred pass:
+         * one array per chunk position serves every chunk */
+        x->cdot = s->cdot[x->pos];
         for (int i = 0; i < x->n; i++) {
             x->sp[i] = s->P[x->src[i]];
             x->dsp[i] = s->dB[block_of(s, x->src[i])];
@@ -184,6 +213,12 @@ static void depth_bind(ar_residual *r, float *params, float *grads)
     }
     for (int i = 0; i < s->nch; i++) {
         chunk *c = &s->ch[i];
+        /* Recompute targets: P_q for one-by-one recomputation; batched, the
+         * C buffers P_{m1}, P_{m1+1}, ..., dead at the chunk's top (every
+         * mixer above is done) and read by none of the chunk's mixers. */
+        c->batched = c->m1 <= r->L && c->m1 + c->C - 1 <= r->L;
+        for (int p = 0; p < c->C && c->m1 <= r->L; p++)
+            c->hr[p] = !c->batched ? s->P[c->m0 + p] : p == c->C - 1 ? s->P[c->m1] : s->P[c->m1 + 1 + p];
         for (int p = 0; p < c->C; p++) {
             mixer *x = &s->mx[c->m0 + p];
             c->lse[p] = x->lse;
@@ -207,40 +242,49 @@ static float **chunk_h(depth_res *s, chunk *c)
     return c->h;
 }
 
-static const float *mix_fwd(depth_res *s, int m, int N)
+/* nf (or NULL): where the sublayer wants RMSNorm(h); written here (and NULL
+ * returned), so h is never stored. */
+static const float *mix_fwd(depth_res *s, int m, int N, const ar_norm_out *nf)
 {
     const ar_backend *be = s->base.be;
     mixer *x = &s->mx[m];
     chunk *c = &s->ch[x->chunk];
+    /* the sublayer's RMSNorm is fused where h_m is complete: in phase 1 for
+     * the chunk's first mixer if it has no sources of its own, else in
+     * phase 2 */
+    int fuse1 = nf && m == c->m0 && x->n == c->k;
     if (m == c->m0) {
         mixer *x0 = &s->mx[c->m0];
         be->depth_fwd_inter(chunk_h(s, c), c->lse, c->alpha, c->n, x0->rsp, x0->sp, c->k, c->w,
-                            c->g, c->C, N, s->base.d);
+                            c->g, c->C, fuse1 ? nf->gain : NULL, fuse1 ? nf->xn : NULL,
+                            fuse1 ? nf->rstd : NULL, N, s->base.d);
     }
     float *h = s->hb[x->pos];
+    int fuse = nf && x->n > c->k;
     be->depth_fwd_merge(h, x->lse, x->alpha, x->n, c->k, x->rsp + c->k, x->sp + c->k,
-                        pq(s, x->q_idx), pq(s, x->g_idx), N, s->base.d);
-    return h;
+                        pq(s, x->q_idx), pq(s, x->g_idx), fuse ? nf->gain : NULL,
+                        fuse ? nf->xn : NULL, fuse ? nf->rstd : NULL, N, s->base.d);
+    return fuse || fuse1 ? NULL : h;
 }
 
-/* dh of mixer m is in s->dH and its input h in hb[pos]: the intra part now,
- * then dh is kept in hb[pos] (h is dead) for the chunk's deferred part. */
-static void mix_bwd(depth_res *s, int m, int N)
+/* Backward of mixer m with dh in `dh` and h in `h`: its own sources now;
+ * dh_m is kept in h's buffer (h is used up) for the chunk's deferred shared
+ * part, which runs at the chunk's lowest mixer m0 (whose dh is still in
+ * `dh`; P_q holds dh_q for the chunk's other mixers q). */
+static void mix_bwd(depth_res *s, int m, float *dh, float *h, int N)
 {
     const ar_backend *be = s->base.be;
     mixer *x = &s->mx[m];
     chunk *c = &s->ch[x->chunk];
-    be->depth_bwd_intra(x->dsp + c->k, gq(s, x->q_idx), gq(s, x->g_idx), x->cdot, s->dH,
-                        s->hb[x->pos], x->alpha, x->lse, x->n, c->k, (const float *const *)x->rsp + c->k,
-                        x->sp + c->k,
-                        pq(s, x->q_idx), pq(s, x->g_idx), N, s->base.d);
-    float *t = s->hb[x->pos];
-    s->hb[x->pos] = s->dH;
-    s->dH = t;
+    be->depth_bwd_intra(x->dsp + c->k, gq(s, x->q_idx), gq(s, x->g_idx), x->cdot, dh, h,
+                        m == c->m0 ? NULL : h, x->alpha, x->lse, x->n, c->k,
+                        (const float *const *)x->rsp + c->k, x->sp + c->k, pq(s, x->q_idx),
+                        pq(s, x->g_idx), N, s->base.d);
     if (m == c->m0) {
         mixer *x0 = &s->mx[c->m0];
-        for (int p = 0; p < c->C; p++)
-            c->dh[p] = s->hb[p];
+        c->dh[0] = dh;
+        for (int p = 1; p < c->C; p++)
+            c->dh[p] = c->hr[p];
         /* The final mixer comes first in the backward and reaches every dB
          * (its sources are all block summaries): it initialises them. */
         be->depth_bwd_inter(x0->dsp, c->dw, c->dg, c->dh, (const float *const *)c->cdot,
@@ -253,7 +297,10 @@ static void mix_bwd(depth_res *s, int m, int N)
 static int opens_block(depth_res *s, int l) { return (l - 1) % s->S == 0; }
 
 static float *depth_embed_out(ar_residual *r) { return D(r)->P[0]; }
-static const float *depth_input_fwd(ar_residual *r, int l, int N) { return mix_fwd(D(r), l, N); }
+static const float *depth_input_fwd(ar_residual *r, int l, int N, const ar_norm_out *nf)
+{
+    return mix_fwd(D(r), l, N, nf);
+}
 static float *depth_output_buf(ar_residual *r, int l) { return D(r)->P[l]; }
 
 static void depth_accept_fwd(ar_residual *r, int l, int N)
@@ -262,17 +309,22 @@ static void depth_accept_fwd(ar_residual *r, int l, int N)
         r->be->add(D(r)->P[l], D(r)->P[l - 1], (size_t)N * r->d);
 }
 
-static const float *depth_final_fwd(ar_residual *r, int N) { return mix_fwd(D(r), r->L + 1, N); }
+/* h_out is kept (not fused with the final norm): its backward needs it. */
+static const float *depth_final_fwd(ar_residual *r, int N) { return mix_fwd(D(r), r->L + 1, N, NULL); }
 
 /* dB needs no zeroing: the final mixer's backward writes every dB first. */
 static void depth_zero_grads(ar_residual *r, int N)
 {
-    r->be->zero(D(r)->dH, (size_t)N * r->d * sizeof(float));
+    r->be->zero(D(r)->fgrad, (size_t)N * r->d * sizeof(float));
 }
 
-static float *depth_final_grad_buf(ar_residual *r) { return D(r)->dH; }
+static float *depth_final_grad_buf(ar_residual *r) { return D(r)->fgrad; }
 
-static void depth_final_bwd(ar_residual *r, int N) { mix_bwd(D(r), r->L + 1, N); }
+/* h_out is still in hb[0], where the forward left it. */
+static void depth_final_bwd(ar_residual *r, int N)
+{
+    mix_bwd(D(r), r->L + 1, D(r)->fgrad, D(r)->hb[0], N);
+}
 
 static float *depth_output_grad(ar_residual *r, int l, int N)
 {
@@ -280,26 +332,40 @@ static float *depth_output_grad(ar_residual *r, int l, int N)
     return D(r)->dB[block_of(D(r), l)];
 }
 
-/* Entering a chunk from the top: recompute all its inputs in one pass. */
+/* h_l again, from the saved weights, into a dead buffer (see bind): all C
+ * of a chunk in one pass on entering it from the top where there is room,
+ * else one by one into P_l (dead once the mixers above l are done). */
 static const float *depth_input_saved(ar_residual *r, int l, int N)
 {
     depth_res *s = D(r);
     mixer *x = &s->mx[l];
     chunk *c = &s->ch[x->chunk];
-    if (l == c->m1)
-        r->be->depth_recompute(chunk_h(s, c), (const float *const *)c->alpha,
+    if (!c->batched)
+        r->be->depth_recompute(c->hr + x->pos, (const float *const *)&x->alpha,
+                               (const float *const *const *)&x->sp, &x->n, 1, N, r->d);
+    else if (l == c->m1)
+        r->be->depth_recompute(c->hr, (const float *const *)c->alpha,
                                (const float *const *const *)c->src, c->n, c->C, N, r->d);
-    return s->hb[x->pos];
+    return c->hr[x->pos];
 }
 
-static float *depth_input_grad_buf(ar_residual *r, int l, int N)
+static float *depth_input_grad_buf(ar_residual *r, int l, int N, float *spare)
 {
     (void)l;
-    r->be->zero(D(r)->dH, (size_t)N * r->d * sizeof(float));
-    return D(r)->dH;
+    depth_res *s = D(r);
+    /* a caller that lends scratch passes a spare (residual.h) */
+    s->dH = spare ? spare : s->own[1];
+    r->be->zero(s->dH, (size_t)N * r->d * sizeof(float));
+    return s->dH;
 }
 
-static void depth_input_bwd(ar_residual *r, int l, int N) { mix_bwd(D(r), l, N); }
+static void depth_input_bwd(ar_residual *r, int l, int N)
+{
+    depth_res *s = D(r);
+    mixer *x = &s->mx[l];
+    mix_bwd(s, l, s->dH, s->ch[x->chunk].hr[x->pos], N);
+}
+
 static float *depth_embed_grad(ar_residual *r) { return D(r)->dB[0]; }
 static int depth_n_sources(ar_residual *r, int l) { return D(r)->mx[l].n; }
 
@@ -329,14 +395,16 @@ static void depth_destroy(ar_residual *r)
     }
     for (int b = 0; b <= s->nb; b++)
         be->free(s->dB[b]);
+    for (int i = 0; i < 2; i++)
+        if (s->own[i])
+            be->free(s->own[i]);
     for (int c = 0; c < s->cmax; c++)
-        be->free(s->hb[c]);
-    be->free(s->dH);
+        be->free(s->cdot[c]);
+    free(s->cdot);
     for (int m = 1; m <= r->L + 1; m++) {
         mixer *x = &s->mx[m];
         be->free(x->alpha);
         be->free(x->lse);
-        be->free(x->cdot);
         free(x->src);
         free(x->sp);
         free(x->dsp);
@@ -344,7 +412,7 @@ static void depth_destroy(ar_residual *r)
     }
     for (int i = 0; i < s->nch; i++) {
         chunk *c = &s->ch[i];
-        void *arrs[] = {c->h, c->lse, c->alpha, c->cdot, c->dw, c->dg, c->w, c->g, c->dh, c->src, c->n};
+        void *arrs[] = {c->h, c->hr, c->lse, c->alpha, c->cdot, c->dw, c->dg, c->w, c->g, c->dh, c->src, c->n};
         for (size_t j = 0; j < sizeof arrs / sizeof *arrs; j++)
             free(arrs[j]);
     }
@@ -411,5 +479,6 @@ ar_residual *ar_residual_depth_create(const ar_model_cfg *cfg, const ar_backend 
     }
     plan_chunks(s);
     s->hb = ar_xcalloc((size_t)s->cmax, sizeof(float *));
+    s->cdot = ar_xcalloc((size_t)s->cmax, sizeof(float *));
     return &s->base;
 }

@@ -18,10 +18,13 @@ typedef struct {
 
 #define S(r) ((sum_res *)(r))
 
-static void sum_bind(ar_residual *r, float *params, float *grads)
+static void sum_bind(ar_residual *r, float *params, float *grads, float *const *scratch,
+                     int nscratch)
 {
     (void)params;
     (void)grads;
+    (void)scratch;
+    (void)nscratch;
     sum_res *s = S(r);
     size_t bytes = (size_t)r->maxN * r->d * sizeof(float);
     for (int l = 0; l <= r->L; l++)
@@ -30,7 +33,12 @@ static void sum_bind(ar_residual *r, float *params, float *grads)
 }
 
 static float *sum_embed_out(ar_residual *r) { return S(r)->P[0]; }
-static const float *sum_input_fwd(ar_residual *r, int l, int N) { (void)N; return S(r)->P[l - 1]; }
+static const float *sum_input_fwd(ar_residual *r, int l, int N, const ar_norm_out *nf)
+{
+    (void)N;
+    (void)nf;
+    return S(r)->P[l - 1];
+}
 static float *sum_output_buf(ar_residual *r, int l) { return S(r)->P[l]; }
 
 static void sum_accept_fwd(ar_residual *r, int l, int N)
@@ -51,7 +59,13 @@ static void sum_final_bwd(ar_residual *r, int N) { (void)r; (void)N; }
 static float *sum_output_grad(ar_residual *r, int l, int N) { (void)l; (void)N; return S(r)->dR; }
 
 static const float *sum_input_saved(ar_residual *r, int l, int N) { (void)N; return S(r)->P[l - 1]; }
-static float *sum_input_grad_buf(ar_residual *r, int l, int N) { (void)l; (void)N; return S(r)->dR; }
+static float *sum_input_grad_buf(ar_residual *r, int l, int N, float *spare)
+{
+    (void)l;
+    (void)N;
+    (void)spare;
+    return S(r)->dR;
+}
 static void sum_input_bwd(ar_residual *r, int l, int N) { (void)r; (void)l; (void)N; }
 static float *sum_embed_grad(ar_residual *r) { return S(r)->dR; }
 static int sum_n_sources(ar_residual *r, int l) { (void)r; (void)l; return 0; }

@@ -1,11 +1,15 @@
 #include "train.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <omp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -14,6 +18,7 @@
 #include "../formats/config.h"
 #include "../formats/json.h"
 #include "../formats/metrics.h"
+#include "../formats/safetensors.h"
 #include "checkpoint.h"
 #include "data.h"
 #include "eval.h"
@@ -30,7 +35,8 @@ static double now_s(void)
 
 /* splitmix64: turns (seed, micro-batch counter) into an independent RNG seed,
  * so the batch of any step is known without replaying earlier steps (which
- * is what makes --resume exact). */
+ * is what makes --resume exact: the checkpoint stores the counter as
+ * data_position). */
 static unsigned long mix_seed(uint64_t seed, uint64_t k)
 {
     uint64_t z = seed + 0x9E3779B97F4A7C15ull * (k + 1);
@@ -56,10 +62,29 @@ typedef struct {
     int32_t *in, *tg;
     char metrics[AR_PATH_MAX + 64];
     double last_val;
+    long pos;           /* data position: micro-batches drawn so far */
+    long bad;           /* consecutive skipped steps */
+    long saved_step;    /* step of the checkpoint on disk, -1 = none */
+    int threads;        /* effective compute threads */
+    uint32_t data_crc;  /* CRC-32 of the training split */
+    int lock_fd;
 } trainer;
 
-/* One optimizer step: grad_accum micro-batches, clip, AdamW. */
-static double train_step(trainer *t, long step, double lr, double *gnorm)
+static void warnf(const trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warnf(const trainer *t, const char *fmt, ...)
+{
+    if (!t->o->warn)
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    t->o->warn(msg, t->o->ud);
+}
+
+/* One step's gradient: grad_accum micro-batches at the data position. */
+static double forward_backward(trainer *t)
 {
     const ar_train_cfg *tc = &t->cfg->train;
     ar_model *m = t->m;
@@ -68,14 +93,33 @@ static double train_step(trainer *t, long step, double lr, double *gnorm)
     float scale = (float)(1.0 / ((double)B * T * tc->grad_accum));
     ar_model_zero_grad(m);
     for (int a = 0; a < tc->grad_accum; a++) {
-        gsl_rng_set(t->rng, mix_seed(tc->seed, (uint64_t)step * tc->grad_accum + a));
+        gsl_rng_set(t->rng, mix_seed(tc->seed, (uint64_t)t->pos + (uint64_t)a));
         ar_sample_batch(t->ds.train, t->ds.ntrain, B, T, t->rng, t->in, t->tg);
         loss += ar_model_forward(m, t->in, t->tg, B, NULL) / tc->grad_accum;
         ar_model_backward(m, scale);
     }
-    *gnorm = ar_grad_norm(m);
-    ar_adamw_step(&t->opt, m, tc, lr, *gnorm);
+    t->pos += tc->grad_accum;
     return loss;
+}
+
+/* The first parameter holding a non-finite value, or -1. */
+static int nonfinite_param(const ar_model *m)
+{
+    if (isfinite(m->be->sumsq(m->params, m->pt.total)))
+        return -1;
+    for (int i = 0; i < m->pt.n; i++)
+        if (!isfinite(m->be->sumsq(m->params + m->pt.p[i].offset, m->pt.p[i].numel)))
+            return i;
+    return 0;
+}
+
+static const char *kept_text(const trainer *t, char *buf, size_t n)
+{
+    if (t->saved_step >= 0)
+        snprintf(buf, n, "the checkpoint in '%s' (step %ld) is kept", t->o->out_dir, t->saved_step);
+    else
+        snprintf(buf, n, "no checkpoint was saved yet");
+    return buf;
 }
 
 /* Per-sublayer RMS of the parameter gradients (group l = sublayer l's
@@ -159,43 +203,167 @@ static int model_cfg_equal(const ar_model_cfg *a, const ar_model_cfg *b)
            ar_cfg_block_size(a) == ar_cfg_block_size(b);
 }
 
+/* Removes what a killed writer left behind: PATH.tmp.<pid> files of
+ * ar_write_atomic (the directory is locked, so no other attnres process is
+ * writing there). */
+static void remove_stale_temps(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    char p[AR_PATH_MAX + 300];
+    while ((de = readdir(d))) {
+        const char *tmp = strstr(de->d_name, ".tmp.");
+        if (tmp && tmp[5] && strspn(tmp + 5, "0123456789") == strlen(tmp + 5)) {
+            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+            unlink(p);
+        }
+    }
+    closedir(d);
+}
+
+/* Creates the run directory, checks that files can be created in it and
+ * takes its lock. */
+static int open_run_dir(trainer *t, ar_err *e)
+{
+    const char *dir = t->o->out_dir;
+    char p[AR_PATH_MAX + 64];
+    if (ar_mkdir_p(dir, e) != 0)
+        return -1;
+    snprintf(p, sizeof p, "%s/.attnres-probe.%ld", dir, (long)getpid());
+    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return ar_fail(e, "run directory '%s' is not writable: cannot create a file in it: %s", dir,
+                       ar_strerror(errno));
+    close(fd);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/.attnres.lock", dir);
+    t->lock_fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (t->lock_fd < 0)
+        return ar_fail(e, "cannot create lock file '%s': %s", p, ar_strerror(errno));
+    if (flock(t->lock_fd, LOCK_EX | LOCK_NB) != 0)
+        return ar_fail(e, "run directory '%s' is in use by another attnres process (it holds the lock on '%s')",
+                       dir, p);
+    remove_stale_temps(dir);
+    return 0;
+}
+
+/* A new run in a directory that holds a checkpoint: refused unless forced,
+ * with a message that says whose checkpoint it is. */
+static int check_new_run_dir(const ar_config *cfg, const ar_train_opts *o, ar_err *e)
+{
+    char file[AR_PATH_MAX + 64];
+    snprintf(file, sizeof file, "%s/model.safetensors", o->out_dir);
+    if (o->force || access(file, F_OK) != 0)
+        return 0;
+    ar_config saved;
+    long step = 0;
+    ar_err re = {{0}};
+    if (ar_ckpt_read_config(file, &saved, &step, &re) != 0)
+        return ar_fail(e, "run directory '%s' already holds a checkpoint, which cannot be read (%s); use --force "
+                          "to overwrite it, or --out to choose another directory",
+                       o->out_dir, re.msg);
+    char diff[512];
+    if (ar_config_diff(&saved, cfg, diff, sizeof diff) > 0)
+        return ar_fail(e, "run directory '%s' already holds a checkpoint of a different run (%s); use --force to "
+                          "overwrite it, or --out to choose another directory",
+                       o->out_dir, diff);
+    return ar_fail(e, "run directory '%s' already holds a checkpoint of this run (step %ld of %ld); use --resume "
+                      "to continue it, --force to start it over, or --out to choose another directory",
+                   o->out_dir, step, saved.train.steps);
+}
+
+/* --force: the files of the run that was there. */
+static int clear_old_run(const char *dir, ar_err *e)
+{
+    const char *files[] = {"model.safetensors", "optimizer.safetensors", "optimizer.prev.safetensors",
+                           "config.yaml", "metrics.jsonl", "loss.png", "depth_attn.png"};
+    char p[AR_PATH_MAX + 64];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        if (unlink(p) != 0 && errno != ENOENT)
+            return ar_fail(e, "cannot remove '%s': %s", p, ar_strerror(errno));
+    }
+    if (ar_ckpt_keep(dir, -1, 0, e) != 0)
+        return -1;
+    snprintf(p, sizeof p, "%s/checkpoints", dir);
+    rmdir(p);
+    return ar_sync_dir(dir, e);
+}
+
+/* Loads the checkpoint of a resumed run and says where this invocation
+ * will not reproduce the uninterrupted run. */
+static int load_resume(trainer *t, long *start, ar_err *e)
+{
+    const ar_config *cfg = t->cfg;
+    const char *dir = t->o->out_dir;
+    char file[AR_PATH_MAX + 64], diff[512];
+    ar_config saved;
+    ar_ckpt_state st;
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    if (ar_ckpt_read_state(file, &saved, &st, e) != 0)
+        return -1;
+    if (!model_cfg_equal(&saved.model, &cfg->model))
+        return ar_fail(e, "'%s': the model section differs from the checkpoint's; a resumed run "
+                          "must keep its model",
+                       dir);
+    *start = st.step;
+    if (ar_ckpt_load_weights(file, t->m, e) != 0 || ar_ckpt_load_optim(dir, t->m, &t->opt, st.step, e) != 0 ||
+        ar_metrics_truncate_after(t->metrics, st.step, e) != 0)
+        return -1;
+    t->pos = st.data_position;
+    t->bad = st.bad_steps;
+    t->saved_step = st.step;
+    if (ar_config_diff(&saved, cfg, diff, sizeof diff) > 0)
+        warnf(t, "resuming '%s' at step %ld with settings that differ from the checkpoint's: %s", dir, st.step,
+              diff);
+    if (st.threads > 0 && st.threads != t->threads)
+        warnf(t, "'%s' was trained with %d thread%s and resumes with %d: sums are split differently, so the "
+                 "result will not be bit-identical to an uninterrupted run",
+              dir, st.threads, st.threads == 1 ? "" : "s", t->threads);
+    if (st.data_tokens > 0 && (st.data_tokens != (long)t->ds.ntrain || st.data_crc32 != t->data_crc))
+        warnf(t, "the training data of '%s' differ from the checkpoint's (%zu tokens, crc32 %08x; the checkpoint "
+                 "saw %ld tokens, crc32 %08x): the batches after step %ld are not those of an uninterrupted run",
+              dir, t->ds.ntrain, (unsigned)t->data_crc, st.data_tokens, (unsigned)st.data_crc32, st.step);
+    return 0;
+}
+
 static int setup(trainer *t, long *start, ar_err *e)
 {
     const ar_config *cfg = t->cfg;
     const ar_train_opts *o = t->o;
     const ar_backend *be = o->be ? o->be : ar_backend_cpu();
+    t->lock_fd = -1;
+    t->saved_step = -1;
     if (ar_config_validate(cfg, e) != 0)
         return -1;
     be->set_threads(cfg->train.threads);
+    t->threads = omp_get_max_threads();
+    if (o->resume && o->force)
+        return ar_fail(e, "'force' starts a new run and cannot be combined with 'resume'");
     if (o->resume) {
         if (!file_exists(o->out_dir, "model.safetensors"))
             return ar_fail(e, "'%s' holds no checkpoint to resume (no model.safetensors)", o->out_dir);
-    } else if (file_exists(o->out_dir, "model.safetensors")) {
-        return ar_fail(e, "run directory '%s' already holds a checkpoint; use --resume to continue "
-                          "it or --out to choose another directory", o->out_dir);
+    } else if (check_new_run_dir(cfg, o, e) != 0) {
+        return -1;
     }
-    if (ar_mkdir_p(o->out_dir, e) != 0)
+    if (open_run_dir(t, e) != 0)
         return -1;
     if (ar_dataset_open(&t->ds, &cfg->data, &cfg->model, e) != 0)
         return -1;
+    t->data_crc = ar_st_crc32(t->ds.train, (uint64_t)t->ds.ntrain * sizeof(int32_t));
     if (ar_model_create(&t->m, &cfg->model, be, cfg->train.batch_size, e) != 0)
         return -1;
     ar_adamw_init(&t->opt, t->m);
     snprintf(t->metrics, sizeof t->metrics, "%s/metrics.jsonl", o->out_dir);
     *start = 0;
     if (o->resume) {
-        char file[AR_PATH_MAX + 64];
-        ar_config saved;
-        snprintf(file, sizeof file, "%s/model.safetensors", o->out_dir);
-        if (ar_ckpt_read_config(file, &saved, start, e) != 0 ||
-            ar_ckpt_load_weights(file, t->m, e) != 0 ||
-            ar_ckpt_load_optim(o->out_dir, t->m, &t->opt, *start, e) != 0 ||
-            ar_metrics_truncate_after(t->metrics, *start, e) != 0)
+        if (load_resume(t, start, e) != 0)
             return -1;
-        if (!model_cfg_equal(&saved.model, &cfg->model))
-            return ar_fail(e, "'%s': the model section differs from the checkpoint's; a resumed run "
-                              "must keep its model", o->out_dir);
     } else {
+        if (o->force && file_exists(o->out_dir, "model.safetensors") && clear_old_run(o->out_dir, e) != 0)
+            return -1;
         ar_model_init(t->m, cfg->train.seed);
         unlink(t->metrics);
     }
@@ -218,9 +386,68 @@ static void teardown(trainer *t)
     free(t->in);
     free(t->tg);
     ar_dataset_close(&t->ds);
+    if (t->lock_fd >= 0)
+        close(t->lock_fd);
 }
 
 static int due(long done, long every, long steps) { return done == steps || (every > 0 && done % every == 0); }
+
+static int save(trainer *t, long step, ar_err *e)
+{
+    const ar_config *cfg = t->cfg;
+    ar_ckpt_state st = {.step = step, .rng_seed = cfg->train.seed, .data_position = t->pos,
+                        .bad_steps = t->bad, .threads = t->threads, .data_tokens = (long)t->ds.ntrain,
+                        .data_crc32 = t->data_crc};
+    char kept[AR_PATH_MAX + 128];
+    if (ar_ckpt_save_state(t->o->out_dir, cfg, t->m, &t->opt, &st, e) != 0) {
+        /* The files are replaced one by one, each atomically: the message
+         * says what was kept. */
+        if (strstr(e->msg, "is kept") == NULL)
+            ar_wrap(e, "checkpoint of step %ld not saved (%s)", step, kept_text(t, kept, sizeof kept));
+        return -1;
+    }
+    t->saved_step = step;
+    if (ar_ckpt_keep(t->o->out_dir, step, cfg->train.keep_checkpoints, e) != 0)
+        return -1;
+    return ar_train_figures(t->o->out_dir, e);
+}
+
+/* The metrics line of a step (every logged step, and every skipped one). */
+static int log_step(trainer *t, long step, long tok_per_step, double loss, double lr, double gnorm, double dt,
+                    double t0, int do_eval, const char *warning, ar_err *e)
+{
+    ar_jw w;
+    ar_jw_init(&w);
+    ar_jw_obj_begin(&w);
+    ar_jw_key(&w, "step");
+    ar_jw_int(&w, step);
+    ar_jw_key(&w, "tokens");
+    ar_jw_int(&w, step * tok_per_step);
+    ar_jw_key(&w, "loss");
+    ar_jw_num(&w, loss);
+    ar_jw_key(&w, "lr");
+    ar_jw_num(&w, lr);
+    ar_jw_key(&w, "grad_norm");
+    ar_jw_num(&w, gnorm);
+    ar_jw_key(&w, "tok_per_s");
+    ar_jw_num(&w, tok_per_step / dt);
+    ar_jw_key(&w, "elapsed_s");
+    ar_jw_num(&w, now_s() - t0);
+    if (warning) {
+        ar_jw_key(&w, "skipped");
+        ar_jw_bool(&w, 1);
+        ar_jw_key(&w, "bad_steps");
+        ar_jw_int(&w, t->bad);
+        ar_jw_key(&w, "warning");
+        ar_jw_str(&w, warning);
+    }
+    int rc = do_eval ? evaluate(t, &w, e) : 0;
+    ar_jw_obj_end(&w);
+    if (rc == 0)
+        rc = ar_metrics_append(t->metrics, w.s, e);
+    ar_jw_free(&w);
+    return rc;
+}
 
 int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res, ar_err *e)
 {
@@ -228,7 +455,7 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
     memset(&t, 0, sizeof t);
     t.cfg = cfg;
     t.o = o;
-    long start;
+    long start = 0;
     const ar_train_cfg *tc = &cfg->train;
     memset(res, 0, sizeof *res);
     res->final_val_loss = NAN;
@@ -236,47 +463,52 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
     long tok_per_step = (long)tc->batch_size * tc->grad_accum * cfg->model.seq_len;
     double t0 = now_s(), train_time = 0;
     long step = start;
+    char kept[AR_PATH_MAX + 128];
     while (rc == 0 && step < tc->steps) {
-        double lr = ar_lr_at(tc, step), gnorm, ts = now_s();
-        double loss = train_step(&t, step, lr, &gnorm);
+        double lr = ar_lr_at(tc, step), ts = now_s();
+        double loss = forward_backward(&t);
+        if (o->grad_hook)
+            o->grad_hook(t.m, step + 1, o->ud);
+        double gnorm = ar_grad_norm(t.m);
+        char warning[256];
+        int bad = !isfinite(loss) || !isfinite(gnorm);
+        if (bad) {
+            double what = isfinite(loss) ? gnorm : loss;
+            t.bad++;
+            res->skipped++;
+            snprintf(warning, sizeof warning,
+                     "step %ld: non-finite %s (%s): update skipped (%ld in a row, train.max_bad_steps is %d)",
+                     step + 1, isfinite(loss) ? "gradient" : "loss", isnan(what) ? "nan" : "inf", t.bad,
+                     tc->max_bad_steps);
+            warnf(&t, "%s", warning);
+        } else {
+            t.bad = 0;
+            ar_adamw_step(&t.opt, t.m, tc, lr, gnorm);
+            int p = nonfinite_param(t.m);
+            if (p >= 0)
+                rc = ar_fail(e, "step %ld: the update made tensor '%s' non-finite (train.lr %g too high?); training "
+                                "stopped; %s",
+                             step + 1, t.m->pt.p[p].name, lr, kept_text(&t, kept, sizeof kept));
+        }
         double dt = now_s() - ts;
         train_time += dt;
         step++;
+        if (rc != 0)
+            break;
         int interrupted = o->interrupt && *o->interrupt;
-        int do_eval = due(step, tc->eval_every, tc->steps) || interrupted;
-        int do_log = due(step, tc->log_every, tc->steps) || do_eval;
-        int do_save = due(step, tc->save_every, tc->steps) || interrupted;
+        int give_up = bad && t.bad >= tc->max_bad_steps;
+        int do_eval = !give_up && (due(step, tc->eval_every, tc->steps) || interrupted);
+        int do_log = due(step, tc->log_every, tc->steps) || do_eval || bad;
+        int do_save = !give_up && (due(step, tc->save_every, tc->steps) || interrupted);
         res->final_loss = loss;
-        if (do_log) {
-            ar_jw w;
-            ar_jw_init(&w);
-            ar_jw_obj_begin(&w);
-            ar_jw_key(&w, "step");
-            ar_jw_int(&w, step);
-            ar_jw_key(&w, "tokens");
-            ar_jw_int(&w, step * tok_per_step);
-            ar_jw_key(&w, "loss");
-            ar_jw_num(&w, loss);
-            ar_jw_key(&w, "lr");
-            ar_jw_num(&w, lr);
-            ar_jw_key(&w, "grad_norm");
-            ar_jw_num(&w, gnorm);
-            ar_jw_key(&w, "tok_per_s");
-            ar_jw_num(&w, tok_per_step / dt);
-            ar_jw_key(&w, "elapsed_s");
-            ar_jw_num(&w, now_s() - t0);
-            if (do_eval)
-                rc = evaluate(&t, &w, e);
-            ar_jw_obj_end(&w);
-            if (rc == 0)
-                rc = ar_metrics_append(t.metrics, w.s, e);
-            ar_jw_free(&w);
-        }
-        if (rc == 0 && do_save) {
-            rc = ar_ckpt_save(o->out_dir, cfg, t.m, &t.opt, step, e);
-            if (rc == 0)
-                rc = ar_train_figures(o->out_dir, e);
-        }
+        if (do_log)
+            rc = log_step(&t, step, tok_per_step, loss, lr, gnorm, dt, t0, do_eval, bad ? warning : NULL, e);
+        if (rc == 0 && give_up)
+            rc = ar_fail(e, "steps %ld to %ld: %ld steps in a row with a non-finite loss or gradient "
+                            "(train.max_bad_steps is %d); training stopped; %s",
+                         step - t.bad + 1, step, t.bad, tc->max_bad_steps, kept_text(&t, kept, sizeof kept));
+        if (rc == 0 && do_save)
+            rc = save(&t, step, e);
         if (rc == 0 && o->progress && (do_log || step == start + 1)) {
             double el = now_s() - t0;
             ar_progress p = {.step = step, .steps = tc->steps, .tokens = step * tok_per_step,
@@ -287,7 +519,7 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
                              .is_eval = do_eval};
             o->progress(&p, o->ud);
         }
-        if (interrupted) {
+        if (interrupted && rc == 0) {
             res->interrupted = 1;
             break;
         }

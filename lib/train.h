@@ -18,11 +18,24 @@ typedef struct {
     int is_eval;          /* this report follows an evaluation */
 } ar_progress;
 
+struct ar_model;
+
 typedef struct {
     const char *out_dir;  /* run directory (created if missing) */
     int resume;           /* continue the run in out_dir from its checkpoint */
+    int force;            /* start a new run in out_dir even if it holds one:
+                             its checkpoints, metrics and figures are removed
+                             once the new run has its data and model */
     const ar_backend *be; /* NULL = CPU */
     void (*progress)(const ar_progress *p, void *ud);
+    /* Warnings (a skipped non-finite step, a resume whose settings, data or
+     * thread count differ from the checkpoint's), one line each, no
+     * "warning:" prefix; NULL = only metrics.jsonl records them. */
+    void (*warn)(const char *msg, void *ud);
+    /* Called after each step's backward pass, before its gradient is
+     * checked and applied, with the step's number (as in metrics.jsonl):
+     * tests use it to inject faults. */
+    void (*grad_hook)(struct ar_model *m, long step, void *ud);
     void *ud;
     volatile sig_atomic_t *interrupt; /* when set: save a checkpoint and stop */
 } ar_train_opts;
@@ -30,15 +43,31 @@ typedef struct {
 typedef struct {
     long step;             /* steps completed when training returned */
     int interrupted;
+    long skipped;          /* steps skipped (non-finite) in this invocation */
     double final_loss;     /* last training loss */
     double final_val_loss; /* last validation loss */
     double tok_per_s;      /* mean training throughput of this invocation */
 } ar_train_result;
 
+/* Trains cfg into o->out_dir, or resumes it (o->resume).  Crash safety:
+ *  - the run directory is locked (flock on DIR/.attnres.lock) and checked
+ *    for writing before any step; temporary files of a killed run are
+ *    removed;
+ *  - a new run refuses a directory that holds a checkpoint (of this run:
+ *    use resume; of another: use force);
+ *  - a step whose loss or gradient norm is not finite is skipped (no
+ *    update; a warning and a metrics line with "skipped": true); after
+ *    train.max_bad_steps in a row training fails; weights that become
+ *    non-finite stop training at once; a checkpoint is never written with
+ *    non-finite values (ar_ckpt_save_state);
+ *  - a resumed run restores weights, optimizer moments, step, data
+ *    position and the count of bad steps, so it ends bit-identical to an
+ *    uninterrupted run with the same thread count, and warns where the
+ *    settings, the training data or the thread count differ. */
 int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res, ar_err *e);
 
-/* Writes the run's figures (loss.png; depth_attn.png for AttnRes kinds from
- * the weights in the last metrics line that has them) from metrics.jsonl. */
+/* Writes the run's figures from metrics.jsonl: loss.png, dynamics.png and,
+ * for AttnRes kinds, depth_attn.png (viz/run_figures.c). */
 int ar_train_figures(const char *run_dir, ar_err *e);
 
 #endif

@@ -161,7 +161,8 @@ static void ascii_hyphens(char *s)
     *w = 0;
 }
 
-/* Every "attnres: error: " line follows the project's style: one line,
+/* Every "attnres: error: " (and "attnres: warning: ") line follows the
+ * project's style: one line,
  * a message that does not start with a capital letter (an all-capitals
  * word such as "YAML" is fine) and does not end with a period. */
 static void check_error_style(const char *output)
@@ -170,10 +171,12 @@ static void check_error_style(const char *output)
     for (const char *p = output; p && *p;) {
         const char *eol = strchr(p, '\n');
         size_t len = eol ? (size_t)(eol - p) : strlen(p);
-        const char *pre = "attnres: error: ";
+        const char *pre = "attnres: error: ", *wpre = "attnres: warning: ";
         size_t pl = strlen(pre);
-        if (len >= pl && strncmp(p, pre, pl) == 0) {
-            found = 1;
+        if (len >= strlen(wpre) && strncmp(p, wpre, strlen(wpre)) == 0)
+            pl = strlen(wpre); /* a warning: the same style */
+        if (len >= pl && (strncmp(p, pre, pl) == 0 || strncmp(p, wpre, pl) == 0)) {
+            found |= strncmp(p, pre, pl) == 0;
             const char *m = p + pl;
             size_t ml = len - pl;
             cr_assert(ml > 0, "empty error message in:\n%s", output);
@@ -240,9 +243,26 @@ Test(cli, sweep_usage_matches_man_synopsis)
     check_usage_matches("sweep --bogus", "attnres-sweep.1");
 }
 
+Test(cli, ablate_usage_matches_man_synopsis)
+{
+    check_usage_matches("ablate --bogus", "attnres-ablate.1");
+}
+
 Test(cli, fit_scaling_usage_matches_man_synopsis)
 {
     check_usage_matches("fit-scaling --bogus", "attnres-fit-scaling.1");
+}
+
+Test(cli, plot_usage_matches_man_synopsis)
+{
+    check_usage_matches("plot --bogus", "attnres-plot.1");
+}
+
+Test(cli, plot_depth_attn_usage_matches_man_synopsis)
+{
+    check_usage_matches("plot-depth-attn --bogus", "attnres-plot-depth-attn.1");
+    /* plot-attn is the same command */
+    check_usage_matches("plot-attn --bogus", "attnres-plot-depth-attn.1");
 }
 
 Test(cli, main_usage_matches_man_synopsis)
@@ -311,6 +331,17 @@ Test(cli, help_sweep_equals_sweep_dash_help)
 Test(cli, help_fit_scaling_equals_fit_scaling_dash_h)
 {
     check_help_pair("help fit-scaling", "fit-scaling -h", "attnres-fit-scaling.1");
+}
+
+Test(cli, help_plot_equals_plot_dash_help)
+{
+    check_help_pair("help plot", "plot --help", "attnres-plot.1");
+}
+
+Test(cli, help_plot_depth_attn_and_its_alias)
+{
+    check_help_pair("help plot-depth-attn", "plot-depth-attn -h", "attnres-plot-depth-attn.1");
+    check_help_pair("help plot-attn", "plot-attn --help", "attnres-plot-depth-attn.1");
 }
 
 Test(cli, help_equals_dash_help)
@@ -532,7 +563,7 @@ Test(cli, refuses_run_directory_with_checkpoint)
     int st;
     char *err = run_in(dir, 2, &st, "train --set data.train=corpus.txt --out run");
     check_error_style(err);
-    cr_assert(strstr(err, "--resume") != NULL, "the message does not point to --resume:\n%s", err);
+    cr_assert(strstr(err, "--force") != NULL, "the message does not point to --force:\n%s", err);
     expect(err, st, 1, "'run'");
     /* The file is untouched. */
     char *s = tu_read_file(tu_path(dir, "run/model.safetensors"), NULL);
@@ -697,6 +728,130 @@ Test(cli, eval_threads_is_validated)
         check_error_style(err);
         expect(err, st, 2, "'--threads'");
     }
+}
+
+/* ---- plot, plot-depth-attn ---- */
+
+/* A tiny run directory holding a checkpoint of the given kind (no
+ * training: the weights are the initial ones). */
+static const char *tiny_run_dir(ar_res_kind kind)
+{
+    const char *dir = tu_tmpdir();
+    ar_config c;
+    ar_config_defaults(&c);
+    c.model.d_model = 8;
+    c.model.n_layer = 1;
+    c.model.n_head = 2;
+    c.model.d_ff = 8;
+    c.model.seq_len = 4;
+    c.model.residual.kind = kind;
+    ar_model *m;
+    ar_err e;
+    cr_assert_eq(ar_model_create(&m, &c.model, ar_backend_cpu(), 1, &e), 0, "%s", e.msg);
+    ar_model_init(m, 1);
+    cr_assert_eq(ar_ckpt_save(dir, &c, m, NULL, 3, &e), 0, "%s", e.msg);
+    ar_model_free(m);
+    return dir;
+}
+
+Test(cli, plot_depth_attn_of_a_baseline_run)
+{
+    char dir[4096], data[4200], want[4300];
+    snprintf(dir, sizeof dir, "%s", tiny_run_dir(AR_RES_BASELINE));
+    snprintf(data, sizeof data, "%s/d.txt", dir);
+    write_text(data, "and god said, let there be light: and there was light.\n");
+    int st;
+    char *err = RUN(2, &st, "plot-depth-attn '%s' --data '%s'", dir, data);
+    check_error_style(err);
+    snprintf(want, sizeof want, "'%s' is a baseline run: it has no depth attention to draw", dir);
+    cr_assert(strstr(err, "--matrix") != NULL, "the message does not point to --matrix:\n%s", err);
+    expect(err, st, 1, want);
+    /* --matrix draws it: M is all ones below the diagonal */
+    char *out = RUN(0, &st, "plot-attn '%s' --data '%s' --matrix --csv '%s/m.csv'", dir, data, dir);
+    snprintf(want, sizeof want, "wrote '%s/depth_matrix.png'", dir);
+    expect(out, st, 0, want);
+    char path[4300];
+    snprintf(path, sizeof path, "%s/m.csv", dir);
+    char *csv = tu_read_file(path, NULL);
+    cr_assert(csv != NULL);
+    int lines = 0;
+    for (char *p = strchr(csv, '\n'); p && p[1]; p = strchr(p + 1, '\n')) {
+        lines++;
+        const char *comma = strrchr(p, ',');
+        cr_assert(comma && atof(comma + 1) == 1.0, "baseline M entry is not 1: %.40s", p + 1);
+    }
+    cr_assert_eq(lines, 6, "L = 2: (L+1)(L+2)/2 = 6 entries, got %d", lines);
+    free(csv);
+}
+
+Test(cli, plot_depth_attn_command_line_errors)
+{
+    int st;
+    char *err = RUN(2, &st, "plot-depth-attn");
+    check_error_style(err);
+    expect(err, st, 2, "missing the run");
+    err = RUN(2, &st, "plot-depth-attn a b");
+    check_error_style(err);
+    expect(err, st, 2, "several runs need '--out FILE'");
+    err = RUN(2, &st, "plot-depth-attn a --format gif");
+    check_error_style(err);
+    expect(err, st, 2, "'--format' expects png, svg or pdf, got 'gif'");
+    err = RUN(2, &st, "plot-attn a --max-windows 0");
+    check_error_style(err);
+    expect(err, st, 2, "'--max-windows'");
+    const char *dir = tu_tmpdir();
+    char want[4200];
+    snprintf(want, sizeof want, "'%s/none'", dir);
+    err = RUN(2, &st, "plot-depth-attn '%s/none'", dir);
+    check_error_style(err);
+    expect(err, st, 1, want);
+    snprintf(want, sizeof want, "'%s/model.safetensors'", dir);
+    err = RUN(2, &st, "plot-depth-attn '%s'", dir);
+    check_error_style(err);
+    expect(err, st, 1, want);
+}
+
+Test(cli, plot_depth_attn_without_the_runs_data)
+{
+    /* the run's config names data/kjv.txt, which this directory lacks */
+    const char *dir = tiny_run_dir(AR_RES_FULL);
+    int st;
+    char *err = run_in(dir, 2, &st, "plot-depth-attn .");
+    check_error_style(err);
+    cr_assert(strstr(err, "--data FILE") != NULL, "no hint at --data:\n%s", err);
+    expect(err, st, 1, "data/kjv.txt");
+}
+
+Test(cli, plot_reports_a_corrupt_metrics_line)
+{
+    const char *dir = tu_tmpdir();
+    char path[4200], want[4300];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    write_text(path, "{\"step\":1,\"tokens\":8,\"loss\":5.1}\n{\"step\":2,\"tokens\":16,\"loss\":5.0}\n"
+                     "{\"step\":3,\"tokens\":24,\"loss\":[4.9]}\n{\"step\":4,\"tokens\":32,\"loss\":4.8}\n");
+    int st;
+    char *err = RUN(2, &st, "plot '%s'", dir);
+    check_error_style(err);
+    snprintf(want, sizeof want, "attnres: error: %s:3: 'loss' must be a number, not a list", path);
+    expect(err, st, 1, want);
+    write_text(path, "{\"step\":1,\"tokens\":8,\"loss\":5.1}\n{\"step\":2,\"tok\n{\"step\":3}\n");
+    err = RUN(2, &st, "plot '%s'", dir);
+    check_error_style(err);
+    snprintf(want, sizeof want, "attnres: error: %s:2: ", path);
+    expect(err, st, 1, want);
+    err = RUN(2, &st, "plot '%s/nothing'", dir);
+    check_error_style(err);
+    snprintf(want, sizeof want, "'%s/nothing'", dir);
+    expect(err, st, 1, want);
+    err = RUN(2, &st, "plot a b");
+    check_error_style(err);
+    expect(err, st, 2, "several runs need '--out FILE'");
+    /* a good file draws */
+    write_text(path, "{\"step\":1,\"tokens\":8,\"loss\":5.1}\n{\"step\":2,\"tokens\":16,\"loss\":5.0,"
+                     "\"val_loss\":5.2,\"out_rms\":[1,2],\"grad_rms\":[0.1,0.2]}\n");
+    char *out = RUN(0, &st, "plot '%s' --format svg", dir);
+    snprintf(want, sizeof want, "wrote '%s/dynamics.svg'", dir);
+    expect(out, st, 0, want);
 }
 
 /* ---- bench ---- */

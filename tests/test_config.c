@@ -109,6 +109,8 @@ Test(config, defaults)
     cr_assert_eq(c.train.eval_every, 200);
     cr_assert_eq(c.train.eval_windows, 64);
     cr_assert_eq(c.train.save_every, 500);
+    cr_assert_eq(c.train.keep_checkpoints, 3);
+    cr_assert_eq(c.train.max_bad_steps, 5);
     cr_assert_eq(c.train.log_every, 10);
     cr_assert_eq(c.train.threads, 0);
     ar_err e = {{0}};
@@ -200,6 +202,8 @@ static const char *FULL_YAML =
     "  eval_every: 0\n"
     "  eval_windows: 0\n"
     "  save_every: 100\n"
+    "  keep_checkpoints: 0\n"
+    "  max_bad_steps: 1\n"
     "  log_every: 5\n"
     "  threads: 2\n";
 
@@ -239,6 +243,8 @@ Test(config, full_file)
     cr_assert_eq(c.train.eval_every, 0);
     cr_assert_eq(c.train.eval_windows, 0);
     cr_assert_eq(c.train.save_every, 100);
+    cr_assert_eq(c.train.keep_checkpoints, 0);
+    cr_assert_eq(c.train.max_bad_steps, 1);
     cr_assert_eq(c.train.log_every, 5);
     cr_assert_eq(c.train.threads, 2);
     ar_err e = {{0}};
@@ -334,7 +340,7 @@ Test(config, err_unknown_key)
     assert_has(m, "t.yaml:3:3: unknown key 'model.dmodel'");
     assert_has(m, "(expected one of: vocab, d_model, n_layer, n_head, d_ff, seq_len, residual)");
     m = parse_err("model:\n  residual:\n    kind: full\n    size: 2\n");
-    assert_has(m, "t.yaml:4:5: unknown key 'model.residual.size' (expected one of: kind, block_size, num_blocks)");
+    assert_has(m, "t.yaml:4:5: unknown key 'model.residual.size' (expected one of: kind, block_size, num_blocks, score, key_norm, query, heads, window, streams)");
     m = parse_err("modle:\n  d_model: 8\n");
     assert_has(m, "t.yaml:1:1: unknown key 'modle' (expected one of: model, data, train)");
     m = parse_err("train:\n  lr: 0.1\n  schedul: wsd\n");
@@ -400,7 +406,7 @@ Test(config, err_bad_enum)
     assert_has(parse_err("train:\n  schedule: foo\n"),
                "t.yaml:2:13: 'train.schedule' expects one of cosine|wsd|constant, got 'foo'");
     assert_has(parse_err("model:\n  residual:\n    kind: dense\n"),
-               "t.yaml:3:11: 'model.residual.kind' expects one of baseline|full|block, got 'dense'");
+               "t.yaml:3:11: 'model.residual.kind' expects one of baseline|full|block|static|denseformer|swa|mhc|rescaled, got 'dense'");
 }
 
 Test(config, err_block_size_and_num_blocks)
@@ -542,6 +548,23 @@ Test(config, yaml_round_trip_awkward_values)
     round_trip(&c);
 }
 
+/* Found by fuzzing (fuzz/corpus/config/nel-in-path.yaml): YAML's "\N" is
+ * U+0085, a line break inside a quoted scalar, and was written back raw, so
+ * the resolved YAML read back another path.  The same for the other
+ * characters a YAML reader does not return unchanged. */
+Test(config, yaml_round_trip_line_breaks_and_c1_controls_in_paths)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    assert_parses(&c, "data:\n  train: \"f\\NULaa\"\n  val: \"a\\x80b\\Lc\\Pd\\uFEFFe\\x9f\"\n");
+    cr_assert_str_eq(c.data.train, "f\xc2\x85ULaa");
+    cr_assert_str_eq(c.data.val, "a\xc2\x80" "b\xe2\x80\xa8" "c\xe2\x80\xa9" "d\xef\xbb\xbf" "e\xc2\x9f");
+    round_trip(&c);
+    char *y = ar_config_to_yaml(&c);
+    cr_expect(strstr(y, "train: \"f\\x85ULaa\""), "%s", y);
+    free(y);
+}
+
 /* ---- --set ---- */
 
 Test(config, set_good)
@@ -592,7 +615,7 @@ Test(config, set_bad)
     cr_assert_str_eq(set_err("=5"), "--set '=5': expected KEY=VALUE");
     assert_has(set_err("modle.d_model=8"), "unknown key 'modle.d_model' (expected one of: model, data, train)");
     assert_has(set_err("model.d_model.x=8"), "'model.d_model' takes a value, not sub-keys");
-    assert_has(set_err("model.residual.foo=8"), "(expected one of: kind, block_size, num_blocks)");
+    assert_has(set_err("model.residual.foo=8"), "(expected one of: kind, block_size, num_blocks, score, key_norm, query, heads, window, streams)");
     assert_has(set_err("train.schedule=linear"), "'train.schedule' expects one of cosine|wsd|constant, got 'linear'");
     assert_has(set_err("data.val_fraction=1.5"), "'data.val_fraction' expects a number in (0, 1), got '1.5'");
     assert_has(set_err("train.steps=1e3"), "'train.steps' expects a positive integer, got '1e3'");

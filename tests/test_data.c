@@ -262,6 +262,19 @@ Test(tokens, empty_and_missing_files_are_errors)
     expect_load_error(m, want);
 }
 
+/* Found by fuzzing (fuzz/corpus/tokens/zero-count.bin): a well-formed token
+ * file with a count of 0 was accepted as an empty stream. */
+Test(tokens, token_file_without_tokens_is_an_error)
+{
+    const char *p = tu_path(dir, "zero.bin");
+    int32_t none[1] = {0};
+    ar_err e = {{0}};
+    cr_assert_eq(ar_tokens_write_llmc(p, none, 0, 1, &e), 0, "%s", e.msg);
+    char want[4200];
+    snprintf(want, sizeof want, "'%s': token file holds no tokens", p);
+    expect_load_error(p, want);
+}
+
 Test(tokens, writer_rejects_ids_outside_the_layout)
 {
     int32_t tok[3] = {1, 70000, 2};

@@ -81,10 +81,12 @@ static void free_case(chunk_case *t)
 static void two_phase_fwd(chunk_case *t, float **h, float **alpha, float **lse, float **rs)
 {
     be->depth_fwd_inter(h, lse, alpha, t->n, rs, (const float *const *)t->src, t->k,
-                        (const float *const *)t->w, (const float *const *)t->g, t->C, t->N, t->d);
+                        (const float *const *)t->w, (const float *const *)t->g, t->C, NULL, NULL,
+                        NULL, t->N, t->d);
     for (int c = 0; c < t->C; c++)
         be->depth_fwd_merge(h[c], lse[c], alpha[c], t->n[c], t->k, rs + t->k,
-                            (const float *const *)t->src + t->k, t->w[c], t->g[c], t->N, t->d);
+                            (const float *const *)t->src + t->k, t->w[c], t->g[c], NULL, NULL,
+                            NULL, t->N, t->d);
 }
 
 static double rel(const float *a, const float *b, size_t n) { return tu_rel_err(a, b, n); }
@@ -152,7 +154,7 @@ static void check_chunk(int C, int k, const int *j, int N, int d)
         memcpy(rdg[c], dg[c], d * sizeof(float));
     }
     for (int c = C - 1; c >= 0; c--) {
-        be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], alpha[c], lse[c], t.n[c], k,
+        be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, alpha[c], lse[c], t.n[c], k,
                             (const float *const *)rs + k, (const float *const *)t.src + k, t.w[c],
                             t.g[c], N, d);
         be->depth_attn_bwd(rdsrc, rdw[c], rdg[c], t.dh[c], ral[c], rrs[c],
@@ -267,7 +269,7 @@ Test(depth, two_phase_gradients_match_finite_differences)
     fd_ctx x = {&t, h, alpha, lse, rs, R};
     fd_loss(&x);
     for (int c = C - 1; c >= 0; c--)
-        be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], alpha[c], lse[c], t.n[c], k,
+        be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, alpha[c], lse[c], t.n[c], k,
                             (const float *const *)rs + k, (const float *const *)t.src + k, t.w[c],
                             t.g[c], N, d);
     be->depth_bwd_inter(dsrc, dw, dg, (const float *const *)t.dh, (const float *const *)cdot,
@@ -311,7 +313,7 @@ Test(depth, backward_bitwise_independent_of_threads)
             rs[s] = zeros(N), dsrc[s] = zeros(nd);
         two_phase_fwd(&t, h, alpha, lse, rs);
         for (int c = C - 1; c >= 0; c--)
-            be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], alpha[c], lse[c],
+            be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, alpha[c], lse[c],
                                 t.n[c], k, (const float *const *)rs + k,
                                 (const float *const *)t.src + k, t.w[c], t.g[c], N, d);
         be->depth_bwd_inter(dsrc, dw, dg, (const float *const *)t.dh, (const float *const *)cdot,
@@ -354,7 +356,7 @@ Test(depth, backward_overwrite_equals_accumulate_onto_zero)
     for (int s = 0; s < k; s++)
         rs[s] = zeros(N), acc[s] = zeros(nd), ovw[s] = rnd(nd, -5, 5);
     two_phase_fwd(&t, h, alpha, lse, rs);
-    be->depth_bwd_intra(NULL, dw[0], dg[0], cdot[0], t.dh[0], h[0], alpha[0], lse[0], k, k,
+    be->depth_bwd_intra(NULL, dw[0], dg[0], cdot[0], t.dh[0], h[0], NULL, alpha[0], lse[0], k, k,
                         NULL, NULL, t.w[0], t.g[0], N, d);
     const float *const *cd = (const float *const *)cdot;
     be->depth_bwd_inter(acc, dw, dg, (const float *const *)t.dh, cd, (const float *const *)alpha,
@@ -371,6 +373,140 @@ Test(depth, backward_overwrite_equals_accumulate_onto_zero)
     }
     cr_expect(memcmp(dw[0], dw2[0], d * sizeof(float)) == 0, "dw differs");
     free(h[0]), free(alpha[0]), free(lse[0]), free(cdot[0]), free(dw[0]), free(dg[0]), free(dw2[0]), free(dg2[0]);
+    free_case(&t);
+}
+
+/* keep = h's own buffer: the intra results are those without keep, bit for
+ * bit, and the buffer ends up holding dh (the schedule saves dh there). */
+Test(depth, intra_keeps_dh_in_h_buffer)
+{
+    int j[1] = {3}, C = 1, k = 2, N = 257, d = 48;
+    chunk_case t;
+    make_case(&t, C, k, j, N, d);
+    size_t nd = (size_t)N * d;
+    float *h[1] = {zeros(nd)}, *alpha[1] = {zeros((size_t)N * t.n[0])}, *lse[1] = {zeros(N)};
+    float *rs[5];
+    for (int s = 0; s < k + 3; s++)
+        rs[s] = zeros(N);
+    two_phase_fwd(&t, h, alpha, lse, rs);
+    float *out[2][5], *cd[2], *dw[2], *dg[2];
+    for (int v = 0; v < 2; v++) {
+        float *hv = malloc(nd * sizeof(float));
+        memcpy(hv, h[0], nd * sizeof(float));
+        cd[v] = zeros(N), dw[v] = rnd(d, -1, 1), dg[v] = rnd(d, -1, 1);
+        seed -= 2; /* the same starting gradients for both */
+        for (int q = 0; q < 3; q++)
+            out[v][q] = rnd(nd, -1, 1);
+        seed -= 3;
+        be->depth_bwd_intra(out[v], dw[v], dg[v], cd[v], t.dh[0], hv, v ? hv : NULL, alpha[0],
+                            lse[0], t.n[0], k, (const float *const *)rs + k,
+                            (const float *const *)t.src + k, t.w[0], t.g[0], N, d);
+        if (v)
+            cr_expect(memcmp(hv, t.dh[0], nd * sizeof(float)) == 0, "keep does not hold dh");
+        else
+            cr_expect(memcmp(hv, h[0], nd * sizeof(float)) == 0, "h changed without keep");
+        free(hv);
+    }
+    cr_expect(memcmp(cd[0], cd[1], N * sizeof(float)) == 0, "cdot differs with keep");
+    cr_expect(memcmp(dw[0], dw[1], d * sizeof(float)) == 0, "dw differs with keep");
+    cr_expect(memcmp(dg[0], dg[1], d * sizeof(float)) == 0, "dg differs with keep");
+    for (int q = 0; q < 3; q++) {
+        cr_expect(memcmp(out[0][q], out[1][q], nd * sizeof(float)) == 0, "dintra[%d] differs with keep", q);
+        free(out[0][q]), free(out[1][q]);
+    }
+    for (int v = 0; v < 2; v++)
+        free(cd[v]), free(dw[v]), free(dg[v]);
+    for (int s = 0; s < k + 3; s++)
+        free(rs[s]);
+    free(h[0]), free(alpha[0]), free(lse[0]);
+    free_case(&t);
+}
+
+/* Phase 2 fused with the sublayer's RMSNorm equals phase 2, then
+ * rmsnorm_fwd of its h; h itself is left as phase 1 wrote it. */
+Test(depth, merge_fused_with_rmsnorm_equals_merge_then_norm)
+{
+    int j[1] = {2}, C = 1, k = 3, N = 301, d = 56;
+    chunk_case t;
+    make_case(&t, C, k, j, N, d);
+    size_t nd = (size_t)N * d;
+    float *o[1] = {zeros(nd)}, *alpha[2], *lse[2], *rs[5];
+    for (int s = 0; s < k + 2; s++)
+        rs[s] = zeros(N);
+    for (int v = 0; v < 2; v++)
+        alpha[v] = zeros((size_t)N * t.n[0]), lse[v] = zeros(N);
+    be->depth_fwd_inter(o, lse, alpha, t.n, rs, (const float *const *)t.src, k,
+                        (const float *const *)t.w, (const float *const *)t.g, C, NULL, NULL, NULL,
+                        N, d);
+    memcpy(alpha[1], alpha[0], (size_t)N * t.n[0] * sizeof(float));
+    memcpy(lse[1], lse[0], N * sizeof(float));
+    float *h = malloc(nd * sizeof(float)), *ho = malloc(nd * sizeof(float));
+    memcpy(h, o[0], nd * sizeof(float));
+    memcpy(ho, o[0], nd * sizeof(float));
+    float *ng = rnd(d, 0.5f, 1.5f), *xa = zeros(nd), *xb = rnd(nd, -9, 9), *ra = zeros(N), *rb = zeros(N);
+    const float *const *intra = (const float *const *)t.src + k;
+    be->depth_fwd_merge(h, lse[0], alpha[0], t.n[0], k, rs + k, intra, t.w[0], t.g[0], NULL, NULL,
+                        NULL, N, d);
+    be->rmsnorm_fwd(xa, ra, h, ng, N, d);
+    be->depth_fwd_merge(o[0], lse[1], alpha[1], t.n[0], k, rs + k, intra, t.w[0], t.g[0], ng, xb,
+                        rb, N, d);
+    double ex = rel(xb, xa, nd), er = rel(rb, ra, N);
+    cr_expect_lt(ex, 1e-6, "fused xn differs from merge + rmsnorm_fwd by %g", ex);
+    cr_expect_lt(er, 1e-6, "fused rstd differs by %g", er);
+    cr_expect(memcmp(alpha[0], alpha[1], (size_t)N * t.n[0] * sizeof(float)) == 0, "weights differ");
+    cr_expect(memcmp(lse[0], lse[1], N * sizeof(float)) == 0, "lse differs");
+    cr_expect(memcmp(o[0], ho, nd * sizeof(float)) == 0, "fused merge wrote h");
+    cr_expect_gt(rel(h, ho, nd), 1e-3, "the intra sources did not change h (degenerate case)");
+    for (int s = 0; s < k + 2; s++)
+        free(rs[s]);
+    for (int v = 0; v < 2; v++)
+        free(alpha[v]), free(lse[v]);
+    free(o[0]), free(h), free(ho), free(ng), free(xa), free(xb), free(ra), free(rb);
+    free_case(&t);
+}
+
+/* Phase 1 fused with mixer 0's RMSNorm (a mixer with no sources of its
+ * own): its RMSNorm equals rmsnorm_fwd of the unfused o[0], o[0] is not
+ * written, and the other mixers' outputs are unchanged. */
+Test(depth, inter_fused_with_rmsnorm_equals_inter_then_norm)
+{
+    int j[3] = {0, 1, 2}, C = 3, k = 4, N = 263, d = 40;
+    chunk_case t;
+    make_case(&t, C, k, j, N, d);
+    size_t nd = (size_t)N * d;
+    float *o[2][3], *alpha[2][3], *lse[2][3], *rs[2][6];
+    for (int v = 0; v < 2; v++) {
+        for (int c = 0; c < C; c++)
+            o[v][c] = rnd(nd, -3, 3), alpha[v][c] = zeros((size_t)N * t.n[c]), lse[v][c] = zeros(N);
+        for (int s = 0; s < k + 2; s++)
+            rs[v][s] = zeros(N);
+    }
+    float *o0 = malloc(nd * sizeof(float));
+    memcpy(o0, o[1][0], nd * sizeof(float));
+    float *ng = rnd(d, 0.5f, 1.5f), *xa = zeros(nd), *xb = zeros(nd), *ra = zeros(N), *rb = zeros(N);
+    for (int v = 0; v < 2; v++)
+        be->depth_fwd_inter(o[v], lse[v], alpha[v], t.n, rs[v], (const float *const *)t.src, k,
+                            (const float *const *)t.w, (const float *const *)t.g, C, v ? ng : NULL,
+                            v ? xb : NULL, v ? rb : NULL, N, d);
+    be->rmsnorm_fwd(xa, ra, o[0][0], ng, N, d);
+    double ex = rel(xb, xa, nd), er = rel(rb, ra, N);
+    cr_expect_lt(ex, 1e-6, "fused xn differs from phase 1 + rmsnorm_fwd by %g", ex);
+    cr_expect_lt(er, 1e-6, "fused rstd differs by %g", er);
+    cr_expect(memcmp(o[1][0], o0, nd * sizeof(float)) == 0, "fused phase 1 wrote o[0]");
+    for (int c = 1; c < C; c++)
+        cr_expect(memcmp(o[0][c], o[1][c], nd * sizeof(float)) == 0, "o[%d] differs", c);
+    for (int c = 0; c < C; c++) {
+        cr_expect(memcmp(alpha[0][c], alpha[1][c], (size_t)N * t.n[c] * sizeof(float)) == 0,
+                  "logits of mixer %d differ", c);
+        cr_expect(memcmp(lse[0][c], lse[1][c], N * sizeof(float)) == 0, "lse of mixer %d differs", c);
+    }
+    for (int v = 0; v < 2; v++) {
+        for (int c = 0; c < C; c++)
+            free(o[v][c]), free(alpha[v][c]), free(lse[v][c]);
+        for (int s = 0; s < k + 2; s++)
+            free(rs[v][s]);
+    }
+    free(o0), free(ng), free(xa), free(xb), free(ra), free(rb);
     free_case(&t);
 }
 

@@ -406,6 +406,88 @@ Test(safetensors, rejects_gaps_and_trailing_bytes)
     expect_header_reject("{}", 1, "data area bytes [0, 1) are not covered");
 }
 
+/* --- CRC-32 of every tensor ------------------------------------------ */
+
+Test(safetensors, writes_and_verifies_a_crc32_per_tensor)
+{
+    const char *path = tu_path(dir(), "m.safetensors");
+    write_sample(path);
+    size_t n;
+    char *b = tu_read_file(path, &n);
+    char want[64];
+    snprintf(want, sizeof want, "\"crc32:a\":\"%08x\"", (unsigned)ar_st_crc32(a_data, sizeof a_data));
+    cr_expect(strstr(b + 8, want), "header lacks %s", want);
+    cr_expect(strstr(b + 8, "\"crc32:empty\":\"00000000\""), "a zero-size tensor has the CRC of no bytes");
+    free(b);
+    /* zlib's crc32 of "123456789" is the standard check value */
+    cr_expect_eq(ar_st_crc32("123456789", 9), 0xcbf43926u);
+    ar_st_file f;
+    ar_err e = {{0}};
+    cr_assert_eq(ar_st_read(&f, path, &e), 0, "%s", e.msg);
+    cr_expect(f.crc_verified);
+    cr_expect_eq(f.nmeta, 2, "the crc32 entries are not shown as metadata");
+    for (int i = 0; i < f.n; i++)
+        cr_expect(f.t[i].has_crc, "tensor '%s' unverified", f.t[i].name);
+    cr_expect_eq(ar_st_find(&f, "u")->crc32, ar_st_crc32(u_data, sizeof u_data));
+    ar_st_free(&f);
+}
+
+Test(safetensors, rejects_a_damaged_tensor_by_name)
+{
+    const char *path = tu_path(dir(), "m.safetensors");
+    write_sample(path);
+    size_t n;
+    char *b = tu_read_file(path, &n);
+    b[n - 1] ^= 0x01; /* the last byte of the data area: tensor 'b' */
+    tu_write_file(path, b, n);
+    free(b);
+    char want[128];
+    snprintf(want, sizeof want, "tensor 'b': CRC-32 mismatch (stored %08x, computed ",
+             (unsigned)ar_st_crc32(b_data, sizeof b_data));
+    expect_reject(path, want);
+    expect_reject(path, "the file is damaged");
+}
+
+Test(safetensors, rejects_bad_crc32_entries)
+{
+    char h[512];
+    unsigned z4 = (unsigned)ar_st_crc32("\0\0\0\0", 4);
+    snprintf(h, sizeof h, "{\"__metadata__\":{\"crc32:nope\":\"%08x\"}," TENSOR("a", "F32", "[1]", "[0,4]") "}",
+             z4);
+    expect_header_reject(h, 4, "'__metadata__' entry 'crc32:nope' names no tensor");
+    snprintf(h, sizeof h, "{\"__metadata__\":{\"crc32:a\":\"%.7s\"}," TENSOR("a", "F32", "[1]", "[0,4]") "}",
+             "2144df1c");
+    expect_header_reject(h, 4, "tensor 'a': '__metadata__' entry 'crc32:a' is not 8 hex digits");
+    snprintf(h, sizeof h, "{\"__metadata__\":{\"crc32:a\":\"%08xz\"}," TENSOR("a", "F32", "[1]", "[0,4]") "}",
+             z4);
+    expect_header_reject(h, 4, "is not 8 hex digits");
+    snprintf(h, sizeof h,
+             "{\"__metadata__\":{\"crc32:a\":\"%08x\"}," TENSOR("a", "F32", "[1]", "[0,4]") ","
+             TENSOR("b", "F32", "[1]", "[4,8]") "}",
+             z4);
+    expect_header_reject(h, 8, "tensor 'b' has no CRC-32 ('__metadata__' lacks 'crc32:b', which other tensors have)");
+    /* Upper-case hex digits are read too; a right one passes. */
+    snprintf(h, sizeof h, "{\"__metadata__\":{\"crc32:a\":\"%08X\"}," TENSOR("a", "F32", "[1]", "[0,4]") "}",
+             z4);
+    ar_st_file f;
+    ar_err e = {{0}};
+    cr_assert_eq(ar_st_read(&f, craft(h, 4), &e), 0, "%s", e.msg);
+    cr_expect(f.crc_verified && f.nmeta == 0);
+    ar_st_free(&f);
+}
+
+Test(safetensors, accepts_files_without_crc32_entries)
+{
+    ar_st_file f;
+    ar_err e = {{0}};
+    const char *path =
+        craft("{\"__metadata__\":{\"step\":\"3\"}," TENSOR("a", "F32", "[1]", "[0,4]") "}", 4);
+    cr_assert_eq(ar_st_read(&f, path, &e), 0, "%s", e.msg);
+    cr_expect(!f.crc_verified && !f.t[0].has_crc);
+    cr_expect_str_eq(ar_st_meta(&f, "step"), "3");
+    ar_st_free(&f);
+}
+
 /* --- ar_st_get_f32 ------------------------------------------------- */
 
 static void read_sample(ar_st_file *f, char *path_out)
@@ -521,6 +603,8 @@ Test(safetensors, write_rejects_invalid_entries)
         {{{"w", "F32", 1, {2}, NULL}}, 1, NULL, "tensor 'w': no data"},
         {{{"__metadata__", "F32", 1, {2}, v}}, 1, NULL, "reserved"},
         {{{"w", "F32", 1, {2}, v}}, 1, (const char *const[]){"config", NULL}, "metadata key 'config' has no value"},
+        {{{"w", "F32", 1, {2}, v}}, 1, (const char *const[]){"crc32:w", "00000000", NULL},
+         "metadata key 'crc32:w' is reserved"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ar_err e = {{0}};

@@ -1,112 +1,102 @@
 /* The figures every training run leaves in its directory, drawn from
- * metrics.jsonl alone (so they can be redrawn for any run, even a crashed
- * one):
+ * metrics.jsonl (and config.yaml for the depth figure) alone, so they can
+ * be redrawn for any run, even a crashed one:
  *   loss.png        training and validation loss against step
- *   depth_attn.png  (AttnRes kinds) token-averaged depth-attention weights
- *                   of the last evaluation: one row per mixer (sublayer
- *                   inputs 1..L, then the output), one column per source */
+ *   dynamics.png    loss against tokens, output and gradient RMS across
+ *                   depth at the last evaluation (viz/dynamics.h)
+ *   depth_attn.png  (AttnRes kinds) the token-averaged depth-attention
+ *                   weights of the last evaluation, pre-attention and
+ *                   pre-MLP sublayers side by side (viz/depth_figure.h) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../formats/metrics.h"
+#include "../formats/config.h"
+#include "../formats/run_record.h"
 #include "../lib/config.h"
+#include "../lib/mixing.h"
 #include "../lib/train.h"
+#include "depth_figure.h"
+#include "dynamics.h"
 #include "plot.h"
 
-static double num_of(const ar_json *row, const char *key)
+static int plot_losses(const char *path, const ar_run_record *r, const ar_fig_meta *m, ar_err *e)
 {
-    const ar_json *v = ar_json_get(row, key);
-    return v && v->type == AR_JSON_NUM ? v->num : NAN;
-}
-
-static int plot_losses(const char *dir, ar_json **rows, int n, ar_err *e)
-{
-    double *x = ar_xcalloc((size_t)n, sizeof(double)), *y = ar_xcalloc((size_t)n, sizeof(double));
-    double *vx = ar_xcalloc((size_t)n, sizeof(double)), *vy = ar_xcalloc((size_t)n, sizeof(double));
-    int nt = 0, nv = 0;
-    for (int i = 0; i < n; i++) {
-        double s = num_of(rows[i], "step"), l = num_of(rows[i], "loss"), v = num_of(rows[i], "val_loss");
-        if (isfinite(s) && isfinite(l)) {
-            x[nt] = s;
-            y[nt++] = l;
-        }
-        if (isfinite(s) && isfinite(v)) {
-            vx[nv] = s;
-            vy[nv++] = v;
-        }
-    }
-    ar_series s[2] = {{.label = "train", .x = x, .y = y, .n = nt},
-                      {.label = "validation", .x = vx, .y = vy, .n = nv, .markers = 1}};
-    ar_plot_opts o = {.title = "Loss", .xlabel = "step", .ylabel = "cross-entropy (nats/token)"};
-    char path[AR_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/loss.png", dir);
-    int rc = nt + nv > 0 ? ar_plot_lines(path, &o, s, nv > 0 ? 2 : 1, e) : 0;
-    free(x);
-    free(y);
-    free(vx);
-    free(vy);
-    return rc;
-}
-
-static int plot_depth(const char *dir, const ar_json *da, long step, ar_err *e)
-{
-    int rows = da->n, cols = 0;
-    for (int r = 0; r < rows; r++)
-        if (da->items[r].type == AR_JSON_ARR && da->items[r].n > cols)
-            cols = da->items[r].n;
-    if (rows == 0 || cols == 0)
+    if (r->n + r->nv == 0)
         return 0;
-    double *m = ar_xmalloc((size_t)rows * cols * sizeof(double));
-    char **rl = ar_xcalloc((size_t)rows, sizeof(char *)), **cl = ar_xcalloc((size_t)cols, sizeof(char *));
-    for (int r = 0; r < rows; r++) {
-        const ar_json *a = &da->items[r];
-        for (int c = 0; c < cols; c++)
-            m[(size_t)r * cols + c] = a->type == AR_JSON_ARR && c < a->n && a->items[c].type == AR_JSON_NUM
-                                          ? a->items[c].num
-                                          : NAN;
-        rl[r] = ar_xmalloc(32);
-        if (r == rows - 1)
-            snprintf(rl[r], 32, "output");
-        else
-            snprintf(rl[r], 32, "%d %s", r + 1, r % 2 == 0 ? "attn" : "mlp");
+    ar_series s[2] = {{.label = "train", .x = r->step, .y = r->loss, .n = r->n},
+                      {.label = "validation", .x = r->vstep, .y = r->vloss, .n = r->nv, .markers = 1}};
+    ar_plot_opts o = {.title = "Loss", .xlabel = "step", .ylabel = "cross-entropy (nats/token)", .meta = m};
+    return ar_plot_lines(path, &o, s, r->nv > 0 ? 2 : 1, e);
+}
+
+/* The weights of the record's last depth_attn, checked against the
+ * sources the config gives each mixer. */
+static int depth_from_record(const ar_run_record *r, const ar_model_cfg *mc, ar_depth_attn *a, const char *mpath,
+                             ar_err *e)
+{
+    int L = ar_cfg_sublayers(mc);
+    if (r->nmix != L + 1)
+        return ar_fail(e, "'%s': depth_attn of step %ld lists %d mixers, the run's config has %d", mpath,
+                       r->da_step, r->nmix, L + 1);
+    ar_depth_attn_alloc(a, L);
+    for (int l = 1; l <= L + 1; l++) {
+        int n = ar_mixer_sources(mc, l, NULL);
+        if (r->nsrc[l - 1] != n) {
+            ar_depth_attn_free(a);
+            return ar_fail(e, "'%s': depth_attn of step %ld gives mixer %d %d weights, the run's config %d sources",
+                           mpath, r->da_step, l, r->nsrc[l - 1], n);
+        }
+        a->n[l - 1] = n;
+        for (int i = 0; i < n; i++)
+            ar_depth_attn_row(a, l)[i] = r->da[r->off[l - 1] + i];
     }
-    for (int c = 0; c < cols; c++) {
-        cl[c] = ar_xmalloc(16);
-        snprintf(cl[c], 16, c == 0 ? "emb" : "%d", c);
-    }
-    char path[AR_PATH_MAX + 32], title[96];
+    return 0;
+}
+
+static int plot_depth(const char *dir, const char *name, const ar_run_record *r, const char *mpath, ar_err *e)
+{
+    char cpath[AR_PATH_MAX + 32], path[AR_PATH_MAX + 32], step[32];
+    snprintf(cpath, sizeof cpath, "%s/config.yaml", dir);
+    ar_config cfg;
+    ar_config_defaults(&cfg);
+    if (ar_config_load(&cfg, cpath, e) != 0)
+        return -1;
+    if (!ar_res_has_depth_attn(cfg.model.residual.kind))
+        return 0;
+    ar_depth_attn a;
+    if (depth_from_record(r, &cfg.model, &a, mpath, e) != 0)
+        return -1;
+    ar_depth_run run = {.name = name, .path = dir, .step = r->da_step, .cfg = cfg.model, .w = &a,
+                        .what = "weights: mean over the first validation batch (metrics.jsonl)"};
+    snprintf(step, sizeof step, "%ld", r->da_step);
+    ar_fig_meta m = {.run = dir, .step = step};
     snprintf(path, sizeof path, "%s/depth_attn.png", dir);
-    snprintf(title, sizeof title, "Depth attention weights (step %ld)", step);
-    int rc = ar_plot_heatmap(path, title, "source (0 = embedding; then block, or sublayer for full)", "mixer (sublayer input)", m, rows,
-                             cols, (const char *const *)rl, (const char *const *)cl, e);
-    for (int r = 0; r < rows; r++)
-        free(rl[r]);
-    for (int c = 0; c < cols; c++)
-        free(cl[c]);
-    free(rl);
-    free(cl);
-    free(m);
+    int rc = ar_depth_figure(path, &run, 1, &m, NULL, e);
+    ar_depth_attn_free(&a);
     return rc;
 }
 
 int ar_train_figures(const char *run_dir, ar_err *e)
 {
-    char path[AR_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
-    ar_json **rows;
-    int n;
-    if (ar_metrics_read(path, &rows, &n, e) != 0)
+    char mpath[AR_PATH_MAX + 32], path[AR_PATH_MAX + 32], name[256], step[32];
+    snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", run_dir);
+    ar_run_record r;
+    if (ar_run_record_read(&r, mpath, e) != 0)
         return -1;
-    int rc = plot_losses(run_dir, rows, n, e);
-    for (int i = n - 1; i >= 0 && rc == 0; i--) {
-        const ar_json *da = ar_json_get(rows[i], "depth_attn");
-        if (da && da->type == AR_JSON_ARR) {
-            rc = plot_depth(run_dir, da, (long)num_of(rows[i], "step"), e);
-            break;
-        }
+    ar_run_label(run_dir, name, sizeof name);
+    snprintf(step, sizeof step, "%ld", r.last_step);
+    ar_fig_meta m = {.run = run_dir, .step = step};
+    snprintf(path, sizeof path, "%s/loss.png", run_dir);
+    int rc = plot_losses(path, &r, &m, e);
+    if (rc == 0 && r.n > 0) {
+        ar_dyn_run d = {.name = name, .path = run_dir, .rec = &r};
+        snprintf(path, sizeof path, "%s/dynamics.png", run_dir);
+        rc = ar_dynamics_figure(path, &d, 1, &m, e);
     }
-    ar_metrics_free(rows, n);
+    if (rc == 0 && r.nmix > 0)
+        rc = plot_depth(run_dir, name, &r, mpath, e);
+    ar_run_record_free(&r);
     return rc;
 }

@@ -18,6 +18,7 @@
  * (batch, head); the OpenMP build of OpenBLAS runs single-threaded when it
  * is called from inside a parallel region. */
 #include "../backend.h"
+#include "ablate_cpu.h"
 #include "depth_cpu.h"
 #include "workspace.h"
 
@@ -811,6 +812,10 @@ static const ar_backend cpu_backend = {
     .depth_recompute = cpu_depth_recompute,
     .depth_bwd_intra = cpu_depth_bwd_intra,
     .depth_bwd_inter = cpu_depth_bwd_inter,
+    .depth_mix_fwd = cpu_depth_mix_fwd,
+    .depth_mix_bwd = cpu_depth_mix_bwd,
+    .wsum_fwd = cpu_wsum_fwd,
+    .wsum_bwd = cpu_wsum_bwd,
     .xent_fwd = xent_forward,
     .xent_bwd = xent_backward,
     .adamw = adamw_update,

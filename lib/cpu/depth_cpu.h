@@ -5,15 +5,16 @@
 
 void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha, const int *n,
                          float *const *rs, const float *const *src, int k, const float *const *w,
-                         const float *const *g, int C, int N, int d);
+                         const float *const *g, int C, const float *ng, float *xn, float *nrstd,
+                         int N, int d);
 void cpu_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
                          float *const *rsi, const float *const *intra, const float *w,
-                         const float *g, int N, int d);
+                         const float *g, const float *ng, float *xn, float *nrstd, int N, int d);
 void cpu_depth_recompute(float *const *h, const float *const *alpha,
                          const float *const *const *src, const int *n, int C, int N, int d);
 void cpu_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot,
-                         const float *dh, const float *h, const float *alpha, const float *lse,
-                         int n, int k,
+                         const float *dh, const float *h, float *keep,
+                         const float *alpha, const float *lse, int n, int k,
                          const float *const *rsi, const float *const *intra, const float *w,
                          const float *g, int N, int d);
 void cpu_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg,

@@ -1,0 +1,245 @@
+/* attnres ablate: parse the command line, plan the variant x seed runs
+ * (lib/ablate.c), train them with the sweep machinery (reusing finished
+ * runs, resuming interrupted ones) and write the report. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../formats/config.h"
+#include "../lib/ablate.h"
+#include "cmds.h"
+
+static const char *usage =
+    "attnres ablate [CONFIG] --variant LIST|all [--seeds K] [--block-sizes LIST] [--set KEY=VALUE]... "
+    "[--out DIR] [--jobs J]";
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    if (interrupted)
+        _exit(130);
+    interrupted = 1;
+}
+
+typedef struct {
+    const ar_sweep *s;
+    int tty, live;
+} view;
+
+static void end_live(view *v)
+{
+    if (v->live) {
+        fputc('\n', stdout);
+        v->live = 0;
+    }
+}
+
+static void on_event(const ar_sweep_run *r, ar_sweep_event ev, const char *detail, void *ud)
+{
+    view *v = ud;
+    end_live(v);
+    int i = (int)(r - v->s->runs) + 1, n = v->s->nruns;
+    switch (ev) {
+    case AR_SWEEP_SKIPPED: printf("[%d/%d] %s: already finished (%s), reused\n", i, n, r->name, detail); break;
+    case AR_SWEEP_STARTED: printf("[%d/%d] %s: training %ld steps (%ld tokens)\n", i, n, r->name, r->cfg.train.steps, r->tokens); break;
+    case AR_SWEEP_RESUMED: printf("[%d/%d] %s: resuming from %s of %ld\n", i, n, r->name, detail, r->cfg.train.steps); break;
+    case AR_SWEEP_FINISHED: printf("[%d/%d] %s: done, %s\n", i, n, r->name, detail); break;
+    case AR_SWEEP_INTERRUPTED: printf("[%d/%d] %s: interrupted, checkpoint saved\n", i, n, r->name); break;
+    case AR_SWEEP_FAILED: printf("[%d/%d] %s: failed\n", i, n, r->name); break;
+    }
+    fflush(stdout);
+}
+
+static void on_progress(const ar_sweep_run *r, const ar_progress *p, void *ud)
+{
+    view *v = ud;
+    char val[32];
+    if (isfinite(p->val_loss))
+        snprintf(val, sizeof val, "%.4f", p->val_loss);
+    else
+        snprintf(val, sizeof val, "-");
+    if (v->tty) {
+        printf("\r\033[K%s: step %ld/%ld | loss %.4f | val %s | %.0f tok/s | ETA %.0f s", r->name, p->step, p->steps,
+               p->loss, val, p->tok_per_s, p->eta_s);
+        v->live = 1;
+    } else if (p->is_eval) {
+        printf("%s: step %ld/%ld loss %.4f val %s tok/s %.0f\n", r->name, p->step, p->steps, p->loss, val,
+               p->tok_per_s);
+    }
+    fflush(stdout);
+}
+
+/* "2,4,8" -> ints; -1 on a bad list */
+static int parse_ints(const char *s, int **out, int *n)
+{
+    *n = 0;
+    *out = calloc(strlen(s) / 2 + 2, sizeof(int));
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 100000 || (*end && *end != ','))
+            return -1;
+        (*out)[(*n)++] = (int)v;
+        p = *end ? end + 1 : end;
+        if (*end == ',' && !*p)
+            return -1;
+    }
+    return *n > 0 ? 0 : -1;
+}
+
+static void default_out(const char *config, char *out, size_t n)
+{
+    char stem[256] = "default";
+    if (config) {
+        const char *b = strrchr(config, '/');
+        b = b ? b + 1 : config;
+        snprintf(stem, sizeof stem, "%.200s", b);
+        char *dot = strrchr(stem, '.');
+        if (dot && dot != stem)
+            *dot = 0;
+    }
+    snprintf(out, n, "runs/ablate-%s", stem);
+}
+
+int cmd_ablate(int argc, char **argv)
+{
+    const char *config = NULL, *out = NULL, *variants = NULL, *bs = NULL;
+    long jobs = 1, seeds = 1;
+    const char **sets = calloc((size_t)argc, sizeof *sets);
+    int nsets = 0, rc = AR_EXIT_FAIL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int takes = !strcmp(a, "--set") || !strcmp(a, "--out") || !strcmp(a, "--jobs") || !strcmp(a, "--variant") ||
+                    !strcmp(a, "--seeds") || !strcmp(a, "--block-sizes");
+        if (takes && i + 1 >= argc) {
+            free(sets);
+            return cli_usage_error(usage, "'%s' needs a value", a);
+        }
+        if (!strcmp(a, "--set"))
+            sets[nsets++] = argv[++i];
+        else if (!strncmp(a, "--set=", 6))
+            sets[nsets++] = a + 6;
+        else if (!strcmp(a, "--out"))
+            out = argv[++i];
+        else if (!strcmp(a, "--variant"))
+            variants = argv[++i];
+        else if (!strncmp(a, "--variant=", 10))
+            variants = a + 10;
+        else if (!strcmp(a, "--block-sizes"))
+            bs = argv[++i];
+        else if (!strcmp(a, "--jobs") || !strcmp(a, "--seeds")) {
+            if (cli_parse_long(a, argv[++i], 1, !strcmp(a, "--jobs") ? &jobs : &seeds) != 0) {
+                free(sets);
+                fprintf(stderr, "usage: %s\n", usage);
+                return AR_EXIT_USAGE;
+            }
+        } else if (a[0] == '-' && a[1]) {
+            free(sets);
+            return cli_usage_error(usage, "unknown option '%s'", a);
+        } else if (!config)
+            config = a;
+        else {
+            free(sets);
+            return cli_usage_error(usage, "unexpected argument '%s'", a);
+        }
+    }
+    if (!variants && !bs) {
+        free(sets);
+        return cli_usage_error(usage, "'--variant' is required (one of: %s, or all)", ar_ablate_variant_list());
+    }
+    int *bsz = NULL, nbs = 0;
+    if (bs && parse_ints(bs, &bsz, &nbs) != 0) {
+        free(bsz);
+        free(sets);
+        return cli_usage_error(usage, "'--block-sizes' expects a comma-separated list of positive integers, got '%s'",
+                               bs);
+    }
+    ar_err e = {{0}};
+    ar_config cfg;
+    ar_config_defaults(&cfg);
+    int bad = config && ar_config_load(&cfg, config, &e) != 0;
+    for (int i = 0; !bad && i < nsets; i++)
+        bad = ar_config_set(&cfg, sets[i], &e) != 0;
+    free(sets);
+    if (bad || ar_config_validate(&cfg, &e) != 0) {
+        free(bsz);
+        cli_error("%s", e.msg);
+        return AR_EXIT_FAIL;
+    }
+    ar_ablation ab;
+    if (ar_ablate_plan(&ab, &cfg, variants ? variants : "baseline", (int)seeds, bsz, nbs, &e) != 0) {
+        free(bsz);
+        cli_error("%s", e.msg);
+        /* a wrong variant name is a wrong command line */
+        return strstr(e.msg, "unknown variant") ? AR_EXIT_USAGE : AR_EXIT_FAIL;
+    }
+    free(bsz);
+    if (access(cfg.data.train, R_OK) != 0) {
+        if (strcmp(cfg.data.train, AR_DEFAULT_CORPUS) == 0)
+            cli_error("training data '%s' not found: run 'tools/get-data.sh' to install the King James Bible "
+                      "corpus there, or choose a file with --set data.train=FILE",
+                      AR_DEFAULT_CORPUS);
+        else
+            cli_error("training data '%s' not found", cfg.data.train);
+        ar_ablate_free(&ab);
+        return AR_EXIT_FAIL;
+    }
+    char outbuf[AR_PATH_MAX], runs[AR_PATH_MAX + 8];
+    if (!out) {
+        default_out(config, outbuf, sizeof outbuf);
+        out = outbuf;
+    }
+    snprintf(runs, sizeof runs, "%s/runs", out);
+    printf("ablation of %d variants x %d seeds = %d runs into '%s', %ld at a time: ", ab.nvariants, ab.nseeds,
+           ab.sweep.nruns, out, jobs);
+    for (int v = 0; v < ab.nvariants; v++)
+        printf("%s%s", v ? ", " : "", ab.variant[v]);
+    printf("\n");
+    fflush(stdout);
+    signal(SIGINT, on_sigint);
+    signal(SIGTERM, on_sigint);
+    view vw = {.s = &ab.sweep, .tty = jobs == 1 && isatty(STDOUT_FILENO)};
+    ar_sweep_opts o = {.out_dir = runs, .jobs = (int)jobs, .event = on_event, .progress = on_progress, .ud = &vw,
+                       .interrupt = &interrupted};
+    ar_sweep_result res;
+    int st = ar_sweep_run_all(&ab.sweep, &o, &res, &e);
+    end_live(&vw);
+    ar_ablate_stat *stat = calloc((size_t)ab.nvariants, sizeof *stat);
+    ar_err re = {{0}};
+    /* the report of whatever has finished, also after an interruption or failure */
+    int rep = ar_ablate_report(&ab, out, stat, &re);
+    if (st != 0) {
+        cli_error("%s", e.msg);
+    } else if (rep != 0) {
+        cli_error("%s", re.msg);
+    } else if (res.interrupted) {
+        printf("interrupted: %d of %d runs finished, the others keep their checkpoints; run the same command "
+               "again to continue\n",
+               res.finished, ab.sweep.nruns);
+        rc = 130;
+    } else {
+        printf("%-20s %5s %10s %8s %10s %10s\n", "variant", "seeds", "val_loss", "std", "diff", "p");
+        for (int v = 0; v < ab.nvariants; v++) {
+            printf("%-20s %5d %10.4f %8.4f %+10.4f ", ab.variant[v], stat[v].n, stat[v].mean, stat[v].sd,
+                   stat[v].diff);
+            if (isfinite(stat[v].p))
+                printf("%10.3g\n", stat[v].p);
+            else
+                printf("%10s\n", "-");
+        }
+        printf("ablation done: %d runs (%d reused, %d trained); '%s/results.csv', '%s/results.md', "
+               "'%s/ablation.png'%s%s%s\n",
+               res.finished, res.skipped, res.trained, out, out, out, ab.nblock ? ", '" : "", ab.nblock ? out : "",
+               ab.nblock ? "/block_sizes.png'" : "");
+        rc = AR_EXIT_OK;
+    }
+    free(stat);
+    ar_ablate_free(&ab);
+    return rc;
+}

@@ -1,0 +1,73 @@
+/* Shared by the fuzz harnesses (fuzz_*.c).  Each harness defines
+ * LLVMFuzzerTestOneInput; tools/fuzz.sh links it with libFuzzer (clang
+ * -fsanitize=fuzzer,address,undefined), and fuzz/replay.c turns it into a
+ * plain program that runs the committed corpus (a test of the normal
+ * build, and of the sanitizer build in CI).
+ *
+ * The loaders are fuzzed through their real file entry points: the input
+ * is written to an in-memory file (memfd) that is opened by its
+ * /proc/self/fd path, so what is tested is exactly what `attnres` runs on
+ * a file from disk.
+ *
+ * Besides "no crash, no out-of-bounds access, no leak", every harness
+ * checks the project's error contract: a rejection is one non-empty line
+ * that names the file. */
+#ifndef AR_FUZZ_H
+#define AR_FUZZ_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* memfd_create */
+#endif
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../lib/error.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define FUZZ_CHECK(cond, ...)                                                                                  \
+    do {                                                                                                       \
+        if (!(cond)) {                                                                                         \
+            fprintf(stderr, "fuzz check failed: %s: ", #cond);                                                 \
+            fprintf(stderr, __VA_ARGS__);                                                                      \
+            fputc('\n', stderr);                                                                               \
+            abort();                                                                                           \
+        }                                                                                                      \
+    } while (0)
+
+/* The input as a file: returns its path ("/proc/self/fd/N"), valid until
+ * the next call. */
+static inline const char *fuzz_as_file(const uint8_t *data, size_t size)
+{
+    static int fd = -1;
+    static char path[64];
+    if (fd < 0) {
+        fd = memfd_create("fuzz-input", MFD_CLOEXEC);
+        FUZZ_CHECK(fd >= 0, "memfd_create failed");
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    }
+    FUZZ_CHECK(ftruncate(fd, 0) == 0, "ftruncate failed");
+    size_t done = 0;
+    while (done < size) {
+        ssize_t k = pwrite(fd, data + done, size - done, (off_t)done);
+        FUZZ_CHECK(k > 0, "pwrite failed");
+        done += (size_t)k;
+    }
+    return path;
+}
+
+/* A rejection: one non-empty line that names the file. */
+static inline void fuzz_check_message(const ar_err *e, const char *name)
+{
+    FUZZ_CHECK(e->msg[0] != '\0', "a rejection without a message");
+    FUZZ_CHECK(strstr(e->msg, name) != NULL, "the message does not name '%s': %s", name, e->msg);
+    FUZZ_CHECK(strchr(e->msg, '\n') == NULL, "the message is not one line: %s", e->msg);
+}
+
+#endif

@@ -1,0 +1,52 @@
+/* The results-CSV reader: formats/csv.c and the table loading and fitting
+ * of `attnres fit-scaling` (lib/scaling.c), with its default columns. */
+#include "fuzz.h"
+
+#include "../formats/csv.h"
+#include "../lib/scaling.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *path = fuzz_as_file(data, size);
+    ar_err e = {{0}};
+
+    /* The table alone: every cell as a number. */
+    ar_csv *c;
+    if (ar_csv_read(&c, path, &e) != 0) {
+        fuzz_check_message(&e, path);
+    } else {
+        for (int r = 0; r < c->nrows; r++)
+            for (int k = 0; k < c->ncols; k++) {
+                double x;
+                if (ar_csv_num(c, r, k, &x, &e) != 0)
+                    fuzz_check_message(&e, path);
+            }
+        if (ar_csv_require_col(c, "val_loss", &e) < 0)
+            fuzz_check_message(&e, path);
+        ar_csv_free(c);
+    }
+
+    /* As fit-scaling reads a sweep's results.csv. */
+    ar_scaling s;
+    const char *inputs[] = {path};
+    if (ar_scaling_load(&s, inputs, 1, "variant", "pflops_days", "val_loss", &e) != 0) {
+        fuzz_check_message(&e, path);
+        return 0;
+    }
+    for (int form = 0; form < 2; form++) {
+        if (ar_scaling_fit(&s, (ar_fit_form)form, NULL, 0, &e) != 0) {
+            fuzz_check_message(&e, path);
+            continue;
+        }
+        char *j = ar_scaling_json(&s);
+        FUZZ_CHECK(j && j[0] == '{', "fit JSON: %s", j ? j : "(null)");
+        free(j);
+        FILE *devnull = fopen("/dev/null", "w");
+        if (devnull) {
+            ar_scaling_print(devnull, &s);
+            fclose(devnull);
+        }
+    }
+    ar_scaling_free(&s);
+    return 0;
+}

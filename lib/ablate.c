@@ -1,0 +1,452 @@
+/* Ablation studies (lib/ablate.h). */
+#include "ablate.h"
+
+#include <gsl/gsl_cdf.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../formats/atomic.h"
+#include "../formats/config.h"
+#include "../formats/csv.h"
+#include "../viz/bar_chart.h"
+#include "../viz/plot.h"
+#include "checkpoint.h"
+
+/* ------------------------------------------------------------ variants */
+
+static int base_block_size(const ar_model_cfg *b)
+{
+    int L = ar_cfg_sublayers(b);
+    if (b->residual.kind == AR_RES_BLOCK)
+        return ar_cfg_block_size(b);
+    return L < 4 ? L : 4; /* the report's S = 4 */
+}
+
+typedef void (*apply_fn)(ar_residual_cfg *r, const ar_model_cfg *b);
+
+static void v_baseline(ar_residual_cfg *r, const ar_model_cfg *b) { (void)b; r->kind = AR_RES_BASELINE; }
+static void v_full(ar_residual_cfg *r, const ar_model_cfg *b) { (void)b; r->kind = AR_RES_FULL; }
+static void v_block(ar_residual_cfg *r, const ar_model_cfg *b)
+{
+    r->kind = AR_RES_BLOCK;
+    r->block_size = base_block_size(b);
+}
+static void v_sigmoid(ar_residual_cfg *r, const ar_model_cfg *b) { v_full(r, b); r->score = AR_SCORE_SIGMOID; }
+static void v_nokn(ar_residual_cfg *r, const ar_model_cfg *b) { v_full(r, b); r->key_norm = AR_KEY_NORM_OFF; }
+static void v_query(ar_residual_cfg *r, const ar_model_cfg *b) { v_full(r, b); r->query = AR_QUERY_INPUT; }
+static void v_static(ar_residual_cfg *r, const ar_model_cfg *b) { (void)b; r->kind = AR_RES_STATIC; }
+static void v_swa(ar_residual_cfg *r, const ar_model_cfg *b)
+{
+    r->kind = AR_RES_SWA;
+    r->window = b->residual.window > 0 ? b->residual.window : 8;
+}
+static void v_heads(ar_residual_cfg *r, const ar_model_cfg *b)
+{
+    v_block(r, b);
+    r->heads = b->residual.heads > 1 ? b->residual.heads : 16;
+}
+static void v_block_nokn(ar_residual_cfg *r, const ar_model_cfg *b) { v_block(r, b); r->key_norm = AR_KEY_NORM_OFF; }
+static void v_mhc(ar_residual_cfg *r, const ar_model_cfg *b)
+{
+    r->kind = AR_RES_MHC;
+    r->streams = ar_cfg_streams(b);
+}
+static void v_dense(ar_residual_cfg *r, const ar_model_cfg *b) { (void)b; r->kind = AR_RES_DENSEFORMER; }
+static void v_rescaled(ar_residual_cfg *r, const ar_model_cfg *b) { (void)b; r->kind = AR_RES_RESCALED; }
+
+static const struct {
+    const char *name, *what;
+    apply_fn fn;
+} VARIANTS[] = {
+    {"baseline", "PreNorm residual", v_baseline},
+    {"full", "Full AttnRes", v_full},
+    {"block", "Block AttnRes (S from the config, else 4)", v_block},
+    {"sigmoid", "Full, score: sigmoid", v_sigmoid},
+    {"no-key-norm", "Full, key_norm: false", v_nokn},
+    {"input-query", "Full, query: input", v_query},
+    {"static", "kind static (input-independent softmax(theta))", v_static},
+    {"swa", "kind swa (window from the config, else 8)", v_swa},
+    {"heads", "Block, heads from the config, else 16", v_heads},
+    {"block-no-key-norm", "Block, key_norm: false", v_block_nokn},
+    {"mhc", "kind mhc (mHC-lite, streams from the config, else 4)", v_mhc},
+    {"denseformer", "kind denseformer", v_dense},
+    {"rescaled", "kind rescaled (uniform 1/n)", v_rescaled},
+};
+enum { NV = sizeof VARIANTS / sizeof VARIANTS[0] };
+
+int ar_ablate_nvariants(void) { return NV; }
+const char *ar_ablate_variant_name(int i) { return VARIANTS[i].name; }
+const char *ar_ablate_variant_what(int i) { return VARIANTS[i].what; }
+
+const char *ar_ablate_variant_list(void)
+{
+    static char buf[512];
+    if (!buf[0]) {
+        size_t u = 0;
+        for (int i = 0; i < NV; i++)
+            u += (size_t)snprintf(buf + u, sizeof buf - u, "%s%s", i ? ", " : "", VARIANTS[i].name);
+    }
+    return buf;
+}
+
+int ar_ablate_apply(ar_model_cfg *m, const ar_model_cfg *base, const char *name, ar_err *e)
+{
+    ar_config d;
+    ar_config_defaults(&d);
+    *m = *base;
+    m->residual = d.model.residual;
+    m->residual.block_size = 0;
+    int S;
+    char tail;
+    if (sscanf(name, "block-s%d%c", &S, &tail) == 1 && S >= 1) {
+        m->residual.kind = AR_RES_BLOCK;
+        m->residual.block_size = S;
+        return 0;
+    }
+    for (int i = 0; i < NV; i++)
+        if (strcmp(name, VARIANTS[i].name) == 0) {
+            VARIANTS[i].fn(&m->residual, base);
+            return 0;
+        }
+    return ar_fail(e, "unknown variant '%s' (expected one of: %s, all, or block-s<S>)", name,
+                   ar_ablate_variant_list());
+}
+
+/* ---------------------------------------------------------------- plan */
+
+static int add_variant(ar_ablation *a, const char *name, ar_err *e)
+{
+    for (int i = 0; i < a->nvariants; i++)
+        if (strcmp(a->variant[i], name) == 0)
+            return 0;
+    if (strlen(name) >= AR_SWEEP_NAME_MAX - 8)
+        return ar_fail(e, "variant name '%.40s...' is too long", name);
+    char (*nv)[AR_SWEEP_NAME_MAX] = ar_xcalloc((size_t)a->nvariants + 1, sizeof *nv);
+    if (a->nvariants)
+        memcpy(nv, a->variant, (size_t)a->nvariants * sizeof *nv);
+    free(a->variant);
+    a->variant = nv;
+    snprintf(a->variant[a->nvariants++], AR_SWEEP_NAME_MAX, "%s", name);
+    return 0;
+}
+
+void ar_ablate_free(ar_ablation *a)
+{
+    free(a->sweep.runs);
+    free(a->variant);
+    free(a->block_size);
+    memset(a, 0, sizeof *a);
+}
+
+int ar_ablate_plan(ar_ablation *a, const ar_config *base, const char *variants, int seeds,
+                   const int *block_sizes, int nblock, ar_err *e)
+{
+    memset(a, 0, sizeof *a);
+    if (seeds < 1)
+        return ar_fail(e, "'--seeds' must be at least 1");
+    ar_model_cfg probe;
+    if (add_variant(a, "baseline", e) != 0)
+        goto fail;
+    if (nblock > 0 && add_variant(a, "full", e) != 0)
+        goto fail;
+    if (strcmp(variants, "all") == 0) {
+        for (int i = 0; i < NV; i++)
+            if (add_variant(a, VARIANTS[i].name, e) != 0)
+                goto fail;
+    } else {
+        const char *p = variants;
+        while (*p) {
+            size_t n = strcspn(p, ",");
+            char name[AR_SWEEP_NAME_MAX];
+            if (n == 0 || n >= sizeof name) {
+                ar_fail(e, "variant list '%s' has an empty or overlong name", variants);
+                goto fail;
+            }
+            memcpy(name, p, n);
+            name[n] = 0;
+            if (strcmp(name, "all") == 0) {
+                for (int i = 0; i < NV; i++)
+                    if (add_variant(a, VARIANTS[i].name, e) != 0)
+                        goto fail;
+            } else if (ar_ablate_apply(&probe, &base->model, name, e) != 0 || add_variant(a, name, e) != 0)
+                goto fail;
+            p += n + (p[n] == ',');
+        }
+    }
+    if (nblock > 0) {
+        a->block_size = ar_xcalloc((size_t)nblock, sizeof(int));
+        a->nblock = nblock;
+        for (int i = 0; i < nblock; i++) {
+            char name[32];
+            a->block_size[i] = block_sizes[i];
+            snprintf(name, sizeof name, "block-s%d", block_sizes[i]);
+            if (block_sizes[i] < 1) {
+                ar_fail(e, "block size %d in '--block-sizes' is not a positive integer", block_sizes[i]);
+                goto fail;
+            }
+            if (add_variant(a, name, e) != 0)
+                goto fail;
+        }
+    }
+    a->nseeds = seeds;
+    a->sweep.nvariants = a->nvariants;
+    a->sweep.nsizes = 1;
+    a->sweep.nruns = a->nvariants * seeds;
+    a->sweep.runs = ar_xcalloc((size_t)a->sweep.nruns, sizeof *a->sweep.runs);
+    for (int v = 0; v < a->nvariants; v++)
+        for (int k = 1; k <= seeds; k++) {
+            ar_sweep_run *r = &a->sweep.runs[v * seeds + k - 1];
+            r->cfg = *base;
+            if (ar_ablate_apply(&r->cfg.model, &base->model, a->variant[v], e) != 0)
+                goto fail;
+            /* seed index k: the same seed for every variant */
+            r->cfg.train.seed = base->train.seed + (uint64_t)(k - 1);
+            snprintf(r->variant, sizeof r->variant, "%s", a->variant[v]);
+            snprintf(r->size, sizeof r->size, "seed%d", k);
+            snprintf(r->name, sizeof r->name, "%s-seed%d", a->variant[v], k);
+            r->tokens = r->cfg.train.steps * r->cfg.train.batch_size * r->cfg.train.grad_accum *
+                        (long)r->cfg.model.seq_len;
+            ar_err ve;
+            if (ar_config_validate(&r->cfg, &ve) != 0) {
+                ar_fail(e, "variant '%s': %s", a->variant[v], ve.msg);
+                goto fail;
+            }
+        }
+    return 0;
+fail:
+    ar_ablate_free(a);
+    return -1;
+}
+
+/* ------------------------------------------------------------- stats */
+
+static void mean_sd(const double *x, int n, double *m, double *sd)
+{
+    double s = 0, q = 0;
+    for (int i = 0; i < n; i++)
+        s += x[i];
+    *m = n ? s / n : NAN;
+    for (int i = 0; i < n; i++)
+        q += (x[i] - *m) * (x[i] - *m);
+    *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
+}
+
+double ar_welch_p(const double *a, int na, const double *b, int nb)
+{
+    if (na < 2 || nb < 2)
+        return NAN;
+    double ma, sa, mb, sb;
+    mean_sd(a, na, &ma, &sa);
+    mean_sd(b, nb, &mb, &sb);
+    double va = sa * sa / na, vb = sb * sb / nb, se2 = va + vb;
+    if (!(se2 > 0))
+        return NAN;
+    double t = (ma - mb) / sqrt(se2);
+    double df = se2 * se2 / (va * va / (na - 1) + vb * vb / (nb - 1));
+    return 2 * gsl_cdf_tdist_Q(fabs(t), df);
+}
+
+/* ------------------------------------------------------------ report */
+
+typedef struct {
+    int have;
+    int seed;
+    ar_sweep_compute c;
+    double val_loss, wall_s;
+} arow;
+
+typedef struct {
+    const ar_ablation *a;
+    const arow *rows;
+    const ar_ablate_stat *st;
+    const char *base_name;
+} actx;
+
+static int fill_csv(FILE *f, void *ud)
+{
+    const actx *c = ud;
+    fprintf(f, "%s\n", AR_ABLATE_COLUMNS);
+    for (int i = 0; i < c->a->sweep.nruns; i++) {
+        const ar_sweep_run *r = &c->a->sweep.runs[i];
+        const arow *w = &c->rows[i];
+        if (!w->have)
+            continue;
+        ar_csv_write_field(f, r->variant);
+        fprintf(f, ",%d,%ld,%ld,%.6e,", w->seed, w->c.nonembed_params, r->tokens, w->c.flops);
+        if (isfinite(w->val_loss))
+            fprintf(f, "%.6f", w->val_loss);
+        else
+            fprintf(f, "nan");
+        fprintf(f, ",%.1f,%.1f,", w->wall_s > 0 ? (double)r->tokens / w->wall_s : 0.0, w->wall_s);
+        ar_csv_write_field(f, r->name);
+        fputc('\n', f);
+    }
+    return ferror(f) ? -1 : 0;
+}
+
+static int fill_md(FILE *f, void *ud)
+{
+    const actx *c = ud;
+    const ar_ablation *a = c->a;
+    const ar_sweep_run *r0 = &a->sweep.runs[0];
+    fprintf(f, "# Ablation: %s\n\n", c->base_name);
+    fprintf(f, "Every variant: %ld steps of %d x %d tokens (%ld tokens), lr %g, seeds %" PRIu64 "..%" PRIu64
+               ", validation on %ld windows of `%s`.\n\n",
+            r0->cfg.train.steps, r0->cfg.train.batch_size * r0->cfg.train.grad_accum, r0->cfg.model.seq_len,
+            r0->tokens, r0->cfg.train.lr, r0->cfg.train.seed, r0->cfg.train.seed + (uint64_t)(a->nseeds - 1),
+            r0->cfg.train.eval_windows, r0->cfg.data.val[0] ? r0->cfg.data.val : r0->cfg.data.train);
+    fprintf(f, "| variant | seeds | val loss (mean) | std | diff vs baseline | p (Welch) |\n");
+    fprintf(f, "|---|---:|---:|---:|---:|---:|\n");
+    for (int v = 0; v < a->nvariants; v++) {
+        const ar_ablate_stat *s = &c->st[v];
+        fprintf(f, "| %s | %d | ", a->variant[v], s->n);
+        if (s->n == 0) {
+            fprintf(f, "- | - | - | - |\n");
+            continue;
+        }
+        fprintf(f, "%.4f | %.4f | ", s->mean, s->sd);
+        if (v == 0)
+            fprintf(f, "- | - |\n");
+        else {
+            fprintf(f, "%+.4f | ", s->diff);
+            if (isfinite(s->p))
+                fprintf(f, "%.3g |\n", s->p);
+            else
+                fprintf(f, "%s |\n", s->n < 2 || c->st[0].n < 2 ? "- (needs 2+ seeds)" : "n/a");
+        }
+    }
+    fprintf(f, "\nstd is the sample standard deviation over seeds; p is the two-sided Welch t-test of the\n"
+               "variant's val losses against the baseline's.\n");
+    return ferror(f) ? -1 : 0;
+}
+
+int ar_ablate_report(const ar_ablation *a, const char *out_dir, ar_ablate_stat *stats, ar_err *e)
+{
+    int nr = a->sweep.nruns, rc = -1;
+    arow *rows = ar_xcalloc((size_t)nr, sizeof *rows);
+    ar_ablate_stat *st = ar_xcalloc((size_t)a->nvariants, sizeof *st);
+    double *vals = ar_xcalloc((size_t)nr, sizeof *vals);
+    char path[AR_PATH_MAX + 160];
+    for (int i = 0; i < nr; i++) {
+        const ar_sweep_run *r = &a->sweep.runs[i];
+        snprintf(path, sizeof path, "%s/runs/%s/model.safetensors", out_dir, r->name);
+        if (access(path, F_OK) != 0)
+            continue;
+        ar_config saved;
+        long step;
+        if (ar_ckpt_read_config(path, &saved, &step, e) != 0)
+            goto out;
+        if (step != r->cfg.train.steps)
+            continue; /* not finished */
+        snprintf(path, sizeof path, "%s/runs/%s", out_dir, r->name);
+        if (ar_sweep_compute_of(r, &rows[i].c, e) != 0 ||
+            ar_sweep_run_stats(path, &rows[i].wall_s, &rows[i].val_loss, e) != 0)
+            goto out;
+        rows[i].seed = i % a->nseeds + 1;
+        rows[i].have = isfinite(rows[i].val_loss);
+    }
+    for (int v = 0; v < a->nvariants; v++) {
+        int n = 0;
+        for (int k = 0; k < a->nseeds; k++)
+            if (rows[v * a->nseeds + k].have)
+                vals[v * a->nseeds + n++] = rows[v * a->nseeds + k].val_loss;
+        st[v].n = n;
+        mean_sd(vals + v * a->nseeds, n, &st[v].mean, &st[v].sd);
+    }
+    for (int v = 0; v < a->nvariants; v++) {
+        st[v].diff = st[v].mean - st[0].mean;
+        st[v].p = v == 0 ? NAN : ar_welch_p(vals + v * a->nseeds, st[v].n, vals, st[0].n);
+    }
+    actx c = {a, rows, st, a->sweep.runs[0].cfg.data.train};
+    snprintf(path, sizeof path, "%s/results.csv", out_dir);
+    if (ar_write_atomic(path, fill_csv, &c, e) != 0)
+        goto out;
+    snprintf(path, sizeof path, "%s/results.md", out_dir);
+    if (ar_write_atomic(path, fill_md, &c, e) != 0)
+        goto out;
+
+    /* bar chart: variants with results */
+    {
+        const char **lab = ar_xcalloc((size_t)a->nvariants, sizeof *lab);
+        double *m = ar_xcalloc((size_t)a->nvariants, sizeof *m), *sd = ar_xcalloc((size_t)a->nvariants, sizeof *sd);
+        int nb = 0;
+        for (int v = 0; v < a->nvariants; v++)
+            if (st[v].n > 0) {
+                lab[nb] = a->variant[v];
+                m[nb] = st[v].mean;
+                sd[nb++] = st[v].sd;
+            }
+        char title[160];
+        snprintf(title, sizeof title, "Ablation: final validation loss (mean \xc2\xb1 1 std over %d seed%s)", a->nseeds,
+                 a->nseeds > 1 ? "s" : "");
+        snprintf(path, sizeof path, "%s/ablation.png", out_dir);
+        ar_bar_opts bo = {.title = title, .ylabel = "validation loss (nats/token)",
+                          .ref = st[0].n > 0 ? st[0].mean : NAN, .ref_label = "baseline"};
+        int brc = nb > 0 ? ar_plot_bars(path, &bo, lab, m, sd, nb, e) : 0;
+        free(lab);
+        free(m);
+        free(sd);
+        if (brc != 0)
+            goto out;
+    }
+
+    /* block sizes: val loss against S, full and baseline as lines */
+    if (a->nblock > 0) {
+        double *x = ar_xcalloc((size_t)a->nblock, sizeof *x), *y = ar_xcalloc((size_t)a->nblock, sizeof *y);
+        double *yl = ar_xcalloc((size_t)a->nblock, sizeof *yl), *yh = ar_xcalloc((size_t)a->nblock, sizeof *yh);
+        double rx[2], rf[2], rb[2];
+        int vf = -1;
+        for (int v = 0; v < a->nvariants; v++)
+            if (strcmp(a->variant[v], "full") == 0)
+                vf = v;
+        double xmin = INFINITY, xmax = -INFINITY;
+        for (int i = 0; i < a->nblock; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "block-s%d", a->block_size[i]);
+            x[i] = a->block_size[i];
+            y[i] = yl[i] = yh[i] = NAN;
+            xmin = fmin(xmin, x[i]);
+            xmax = fmax(xmax, x[i]);
+            for (int v = 0; v < a->nvariants; v++)
+                if (strcmp(a->variant[v], name) == 0 && st[v].n > 0) {
+                    y[i] = st[v].mean;
+                    yl[i] = st[v].mean - st[v].sd;
+                    yh[i] = st[v].mean + st[v].sd;
+                }
+        }
+        rx[0] = xmin;
+        rx[1] = xmax > xmin ? xmax : xmin + 1;
+        rf[0] = rf[1] = vf >= 0 && st[vf].n > 0 ? st[vf].mean : NAN;
+        rb[0] = rb[1] = st[0].n > 0 ? st[0].mean : NAN;
+        ar_series s[5] = {
+            {.label = "Block AttnRes", .x = x, .y = y, .n = a->nblock, .markers = 1, .color = 1},
+            {.label = "Full AttnRes", .x = rx, .y = rf, .n = 2, .color = 2},
+            {.label = "baseline", .x = rx, .y = rb, .n = 2, .color = 3},
+            {.label = a->nseeds > 1 ? "\xc2\xb1 1 std" : NULL, .x = x, .y = yl, .n = a->nblock, .markers = 1,
+             .no_line = 1, .color = 1},
+            {.x = x, .y = yh, .n = a->nblock, .markers = 1, .no_line = 1, .color = 1},
+        };
+        ar_plot_opts po = {.title = "Validation loss against block size S", .xlabel = "block size S (sublayers)",
+                           .ylabel = "validation loss (nats/token)", .logx = xmax / xmin >= 4, .empty = "no finished runs"};
+        snprintf(path, sizeof path, "%s/block_sizes.png", out_dir);
+        int prc = ar_plot_lines(path, &po, s, a->nseeds > 1 ? 5 : 3, e);
+        free(x);
+        free(y);
+        free(yl);
+        free(yh);
+        if (prc != 0)
+            goto out;
+    }
+    if (stats)
+        memcpy(stats, st, (size_t)a->nvariants * sizeof *st);
+    rc = 0;
+out:
+    free(rows);
+    free(st);
+    free(vals);
+    return rc;
+}

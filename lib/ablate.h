@@ -1,0 +1,71 @@
+/* Ablation studies (`attnres ablate`): one base config trained once per
+ * residual variant x seed, every run with the same hyperparameters, token
+ * budget, evaluation set and, for seed index k, the same train.seed (so the
+ * same data order and the same initial transformer weights) — only
+ * model.residual differs.  The runs are an ar_sweep (lib/sweep.h), so a
+ * rerun reuses finished runs and resumes interrupted ones exactly as
+ * `attnres sweep` does.
+ *
+ * Output directory layout:
+ *   DIR/runs/<variant>-seed<k>/  the run directories (DIR/runs/results.csv is
+ *                                the sweep's own table)
+ *   DIR/results.csv              one row per finished run: AR_ABLATE_COLUMNS
+ *   DIR/results.md               one row per variant: mean, std, difference
+ *                                from baseline, Welch t-test p-value
+ *   DIR/ablation.png             bar chart of mean val loss, error bars 1 std
+ *   DIR/block_sizes.png          with block sizes: val loss against S, Full
+ *                                and baseline as reference lines */
+#ifndef AR_ABLATE_H
+#define AR_ABLATE_H
+
+#include "config.h"
+#include "error.h"
+#include "sweep.h"
+
+#define AR_ABLATE_COLUMNS "variant,seed,nonembed_params,tokens,flops,val_loss,tok_per_s,wall_s,run"
+
+/* The variant names, in table order, as "baseline, full, ..." */
+const char *ar_ablate_variant_list(void);
+int ar_ablate_nvariants(void);
+const char *ar_ablate_variant_name(int i);
+const char *ar_ablate_variant_what(int i);
+
+/* Sets m->residual for variant `name` (a table name, or "block-s<S>" for a
+ * block size) from the base model (which lends its block_size, window,
+ * heads and streams where it sets them).  -1 with the valid names in e for
+ * an unknown name. */
+int ar_ablate_apply(ar_model_cfg *m, const ar_model_cfg *base, const char *name, ar_err *e);
+
+typedef struct {
+    ar_sweep sweep;        /* runs: variant-major, seeds 1..nseeds within */
+    int nvariants, nseeds;
+    char (*variant)[AR_SWEEP_NAME_MAX]; /* baseline first */
+    int nblock;            /* block sizes of --block-sizes (variants "block-s<S>") */
+    int *block_size;
+} ar_ablation;
+
+/* Plans the runs.  variants: comma-separated names or "all"; block_sizes
+ * (nblock of them) adds "block-s<S>" variants and, for the reference lines,
+ * full.  baseline is always included, first. */
+int ar_ablate_plan(ar_ablation *a, const ar_config *base, const char *variants, int seeds,
+                   const int *block_sizes, int nblock, ar_err *e);
+void ar_ablate_free(ar_ablation *a);
+
+/* Summary of one variant over its finished seeds. */
+typedef struct {
+    int n;                 /* finished seeds */
+    double mean, sd;       /* of val loss (sd: sample, n-1; 0 for n = 1) */
+    double diff;           /* mean - baseline mean */
+    double p;              /* Welch two-sided p against baseline; NaN when n < 2 or undefined */
+} ar_ablate_stat;
+
+/* Welch's t-test of two samples (GSL's t distribution): two-sided p, NaN
+ * with fewer than 2 values in either or zero variance in both. */
+double ar_welch_p(const double *a, int na, const double *b, int nb);
+
+/* Reads the finished runs under DIR/runs and writes results.csv,
+ * results.md, ablation.png and (with block sizes) block_sizes.png.  stats
+ * (nvariants entries) may be NULL. */
+int ar_ablate_report(const ar_ablation *a, const char *out_dir, ar_ablate_stat *stats, ar_err *e);
+
+#endif

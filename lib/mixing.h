@@ -1,0 +1,59 @@
+/* Depth mixing as a matrix (the AttnRes report, section 6.2).  Every
+ * residual scheme forms each sublayer input as a combination of the
+ * earlier sublayer outputs (DESIGN.md section 1):
+ *     h_l = sum_{i=0}^{l-1} M[l][i] v_i      l = 1..L,  and l = L+1 for h_out
+ * (for AttnRes, M holds the token-averaged weights).  M is what lets every
+ * scheme be drawn on one picture; each scheme provides its own M in one
+ * table in mixing.c.  Also here: what each source of an AttnRes mixer sums,
+ * so that figures can name and mark them. */
+#ifndef AR_MIXING_H
+#define AR_MIXING_H
+
+#include "config.h"
+#include "depth_stats.h"
+#include "error.h"
+#include "model.h"
+
+/* Whether a residual kind mixes its sources with per-token weights that
+ * can be averaged and drawn over Full's or Block's source lists: full,
+ * block (with any flags), static and rescaled (swa's sliding sources are
+ * not drawn yet). */
+int ar_res_has_depth_attn(ar_res_kind k);
+
+/* Source i of an AttnRes mixer: the sum v_first + ... + v_last of the
+ * sublayer outputs of one block (v_0 alone is block 0, the embedding). */
+typedef struct {
+    int first, last;
+    int block;   /* the block n it belongs to (0 = the embedding) */
+    int partial; /* 1: the block is not complete here: the partial sum b_n^{i-1}
+                    of the current block, or the final mixer's trailing block
+                    when S does not divide L */
+} ar_source;
+
+/* The sources of mixer l (1..L+1) under cfg's AttnRes scheme, with block
+ * size S = ar_cfg_block_size(cfg) (Full: S = 1):
+ *     sublayer l, the i-th of block n:  [b_0, ..., b_{n-1}] (+ b_n^{i-1} if i >= 2)
+ *     h_out:                            [b_0, ..., b_{ceil(L/S)}]
+ * Returns their number (0 for kinds without depth attention) and fills
+ * out[0..n) when out is non-NULL (at most L+1 entries). */
+int ar_mixer_sources(const ar_model_cfg *cfg, int l, ar_source *out);
+
+/* Fills M ((L+1) x (L+1), row l-1 = mixer l, column i = v_i; NaN for
+ * i >= l, where v_i does not exist yet) for the scheme of cfg:
+ *     baseline      M[l][i] = 1                      (h_l = v_0 + ... + v_{l-1})
+ *     full, block   M[l][i] = abar_{l,s(i)}, s(i) the source holding v_i:
+ *                   a block's weight goes to each of its member sublayers,
+ *                   since h_l = sum_s abar_s b_s = sum_s abar_s sum_{i in s} v_i
+ *     static, rescaled   as full (their weights are measured too)
+ *     mhc           M[l][i] = p_l^T R_{l-1} .. R_{i+1} q_i from its parameters
+ *     denseformer   from its DWA coefficients (lib/residual_denseformer.c)
+ * w holds the token-averaged weights (depth_stats.h) for the kinds that
+ * have them, else may be NULL; m is the model, for schemes whose M comes
+ * from their parameters (mHC: M[l][i] = beta_i^T A alpha_l), else may be
+ * NULL.  A kind with no M yet is an error. */
+int ar_mixing_matrix(const ar_model_cfg *cfg, const ar_model *m, const ar_depth_attn *w, double *M, ar_err *e);
+
+/* Whether ar_mixing_matrix needs measured weights w for this kind. */
+int ar_mixing_needs_weights(ar_res_kind k);
+
+#endif

@@ -1,0 +1,345 @@
+/* The depth-attention ablation variants (DESIGN.md "Ablation variants"):
+ * one general one-phase mixer with a per-mixer source list, used for
+ *   full / block with any of  score: sigmoid,  key_norm: false,  query: input,
+ *                             heads: H > 1
+ *   swa      sources v_0 and the last `window` sublayer outputs
+ *   static   alpha = softmax(theta_l), one learned logit per source (Full's sources)
+ *   rescaled alpha = 1/n (Full's sources; no parameters)
+ * Plain full/block (no flags) run on the optimised two-phase residual_depth.c;
+ * with ar_depth_general set they run here too (tests compare the two).
+ *
+ * Notation of residual_depth.c: P_l is the running sum of the current block
+ * (P_l = v_l when l opens a block, else P_{l-1} + v_l; S = 1 for every kind
+ * but block, so P_l = v_l).  Mixer m (1..L, L+1 = final) reads
+ *   block/full [P_end(0), .., P_end(n-1)] (+ P_{m-1} if m is not first in its block)
+ *   swa        [P_0, P_max(1,m-W), .., P_{m-1}]      (final: up to P_L)
+ * and forms h_m = sum_s alpha[a(j),s] src_s[j] with the backend's
+ * depth_mix op (lib/backend.h gives the exact math).  Per mixer, under the
+ * prefix blocks.{k}.attn_res / blocks.{k}.mlp_res / final_res:
+ *   .query [d]          learned pseudo-query (zero-initialised)
+ *   .query.weight [d,d] query: input, w_m = W_m RMSNorm(last source) (no gain),
+ *                       zero-initialised, replaces .query
+ *   .norm.weight [d]    key-norm gain (absent with key_norm: false)
+ *   .logits [n]         static: theta_m (zero-initialised)
+ *
+ * Memory is simple rather than lean: P, dP and the mixed inputs h of every
+ * mixer are kept (3(L+1) buffers of N x d), plus per mixer its weights and
+ * the input-dependent query's activations. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "error.h"
+#include "residual.h"
+#include "residual_ablate.h"
+
+int ar_depth_general = 0;
+
+typedef struct {
+    int n;
+    int *src;            /* indices into P */
+    int q_idx, g_idx, t_idx, W_idx; /* parameter indices or -1 */
+    const float **sp;
+    float **dsp;
+    float *alpha, *rstd; /* N x H x n, N x n */
+    float *h;            /* the mixed input (N x d) */
+    float *qn, *qrs, *wq; /* query: input: RMSNorm(last), its rstd, W qn */
+} amixer;
+
+typedef struct {
+    ar_residual base;
+    ar_res_kind kind;
+    int S, H, W, sigmoid, key_norm, qinput;
+    float **P, **dP;
+    amixer *mx;
+    float *fgrad, *dH, *dwq, *dqn, *ones, *dgdump;
+    const ar_param_table *pt;
+    float *params, *grads;
+} abl_res;
+
+#define A(r) ((abl_res *)(r))
+
+static int opens(abl_res *s, int l) { return (l - 1) % s->S == 0; }
+static int block_end(int n, int S, int L) { return n * S < L ? n * S : L; }
+
+static void plan(abl_res *s, amixer *x, int m)
+{
+    int L = s->base.L, S = s->S;
+    int cap = L + 2, n = 0;
+    x->src = ar_xcalloc((size_t)cap, sizeof(int));
+    if (s->kind == AR_RES_SWA) {
+        int last = m - 1, first = m - s->W < 1 ? 1 : m - s->W;
+        x->src[n++] = 0;
+        for (int i = first; i <= last; i++)
+            x->src[n++] = i;
+    } else {
+        int nblk, partial;
+        if (m == L + 1) {
+            nblk = (L + S - 1) / S + 1;
+            partial = 0;
+        } else {
+            nblk = (m - 1) / S + 1;
+            partial = (m - 1) % S + 1 >= 2;
+        }
+        for (int b = 0; b < nblk; b++)
+            x->src[n++] = block_end(b, S, L);
+        if (partial)
+            x->src[n++] = m - 1;
+    }
+    x->n = n;
+    x->sp = ar_xcalloc((size_t)n, sizeof *x->sp);
+    x->dsp = ar_xcalloc((size_t)n, sizeof *x->dsp);
+}
+
+static const float *pp(abl_res *s, int idx) { return idx < 0 ? NULL : s->params + s->pt->p[idx].offset; }
+static float *gp(abl_res *s, int idx) { return idx < 0 ? NULL : s->grads + s->pt->p[idx].offset; }
+
+static void abl_bind(ar_residual *r, float *params, float *grads, float *const *scratch, int nscratch)
+{
+    (void)scratch;
+    (void)nscratch;
+    abl_res *s = A(r);
+    const ar_backend *be = r->be;
+    size_t nd = (size_t)r->maxN * r->d * sizeof(float);
+    s->params = params;
+    s->grads = grads;
+    for (int l = 0; l <= r->L; l++) {
+        s->P[l] = be->alloc(nd);
+        s->dP[l] = be->alloc(nd);
+    }
+    s->fgrad = be->alloc(nd);
+    s->dH = be->alloc(nd);
+    if (s->qinput) {
+        s->dwq = be->alloc(nd);
+        s->dqn = be->alloc(nd);
+        s->dgdump = be->alloc((size_t)r->d * sizeof(float));
+        s->ones = be->alloc((size_t)r->d * sizeof(float));
+        float *o = ar_xmalloc((size_t)r->d * sizeof(float));
+        for (int j = 0; j < r->d; j++)
+            o[j] = 1.0f;
+        be->upload(s->ones, o, (size_t)r->d * sizeof(float));
+        free(o);
+    }
+    for (int m = 1; m <= r->L + 1; m++) {
+        amixer *x = &s->mx[m];
+        x->alpha = be->alloc((size_t)r->maxN * s->H * x->n * sizeof(float));
+        if (s->key_norm)
+            x->rstd = be->alloc((size_t)r->maxN * x->n * sizeof(float));
+        x->h = be->alloc(nd);
+        if (s->qinput) {
+            x->qn = be->alloc(nd);
+            x->wq = be->alloc(nd);
+            x->qrs = be->alloc((size_t)r->maxN * sizeof(float));
+        }
+        for (int i = 0; i < x->n; i++) {
+            x->sp[i] = s->P[x->src[i]];
+            x->dsp[i] = s->dP[x->src[i]];
+        }
+    }
+}
+
+static const float *mix_fwd(abl_res *s, int m, int N)
+{
+    const ar_backend *be = s->base.be;
+    amixer *x = &s->mx[m];
+    int d = s->base.d;
+    const float *w = pp(s, x->q_idx);
+    int wstride = 0;
+    if (s->qinput) {
+        be->rmsnorm_fwd(x->qn, x->qrs, x->sp[x->n - 1], s->ones, N, d);
+        be->matmul_fwd(x->wq, x->qn, pp(s, x->W_idx), N, d, d);
+        w = x->wq;
+        wstride = d;
+    }
+    be->depth_mix_fwd(x->h, x->alpha, x->rstd, x->sp, x->n, w, wstride, pp(s, x->g_idx), pp(s, x->t_idx),
+                      s->sigmoid, s->H, N, d);
+    return x->h;
+}
+
+static void mix_bwd(abl_res *s, int m, const float *dh, int N)
+{
+    const ar_backend *be = s->base.be;
+    amixer *x = &s->mx[m];
+    int d = s->base.d;
+    size_t nd = (size_t)N * d * sizeof(float);
+    if (s->qinput) {
+        be->zero(s->dwq, nd);
+        be->depth_mix_bwd(x->dsp, s->dwq, gp(s, x->g_idx), NULL, dh, x->alpha, x->rstd, x->sp, x->n, x->wq,
+                          d, pp(s, x->g_idx), NULL, s->sigmoid, s->H, N, d);
+        be->zero(s->dqn, nd);
+        be->matmul_bwd(s->dqn, gp(s, x->W_idx), s->dwq, x->qn, pp(s, x->W_idx), N, d, d);
+        /* the query's RMSNorm has no gain: its gradient goes to a scratch row */
+        be->zero(s->dgdump, (size_t)d * sizeof(float));
+        be->rmsnorm_bwd(x->dsp[x->n - 1], s->dgdump, s->dqn, x->sp[x->n - 1], s->ones, x->qrs, N, d);
+        return;
+    }
+    be->depth_mix_bwd(x->dsp, gp(s, x->q_idx), gp(s, x->g_idx), gp(s, x->t_idx), dh, x->alpha, x->rstd,
+                      x->sp, x->n, pp(s, x->q_idx), 0, pp(s, x->g_idx), pp(s, x->t_idx), s->sigmoid, s->H, N,
+                      d);
+}
+
+static float *abl_embed_out(ar_residual *r) { return A(r)->P[0]; }
+static const float *abl_input_fwd(ar_residual *r, int l, int N, const ar_norm_out *nf)
+{
+    (void)nf;
+    return mix_fwd(A(r), l, N);
+}
+static float *abl_output_buf(ar_residual *r, int l) { return A(r)->P[l]; }
+static void abl_accept_fwd(ar_residual *r, int l, int N)
+{
+    if (!opens(A(r), l))
+        r->be->add(A(r)->P[l], A(r)->P[l - 1], (size_t)N * r->d);
+}
+static const float *abl_final_fwd(ar_residual *r, int N) { return mix_fwd(A(r), r->L + 1, N); }
+
+static void abl_zero_grads(ar_residual *r, int N)
+{
+    size_t nd = (size_t)N * r->d * sizeof(float);
+    for (int l = 0; l <= r->L; l++)
+        r->be->zero(A(r)->dP[l], nd);
+    r->be->zero(A(r)->fgrad, nd);
+}
+static float *abl_final_grad_buf(ar_residual *r) { return A(r)->fgrad; }
+static void abl_final_bwd(ar_residual *r, int N) { mix_bwd(A(r), r->L + 1, A(r)->fgrad, N); }
+
+/* dv_l = dP_l, complete: every mixer above l is done; P_{l-1} feeds P_l. */
+static float *abl_output_grad(ar_residual *r, int l, int N)
+{
+    abl_res *s = A(r);
+    if (!opens(s, l))
+        r->be->add(s->dP[l - 1], s->dP[l], (size_t)N * r->d);
+    return s->dP[l];
+}
+static const float *abl_input_saved(ar_residual *r, int l, int N)
+{
+    (void)N;
+    return A(r)->mx[l].h;
+}
+static float *abl_input_grad_buf(ar_residual *r, int l, int N, float *spare)
+{
+    (void)l;
+    (void)spare;
+    r->be->zero(A(r)->dH, (size_t)N * r->d * sizeof(float));
+    return A(r)->dH;
+}
+static void abl_input_bwd(ar_residual *r, int l, int N) { mix_bwd(A(r), l, A(r)->dH, N); }
+static float *abl_embed_grad(ar_residual *r) { return A(r)->dP[0]; }
+static int abl_n_sources(ar_residual *r, int l) { return A(r)->mx[l].n; }
+
+/* averaged over tokens and heads */
+static void abl_mean_weights(ar_residual *r, int l, int N, float *out)
+{
+    abl_res *s = A(r);
+    amixer *x = &s->mx[l];
+    size_t cnt = (size_t)N * s->H * x->n;
+    float *a = ar_xmalloc(cnt * sizeof(float));
+    r->be->download(a, x->alpha, cnt * sizeof(float));
+    for (int i = 0; i < x->n; i++) {
+        double acc = 0;
+        for (size_t t = 0; t < (size_t)N * s->H; t++)
+            acc += a[t * x->n + i];
+        out[i] = (float)(acc / ((double)N * s->H));
+    }
+    free(a);
+}
+
+static const float *abl_source(ar_residual *r, int l, int i) { return A(r)->mx[l].sp[i]; }
+
+static void abl_destroy(ar_residual *r)
+{
+    abl_res *s = A(r);
+    const ar_backend *be = r->be;
+    for (int l = 0; l <= r->L; l++) {
+        be->free(s->P[l]);
+        be->free(s->dP[l]);
+    }
+    float *bufs[] = {s->fgrad, s->dH, s->dwq, s->dqn, s->ones, s->dgdump};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i])
+            be->free(bufs[i]);
+    for (int m = 1; m <= r->L + 1; m++) {
+        amixer *x = &s->mx[m];
+        float *mb[] = {x->alpha, x->rstd, x->h, x->qn, x->wq, x->qrs};
+        for (size_t i = 0; i < sizeof mb / sizeof *mb; i++)
+            if (mb[i])
+                be->free(mb[i]);
+        free(x->src);
+        free(x->sp);
+        free(x->dsp);
+    }
+    free(s->mx);
+    free(s->P);
+    free(s->dP);
+    free(s);
+}
+
+static const ar_residual_vt abl_vt = {
+    .bind = abl_bind,
+    .embed_out = abl_embed_out,
+    .input_fwd = abl_input_fwd,
+    .output_buf = abl_output_buf,
+    .accept_fwd = abl_accept_fwd,
+    .final_fwd = abl_final_fwd,
+    .zero_grads = abl_zero_grads,
+    .final_grad_buf = abl_final_grad_buf,
+    .final_bwd = abl_final_bwd,
+    .output_grad = abl_output_grad,
+    .input_saved = abl_input_saved,
+    .input_grad_buf = abl_input_grad_buf,
+    .input_bwd = abl_input_bwd,
+    .embed_grad = abl_embed_grad,
+    .n_sources = abl_n_sources,
+    .mean_weights = abl_mean_weights,
+    .source = abl_source,
+    .destroy = abl_destroy,
+};
+
+ar_residual *ar_residual_ablate_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN,
+                                       ar_param_table *pt)
+{
+    abl_res *s = ar_xcalloc(1, sizeof *s);
+    const ar_residual_cfg *rc = &cfg->residual;
+    int L = ar_cfg_sublayers(cfg), d = cfg->d_model;
+    s->base.vt = &abl_vt;
+    s->base.be = be;
+    s->base.L = L;
+    s->base.d = d;
+    s->base.maxN = maxN;
+    s->kind = rc->kind;
+    s->S = rc->kind == AR_RES_BLOCK ? ar_cfg_block_size(cfg) : 1;
+    s->W = rc->window;
+    int attn = rc->kind == AR_RES_FULL || rc->kind == AR_RES_BLOCK || rc->kind == AR_RES_SWA;
+    s->H = attn && rc->heads > 1 ? rc->heads : 1;
+    s->sigmoid = attn && rc->score == AR_SCORE_SIGMOID;
+    s->key_norm = attn && rc->key_norm == AR_KEY_NORM_ON;
+    s->qinput = attn && rc->query == AR_QUERY_INPUT;
+    s->pt = pt;
+    s->P = ar_xcalloc((size_t)L + 1, sizeof(float *));
+    s->dP = ar_xcalloc((size_t)L + 1, sizeof(float *));
+    s->mx = ar_xcalloc((size_t)L + 2, sizeof(amixer));
+    for (int m = 1; m <= L + 1; m++) {
+        amixer *x = &s->mx[m];
+        char pre[80], nm[128];
+        if (m == L + 1)
+            snprintf(pre, sizeof pre, "final_res");
+        else
+            snprintf(pre, sizeof pre, "blocks.%d.%s", (m - 1) / 2, (m % 2) ? "attn_res" : "mlp_res");
+        plan(s, x, m);
+        x->q_idx = x->g_idx = x->t_idx = x->W_idx = -1;
+        if (attn && s->qinput) {
+            snprintf(nm, sizeof nm, "%s.query.weight", pre);
+            x->W_idx = ar_params_add(pt, nm, d, d, AR_INIT_ZEROS, 0, m);
+        } else if (attn) {
+            snprintf(nm, sizeof nm, "%s.query", pre);
+            x->q_idx = ar_params_add(pt, nm, d, 0, AR_INIT_ZEROS, 0, m);
+        }
+        if (s->key_norm) {
+            snprintf(nm, sizeof nm, "%s.norm.weight", pre);
+            x->g_idx = ar_params_add(pt, nm, d, 0, AR_INIT_ONES, 0, m);
+        }
+        if (rc->kind == AR_RES_STATIC) {
+            snprintf(nm, sizeof nm, "%s.logits", pre);
+            x->t_idx = ar_params_add(pt, nm, x->n, 0, AR_INIT_ZEROS, 0, m);
+        }
+    }
+    return &s->base;
+}

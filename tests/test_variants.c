@@ -1,0 +1,626 @@
+/* The ablation variants (DESIGN.md "Ablation variants"): their ops against
+ * double-precision references, finite differences through the whole model
+ * for every variant, and the identities between variants. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/config.h"
+#include "lib/mixing.h"
+#include "lib/model.h"
+#include "lib/residual_ablate.h"
+#include "testutil.h"
+
+static const ar_backend *cpu(void)
+{
+    const ar_backend *be = ar_backend_cpu();
+    be->set_threads(1); /* the FD loops are many tiny ops: threads only add overhead */
+    return be;
+}
+
+/* ---------- ops ---------- */
+
+/* depth_mix_fwd in double, straight from the formula in backend.h */
+static void ref_mix(double *h, const float *const *src, int n, const float *w, int wstride, const float *g,
+                    const float *theta, int sigmoid, int H, int N, int d)
+{
+    int e = d / H;
+    for (int i = 0; i < N; i++) {
+        double a[64][8];
+        for (int hh = 0; hh < H; hh++) {
+            for (int s = 0; s < n; s++) {
+                const float *x = src[s] + (size_t)i * d;
+                double r = 1, z = 0;
+                if (g) {
+                    double ss = 0;
+                    for (int j = 0; j < d; j++)
+                        ss += (double)x[j] * x[j];
+                    r = 1 / sqrt(ss / d + 1e-6);
+                }
+                for (int j = hh * e; j < (hh + 1) * e; j++)
+                    z += (w ? w[(size_t)i * wstride + j] : 0) * (g ? x[j] * r * g[j] : x[j]);
+                a[s][hh] = theta ? theta[s] : z;
+            }
+            double mx = -1e300, sum = 0;
+            for (int s = 0; s < n; s++)
+                mx = fmax(mx, a[s][hh]);
+            for (int s = 0; s < n; s++)
+                sum += exp(a[s][hh] - mx);
+            for (int s = 0; s < n; s++)
+                a[s][hh] = sigmoid ? 1 / (1 + exp(-a[s][hh])) : exp(a[s][hh] - mx) / sum;
+        }
+        for (int j = 0; j < d; j++) {
+            double y = 0;
+            for (int s = 0; s < n; s++)
+                y += a[s][j / e] * src[s][(size_t)i * d + j];
+            h[(size_t)i * d + j] = y;
+        }
+    }
+}
+
+static void mix_case(int n, int wstride, int use_g, int use_theta, int sigmoid, int H)
+{
+    const ar_backend *be = cpu();
+    int N = 37, d = 16;
+    float *src[8], *w = malloc((size_t)N * d * sizeof(float)), g[16], th[8];
+    for (int s = 0; s < n; s++) {
+        src[s] = malloc((size_t)N * d * sizeof(float));
+        tu_fill_uniform(src[s], (size_t)N * d, -2, 2, 10 + (uint64_t)s);
+    }
+    tu_fill_uniform(w, (size_t)N * d, -1, 1, 3);
+    tu_fill_uniform(g, 16, 0.5f, 1.5f, 4);
+    tu_fill_uniform(th, 8, -1, 1, 5);
+    float *h = malloc((size_t)N * d * sizeof(float)), *alpha = malloc((size_t)N * H * n * sizeof(float)),
+          *rstd = malloc((size_t)N * n * sizeof(float));
+    double *ref = malloc((size_t)N * d * sizeof(double));
+    const float *const *sp = (const float *const *)src;
+    be->depth_mix_fwd(h, alpha, rstd, sp, n, w, wstride, use_g ? g : NULL, use_theta ? th : NULL, sigmoid, H, N, d);
+    ref_mix(ref, sp, n, w, wstride, use_g ? g : NULL, use_theta ? th : NULL, sigmoid, H, N, d);
+    double err = 0;
+    for (size_t k = 0; k < (size_t)N * d; k++)
+        err = fmax(err, fabs(h[k] - ref[k]) / (1 + fabs(ref[k])));
+    cr_expect_lt(err, 1e-5, "n %d wstride %d g %d theta %d sigmoid %d H %d: max rel err %g", n, wstride, use_g,
+                 use_theta, sigmoid, H, err);
+
+    /* backward: directional finite difference of L = sum(h * c) in every
+     * input (sources, query, gain, logits) */
+    float *c = malloc((size_t)N * d * sizeof(float));
+    tu_fill_uniform(c, (size_t)N * d, -1, 1, 6);
+    float *ds[8], *dw = calloc((size_t)N * d, sizeof(float)), dg[16] = {0}, dth[8] = {0};
+    for (int s = 0; s < n; s++)
+        ds[s] = calloc((size_t)N * d, sizeof(float));
+    be->depth_mix_bwd(ds, dw, use_g ? dg : NULL, use_theta ? dth : NULL, c, alpha, rstd, sp, n, w, wstride,
+                      use_g ? g : NULL, use_theta ? th : NULL, sigmoid, H, N, d);
+    struct { float *x, *gx; size_t len; } ins[12];
+    int ni = 0;
+    for (int s = 0; s < n; s++)
+        ins[ni++] = (typeof(ins[0])){src[s], ds[s], (size_t)N * d};
+    if (!use_theta)
+        ins[ni++] = (typeof(ins[0])){w, dw, wstride ? (size_t)N * d : (size_t)d};
+    if (use_g)
+        ins[ni++] = (typeof(ins[0])){g, dg, 16};
+    if (use_theta)
+        ins[ni++] = (typeof(ins[0])){th, dth, (size_t)n};
+    for (int k = 0; k < ni; k++) {
+        float *u = malloc(ins[k].len * sizeof(float)), *x0 = malloc(ins[k].len * sizeof(float));
+        tu_fill_uniform(u, ins[k].len, -1, 1, 50 + (uint64_t)k);
+        memcpy(x0, ins[k].x, ins[k].len * sizeof(float));
+        double gu = 0, lp = 0, lm = 0, eps = 1e-3;
+        for (size_t j = 0; j < ins[k].len; j++)
+            gu += (double)ins[k].gx[j] * u[j];
+        for (int sgn = -1; sgn <= 1; sgn += 2) {
+            for (size_t j = 0; j < ins[k].len; j++)
+                ins[k].x[j] = (float)(x0[j] + sgn * eps * u[j]);
+            ref_mix(ref, sp, n, w, wstride, use_g ? g : NULL, use_theta ? th : NULL, sigmoid, H, N, d);
+            double l = 0;
+            for (size_t j = 0; j < (size_t)N * d; j++)
+                l += ref[j] * c[j];
+            *(sgn < 0 ? &lm : &lp) = l;
+        }
+        memcpy(ins[k].x, x0, ins[k].len * sizeof(float));
+        double fd = (lp - lm) / (2 * eps);
+        cr_expect(fabs(fd - gu) <= 1e-3 * fabs(gu) + 1e-3, "input %d: fd %.8g vs analytic %.8g", k, fd, gu);
+        free(u);
+        free(x0);
+    }
+    for (int s = 0; s < n; s++) {
+        free(src[s]);
+        free(ds[s]);
+    }
+    free(w);
+    free(dw);
+    free(h);
+    free(alpha);
+    free(rstd);
+    free(ref);
+    free(c);
+}
+
+Test(ops, depth_mix_softmax_key_norm) { mix_case(4, 0, 1, 0, 0, 1); }
+Test(ops, depth_mix_sigmoid) { mix_case(3, 0, 1, 0, 1, 1); }
+Test(ops, depth_mix_no_key_norm) { mix_case(5, 0, 0, 0, 0, 1); }
+Test(ops, depth_mix_per_token_query) { mix_case(3, 16, 1, 0, 0, 1); }
+Test(ops, depth_mix_static_logits) { mix_case(4, 0, 0, 1, 0, 1); }
+Test(ops, depth_mix_heads) { mix_case(4, 0, 1, 0, 0, 4); }
+Test(ops, depth_mix_heads_sigmoid_no_norm) { mix_case(3, 16, 0, 0, 1, 2); }
+
+Test(ops, depth_mix_equals_depth_attn)
+{
+    /* one head, softmax, key norm: the same math as the reference op */
+    const ar_backend *be = cpu();
+    int N = 40, d = 24, n = 5;
+    float *src[5], w[24], g[24];
+    for (int s = 0; s < n; s++) {
+        src[s] = malloc((size_t)N * d * sizeof(float));
+        tu_fill_uniform(src[s], (size_t)N * d, -1, 1, 70 + (uint64_t)s);
+    }
+    tu_fill_uniform(w, 24, -1, 1, 1);
+    tu_fill_uniform(g, 24, 0.5f, 1.5f, 2);
+    float *h1 = malloc((size_t)N * d * 4), *h2 = malloc((size_t)N * d * 4), *a1 = malloc((size_t)N * n * 4),
+          *a2 = malloc((size_t)N * n * 4), *r1 = malloc((size_t)N * n * 4), *r2 = malloc((size_t)N * n * 4);
+    const float *const *sp = (const float *const *)src;
+    be->depth_mix_fwd(h1, a1, r1, sp, n, w, 0, g, NULL, 0, 1, N, d);
+    be->depth_attn_fwd(h2, a2, r2, sp, n, w, g, N, d);
+    cr_expect_lt(tu_rel_err(h1, h2, (size_t)N * d), 1e-6);
+    cr_expect_lt(tu_rel_err(a1, a2, (size_t)N * n), 1e-6);
+    for (int s = 0; s < n; s++)
+        free(src[s]);
+    free(h1), free(h2), free(a1), free(a2), free(r1), free(r2);
+}
+
+Test(ops, wsum_forward_and_backward)
+{
+    const ar_backend *be = cpu();
+    size_t len = 40000; /* more than one reduction chunk */
+    int n = 3;
+    float *x[3], *dx[3], c[3] = {0.5f, -1.25f, 2.0f}, dc[3] = {0};
+    float *y = malloc(len * 4), *dy = malloc(len * 4);
+    for (int s = 0; s < n; s++) {
+        x[s] = malloc(len * 4);
+        dx[s] = calloc(len, 4);
+        tu_fill_uniform(x[s], len, -1, 1, 90 + (uint64_t)s);
+    }
+    tu_fill_uniform(dy, len, -1, 1, 99);
+    be->wsum_fwd(y, (const float *const *)x, c, n, 0, len);
+    double err = 0;
+    for (size_t k = 0; k < len; k++)
+        err = fmax(err, fabs(y[k] - (0.5 * x[0][k] - 1.25 * x[1][k] + 2.0 * x[2][k])));
+    cr_expect_lt(err, 1e-6);
+    be->wsum_fwd(y, (const float *const *)x, c, 1, 1, len); /* += 0.5 x0 */
+    cr_expect_float_eq(y[7], (float)(1.0 * x[0][7] - 1.25 * x[1][7] + 2.0 * x[2][7]), 1e-5);
+    be->wsum_bwd(dx, dc, dy, (const float *const *)x, c, n, len);
+    for (int s = 0; s < n; s++) {
+        double dot = 0;
+        for (size_t k = 0; k < len; k++)
+            dot += (double)dy[k] * x[s][k];
+        cr_expect(fabs(dc[s] - dot) < 1e-3 * (1 + fabs(dot)), "dc[%d] %g vs %g", s, dc[s], dot);
+        cr_expect_float_eq(dx[s][123], c[s] * dy[123], 1e-6);
+        free(x[s]);
+        free(dx[s]);
+    }
+    free(y);
+    free(dy);
+}
+
+/* ---------- tiny models ---------- */
+
+static ar_model_cfg tiny(ar_res_kind kind)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    ar_model_cfg m = c.model;
+    m.d_model = 12;
+    m.n_layer = 2;
+    m.n_head = 2;
+    m.d_ff = 20;
+    m.seq_len = 6;
+    m.residual.kind = kind;
+    m.residual.block_size = kind == AR_RES_BLOCK ? 2 : 0;
+    return m;
+}
+
+static void randomize(ar_model *m, uint64_t seed)
+{
+    float *h = calloc(m->pt.total, sizeof(float));
+    for (int i = 0; i < m->pt.n; i++) {
+        const ar_param *p = &m->pt.p[i];
+        float s = p->init == AR_INIT_NORMAL ? 0.3f : 1.0f;
+        tu_fill_uniform(h + p->offset, p->numel, -s, s, seed * 131 + (uint64_t)i);
+        if (p->init == AR_INIT_ONES)
+            for (size_t j = 0; j < p->numel; j++)
+                h[p->offset + j] += 1.0f;
+    }
+    m->be->upload(m->params, h, m->pt.total * sizeof(float));
+    free(h);
+}
+
+static void tokens(int32_t *in, int32_t *tg, int n, uint64_t seed)
+{
+    float *u = malloc((size_t)(n + 1) * sizeof(float));
+    tu_fill_uniform(u, (size_t)n + 1, 0, 256, seed);
+    for (int i = 0; i < n; i++) {
+        in[i] = (int32_t)u[i];
+        tg[i] = (int32_t)u[i + 1];
+    }
+    free(u);
+}
+
+/* The config must pass validation: every case here is a config a user can write. */
+static void valid(const ar_model_cfg *mc)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    c.model = *mc;
+    ar_err e;
+    cr_assert_eq(ar_config_validate(&c, &e), 0, "%s", e.msg);
+}
+
+/* As tests/test_model.c: directional finite differences per tensor. */
+static void fd_check(ar_model_cfg mc, const char *what, const char *must_have)
+{
+    valid(&mc);
+    ar_model *m;
+    ar_err e;
+    int B = 2, N = B * mc.seq_len;
+    cr_assert_eq(ar_model_create(&m, &mc, cpu(), B, &e), 0, "%s", e.msg);
+    cr_assert_geq(ar_params_find(&m->pt, must_have), 0, "%s: no tensor '%s'", what, must_have);
+    randomize(m, 7);
+    int32_t in[64], tg[64];
+    tokens(in, tg, N, 3);
+    ar_model_zero_grad(m);
+    ar_model_forward(m, in, tg, B, NULL);
+    ar_model_backward(m, 1.0f / N);
+    for (int i = 0; i < m->pt.n; i++) {
+        const ar_param *p = &m->pt.p[i];
+        float *x = ar_model_param(m, i), *g = ar_model_grad(m, i);
+        float *u = malloc(p->numel * sizeof(float)), *x0 = malloc(p->numel * sizeof(float));
+        tu_fill_uniform(u, p->numel, -1, 1, 100 + (uint64_t)i);
+        double nu = 0, gu = 0;
+        for (size_t j = 0; j < p->numel; j++)
+            nu += (double)u[j] * u[j];
+        for (size_t j = 0; j < p->numel; j++) {
+            u[j] /= (float)sqrt(nu);
+            gu += (double)g[j] * u[j];
+        }
+        memcpy(x0, x, p->numel * sizeof(float));
+        const float h = 1e-2f;
+        double lp, lm;
+        for (size_t j = 0; j < p->numel; j++)
+            x[j] = x0[j] + h * u[j];
+        ar_model_forward(m, in, tg, B, &lp);
+        for (size_t j = 0; j < p->numel; j++)
+            x[j] = x0[j] - h * u[j];
+        ar_model_forward(m, in, tg, B, &lm);
+        memcpy(x, x0, p->numel * sizeof(float));
+        double fd = (lp - lm) / (2.0 * h * N);
+        cr_expect(fabs(fd - gu) <= 2e-2 * fabs(gu) + 3e-4, "%s %s: fd %.6g vs analytic %.6g", what, p->name, fd,
+                  gu);
+        free(u);
+        free(x0);
+    }
+    ar_model_free(m);
+}
+
+Test(variants_fd, sigmoid)
+{
+    ar_model_cfg c = tiny(AR_RES_FULL);
+    c.residual.score = AR_SCORE_SIGMOID;
+    fd_check(c, "full sigmoid", "blocks.1.mlp_res.query");
+}
+Test(variants_fd, no_key_norm)
+{
+    ar_model_cfg c = tiny(AR_RES_FULL);
+    c.residual.key_norm = AR_KEY_NORM_OFF;
+    fd_check(c, "full key_norm false", "final_res.query");
+}
+Test(variants_fd, block_no_key_norm)
+{
+    ar_model_cfg c = tiny(AR_RES_BLOCK);
+    c.residual.key_norm = AR_KEY_NORM_OFF;
+    fd_check(c, "block key_norm false", "final_res.query");
+}
+Test(variants_fd, input_query)
+{
+    ar_model_cfg c = tiny(AR_RES_FULL);
+    c.residual.query = AR_QUERY_INPUT;
+    fd_check(c, "full query input", "blocks.0.mlp_res.query.weight");
+}
+Test(variants_fd, block_input_query_sigmoid)
+{
+    ar_model_cfg c = tiny(AR_RES_BLOCK);
+    c.residual.query = AR_QUERY_INPUT;
+    c.residual.score = AR_SCORE_SIGMOID;
+    fd_check(c, "block query input sigmoid", "final_res.query.weight");
+}
+Test(variants_fd, static_) { fd_check(tiny(AR_RES_STATIC), "static", "blocks.1.attn_res.logits"); }
+Test(variants_fd, rescaled) { fd_check(tiny(AR_RES_RESCALED), "rescaled", "lm_head.weight"); }
+Test(variants_fd, denseformer) { fd_check(tiny(AR_RES_DENSEFORMER), "denseformer", "blocks.1.dwa.prev"); }
+Test(variants_fd, swa)
+{
+    ar_model_cfg c = tiny(AR_RES_SWA);
+    c.residual.window = 2;
+    fd_check(c, "swa 2", "blocks.1.attn_res.query");
+}
+Test(variants_fd, heads)
+{
+    ar_model_cfg c = tiny(AR_RES_FULL);
+    c.residual.heads = 3;
+    fd_check(c, "full heads 3", "final_res.norm.weight");
+}
+Test(variants_fd, block_heads)
+{
+    ar_model_cfg c = tiny(AR_RES_BLOCK);
+    c.residual.heads = 2;
+    fd_check(c, "block heads 2", "final_res.norm.weight");
+}
+Test(variants_fd, mhc)
+{
+    ar_model_cfg c = tiny(AR_RES_MHC);
+    c.residual.streams = 3;
+    fd_check(c, "mhc 3", "blocks.0.attn_hc.res");
+}
+Test(variants_fd, mhc4)
+{
+    ar_model_cfg c = tiny(AR_RES_MHC);
+    fd_check(c, "mhc 4", "blocks.1.mlp_hc.post");
+}
+
+/* ---------- identities ---------- */
+
+/* Forward + backward of two configs; a's weights random, b's copied by name
+ * (tensors only b has are zeroed).  Returns max |difference| over loss,
+ * logits and the gradients of the tensors both have. */
+static double compare(ar_model_cfg a, ar_model_cfg b, int gen_a, int gen_b, int init)
+{
+    ar_model *ma, *mb;
+    ar_err e;
+    int B = 2, N = B * a.seq_len;
+    ar_depth_general = gen_a;
+    cr_assert_eq(ar_model_create(&ma, &a, cpu(), B, &e), 0, "%s", e.msg);
+    ar_depth_general = gen_b;
+    cr_assert_eq(ar_model_create(&mb, &b, cpu(), B, &e), 0, "%s", e.msg);
+    ar_depth_general = 0;
+    if (init)
+        ar_model_init(ma, 3);
+    else
+        randomize(ma, 11);
+    ar_model_zero_grad(mb);
+    for (int j = 0; j < mb->pt.n; j++) {
+        int i = ar_params_find(&ma->pt, mb->pt.p[j].name);
+        if (i >= 0)
+            memcpy(ar_model_param(mb, j), ar_model_param(ma, i), mb->pt.p[j].numel * sizeof(float));
+        else
+            memset(ar_model_param(mb, j), 0, mb->pt.p[j].numel * sizeof(float));
+    }
+    int32_t in[64], tg[64];
+    tokens(in, tg, N, 5);
+    ar_model *ms[2] = {ma, mb};
+    double loss[2];
+    for (int k = 0; k < 2; k++) {
+        ar_model_zero_grad(ms[k]);
+        loss[k] = ar_model_forward(ms[k], in, tg, B, NULL);
+        ar_model_backward(ms[k], 1.0f / N);
+    }
+    double d = fabs(loss[0] - loss[1]);
+    for (size_t i = 0; i < (size_t)N * ma->V; i++)
+        d = fmax(d, fabs(ma->logits[i] - mb->logits[i]));
+    for (int i = 0; i < ma->pt.n; i++) {
+        int j = ar_params_find(&mb->pt, ma->pt.p[i].name);
+        if (j < 0)
+            continue;
+        for (size_t k = 0; k < ma->pt.p[i].numel; k++)
+            d = fmax(d, fabs(ar_model_grad(ma, i)[k] - ar_model_grad(mb, j)[k]));
+    }
+    ar_model_free(ma);
+    ar_model_free(mb);
+    return d;
+}
+
+Test(variants, rescaled_gives_uniform_weights)
+{
+    ar_model_cfg c = tiny(AR_RES_RESCALED);
+    ar_model *m;
+    ar_err e;
+    cr_assert_eq(ar_model_create(&m, &c, cpu(), 2, &e), 0);
+    randomize(m, 2);
+    cr_expect_eq(ar_model_nonembed_params(m) > 0, 1);
+    int32_t in[64], tg[64];
+    tokens(in, tg, 2 * m->T, 9);
+    ar_model_forward(m, in, tg, 2, NULL);
+    for (int l = 1; l <= m->L + 1; l++) {
+        int n = m->res->vt->n_sources(m->res, l);
+        cr_expect_eq(n, l == m->L + 1 ? m->L + 1 : l, "mixer %d has %d sources", l, n);
+        float w[64];
+        m->res->vt->mean_weights(m->res, l, 2 * m->T, w);
+        for (int i = 0; i < n; i++)
+            cr_expect_float_eq(w[i], 1.0f / n, 1e-6, "mixer %d source %d: %g", l, i, w[i]);
+        /* h_l = (v_0 + ... + v_{l-1}) / n exactly */
+        if (l <= m->L && m->res_in[l]) {
+            int N = 2 * m->T, d = m->d;
+            double err = 0;
+            for (int t = 0; t < N * d; t++) {
+                double want = 0;
+                for (int i = 0; i < n; i++)
+                    want += m->res->vt->source(m->res, l, i)[t];
+                err = fmax(err, fabs(m->res_in[l][t] - want / n));
+            }
+            cr_expect_lt(err, 1e-5, "mixer %d: h differs from the mean of its sources by %g", l, err);
+        }
+    }
+    ar_model_free(m);
+}
+
+Test(variants, static_with_zero_logits_equals_rescaled)
+{
+    ar_model_cfg s = tiny(AR_RES_STATIC), r = tiny(AR_RES_RESCALED);
+    /* r's weights random, static's logits (only static has them) zero */
+    double d = compare(r, s, 0, 0, 0);
+    cr_expect_lt(d, 1e-6, "static with zero logits differs from rescaled by %g", d);
+}
+
+Test(variants, swa_covering_all_layers_equals_full)
+{
+    ar_model_cfg s = tiny(AR_RES_SWA), f = tiny(AR_RES_FULL);
+    s.residual.window = 4; /* L = 4 */
+    double d = compare(f, s, 0, 0, 0);
+    cr_expect_lt(d, 2e-5, "swa window L differs from full by %g", d);
+    s.residual.window = 2;
+    cr_expect_gt(compare(f, s, 0, 0, 0), 1e-4, "swa window 2 should differ from full");
+}
+
+Test(variants, one_head_equals_single_head)
+{
+    /* full through the general mixer (heads: 1) against the two-phase one */
+    ar_model_cfg f = tiny(AR_RES_FULL), b = tiny(AR_RES_BLOCK);
+    double d = compare(f, f, 1, 0, 0);
+    cr_expect_lt(d, 2e-5, "general full differs from two-phase full by %g", d);
+    d = compare(b, b, 1, 0, 0);
+    cr_expect_lt(d, 2e-5, "general block differs from two-phase block by %g", d);
+    ar_model_cfg h = f;
+    h.residual.heads = 2;
+    cr_expect_gt(compare(f, h, 0, 0, 0), 1e-4, "2 heads should differ from 1");
+}
+
+Test(variants, denseformer_at_init_equals_baseline)
+{
+    double d = compare(tiny(AR_RES_DENSEFORMER), tiny(AR_RES_BASELINE), 0, 0, 1);
+    cr_expect_eq(d, 0.0, "denseformer at initialisation differs from baseline by %g", d);
+    cr_expect_gt(compare(tiny(AR_RES_DENSEFORMER), tiny(AR_RES_BASELINE), 0, 0, 0), 1e-4,
+                 "random DWA weights should differ from baseline");
+}
+
+Test(variants, mhc_hres_is_doubly_stochastic)
+{
+    for (int m = 1; m <= 5; m++) {
+        int np = ar_mhc_perms(m, NULL);
+        int want = 1;
+        for (int k = 2; k <= m; k++)
+            want *= k;
+        cr_expect_eq(np, want, "%d! = %d permutations, got %d", m, want, np);
+        float r[120];
+        tu_fill_uniform(r, (size_t)np, -4, 4, 40 + (uint64_t)m);
+        double R[25];
+        ar_mhc_hres(r, m, R);
+        for (int i = 0; i < m; i++) {
+            double rs = 0, cs = 0;
+            for (int j = 0; j < m; j++) {
+                rs += R[i * m + j];
+                cs += R[j * m + i];
+                cr_expect_geq(R[i * m + j], 0.0);
+            }
+            cr_expect(fabs(rs - 1) < 1e-12 && fabs(cs - 1) < 1e-12, "m %d row/col %d sums %.17g %.17g", m, i, rs,
+                      cs);
+        }
+    }
+}
+
+Test(variants, parameters_are_counted)
+{
+    /* the variants' tensors count as non-embedding parameters (FLOPs 6N) */
+    ar_model_cfg b = tiny(AR_RES_BASELINE), s = tiny(AR_RES_STATIC), q = tiny(AR_RES_FULL),
+                 h = tiny(AR_RES_MHC);
+    q.residual.query = AR_QUERY_INPUT;
+    ar_model *mb, *ms, *mq, *mh;
+    ar_err e;
+    cr_assert_eq(ar_model_create(&mb, &b, cpu(), 1, &e), 0);
+    cr_assert_eq(ar_model_create(&ms, &s, cpu(), 1, &e), 0);
+    cr_assert_eq(ar_model_create(&mq, &q, cpu(), 1, &e), 0);
+    cr_assert_eq(ar_model_create(&mh, &h, cpu(), 1, &e), 0);
+    /* static: mixer l has l sources (l = 1..4), final 5: 1+2+3+4+5 = 15 logits */
+    cr_expect_eq(ar_model_nonembed_params(ms) - ar_model_nonembed_params(mb), 15);
+    /* query input: 5 mixers x (d x d + d gain) */
+    cr_expect_eq(ar_model_nonembed_params(mq) - ar_model_nonembed_params(mb), 5 * (144 + 12));
+    /* mhc 4 streams: 4 sublayers x (4 + 4 + 24) */
+    cr_expect_eq(ar_model_nonembed_params(mh) - ar_model_nonembed_params(mb), 4 * 32);
+    ar_model_free(mb), ar_model_free(ms), ar_model_free(mq), ar_model_free(mh);
+}
+
+/* ---------- config ---------- */
+
+Test(variants, config_keys_parse_and_round_trip)
+{
+    const char *y = "model:\n  residual:\n    kind: block\n    block_size: 2\n    key_norm: false\n"
+                    "    heads: 4\n    score: sigmoid\n    query: input\n";
+    ar_config c, d;
+    ar_err e;
+    ar_config_defaults(&c);
+    cr_assert_eq(ar_config_parse(&c, y, strlen(y), "t.yaml", &e), 0, "%s", e.msg);
+    cr_expect_eq(c.model.residual.key_norm, AR_KEY_NORM_OFF);
+    cr_expect_eq(c.model.residual.heads, 4);
+    cr_expect_eq(c.model.residual.score, AR_SCORE_SIGMOID);
+    cr_expect_eq(c.model.residual.query, AR_QUERY_INPUT);
+    char *out = ar_config_to_yaml(&c);
+    ar_config_defaults(&d);
+    cr_assert_eq(ar_config_parse(&d, out, strlen(out), "resolved", &e), 0, "%s", e.msg);
+    char buf[256];
+    cr_expect_eq(ar_config_diff(&c, &d, buf, sizeof buf), 0, "%s", buf);
+    free(out);
+    /* the plain config writes none of the new keys */
+    ar_config_defaults(&c);
+    out = ar_config_to_yaml(&c);
+    cr_expect_null(strstr(out, "heads"));
+    cr_expect_null(strstr(out, "streams"));
+    free(out);
+}
+
+Test(variants, config_rejects_misplaced_flags)
+{
+    ar_config c;
+    ar_err e;
+    ar_config_defaults(&c);
+    cr_assert_eq(ar_config_set(&c, "model.residual.kind=swa", &e), 0, "%s", e.msg);
+    cr_expect_neq(ar_config_validate(&c, &e), 0);
+    cr_expect(strstr(e.msg, "window"), "%s", e.msg);
+    ar_config_defaults(&c);
+    cr_assert_eq(ar_config_set(&c, "model.residual.kind=mhc", &e), 0);
+    cr_assert_eq(ar_config_set(&c, "model.residual.key_norm=false", &e), 0);
+    cr_expect_neq(ar_config_validate(&c, &e), 0);
+    cr_expect(strstr(e.msg, "key_norm"), "%s", e.msg);
+    ar_config_defaults(&c);
+    cr_assert_eq(ar_config_set(&c, "model.residual.heads=5", &e), 0);
+    cr_expect_neq(ar_config_validate(&c, &e), 0); /* 192 % 5 */
+    cr_expect(strstr(e.msg, "heads"), "%s", e.msg);
+    ar_config_defaults(&c);
+    cr_expect_neq(ar_config_set(&c, "model.residual.score=tanh", &e), 0);
+    cr_expect(strstr(e.msg, "softmax|sigmoid"), "%s", e.msg);
+}
+
+/* ---------- the mixing matrix of the parameterised schemes ---------- */
+
+/* h_l (as the model formed it) = sum_i M[l][i] v_i with M from the
+ * parameters (lib/mixing.c), for every sublayer and h_out. */
+static void mixing_matches_forward(ar_model_cfg c)
+{
+    ar_model *m;
+    ar_err e;
+    cr_assert_eq(ar_model_create(&m, &c, cpu(), 1, &e), 0, "%s", e.msg);
+    randomize(m, 21);
+    int32_t in[64], tg[64];
+    tokens(in, tg, m->T, 4);
+    ar_model_forward(m, in, tg, 1, NULL);
+    int L = m->L, N = m->T, d = m->d;
+    double *M = calloc((size_t)(L + 1) * (L + 1), sizeof *M);
+    cr_assert_eq(ar_mixing_matrix(&c, m, NULL, M, &e), 0, "%s", e.msg);
+    const ar_residual_vt *v = m->res->vt;
+    for (int l = 1; l <= L + 1; l++) {
+        const float *h = l <= L ? m->res_in[l] : m->res_hout;
+        cr_assert(h);
+        double err = 0, scale = 0;
+        for (int t = 0; t < N * d; t++) {
+            double want = 0;
+            for (int i = 0; i < l; i++)
+                want += M[(size_t)(l - 1) * (L + 1) + i] * (i == 0 ? v->embed_out(m->res) : v->output_buf(m->res, i))[t];
+            err = fmax(err, fabs(h[t] - want));
+            scale = fmax(scale, fabs(want));
+        }
+        cr_expect_lt(err, 1e-5 * (1 + scale), "%s mixer %d: h differs from M v by %g", ar_res_kind_name(c.residual.kind),
+                     l, err);
+    }
+    free(M);
+    ar_model_free(m);
+}
+
+Test(variants, mhc_mixing_matrix_matches_forward) { mixing_matches_forward(tiny(AR_RES_MHC)); }
+Test(variants, denseformer_mixing_matrix_matches_forward) { mixing_matches_forward(tiny(AR_RES_DENSEFORMER)); }

@@ -1,0 +1,60 @@
+#!/bin/sh
+# Builds the fuzz harnesses of fuzz/ with clang, libFuzzer, AddressSanitizer
+# and UBSan, and fuzzes each for a bounded time (the README's "Reliability"
+# section; tools/test.sh runs this with 10 seconds each).
+#
+#   tools/fuzz.sh [SECONDS [HARNESS...]]
+#
+# SECONDS defaults to 10; HARNESS is any of config, safetensors, tokens,
+# metrics, csv (default: all).  Each harness starts from its committed seed
+# corpus fuzz/corpus/NAME (read-only) plus a scratch corpus in
+# build-fuzz/corpus/NAME that persists between runs.  A crash, an
+# out-of-bounds access, a leak, undefined behaviour, a timeout or a failed
+# message check stops the run; the input is kept as build-fuzz/crash-NAME-*
+# and the script exits 1.  To keep a crasher as a regression test, copy it
+# into fuzz/corpus/NAME/ (the test suite replays that folder).
+set -eu
+cd "$(dirname "$0")/.."
+secs=${1:-10}
+[ $# -gt 0 ] && shift
+all="config safetensors tokens metrics csv"
+harnesses=${*:-$all}
+out=${AR_FUZZ_BUILD:-build-fuzz}
+cc=${CLANG:-clang}
+mkdir -p "$out"
+
+flags="-g -O1 -std=gnu11 -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined"
+gsl_libs=$(pkg-config --libs gsl)
+for h in $harnesses; do
+    case $h in
+    config) src="formats/config.c lib/config.c lib/error.c" libs="-lyaml" ;;
+    safetensors) src="formats/safetensors.c formats/json.c formats/atomic.c formats/config.c lib/config.c lib/error.c" libs="-lyaml -lz" ;;
+    tokens) src="formats/tokens.c formats/atomic.c lib/error.c" libs="-lz" ;;
+    metrics) src="formats/metrics.c formats/json.c formats/atomic.c lib/error.c" libs="" ;;
+    csv) src="formats/csv.c formats/json.c lib/scaling.c lib/error.c" libs="$gsl_libs -lm" ;;
+    *) echo "tools/fuzz.sh: unknown harness '$h' (expected one of: $all)" >&2; exit 2 ;;
+    esac
+    # shellcheck disable=SC2086
+    "$cc" $flags -o "$out/fuzz_$h" "fuzz/fuzz_$h.c" $src $libs
+done
+
+status=0
+for h in $harnesses; do
+    mkdir -p "$out/corpus/$h"
+    dict=""
+    [ -f "fuzz/$h.dict" ] && dict="-dict=fuzz/$h.dict"
+    start=$(date +%s)
+    # shellcheck disable=SC2086
+    if ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        "$out/fuzz_$h" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
+        -artifact_prefix="$out/crash-$h-" -print_final_stats=1 $dict \
+        "$out/corpus/$h" "fuzz/corpus/$h" >"$out/fuzz-$h.log" 2>&1; then
+        runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$out/fuzz-$h.log")
+        echo "fuzz $h: $(($(date +%s) - start)) s, ${runs:-?} inputs, no failure"
+    else
+        echo "fuzz $h: FAILED (log: $out/fuzz-$h.log)" >&2
+        grep -E "ERROR|fuzz check failed|Test unit written" "$out/fuzz-$h.log" >&2 || tail -20 "$out/fuzz-$h.log" >&2
+        status=1
+    fi
+done
+exit $status

@@ -1,0 +1,51 @@
+/* What depth mixing learned, as pictures and numbers (`attnres
+ * plot-depth-attn`, and depth_attn.png of every AttnRes run):
+ *
+ *   ar_depth_figure         the AttnRes report's Figure 8: per run, two
+ *                           heatmaps side by side, the inputs of the
+ *                           attention sublayers (l odd, then h_out) and of
+ *                           the MLP sublayers (l even); a row per sublayer,
+ *                           a column per source (v_i for Full, block b_n for
+ *                           Block AttnRes, the partial sum outlined)
+ *   ar_depth_matrix_figure  the depth mixing matrix M of each run (report
+ *                           section 6.2; lib/mixing.h), one heatmap per run
+ *   ar_depth_csv, ar_depth_matrix_csv   the same numbers as CSV */
+#ifndef AR_DEPTH_FIGURE_H
+#define AR_DEPTH_FIGURE_H
+
+#include "../lib/config.h"
+#include "../lib/depth_stats.h"
+#include "../lib/error.h"
+#include "plot.h"
+
+typedef struct {
+    const char *name;        /* the run, as titles name it */
+    const char *path;        /* its directory or file, for the metadata; NULL = name */
+    long step;               /* training step; < 0 = unknown */
+    ar_model_cfg cfg;        /* kind, block size, n_layer */
+    const ar_depth_attn *w;  /* token-averaged weights (NULL for kinds without) */
+    const double *M;         /* (L+1) x (L+1) mixing matrix (matrix figure and CSV only) */
+    const char *what;        /* where the weights come from, under the panels; NULL = none */
+} ar_depth_run;
+
+/* "baseline", "full AttnRes", "block AttnRes (S = 4)". */
+void ar_depth_variant_name(const ar_model_cfg *cfg, char *buf, size_t cap);
+
+/* geom: 2 * nr entries (attention then MLP panel of each run), or NULL. */
+int ar_depth_figure(const char *path, const ar_depth_run *runs, int nr, const ar_fig_meta *meta,
+                    ar_heat_geom *geom, ar_err *e);
+/* geom: nr entries, or NULL. */
+int ar_depth_matrix_figure(const char *path, const ar_depth_run *runs, int nr, const ar_fig_meta *meta,
+                           ar_heat_geom *geom, ar_err *e);
+
+/* CSV, one row per (mixer, source):
+ *   run,step,kind,mixer,role,source,block,first,last,partial,weight
+ * mixer l = 1..L+1; role attn, mlp or output; source = its index in the
+ * mixer's list; it sums v_first..v_last of block `block`; partial 1 for a
+ * partial sum; weight = the token-averaged alpha. */
+int ar_depth_csv(const char *path, const ar_depth_run *runs, int nr, ar_err *e);
+/* CSV, one row per entry of M below the diagonal:
+ *   run,step,kind,mixer,role,source,m        (source = i of v_i) */
+int ar_depth_matrix_csv(const char *path, const ar_depth_run *runs, int nr, ar_err *e);
+
+#endif

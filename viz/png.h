@@ -1,0 +1,22 @@
+/* PNG encoding with libpng: 8-bit RGB, text chunks, written atomically
+ * (formats/atomic.h: temporary file, fsync, rename). */
+#ifndef AR_VIZ_PNG_H
+#define AR_VIZ_PNG_H
+
+#include <stdint.h>
+
+#include "../lib/error.h"
+
+typedef struct {
+    const char *key;  /* 1..79 Latin-1 characters, e.g. "Title", "attnres:run" */
+    const char *text; /* tEXt when it is ASCII, else an uncompressed iTXt (UTF-8) */
+} ar_png_text;
+
+/* Writes a w x h image whose pixels are native-endian 32-bit words 0xXXRRGGBB
+ * (cairo's RGB24 and ARGB32 layouts; the top byte is ignored), row y at
+ * pixels + y * stride bytes, as an 8-bit RGB PNG with the text chunks
+ * before the image data. */
+int ar_png_write(const char *path, const unsigned char *pixels, int w, int h, int stride,
+                 const ar_png_text *text, int ntext, ar_err *e);
+
+#endif
