@@ -11,68 +11,11 @@
 #include "../formats/config.h"
 #include "../lib/ablate.h"
 #include "cmds.h"
+#include "sweep_view.h"
 
 static const char *usage =
     "attnres ablate [CONFIG] --variant LIST|all [--seeds K] [--block-sizes LIST] [--set KEY=VALUE]... "
     "[--out DIR] [--jobs J]";
-
-static volatile sig_atomic_t interrupted;
-
-static void on_sigint(int sig)
-{
-    (void)sig;
-    if (interrupted)
-        _exit(130);
-    interrupted = 1;
-}
-
-typedef struct {
-    const ar_sweep *s;
-    int tty, live;
-} view;
-
-static void end_live(view *v)
-{
-    if (v->live) {
-        fputc('\n', stdout);
-        v->live = 0;
-    }
-}
-
-static void on_event(const ar_sweep_run *r, ar_sweep_event ev, const char *detail, void *ud)
-{
-    view *v = ud;
-    end_live(v);
-    int i = (int)(r - v->s->runs) + 1, n = v->s->nruns;
-    switch (ev) {
-    case AR_SWEEP_SKIPPED: printf("[%d/%d] %s: already finished (%s), reused\n", i, n, r->name, detail); break;
-    case AR_SWEEP_STARTED: printf("[%d/%d] %s: training %ld steps (%ld tokens)\n", i, n, r->name, r->cfg.train.steps, r->tokens); break;
-    case AR_SWEEP_RESUMED: printf("[%d/%d] %s: resuming from %s of %ld\n", i, n, r->name, detail, r->cfg.train.steps); break;
-    case AR_SWEEP_FINISHED: printf("[%d/%d] %s: done, %s\n", i, n, r->name, detail); break;
-    case AR_SWEEP_INTERRUPTED: printf("[%d/%d] %s: interrupted, checkpoint saved\n", i, n, r->name); break;
-    case AR_SWEEP_FAILED: printf("[%d/%d] %s: failed\n", i, n, r->name); break;
-    }
-    fflush(stdout);
-}
-
-static void on_progress(const ar_sweep_run *r, const ar_progress *p, void *ud)
-{
-    view *v = ud;
-    char val[32];
-    if (isfinite(p->val_loss))
-        snprintf(val, sizeof val, "%.4f", p->val_loss);
-    else
-        snprintf(val, sizeof val, "-");
-    if (v->tty) {
-        printf("\r\033[K%s: step %ld/%ld | loss %.4f | val %s | %.0f tok/s | ETA %.0f s", r->name, p->step, p->steps,
-               p->loss, val, p->tok_per_s, p->eta_s);
-        v->live = 1;
-    } else if (p->is_eval) {
-        printf("%s: step %ld/%ld loss %.4f val %s tok/s %.0f\n", r->name, p->step, p->steps, p->loss, val,
-               p->tok_per_s);
-    }
-    fflush(stdout);
-}
 
 /* "2,4,8" -> ints; -1 on a bad list */
 static int parse_ints(const char *s, int **out, int *n)
@@ -91,20 +34,6 @@ static int parse_ints(const char *s, int **out, int *n)
             return -1;
     }
     return *n > 0 ? 0 : -1;
-}
-
-static void default_out(const char *config, char *out, size_t n)
-{
-    char stem[256] = "default";
-    if (config) {
-        const char *b = strrchr(config, '/');
-        b = b ? b + 1 : config;
-        snprintf(stem, sizeof stem, "%.200s", b);
-        char *dot = strrchr(stem, '.');
-        if (dot && dot != stem)
-            *dot = 0;
-    }
-    snprintf(out, n, "runs/ablate-%s", stem);
 }
 
 int cmd_ablate(int argc, char **argv)
@@ -192,7 +121,7 @@ int cmd_ablate(int argc, char **argv)
     }
     char outbuf[AR_PATH_MAX], runs[AR_PATH_MAX + 8];
     if (!out) {
-        default_out(config, outbuf, sizeof outbuf);
+        sweep_default_out(config, "ablate-", "default", outbuf, sizeof outbuf);
         out = outbuf;
     }
     snprintf(runs, sizeof runs, "%s/runs", out);
@@ -202,14 +131,13 @@ int cmd_ablate(int argc, char **argv)
         printf("%s%s", v ? ", " : "", ab.variant[v]);
     printf("\n");
     fflush(stdout);
-    signal(SIGINT, on_sigint);
-    signal(SIGTERM, on_sigint);
-    view vw = {.s = &ab.sweep, .tty = jobs == 1 && isatty(STDOUT_FILENO)};
-    ar_sweep_opts o = {.out_dir = runs, .jobs = (int)jobs, .event = on_event, .progress = on_progress, .ud = &vw,
-                       .interrupt = &interrupted};
+    sweep_catch_signals();
+    sweep_view vw = {.s = &ab.sweep, .tty = jobs == 1 && isatty(STDOUT_FILENO)};
+    ar_sweep_opts o = {.out_dir = runs, .jobs = (int)jobs, .event = sweep_view_event,
+                       .progress = sweep_view_progress, .ud = &vw, .interrupt = &sweep_interrupted};
     ar_sweep_result res;
     int st = ar_sweep_run_all(&ab.sweep, &o, &res, &e);
-    end_live(&vw);
+    sweep_view_end(&vw);
     ar_ablate_stat *stat = calloc((size_t)ab.nvariants, sizeof *stat);
     ar_err re = {{0}};
     /* the report of whatever has finished, also after an interruption or failure */

@@ -10,94 +10,9 @@
 #include "../formats/sweep.h"
 #include "../lib/sweep.h"
 #include "cmds.h"
+#include "sweep_view.h"
 
 static const char *usage = "attnres sweep [CONFIG] [--set KEY=VALUE]... [--out DIR] [--jobs J] [--dry-run]";
-
-static volatile sig_atomic_t interrupted;
-
-static void on_sigint(int sig)
-{
-    (void)sig;
-    if (interrupted)
-        _exit(130);
-    interrupted = 1;
-}
-
-typedef struct {
-    const ar_sweep *s;
-    int tty;    /* live progress line (one job, stdout a terminal) */
-    int live;   /* a live line is showing */
-} view;
-
-static int run_index(const ar_sweep *s, const ar_sweep_run *r)
-{
-    return (int)(r - s->runs) + 1;
-}
-
-static void end_live(view *v)
-{
-    if (v->live) {
-        fputc('\n', stdout);
-        v->live = 0;
-    }
-}
-
-static void on_event(const ar_sweep_run *r, ar_sweep_event ev, const char *detail, void *ud)
-{
-    view *v = ud;
-    end_live(v);
-    int i = run_index(v->s, r), n = v->s->nruns;
-    switch (ev) {
-    case AR_SWEEP_SKIPPED: printf("[%d/%d] %s: already finished (%s), reused\n", i, n, r->name, detail); break;
-    case AR_SWEEP_STARTED:
-        printf("[%d/%d] %s: training %ld steps (%ld tokens)\n", i, n, r->name, r->cfg.train.steps, r->tokens);
-        break;
-    case AR_SWEEP_RESUMED:
-        printf("[%d/%d] %s: resuming from %s of %ld\n", i, n, r->name, detail, r->cfg.train.steps);
-        break;
-    case AR_SWEEP_FINISHED: printf("[%d/%d] %s: done, %s\n", i, n, r->name, detail); break;
-    case AR_SWEEP_INTERRUPTED: printf("[%d/%d] %s: interrupted, checkpoint saved\n", i, n, r->name); break;
-    case AR_SWEEP_FAILED: printf("[%d/%d] %s: failed\n", i, n, r->name); break;
-    }
-    fflush(stdout);
-}
-
-/* With one job on a terminal: one live line.  Otherwise a line per
- * evaluation, so that concurrent runs stay readable. */
-static void on_progress(const ar_sweep_run *r, const ar_progress *p, void *ud)
-{
-    view *v = ud;
-    char val[32];
-    if (isfinite(p->val_loss))
-        snprintf(val, sizeof val, "%.4f", p->val_loss);
-    else
-        snprintf(val, sizeof val, "-");
-    if (v->tty) {
-        printf("\r\033[K%s: step %ld/%ld | loss %.4f | val %s | %.0f tok/s | ETA %.0f s", r->name, p->step,
-               p->steps, p->loss, val, p->tok_per_s, p->eta_s);
-        v->live = 1;
-    } else if (p->is_eval) {
-        printf("%s: step %ld/%ld loss %.4f val %s tok/s %.0f\n", r->name, p->step, p->steps, p->loss, val,
-               p->tok_per_s);
-    }
-    fflush(stdout);
-}
-
-/* runs/<config stem>, the same on every invocation so that a rerun finds
- * its runs. */
-static void default_out(const char *config, char *out, size_t n)
-{
-    char stem[256] = "scaling";
-    if (config) {
-        const char *b = strrchr(config, '/');
-        b = b ? b + 1 : config;
-        snprintf(stem, sizeof stem, "%.200s", b);
-        char *dot = strrchr(stem, '.');
-        if (dot && dot != stem)
-            *dot = 0;
-    }
-    snprintf(out, n, "runs/%s", stem);
-}
 
 static void print_plan(const ar_sweep *s, const char *out, int jobs)
 {
@@ -183,7 +98,7 @@ int cmd_sweep(int argc, char **argv)
     }
     char outbuf[AR_PATH_MAX];
     if (!out) {
-        default_out(config, outbuf, sizeof outbuf);
+        sweep_default_out(config, "", "scaling", outbuf, sizeof outbuf);
         out = outbuf;
     }
     print_plan(&s, out, (int)jobs);
@@ -191,14 +106,13 @@ int cmd_sweep(int argc, char **argv)
         ar_sweep_free(&s);
         return AR_EXIT_OK;
     }
-    signal(SIGINT, on_sigint);
-    signal(SIGTERM, on_sigint);
-    view v = {.s = &s, .tty = jobs == 1 && isatty(STDOUT_FILENO)};
-    ar_sweep_opts o = {.out_dir = out, .jobs = (int)jobs, .event = on_event, .progress = on_progress, .ud = &v,
-                       .interrupt = &interrupted};
+    sweep_catch_signals();
+    sweep_view v = {.s = &s, .tty = jobs == 1 && isatty(STDOUT_FILENO)};
+    ar_sweep_opts o = {.out_dir = out, .jobs = (int)jobs, .event = sweep_view_event,
+                       .progress = sweep_view_progress, .ud = &v, .interrupt = &sweep_interrupted};
     ar_sweep_result res;
     int st = ar_sweep_run_all(&s, &o, &res, &e);
-    end_live(&v);
+    sweep_view_end(&v);
     if (st != 0) {
         cli_error("%s", e.msg);
     } else if (res.interrupted) {

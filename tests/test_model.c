@@ -10,6 +10,7 @@
 #include "formats/safetensors.h"
 #include "lib/checkpoint.h"
 #include "lib/model.h"
+#include "modelutil.h"
 #include "testutil.h"
 
 static const ar_backend *cpu(void)
@@ -113,78 +114,10 @@ static ar_model_cfg tiny(ar_res_kind kind, int block_size, int num_blocks)
     return m;
 }
 
-/* Random weights everywhere, queries and gains included, so depth attention
- * is far from uniform. */
-static void randomize(ar_model *m, uint64_t seed)
-{
-    float *h = calloc(m->pt.total, sizeof(float));
-    for (int i = 0; i < m->pt.n; i++) {
-        const ar_param *p = &m->pt.p[i];
-        float s = p->init == AR_INIT_NORMAL ? 0.3f : 1.0f;
-        tu_fill_uniform(h + p->offset, p->numel, -s, s, seed * 131 + (uint64_t)i);
-        if (p->init == AR_INIT_ONES)
-            for (size_t j = 0; j < p->numel; j++)
-                h[p->offset + j] += 1.0f;
-    }
-    m->be->upload(m->params, h, m->pt.total * sizeof(float));
-    free(h);
-}
-
-static void tokens(int32_t *in, int32_t *tg, int n, uint64_t seed)
-{
-    float *u = malloc((size_t)(n + 1) * sizeof(float));
-    tu_fill_uniform(u, (size_t)n + 1, 0, 256, seed);
-    for (int i = 0; i < n; i++) {
-        in[i] = (int32_t)u[i];
-        tg[i] = (int32_t)u[i + 1];
-    }
-    free(u);
-}
-
-/* Directional finite differences per tensor: for a random unit direction u
- * on one tensor, (L(p + h u) - L(p - h u)) / 2h against g.u, with the loss
- * summed in double.  Bound: |fd - g.u| <= 2e-2 |g.u| + 3e-4. */
+/* Directional finite differences per tensor (tests/modelutil.h). */
 static void fd_check(ar_model_cfg mc)
 {
-    ar_model *m;
-    ar_err e;
-    int B = 2, N = B * mc.seq_len;
-    cr_assert_eq(ar_model_create(&m, &mc, cpu(), B, &e), 0, "%s", e.msg);
-    randomize(m, 7);
-    int32_t in[64], tg[64];
-    tokens(in, tg, N, 3);
-    ar_model_zero_grad(m);
-    ar_model_forward(m, in, tg, B, NULL);
-    ar_model_backward(m, 1.0f / N);
-    for (int i = 0; i < m->pt.n; i++) {
-        const ar_param *p = &m->pt.p[i];
-        float *x = ar_model_param(m, i), *g = ar_model_grad(m, i);
-        float *u = malloc(p->numel * sizeof(float)), *x0 = malloc(p->numel * sizeof(float));
-        tu_fill_uniform(u, p->numel, -1, 1, 100 + (uint64_t)i);
-        double nu = 0, gu = 0;
-        for (size_t j = 0; j < p->numel; j++)
-            nu += (double)u[j] * u[j];
-        for (size_t j = 0; j < p->numel; j++) {
-            u[j] /= (float)sqrt(nu);
-            gu += (double)g[j] * u[j];
-        }
-        memcpy(x0, x, p->numel * sizeof(float));
-        const float h = 1e-2f;
-        double lp, lm;
-        for (size_t j = 0; j < p->numel; j++)
-            x[j] = x0[j] + h * u[j];
-        ar_model_forward(m, in, tg, B, &lp);
-        for (size_t j = 0; j < p->numel; j++)
-            x[j] = x0[j] - h * u[j];
-        ar_model_forward(m, in, tg, B, &lm);
-        memcpy(x, x0, p->numel * sizeof(float));
-        double fd = (lp - lm) / (2.0 * h * N);
-        cr_expect(fabs(fd - gu) <= 2e-2 * fabs(gu) + 3e-4, "%s %s: fd %.6g vs analytic %.6g",
-                  ar_res_kind_name(mc.residual.kind), p->name, fd, gu);
-        free(u);
-        free(x0);
-    }
-    ar_model_free(m);
+    tu_model_fd_check(mc, ar_res_kind_name(mc.residual.kind), NULL);
 }
 
 Test(finite_differences, baseline) { fd_check(tiny(AR_RES_BASELINE, 0, 0)); }
@@ -203,14 +136,14 @@ static double compare_kinds(ar_model_cfg a, ar_model_cfg b)
     cr_assert_eq(ar_model_create(&ma, &a, cpu(), B, &e), 0);
     cr_assert_eq(ar_model_create(&mb, &b, cpu(), B, &e), 0);
     cr_assert_eq(ma->pt.n, mb->pt.n);
-    randomize(ma, 11);
+    tu_model_randomize(ma, 11);
     for (int i = 0; i < ma->pt.n; i++) {
         int j = ar_params_find(&mb->pt, ma->pt.p[i].name);
         cr_assert(j >= 0, "tensor '%s' missing", ma->pt.p[i].name);
         memcpy(ar_model_param(mb, j), ar_model_param(ma, i), ma->pt.p[i].numel * sizeof(float));
     }
     int32_t in[64], tg[64];
-    tokens(in, tg, N, 5);
+    tu_tokens(in, tg, N, 5);
     ar_model *ms[2] = {ma, mb};
     double loss[2];
     for (int k = 0; k < 2; k++) {
@@ -261,7 +194,7 @@ Test(kinds, zero_queries_give_uniform_weights)
         cr_assert_eq(ar_model_create(&m, &kinds[k], cpu(), 2, &e), 0);
         ar_model_init(m, 1); /* queries are initialised to zero */
         int32_t in[64], tg[64];
-        tokens(in, tg, 2 * m->T, 9);
+        tu_tokens(in, tg, 2 * m->T, 9);
         ar_model_forward(m, in, tg, 2, NULL);
         for (int l = 1; l <= m->L + 1; l++) {
             int n = m->res->vt->n_sources(m->res, l);
@@ -313,7 +246,7 @@ Test(kinds, one_block_mixes_embedding_and_running_sum)
         memcpy(ar_model_param(mb, i), ar_model_param(ma, j), mb->pt.p[i].numel * sizeof(float));
     }
     int32_t in[64], tg[64];
-    tokens(in, tg, 2 * a.seq_len, 13);
+    tu_tokens(in, tg, 2 * a.seq_len, 13);
     ar_model_forward(ma, in, tg, 2, NULL);
     ar_model_forward(mb, in, tg, 2, NULL);
     for (int l = 2; l <= ma->L + 1; l++)

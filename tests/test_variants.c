@@ -11,6 +11,7 @@
 #include "lib/mixing.h"
 #include "lib/model.h"
 #include "lib/residual_ablate.h"
+#include "modelutil.h"
 #include "testutil.h"
 
 static const ar_backend *cpu(void)
@@ -221,32 +222,6 @@ static ar_model_cfg tiny(ar_res_kind kind)
     return m;
 }
 
-static void randomize(ar_model *m, uint64_t seed)
-{
-    float *h = calloc(m->pt.total, sizeof(float));
-    for (int i = 0; i < m->pt.n; i++) {
-        const ar_param *p = &m->pt.p[i];
-        float s = p->init == AR_INIT_NORMAL ? 0.3f : 1.0f;
-        tu_fill_uniform(h + p->offset, p->numel, -s, s, seed * 131 + (uint64_t)i);
-        if (p->init == AR_INIT_ONES)
-            for (size_t j = 0; j < p->numel; j++)
-                h[p->offset + j] += 1.0f;
-    }
-    m->be->upload(m->params, h, m->pt.total * sizeof(float));
-    free(h);
-}
-
-static void tokens(int32_t *in, int32_t *tg, int n, uint64_t seed)
-{
-    float *u = malloc((size_t)(n + 1) * sizeof(float));
-    tu_fill_uniform(u, (size_t)n + 1, 0, 256, seed);
-    for (int i = 0; i < n; i++) {
-        in[i] = (int32_t)u[i];
-        tg[i] = (int32_t)u[i + 1];
-    }
-    free(u);
-}
-
 /* The config must pass validation: every case here is a config a user can write. */
 static void valid(const ar_model_cfg *mc)
 {
@@ -261,46 +236,7 @@ static void valid(const ar_model_cfg *mc)
 static void fd_check(ar_model_cfg mc, const char *what, const char *must_have)
 {
     valid(&mc);
-    ar_model *m;
-    ar_err e;
-    int B = 2, N = B * mc.seq_len;
-    cr_assert_eq(ar_model_create(&m, &mc, cpu(), B, &e), 0, "%s", e.msg);
-    cr_assert_geq(ar_params_find(&m->pt, must_have), 0, "%s: no tensor '%s'", what, must_have);
-    randomize(m, 7);
-    int32_t in[64], tg[64];
-    tokens(in, tg, N, 3);
-    ar_model_zero_grad(m);
-    ar_model_forward(m, in, tg, B, NULL);
-    ar_model_backward(m, 1.0f / N);
-    for (int i = 0; i < m->pt.n; i++) {
-        const ar_param *p = &m->pt.p[i];
-        float *x = ar_model_param(m, i), *g = ar_model_grad(m, i);
-        float *u = malloc(p->numel * sizeof(float)), *x0 = malloc(p->numel * sizeof(float));
-        tu_fill_uniform(u, p->numel, -1, 1, 100 + (uint64_t)i);
-        double nu = 0, gu = 0;
-        for (size_t j = 0; j < p->numel; j++)
-            nu += (double)u[j] * u[j];
-        for (size_t j = 0; j < p->numel; j++) {
-            u[j] /= (float)sqrt(nu);
-            gu += (double)g[j] * u[j];
-        }
-        memcpy(x0, x, p->numel * sizeof(float));
-        const float h = 1e-2f;
-        double lp, lm;
-        for (size_t j = 0; j < p->numel; j++)
-            x[j] = x0[j] + h * u[j];
-        ar_model_forward(m, in, tg, B, &lp);
-        for (size_t j = 0; j < p->numel; j++)
-            x[j] = x0[j] - h * u[j];
-        ar_model_forward(m, in, tg, B, &lm);
-        memcpy(x, x0, p->numel * sizeof(float));
-        double fd = (lp - lm) / (2.0 * h * N);
-        cr_expect(fabs(fd - gu) <= 2e-2 * fabs(gu) + 3e-4, "%s %s: fd %.6g vs analytic %.6g", what, p->name, fd,
-                  gu);
-        free(u);
-        free(x0);
-    }
-    ar_model_free(m);
+    tu_model_fd_check(mc, what, must_have);
 }
 
 Test(variants_fd, sigmoid)
@@ -385,7 +321,7 @@ static double compare(ar_model_cfg a, ar_model_cfg b, int gen_a, int gen_b, int 
     if (init)
         ar_model_init(ma, 3);
     else
-        randomize(ma, 11);
+        tu_model_randomize(ma, 11);
     ar_model_zero_grad(mb);
     for (int j = 0; j < mb->pt.n; j++) {
         int i = ar_params_find(&ma->pt, mb->pt.p[j].name);
@@ -395,7 +331,7 @@ static double compare(ar_model_cfg a, ar_model_cfg b, int gen_a, int gen_b, int 
             memset(ar_model_param(mb, j), 0, mb->pt.p[j].numel * sizeof(float));
     }
     int32_t in[64], tg[64];
-    tokens(in, tg, N, 5);
+    tu_tokens(in, tg, N, 5);
     ar_model *ms[2] = {ma, mb};
     double loss[2];
     for (int k = 0; k < 2; k++) {
@@ -424,10 +360,10 @@ Test(variants, rescaled_gives_uniform_weights)
     ar_model *m;
     ar_err e;
     cr_assert_eq(ar_model_create(&m, &c, cpu(), 2, &e), 0);
-    randomize(m, 2);
+    tu_model_randomize(m, 2);
     cr_expect_eq(ar_model_nonembed_params(m) > 0, 1);
     int32_t in[64], tg[64];
-    tokens(in, tg, 2 * m->T, 9);
+    tu_tokens(in, tg, 2 * m->T, 9);
     ar_model_forward(m, in, tg, 2, NULL);
     for (int l = 1; l <= m->L + 1; l++) {
         int n = m->res->vt->n_sources(m->res, l);
@@ -596,9 +532,9 @@ static void mixing_matches_forward(ar_model_cfg c)
     ar_model *m;
     ar_err e;
     cr_assert_eq(ar_model_create(&m, &c, cpu(), 1, &e), 0, "%s", e.msg);
-    randomize(m, 21);
+    tu_model_randomize(m, 21);
     int32_t in[64], tg[64];
-    tokens(in, tg, m->T, 4);
+    tu_tokens(in, tg, m->T, 4);
     ar_model_forward(m, in, tg, 1, NULL);
     int L = m->L, N = m->T, d = m->d;
     double *M = calloc((size_t)(L + 1) * (L + 1), sizeof *M);

@@ -1,0 +1,86 @@
+#include "sweep_view.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+volatile sig_atomic_t sweep_interrupted;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    if (sweep_interrupted)
+        _exit(130);
+    sweep_interrupted = 1;
+}
+
+void sweep_catch_signals(void)
+{
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+}
+
+void sweep_view_end(sweep_view *v)
+{
+    if (v->live) {
+        fputc('\n', stdout);
+        v->live = 0;
+    }
+}
+
+void sweep_view_event(const ar_sweep_run *r, ar_sweep_event ev, const char *detail, void *ud)
+{
+    sweep_view *v = ud;
+    sweep_view_end(v);
+    int i = (int)(r - v->s->runs) + 1, n = v->s->nruns;
+    switch (ev) {
+    case AR_SWEEP_SKIPPED: printf("[%d/%d] %s: already finished (%s), reused\n", i, n, r->name, detail); break;
+    case AR_SWEEP_STARTED:
+        printf("[%d/%d] %s: training %ld steps (%ld tokens)\n", i, n, r->name, r->cfg.train.steps, r->tokens);
+        break;
+    case AR_SWEEP_RESUMED:
+        printf("[%d/%d] %s: resuming from %s of %ld\n", i, n, r->name, detail, r->cfg.train.steps);
+        break;
+    case AR_SWEEP_FINISHED: printf("[%d/%d] %s: done, %s\n", i, n, r->name, detail); break;
+    case AR_SWEEP_INTERRUPTED: printf("[%d/%d] %s: interrupted, checkpoint saved\n", i, n, r->name); break;
+    case AR_SWEEP_FAILED: printf("[%d/%d] %s: failed\n", i, n, r->name); break;
+    }
+    fflush(stdout);
+}
+
+/* With one job on a terminal: one live line.  Otherwise a line per
+ * evaluation, so that concurrent runs stay readable. */
+void sweep_view_progress(const ar_sweep_run *r, const ar_progress *p, void *ud)
+{
+    sweep_view *v = ud;
+    char val[32];
+    if (isfinite(p->val_loss))
+        snprintf(val, sizeof val, "%.4f", p->val_loss);
+    else
+        snprintf(val, sizeof val, "-");
+    if (v->tty) {
+        printf("\r\033[K%s: step %ld/%ld | loss %.4f | val %s | %.0f tok/s | ETA %.0f s", r->name, p->step,
+               p->steps, p->loss, val, p->tok_per_s, p->eta_s);
+        v->live = 1;
+    } else if (p->is_eval) {
+        printf("%s: step %ld/%ld loss %.4f val %s tok/s %.0f\n", r->name, p->step, p->steps, p->loss, val,
+               p->tok_per_s);
+    }
+    fflush(stdout);
+}
+
+void sweep_default_out(const char *config, const char *prefix, const char *fallback, char *out, size_t n)
+{
+    char stem[256];
+    snprintf(stem, sizeof stem, "%s", fallback);
+    if (config) {
+        const char *b = strrchr(config, '/');
+        b = b ? b + 1 : config;
+        snprintf(stem, sizeof stem, "%.200s", b);
+        char *dot = strrchr(stem, '.');
+        if (dot && dot != stem)
+            *dot = 0;
+    }
+    snprintf(out, n, "runs/%s%s", prefix, stem);
+}

@@ -1,0 +1,32 @@
+/* What attnres sweep and attnres ablate share: showing a grid of runs as it
+ * trains, stopping it on a signal, and where its runs go by default. */
+#ifndef AR_CMD_SWEEP_VIEW_H
+#define AR_CMD_SWEEP_VIEW_H
+
+#include <signal.h>
+#include <stddef.h>
+
+#include "../lib/sweep.h"
+
+typedef struct {
+    const ar_sweep *s;
+    int tty;  /* live progress line (one job, stdout a terminal) */
+    int live; /* a live line is showing */
+} sweep_view;
+
+/* Set by the first SIGINT/SIGTERM (ar_sweep_opts.interrupt); a second one
+ * exits at once with 130. */
+extern volatile sig_atomic_t sweep_interrupted;
+void sweep_catch_signals(void);
+
+/* ar_sweep_opts.event / .progress with ud = a sweep_view. */
+void sweep_view_event(const ar_sweep_run *r, ar_sweep_event ev, const char *detail, void *ud);
+void sweep_view_progress(const ar_sweep_run *r, const ar_progress *p, void *ud);
+/* Ends a live progress line, if one is showing. */
+void sweep_view_end(sweep_view *v);
+
+/* runs/<prefix><config stem> (fallback stem without a config): the same on
+ * every invocation, so that a rerun finds its runs. */
+void sweep_default_out(const char *config, const char *prefix, const char *fallback, char *out, size_t n);
+
+#endif

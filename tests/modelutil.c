@@ -1,0 +1,81 @@
+#include "modelutil.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/backend.h"
+#include "testutil.h"
+
+void tu_model_randomize(ar_model *m, uint64_t seed)
+{
+    float *h = calloc(m->pt.total, sizeof(float));
+    for (int i = 0; i < m->pt.n; i++) {
+        const ar_param *p = &m->pt.p[i];
+        float s = p->init == AR_INIT_NORMAL ? 0.3f : 1.0f;
+        tu_fill_uniform(h + p->offset, p->numel, -s, s, seed * 131 + (uint64_t)i);
+        if (p->init == AR_INIT_ONES)
+            for (size_t j = 0; j < p->numel; j++)
+                h[p->offset + j] += 1.0f;
+    }
+    m->be->upload(m->params, h, m->pt.total * sizeof(float));
+    free(h);
+}
+
+void tu_tokens(int32_t *in, int32_t *tg, int n, uint64_t seed)
+{
+    float *u = malloc((size_t)(n + 1) * sizeof(float));
+    tu_fill_uniform(u, (size_t)n + 1, 0, 256, seed);
+    for (int i = 0; i < n; i++) {
+        in[i] = (int32_t)u[i];
+        tg[i] = (int32_t)u[i + 1];
+    }
+    free(u);
+}
+
+void tu_model_fd_check(ar_model_cfg mc, const char *what, const char *must_have)
+{
+    ar_model *m;
+    ar_err e;
+    int B = 2, N = B * mc.seq_len;
+    cr_assert_leq(N, 64, "fd check: at most 64 tokens");
+    cr_assert_eq(ar_model_create(&m, &mc, ar_backend_cpu(), B, &e), 0, "%s", e.msg);
+    if (must_have)
+        cr_assert_geq(ar_params_find(&m->pt, must_have), 0, "%s: no tensor '%s'", what, must_have);
+    tu_model_randomize(m, 7);
+    int32_t in[64], tg[64];
+    tu_tokens(in, tg, N, 3);
+    ar_model_zero_grad(m);
+    ar_model_forward(m, in, tg, B, NULL);
+    ar_model_backward(m, 1.0f / N);
+    for (int i = 0; i < m->pt.n; i++) {
+        const ar_param *p = &m->pt.p[i];
+        float *x = ar_model_param(m, i), *g = ar_model_grad(m, i);
+        float *u = malloc(p->numel * sizeof(float)), *x0 = malloc(p->numel * sizeof(float));
+        tu_fill_uniform(u, p->numel, -1, 1, 100 + (uint64_t)i);
+        double nu = 0, gu = 0;
+        for (size_t j = 0; j < p->numel; j++)
+            nu += (double)u[j] * u[j];
+        for (size_t j = 0; j < p->numel; j++) {
+            u[j] /= (float)sqrt(nu);
+            gu += (double)g[j] * u[j];
+        }
+        memcpy(x0, x, p->numel * sizeof(float));
+        const float h = 1e-2f;
+        double lp, lm;
+        for (size_t j = 0; j < p->numel; j++)
+            x[j] = x0[j] + h * u[j];
+        ar_model_forward(m, in, tg, B, &lp);
+        for (size_t j = 0; j < p->numel; j++)
+            x[j] = x0[j] - h * u[j];
+        ar_model_forward(m, in, tg, B, &lm);
+        memcpy(x, x0, p->numel * sizeof(float));
+        double fd = (lp - lm) / (2.0 * h * N);
+        cr_expect(fabs(fd - gu) <= 2e-2 * fabs(gu) + 3e-4, "%s %s: fd %.6g vs analytic %.6g", what, p->name, fd,
+                  gu);
+        free(u);
+        free(x0);
+    }
+    ar_model_free(m);
+}

@@ -1,0 +1,21 @@
+/* Model-level helpers shared by the model and variant suites. */
+#ifndef AR_TEST_MODELUTIL_H
+#define AR_TEST_MODELUTIL_H
+
+#include <stdint.h>
+
+#include "lib/model.h"
+
+/* Random weights everywhere, queries and gains included, so depth attention
+ * is far from uniform. */
+void tu_model_randomize(ar_model *m, uint64_t seed);
+/* n random byte tokens and their next-token targets. */
+void tu_tokens(int32_t *in, int32_t *tg, int n, uint64_t seed);
+/* Directional finite differences per tensor of a randomised model of config
+ * mc (batch 2): for a random unit direction u on one tensor,
+ * (L(p + h u) - L(p - h u)) / 2h against g.u, with the loss summed in
+ * double.  Bound: |fd - g.u| <= 2e-2 |g.u| + 3e-4.  must_have (or NULL): a
+ * tensor the model must hold.  what names the case in failures. */
+void tu_model_fd_check(ar_model_cfg mc, const char *what, const char *must_have);
+
+#endif
