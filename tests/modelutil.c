@@ -79,3 +79,29 @@ void tu_model_fd_check(ar_model_cfg mc, const char *what, const char *must_have)
     }
     ar_model_free(m);
 }
+
+double tu_model_diff(ar_model *ma, ar_model *mb, int B)
+{
+    int N = B * ma->T;
+    cr_assert_leq(N, 64, "model diff: at most 64 tokens");
+    int32_t in[64], tg[64];
+    tu_tokens(in, tg, N, 5);
+    ar_model *ms[2] = {ma, mb};
+    double loss[2];
+    for (int k = 0; k < 2; k++) {
+        ar_model_zero_grad(ms[k]);
+        loss[k] = ar_model_forward(ms[k], in, tg, B, NULL);
+        ar_model_backward(ms[k], 1.0f / N);
+    }
+    double d = fabs(loss[0] - loss[1]);
+    for (size_t i = 0; i < (size_t)N * ma->V; i++)
+        d = fmax(d, fabs(ma->logits[i] - mb->logits[i]));
+    for (int i = 0; i < ma->pt.n; i++) {
+        int j = ar_params_find(&mb->pt, ma->pt.p[i].name);
+        if (j < 0)
+            continue;
+        for (size_t k = 0; k < ma->pt.p[i].numel; k++)
+            d = fmax(d, fabs(ar_model_grad(ma, i)[k] - ar_model_grad(mb, j)[k]));
+    }
+    return d;
+}

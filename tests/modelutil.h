@@ -17,5 +17,9 @@ void tu_tokens(int32_t *in, int32_t *tg, int n, uint64_t seed);
  * double.  Bound: |fd - g.u| <= 2e-2 |g.u| + 3e-4.  must_have (or NULL): a
  * tensor the model must hold.  what names the case in failures. */
 void tu_model_fd_check(ar_model_cfg mc, const char *what, const char *must_have);
+/* Forward + backward of ma and mb (same weights, set by the caller) on the
+ * same B sequences; max |difference| over loss, logits and the gradients
+ * of the tensors both have (matched by name). */
+double tu_model_diff(ar_model *ma, ar_model *mb, int B);
 
 #endif

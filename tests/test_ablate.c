@@ -85,20 +85,6 @@ Test(ablate, unknown_variant_lists_the_valid_ones)
 
 /* ---- end to end through the binary ---- */
 
-static void write_corpus(const char *path)
-{
-    const char *w[] = {"in", "the", "beginning", "was", "light", "and", "darkness", "of", "waters"};
-    char *buf = malloc(16384);
-    size_t k = 0;
-    unsigned s = 1;
-    while (k < 12000) {
-        s = s * 1103515245u + 12345u;
-        k += (size_t)sprintf(buf + k, "%s%s", w[(s >> 16) % 9], (s >> 8) % 7 == 0 ? ".\n" : " ");
-    }
-    tu_write_file(path, buf, k);
-    free(buf);
-}
-
 static const char *TINY = "model: {vocab: bytes, d_model: 16, n_layer: 1, n_head: 2, d_ff: 32, seq_len: 16,\n"
                           "        residual: {kind: baseline}}\n"
                           "data: {train: corpus.txt}\n"
@@ -121,7 +107,7 @@ Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
     const char *dir = tu_tmpdir();
     char cdir[4200];
     snprintf(cdir, sizeof cdir, "%s", dir);
-    write_corpus(tu_path(cdir, "corpus.txt"));
+    tu_write_corpus_text(tu_path(cdir, "corpus.txt"));
     tu_write_file(tu_path(cdir, "tiny.yaml"), TINY, strlen(TINY));
     char cmd[9000];
     snprintf(cmd, sizeof cmd, "cd '%s' && '%s' ablate --variant sigmoid tiny.yaml --seeds 2 --out ab --block-sizes 1,2",
@@ -196,7 +182,7 @@ Test(ablate, cli_unknown_variant_exits_2)
     const char *dir = tu_tmpdir();
     char cdir[4200], cmd[9000];
     snprintf(cdir, sizeof cdir, "%s", dir);
-    write_corpus(tu_path(cdir, "corpus.txt"));
+    tu_write_corpus_text(tu_path(cdir, "corpus.txt"));
     tu_write_file(tu_path(cdir, "tiny.yaml"), TINY, strlen(TINY));
     snprintf(cmd, sizeof cmd, "cd '%s' && '%s' ablate --variant nope tiny.yaml 2>&1", cdir, bin);
     int st;
@@ -235,7 +221,7 @@ Test(ablate, interrupted_run_resumes_and_finished_ones_are_reused, .timeout = 12
     const char *dir = tu_tmpdir();
     char cdir[4200], yaml[512];
     snprintf(cdir, sizeof cdir, "%s", dir);
-    write_corpus(tu_path(cdir, "corpus.txt"));
+    tu_write_corpus_text(tu_path(cdir, "corpus.txt"));
     snprintf(yaml, sizeof yaml, "%s", TINY);
     ar_config base;
     ar_err e = {{0}};

@@ -34,28 +34,12 @@
 
 /* ---------------------------------------------------------------- fixtures */
 
-static void write_corpus(const char *path, int lines)
-{
-    const char *words[] = {"alpha", "beta", "gamma", "delta", "the", "and", "of", "light"};
-    FILE *f = fopen(path, "w");
-    cr_assert(f);
-    unsigned s = 7;
-    for (int i = 0; i < lines; i++) {
-        for (int w = 0; w < 6; w++) {
-            s = s * 1103515245u + 12345u;
-            fprintf(f, "%s%s", w ? " " : "", words[(s >> 16) % 8]);
-        }
-        fprintf(f, ".\n");
-    }
-    fclose(f);
-}
-
 /* A fresh directory with corpus.txt; the path is static storage. */
 static const char *fresh_dir(void)
 {
     static char d[4096];
     snprintf(d, sizeof d, "%s", tu_tmpdir());
-    write_corpus(tu_path(d, "corpus.txt"), 300);
+    tu_write_corpus_lines(tu_path(d, "corpus.txt"), 300, 7);
     return d;
 }
 
@@ -621,7 +605,7 @@ Test(reliability, resume_warns_where_it_cannot_be_exact, .timeout = 60)
     cr_assert_eq(train(&c, run, 0, &r, &e), 0, "%s", e.msg);
     c.train.steps = 6;
     c.train.threads = 2;
-    write_corpus(c.data.train, 301);
+    tu_write_corpus_lines(c.data.train, 301, 7);
     warnings w = {{0}, 0};
     ar_train_opts o = {.out_dir = run, .resume = 1, .warn = collect_warning, .ud = &w};
     cr_assert_eq(ar_train(&c, &o, &r, &e), 0, "%s", e.msg);

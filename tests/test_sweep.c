@@ -22,21 +22,6 @@ static void write_text(const char *path, const char *text)
     tu_write_file(path, text, strlen(text));
 }
 
-/* A small text a byte model can read: ~12 KB of words. */
-static void write_corpus(const char *path)
-{
-    const char *w[] = {"in", "the", "beginning", "was", "light", "and", "darkness", "of", "waters"};
-    char *buf = malloc(16384);
-    size_t k = 0;
-    unsigned s = 1;
-    while (k < 12000) {
-        s = s * 1103515245u + 12345u;
-        k += (size_t)sprintf(buf + k, "%s%s", w[(s >> 16) % 9], (s >> 8) % 7 == 0 ? ".\n" : " ");
-    }
-    tu_write_file(path, buf, k);
-    free(buf);
-}
-
 /* The tiny grid: two sizes x baseline and block, a few steps each. */
 static const char *TINY =
     "base:\n"
@@ -245,7 +230,7 @@ static double cell_num(const ar_csv *c, int row, const char *col)
 Test(sweep, tiny_grid_writes_results_and_reuses_finished_runs)
 {
     const char *dir = tu_tmpdir();
-    write_corpus(tu_path(dir, "corpus.txt"));
+    tu_write_corpus_text(tu_path(dir, "corpus.txt"));
     watch w;
     memset(&w, 0, sizeof w);
     ar_sweep_result res;
@@ -310,7 +295,7 @@ Test(sweep, tiny_grid_writes_results_and_reuses_finished_runs)
 Test(sweep, interrupted_run_is_resumed)
 {
     const char *dir = tu_tmpdir();
-    write_corpus(tu_path(dir, "corpus.txt"));
+    tu_write_corpus_text(tu_path(dir, "corpus.txt"));
     /* Interrupted after its third step: it finishes the step it is in,
      * saves at step 4 and stops. */
     watch w = {.events = {0}, .stop_run = "t1-block", .stop_step = 3, .flag = NULL};
@@ -361,7 +346,7 @@ static char *run_cli(const char *dir, int *st, const char *fmt, ...)
 Test(sweep, cli_two_jobs_rerun_and_fit)
 {
     const char *dir = tu_tmpdir();
-    write_corpus(tu_path(dir, "corpus.txt"));
+    tu_write_corpus_text(tu_path(dir, "corpus.txt"));
     write_text(tu_path(dir, "tiny.yaml"), TINY);
     int st;
     char *out = run_cli(dir, &st, "sweep tiny.yaml --jobs 2");

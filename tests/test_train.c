@@ -70,23 +70,6 @@ Test(schedule, constant)
 
 /* ---------- fixtures ---------- */
 
-/* A small text with structure a model can learn quickly. */
-static void write_corpus(const char *path, int lines)
-{
-    const char *words[] = {"alpha", "beta", "gamma", "delta", "the", "and", "of", "light"};
-    FILE *f = fopen(path, "w");
-    cr_assert(f);
-    unsigned s = 1;
-    for (int i = 0; i < lines; i++) {
-        for (int w = 0; w < 6; w++) {
-            s = s * 1103515245u + 12345u;
-            fprintf(f, "%s%s", w ? " " : "", words[(s >> 16) % 8]);
-        }
-        fprintf(f, ".\n");
-    }
-    fclose(f);
-}
-
 static ar_config tiny_run(const char *corpus, ar_res_kind kind)
 {
     ar_config c;
@@ -128,7 +111,7 @@ static void learns(ar_res_kind kind)
     char corpus[2048], run[4200];
     snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
     snprintf(run, sizeof run, "%s/run", dir);
-    write_corpus(corpus, 600);
+    tu_write_corpus_lines(corpus, 600, 1);
     ar_config c = tiny_run(corpus, kind);
     ar_train_opts o = {.out_dir = run};
     ar_train_result r;
@@ -180,7 +163,7 @@ Test(train, refuses_to_overwrite_a_run, .timeout = 120)
     char corpus[2048], run[4200];
     snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
     snprintf(run, sizeof run, "%s/run", dir);
-    write_corpus(corpus, 200);
+    tu_write_corpus_lines(corpus, 200, 1);
     ar_config c = tiny_run(corpus, AR_RES_FULL);
     c.train.steps = 2;
     c.train.warmup = 1;
@@ -227,7 +210,7 @@ Test(train, resume_is_bit_exact, .timeout = 180)
     snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
     snprintf(a, sizeof a, "%s/a", dir);
     snprintf(b, sizeof b, "%s/b", dir);
-    write_corpus(corpus, 400);
+    tu_write_corpus_lines(corpus, 400, 1);
     ar_config c = tiny_run(corpus, AR_RES_BLOCK);
     c.train.steps = 20;
     c.train.grad_accum = 2;

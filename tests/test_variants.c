@@ -312,7 +312,7 @@ static double compare(ar_model_cfg a, ar_model_cfg b, int gen_a, int gen_b, int 
 {
     ar_model *ma, *mb;
     ar_err e;
-    int B = 2, N = B * a.seq_len;
+    int B = 2;
     ar_depth_general = gen_a;
     cr_assert_eq(ar_model_create(&ma, &a, cpu(), B, &e), 0, "%s", e.msg);
     ar_depth_general = gen_b;
@@ -330,25 +330,7 @@ static double compare(ar_model_cfg a, ar_model_cfg b, int gen_a, int gen_b, int 
         else
             memset(ar_model_param(mb, j), 0, mb->pt.p[j].numel * sizeof(float));
     }
-    int32_t in[64], tg[64];
-    tu_tokens(in, tg, N, 5);
-    ar_model *ms[2] = {ma, mb};
-    double loss[2];
-    for (int k = 0; k < 2; k++) {
-        ar_model_zero_grad(ms[k]);
-        loss[k] = ar_model_forward(ms[k], in, tg, B, NULL);
-        ar_model_backward(ms[k], 1.0f / N);
-    }
-    double d = fabs(loss[0] - loss[1]);
-    for (size_t i = 0; i < (size_t)N * ma->V; i++)
-        d = fmax(d, fabs(ma->logits[i] - mb->logits[i]));
-    for (int i = 0; i < ma->pt.n; i++) {
-        int j = ar_params_find(&mb->pt, ma->pt.p[i].name);
-        if (j < 0)
-            continue;
-        for (size_t k = 0; k < ma->pt.p[i].numel; k++)
-            d = fmax(d, fabs(ar_model_grad(ma, i)[k] - ar_model_grad(mb, j)[k]));
-    }
+    double d = tu_model_diff(ma, mb, B);
     ar_model_free(ma);
     ar_model_free(mb);
     return d;

@@ -119,3 +119,33 @@ char *tu_run(const char *cmd, int *status)
     *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     return out;
 }
+
+void tu_write_corpus_lines(const char *path, int lines, unsigned seed)
+{
+    const char *words[] = {"alpha", "beta", "gamma", "delta", "the", "and", "of", "light"};
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "cannot write '%s'", path);
+    unsigned s = seed;
+    for (int i = 0; i < lines; i++) {
+        for (int w = 0; w < 6; w++) {
+            s = s * 1103515245u + 12345u;
+            fprintf(f, "%s%s", w ? " " : "", words[(s >> 16) % 8]);
+        }
+        fprintf(f, ".\n");
+    }
+    fclose(f);
+}
+
+void tu_write_corpus_text(const char *path)
+{
+    const char *w[] = {"in", "the", "beginning", "was", "light", "and", "darkness", "of", "waters"};
+    char *buf = malloc(16384);
+    size_t k = 0;
+    unsigned s = 1;
+    while (k < 12000) {
+        s = s * 1103515245u + 12345u;
+        k += (size_t)sprintf(buf + k, "%s%s", w[(s >> 16) % 9], (s >> 8) % 7 == 0 ? ".\n" : " ");
+    }
+    tu_write_file(path, buf, k);
+    free(buf);
+}

@@ -15,6 +15,12 @@ void tu_write_file(const char *path, const void *data, size_t n);
 /* Reads a whole file (malloc'd, NUL-terminated); *n gets the size. */
 char *tu_read_file(const char *path, size_t *n);
 
+/* Training text a byte model learns quickly: `lines` lines of six words
+ * from an 8-word vocabulary, drawn by an LCG seeded with seed. */
+void tu_write_corpus_lines(const char *path, int lines, unsigned seed);
+/* About 12 KB of words from a 9-word vocabulary, sentences ended by ".\n". */
+void tu_write_corpus_text(const char *path);
+
 /* Deterministic pseudo-random fill: uniform in [lo, hi). */
 void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t seed);
 
