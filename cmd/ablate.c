@@ -15,7 +15,7 @@
 
 static const char *usage =
     "attnres ablate [CONFIG] --variant LIST|all [--seeds K] [--block-sizes LIST] [--set KEY=VALUE]... "
-    "[--out DIR] [--jobs J]";
+    "[--out DIR] [--jobs J] [--device cpu|cuda] [--precision fp32|bf16]";
 
 /* "2,4,8" -> ints; -1 on a bad list */
 static int parse_ints(const char *s, int **out, int *n)
@@ -41,11 +41,12 @@ int cmd_ablate(int argc, char **argv)
     const char *config = NULL, *out = NULL, *variants = NULL, *bs = NULL;
     long jobs = 1, seeds = 1;
     const char **sets = calloc((size_t)argc, sizeof *sets);
-    int nsets = 0, rc = AR_EXIT_FAIL;
+    int nsets = 0, rc = AR_EXIT_FAIL, dev = -1, prec = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int takes = !strcmp(a, "--set") || !strcmp(a, "--out") || !strcmp(a, "--jobs") || !strcmp(a, "--variant") ||
-                    !strcmp(a, "--seeds") || !strcmp(a, "--block-sizes");
+                    !strcmp(a, "--seeds") || !strcmp(a, "--block-sizes") || !strcmp(a, "--device") ||
+                    !strcmp(a, "--precision");
         if (takes && i + 1 >= argc) {
             free(sets);
             return cli_usage_error(usage, "'%s' needs a value", a);
@@ -62,6 +63,12 @@ int cmd_ablate(int argc, char **argv)
             variants = a + 10;
         else if (!strcmp(a, "--block-sizes"))
             bs = argv[++i];
+        else if (!strcmp(a, "--device") || !strcmp(a, "--precision")) {
+            if (cli_device_option(usage, a, argv[++i], &dev, &prec) != 0) {
+                free(sets);
+                return AR_EXIT_USAGE;
+            }
+        }
         else if (!strcmp(a, "--jobs") || !strcmp(a, "--seeds")) {
             if (cli_parse_long(a, argv[++i], 1, !strcmp(a, "--jobs") ? &jobs : &seeds) != 0) {
                 free(sets);
@@ -96,7 +103,8 @@ int cmd_ablate(int argc, char **argv)
     for (int i = 0; !bad && i < nsets; i++)
         bad = ar_config_set(&cfg, sets[i], &e) != 0;
     free(sets);
-    if (bad || ar_config_validate(&cfg, &e) != 0) {
+    cli_apply_device(&cfg, dev, prec);
+    if (bad || ar_config_validate(&cfg, &e) != 0 || cli_check_device(&cfg, &e) != 0) {
         free(bsz);
         cli_error("%s", e.msg);
         return AR_EXIT_FAIL;

@@ -1,5 +1,6 @@
 /* attnres bench: training and inference throughput, GFLOP/s against the
- * sgemm ceiling, and peak memory of baseline and AttnRes variants of one
+ * sgemm ceiling (cpu) or model FLOPs utilisation against the device's bf16
+ * peak (cuda), and peak memory of baseline and AttnRes variants of one
  * config.  Each variant runs in a forked child (so its peak RSS is its own)
  * that sends its numbers back through a pipe; the parent allocates no model
  * and runs no compute, so the children start from a clean process. */
@@ -19,7 +20,8 @@
 #include "cmds.h"
 
 static const char *usage = "attnres bench [CONFIG] [--set KEY=VALUE]... [--steps N] [--warmup N] [--repeat R] "
-                           "[--threads N] [--variants LIST] [--json]";
+                           "[--threads N] [--variants LIST] [--device cpu|cuda] [--precision fp32|bf16] "
+                           "[--peak-tflops X] [--json]";
 
 #define MIB (1024.0 * 1024.0)
 #define AR_BENCH_MAX_VARIANTS 16
@@ -28,7 +30,7 @@ static const char *usage = "attnres bench [CONFIG] [--set KEY=VALUE]... [--steps
 typedef struct {
     int ok;
     ar_bench_result r;
-    double ceiling; /* sgemm GFLOP/s in the child, after the variant */
+    double ceiling; /* sgemm GFLOP/s in the child, after the variant (cpu; 0 on cuda) */
     char msg[sizeof(ar_err)];
 } report;
 
@@ -178,7 +180,9 @@ static void variant_work(void *ud, void *buf)
     report *rep = buf;
     ar_err e = {{0}};
     if (ar_bench_variant(&j->v->cfg, j->o, &rep->r, &e) == 0) {
-        rep->ceiling = ar_bench_sgemm_gflops(AR_BENCH_CEILING_N, AR_BENCH_CEILING_REPS);
+        /* the sgemm ceiling is the CPU's; a GPU's is its bf16 peak (MFU) */
+        if (j->v->cfg.train.device == AR_DEVICE_CPU)
+            rep->ceiling = ar_bench_sgemm_gflops(AR_BENCH_CEILING_N, AR_BENCH_CEILING_REPS);
         rep->ok = 1;
     } else {
         snprintf(rep->msg, sizeof rep->msg, "%s", e.msg);
@@ -267,20 +271,27 @@ typedef struct {
     double train_ovh, infer_ovh;   /* percent; NaN without a baseline */
     double extra, pred, ratio;     /* bytes; ratio NaN where undefined */
     double ceil_pct;
+    double peak, mfu;              /* FLOP/s (0 unknown) and fraction (NaN unknown) */
 } derived;
 
-static derived derive(const variant_run *v, const variant_run *base)
+/* peak_tflops: --peak-tflops, 0 when not given (then the backend's peak) */
+static derived derive(const variant_run *v, const variant_run *base, double peak_tflops)
 {
     const ar_bench_result *r = &v->rep.r;
-    derived d = {NAN, NAN, NAN, 0, NAN, NAN};
+    derived d = {NAN, NAN, NAN, 0, NAN, NAN, 0, NAN};
     d.pred = 4.0 * ar_bench_predicted_extra_floats(&v->cfg.model, r->batch);
     if (v->rep.ceiling > 0)
         d.ceil_pct = 100.0 * r->gflops / v->rep.ceiling;
+    d.peak = peak_tflops > 0 ? peak_tflops * 1e12 : r->peak_flops;
+    d.mfu = ar_bench_mfu(r, d.peak);
+    if (v->cfg.train.device != AR_DEVICE_CPU)
+        d.ceil_pct = 100.0 * d.mfu; /* a GPU's ceiling is its peak */
     if (base) {
         const ar_bench_result *b = &base->rep.r;
         d.train_ovh = v->train_ovh;
         d.infer_ovh = v->infer_ovh;
-        if (r->peak_rss_bytes >= 0 && b->peak_rss_bytes >= 0)
+        /* on cuda the activations live in device memory, which RSS does not see */
+        if (r->peak_rss_bytes >= 0 && b->peak_rss_bytes >= 0 && v->cfg.train.device == AR_DEVICE_CPU)
             d.extra = (double)(r->peak_rss_bytes - b->peak_rss_bytes);
         if (isfinite(d.extra) && d.pred > 0)
             d.ratio = d.extra / d.pred;
@@ -298,8 +309,10 @@ static void json_num_or_null(ar_jw *w, const char *key, double x)
 }
 
 static void print_json(const char *config, const ar_config *cfg, const ar_bench_opts *o, variant_run *runs,
-                       int n, const variant_run *base, double ceil_max)
+                       int n, const variant_run *base, double ceil_max, double peak_tflops)
 {
+    int gpu = cfg->train.device != AR_DEVICE_CPU;
+    derived d0 = derive(&runs[0], base, peak_tflops);
     const char *ct = getenv("OPENBLAS_CORETYPE");
     const ar_model_cfg *m = &cfg->model;
     ar_jw w;
@@ -329,6 +342,15 @@ static void print_json(const char *config, const ar_config *cfg, const ar_bench_
     ar_jw_key(&w, "sublayers");
     ar_jw_int(&w, ar_cfg_sublayers(m));
     ar_jw_obj_end(&w);
+    ar_jw_key(&w, "device");
+    ar_jw_str(&w, ar_device_name(cfg->train.device));
+    ar_jw_key(&w, "device_name");
+    ar_jw_str(&w, runs[0].rep.r.device);
+    ar_jw_key(&w, "precision");
+    ar_jw_str(&w, ar_precision_name(cfg->train.precision));
+    json_num_or_null(&w, "peak_tflops", d0.peak > 0 ? d0.peak / 1e12 : NAN);
+    ar_jw_key(&w, "peak_source");
+    ar_jw_str(&w, peak_tflops > 0 ? "option" : d0.peak > 0 ? "device" : "unknown");
     ar_jw_key(&w, "threads");
     ar_jw_int(&w, runs[0].rep.r.threads);
     ar_jw_key(&w, "openblas_coretype");
@@ -342,14 +364,13 @@ static void print_json(const char *config, const ar_config *cfg, const ar_bench_
     ar_jw_int(&w, o->warmup);
     ar_jw_key(&w, "repeat");
     ar_jw_int(&w, o->repeat);
-    ar_jw_key(&w, "ceiling_gflops");
-    ar_jw_num(&w, ceil_max);
+    json_num_or_null(&w, "ceiling_gflops", gpu ? (d0.peak > 0 ? d0.peak / 1e9 : NAN) : ceil_max);
     ar_jw_key(&w, "results");
     ar_jw_arr_begin(&w);
     for (int i = 0; i < n; i++) {
         const variant_run *v = &runs[i];
         const ar_bench_result *r = &v->rep.r;
-        derived d = derive(v, base);
+        derived d = derive(v, base, peak_tflops);
         ar_jw_obj_begin(&w);
         ar_jw_key(&w, "variant");
         ar_jw_str(&w, v->def->label);
@@ -386,9 +407,9 @@ static void print_json(const char *config, const ar_config *cfg, const ar_bench_
         ar_jw_num(&w, r->infer_tok_per_s_max);
         ar_jw_key(&w, "gflops");
         ar_jw_num(&w, r->gflops);
-        ar_jw_key(&w, "ceiling_gflops");
-        ar_jw_num(&w, v->rep.ceiling);
+        json_num_or_null(&w, "ceiling_gflops", gpu ? (d.peak > 0 ? d.peak / 1e9 : NAN) : v->rep.ceiling);
         json_num_or_null(&w, "ceiling_percent", d.ceil_pct);
+        json_num_or_null(&w, "mfu", d.mfu);
         json_num_or_null(&w, "train_overhead", d.train_ovh);
         json_num_or_null(&w, "infer_overhead", d.infer_ovh);
         ar_jw_key(&w, "peak_rss_bytes");
@@ -430,15 +451,27 @@ static void fmt_mib(char *buf, size_t n, double bytes)
 }
 
 static void print_table(const char *config, const ar_config *cfg, const ar_bench_opts *o, variant_run *runs,
-                        int n, const variant_run *base, double ceil_min, double ceil_max)
+                        int n, const variant_run *base, double ceil_min, double ceil_max, double peak_tflops)
 {
     const char *ct = getenv("OPENBLAS_CORETYPE");
     const ar_model_cfg *m = &cfg->model;
     int L = ar_cfg_sublayers(m);
-    printf("threads %d, OPENBLAS_CORETYPE=%s, sgemm ceiling %.1f GFLOP/s (%d^3, best of %d; %.1f..%.1f over "
-           "the variants' processes)\n",
-           runs[0].rep.r.threads, ct ? ct : "(unset)", ceil_max, AR_BENCH_CEILING_N, AR_BENCH_CEILING_REPS,
-           ceil_min, ceil_max);
+    int gpu = cfg->train.device != AR_DEVICE_CPU, mfu = gpu || peak_tflops > 0;
+    derived d0 = derive(&runs[0], base, peak_tflops);
+    if (gpu)
+        printf("device %s (%s, %s matrix products)", runs[0].rep.r.device, ar_device_name(cfg->train.device),
+               ar_precision_name(cfg->train.precision));
+    else
+        printf("threads %d, OPENBLAS_CORETYPE=%s, sgemm ceiling %.1f GFLOP/s (%d^3, best of %d; %.1f..%.1f over "
+               "the variants' processes)",
+               runs[0].rep.r.threads, ct ? ct : "(unset)", ceil_max, AR_BENCH_CEILING_N, AR_BENCH_CEILING_REPS,
+               ceil_min, ceil_max);
+    if (d0.peak > 0)
+        printf(", peak %.1f TFLOP/s (%s)\n", d0.peak / 1e12, peak_tflops > 0 ? "--peak-tflops" : "bf16, the device's");
+    else if (gpu)
+        printf(", peak unknown: MFU needs --peak-tflops\n");
+    else
+        printf("\n");
     printf("config %s: d_model %d, n_layer %d (L = %d), n_head %d, d_ff %d, T %d, batch %d, vocab %d\n",
            config ? config : "(built-in default)", m->d_model, m->n_layer, L, m->n_head, m->d_ff, m->seq_len,
            cfg->train.batch_size, m->vocab);
@@ -446,16 +479,19 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
            "warm-up step%s\n\n",
            o->repeat, o->repeat == 1 ? "" : "s", o->steps, o->steps == 1 ? "" : "s", o->warmup,
            o->warmup == 1 ? "" : "s");
-    printf("%-10s %11s %19s %8s %6s %8s %11s %8s %9s %9s %9s %9s\n", "variant", "train tok/s", "min..max",
-           "GFLOP/s", "%ceil", "overhead", "infer tok/s", "overhead", "peak MiB", "extra MiB", "pred MiB",
-           "meas/pred");
+    int cw = mfu ? 7 : 6; /* "unknown" */
+    printf("%-10s %11s %19s %8s %*s %8s %11s %8s %9s %9s %9s %9s\n", "variant", "train tok/s", "min..max",
+           "GFLOP/s", cw, mfu ? "MFU" : "%ceil", "overhead", "infer tok/s", "overhead", "peak MiB", "extra MiB",
+           "pred MiB", "meas/pred");
     for (int i = 0; i < n; i++) {
         const variant_run *v = &runs[i];
         const ar_bench_result *r = &v->rep.r;
-        derived d = derive(v, base);
+        derived d = derive(v, base, peak_tflops);
         char range[48], cp[16], to[16], io[16], peak[24], extra[24], pred[24], ratio[24];
         snprintf(range, sizeof range, "%.0f..%.0f", r->train_tok_per_s_min, r->train_tok_per_s_max);
-        fmt_pct(cp, sizeof cp, d.ceil_pct);
+        fmt_pct(cp, sizeof cp, mfu ? 100.0 * d.mfu : d.ceil_pct);
+        if (mfu && !isfinite(d.mfu))
+            snprintf(cp, sizeof cp, "unknown");
         fmt_pct(to, sizeof to, d.train_ovh);
         fmt_pct(io, sizeof io, d.infer_ovh);
         fmt_mib(peak, sizeof peak, r->peak_rss_bytes >= 0 ? (double)r->peak_rss_bytes : NAN);
@@ -465,12 +501,17 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
             snprintf(ratio, sizeof ratio, "%.2f", d.ratio);
         else
             snprintf(ratio, sizeof ratio, "-");
-        printf("%-10s %11.0f %19s %8.1f %6s %8s %11.0f %8s %9s %9s %9s %9s\n", v->def->label, r->train_tok_per_s,
-               range, r->gflops, cp, to, r->infer_tok_per_s, io, peak, extra, pred, ratio);
+        printf("%-10s %11.0f %19s %8.1f %*s %8s %11.0f %8s %9s %9s %9s %9s\n", v->def->label, r->train_tok_per_s,
+               range, r->gflops, cw, cp, to, r->infer_tok_per_s, io, peak, extra, pred, ratio);
     }
-    printf("\noverhead = median over rounds of 100*(1 - tok/s / baseline tok/s of the same round);\n"
-           "%%ceil against the sgemm ceiling measured in the variant's own process; peak MiB in that process;\n"
-           "pred MiB = ceil(L/S)*B*T*d floats of stored block summaries (full: S = 1)\n");
+    printf("\noverhead = median over rounds of 100*(1 - tok/s / baseline tok/s of the same round);\n");
+    if (mfu)
+        printf("MFU = GFLOP/s (6N + 12 n_layer d T per token) / peak; ");
+    else
+        printf("%%ceil against the sgemm ceiling measured in the variant's own process; ");
+    printf("peak MiB in that process%s;\n"
+           "pred MiB = ceil(L/S)*B*T*d floats of stored block summaries (full: S = 1)\n",
+           gpu ? " (host memory: the device memory is not measured)" : "");
     for (int i = 0; i < n; i++) {
         const ar_bench_variant_def *d = runs[i].def;
         const ar_residual_cfg *rc = &runs[i].cfg.model.residual;
@@ -483,7 +524,8 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
 int cmd_bench(int argc, char **argv)
 {
     const char *config = NULL, *variants = NULL;
-    int json = 0, threads = -1;
+    int json = 0, threads = -1, dev = -1, prec = -1;
+    double peak_tflops = 0;
     ar_bench_opts o = {.be = NULL, .threads = 0, .steps = 5, .warmup = 2, .repeat = 3};
     const char **sets = calloc((size_t)argc, sizeof *sets);
     int nsets = 0, rc = AR_EXIT_USAGE;
@@ -491,7 +533,8 @@ int cmd_bench(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int takes = !strcmp(a, "--set") || !strcmp(a, "--steps") || !strcmp(a, "--warmup") ||
-                    !strcmp(a, "--repeat") || !strcmp(a, "--threads") || !strcmp(a, "--variants");
+                    !strcmp(a, "--repeat") || !strcmp(a, "--threads") || !strcmp(a, "--variants") ||
+                    !strcmp(a, "--device") || !strcmp(a, "--precision") || !strcmp(a, "--peak-tflops");
         if (takes && i + 1 >= argc) {
             cli_usage_error(usage, "'%s' needs a value", a);
             goto out;
@@ -512,6 +555,17 @@ int cmd_bench(int argc, char **argv)
         } else if (!strcmp(a, "--threads")) {
             if (parse_int(a, argv[++i], 0, &threads) != 0)
                 goto out;
+        } else if (!strcmp(a, "--device") || !strcmp(a, "--precision")) {
+            if (cli_device_option(usage, a, argv[++i], &dev, &prec) != 0)
+                goto out;
+        } else if (!strcmp(a, "--peak-tflops")) {
+            char *end;
+            const char *v = argv[++i];
+            peak_tflops = strtod(v, &end);
+            if (!*v || *end || !isfinite(peak_tflops) || peak_tflops <= 0) {
+                cli_usage_error(usage, "'--peak-tflops' expects a positive number, got '%s'", v);
+                goto out;
+            }
         } else if (!strcmp(a, "--variants"))
             variants = argv[++i];
         else if (!strcmp(a, "--json"))
@@ -544,6 +598,11 @@ int cmd_bench(int argc, char **argv)
     if (threads >= 0)
         cfg.train.threads = threads;
     o.threads = cfg.train.threads;
+    cli_apply_device(&cfg, dev, prec);
+    /* the backend is opened in the children, which fork from a process
+     * without a CUDA context */
+    if (cli_check_device(&cfg, &e) != 0)
+        goto fail;
 
     /* Validate every variant's config here, before any child runs (the
      * config's own residual is replaced, so it need not be valid). */
@@ -598,9 +657,9 @@ int cmd_bench(int argc, char **argv)
     if (pr != 0)
         goto fail;
     if (json)
-        print_json(config, &cfg, &o, runs, n, base, ceil_max);
+        print_json(config, &cfg, &o, runs, n, base, ceil_max, peak_tflops);
     else
-        print_table(config, &cfg, &o, runs, n, base, ceil_min, ceil_max);
+        print_table(config, &cfg, &o, runs, n, base, ceil_min, ceil_max, peak_tflops);
     rc = AR_EXIT_OK;
     goto out;
 fail:

@@ -4,6 +4,8 @@
 
 #include <stdio.h>
 
+#include "../lib/config.h"
+#include "../lib/error.h"
 #include "../viz/canvas.h"
 
 int cmd_train(int argc, char **argv);
@@ -28,6 +30,22 @@ int cli_show_man(const char *page);
 int cli_wants_help(int argc, char **argv);
 /* Parses a positive/non-negative long option value. */
 int cli_parse_long(const char *opt, const char *s, long min, long *out);
+
+/* --device cpu|cuda: the value, or a usage error (-1) naming the option. */
+int cli_parse_device(const char *usage, const char *v, ar_device *out);
+/* opt "--device" or "--precision" (fp32|bf16) with value v: the enum into
+ * *dev or *prec (as int); -1 after a usage error. */
+int cli_device_option(const char *usage, const char *opt, const char *v, int *dev, int *prec);
+/* Applies the options given (dev, prec < 0: not given) over c's
+ * train.device and train.precision; --device cpu without --precision also
+ * selects fp32, the only precision of the CPU backend. */
+void cli_apply_device(ar_config *c, int dev, int prec);
+/* A config on a device this build lacks (cuda without the CUDA backend)
+ * fails before any work, with ar_backend_open's message: -1 with e set.
+ * With the backend built this opens nothing (the device is opened where
+ * the work runs, which may be a forked child: a CUDA context does not
+ * survive fork). */
+int cli_check_device(const ar_config *c, ar_err *e);
 
 /* --format VALUE of the figure commands: 0, or a usage error (-1). */
 int cli_parse_format(const char *usage, const char *v, ar_fig_format *f);

@@ -12,7 +12,7 @@
 #include "cmds.h"
 
 static const char *usage =
-    "attnres eval RUN_OR_SAFETENSORS --data FILE [--max-windows N] [--threads N] [--json] "
+    "attnres eval RUN_OR_SAFETENSORS --data FILE [--max-windows N] [--threads N] [--device cpu|cuda] [--json] "
     "[--grads OUT.safetensors]";
 
 static void print_result(const ar_eval_result *r, const ar_config *cfg, long step, const char *ckpt,
@@ -60,11 +60,12 @@ int cmd_eval(int argc, char **argv)
     const char *ckpt = NULL, *data = NULL, *grads = NULL;
     long max_windows = 0, threads = 0;
     int json = 0;
+    ar_device dev = AR_DEVICE_CPU;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has_val = i + 1 < argc;
         if (!strcmp(a, "--data") || !strcmp(a, "--max-windows") || !strcmp(a, "--grads") ||
-            !strcmp(a, "--threads")) {
+            !strcmp(a, "--threads") || !strcmp(a, "--device")) {
             if (!has_val)
                 return cli_usage_error(usage, "'%s' needs a value", a);
             const char *v = argv[++i];
@@ -72,7 +73,10 @@ int cmd_eval(int argc, char **argv)
                 data = v;
             else if (!strcmp(a, "--grads"))
                 grads = v;
-            else if (!strcmp(a, "--threads")) {
+            else if (!strcmp(a, "--device")) {
+                if (cli_parse_device(usage, v, &dev) != 0)
+                    return AR_EXIT_USAGE;
+            } else if (!strcmp(a, "--threads")) {
                 if (cli_parse_long(a, v, 0, &threads) != 0)
                     return AR_EXIT_USAGE;
                 if (threads > INT_MAX) {
@@ -99,9 +103,14 @@ int cmd_eval(int argc, char **argv)
     ar_model *m = NULL;
     ar_tokens t = {0};
     long step = 0;
-    const ar_backend *be = ar_backend_cpu();
-    be->set_threads((int)threads);
     int rc = AR_EXIT_FAIL;
+    const ar_backend *be = dev == AR_DEVICE_CUDA ? ar_backend_cuda(&e) : ar_backend_cpu();
+    if (!be) {
+        ar_wrap(&e, "'--device cuda'");
+        goto done;
+    }
+    be->set_bf16(0); /* evaluation is always fp32: its numbers are the reference */
+    be->set_threads((int)threads);
     if (ar_ckpt_load_model(ckpt, be, 8, &cfg, &m, &step, &e) != 0)
         goto done;
     if (ar_tokens_load(&t, data, &e) != 0)

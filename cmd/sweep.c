@@ -12,7 +12,8 @@
 #include "cmds.h"
 #include "sweep_view.h"
 
-static const char *usage = "attnres sweep [CONFIG] [--set KEY=VALUE]... [--out DIR] [--jobs J] [--dry-run]";
+static const char *usage = "attnres sweep [CONFIG] [--set KEY=VALUE]... [--out DIR] [--jobs J] [--dry-run] "
+                           "[--device cpu|cuda] [--precision fp32|bf16]";
 
 static void print_plan(const ar_sweep *s, const char *out, int jobs)
 {
@@ -40,11 +41,14 @@ int cmd_sweep(int argc, char **argv)
     const char *config = NULL, *out = NULL;
     long jobs = 1;
     int dry = 0;
-    const char **sets = calloc((size_t)argc, sizeof *sets);
-    int nsets = 0, rc = AR_EXIT_FAIL;
+    /* --device and --precision become the last --set of every run */
+    const char **sets = calloc((size_t)argc + 2, sizeof *sets);
+    int nsets = 0, rc = AR_EXIT_FAIL, dev = -1, prec = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if ((!strcmp(a, "--set") || !strcmp(a, "--out") || !strcmp(a, "--jobs")) && i + 1 >= argc) {
+        if ((!strcmp(a, "--set") || !strcmp(a, "--out") || !strcmp(a, "--jobs") || !strcmp(a, "--device") ||
+             !strcmp(a, "--precision")) &&
+            i + 1 >= argc) {
             free(sets);
             return cli_usage_error(usage, "'%s' needs a value", a);
         }
@@ -60,6 +64,11 @@ int cmd_sweep(int argc, char **argv)
                 fprintf(stderr, "usage: %s\n", usage);
                 return AR_EXIT_USAGE;
             }
+        } else if (!strcmp(a, "--device") || !strcmp(a, "--precision")) {
+            if (cli_device_option(usage, a, argv[++i], &dev, &prec) != 0) {
+                free(sets);
+                return AR_EXIT_USAGE;
+            }
         } else if (!strcmp(a, "--dry-run"))
             dry = 1;
         else if (a[0] == '-' && a[1]) {
@@ -72,6 +81,10 @@ int cmd_sweep(int argc, char **argv)
             return cli_usage_error(usage, "unexpected argument '%s'", a);
         }
     }
+    if (dev >= 0)
+        sets[nsets++] = dev == AR_DEVICE_CUDA ? "train.device=cuda" : "train.device=cpu";
+    if (prec >= 0 || dev == AR_DEVICE_CPU)
+        sets[nsets++] = prec == AR_PREC_BF16 ? "train.precision=bf16" : "train.precision=fp32";
     ar_sweep s;
     ar_err e = {{0}};
     int loaded = config ? ar_sweep_load(&s, config, sets, nsets, &e)
@@ -82,8 +95,13 @@ int cmd_sweep(int argc, char **argv)
         cli_error("%s", e.msg);
         return AR_EXIT_FAIL;
     }
-    /* Missing data fails now, not after the first run's setup. */
+    /* A missing device or data fails now, not after the first run's setup. */
     for (int i = 0; i < s.nruns; i++) {
+        if (cli_check_device(&s.runs[i].cfg, &e) != 0) {
+            cli_error("run '%s': %s", s.runs[i].name, e.msg);
+            ar_sweep_free(&s);
+            return AR_EXIT_FAIL;
+        }
         const char *train = s.runs[i].cfg.data.train;
         if (access(train, R_OK) == 0)
             continue;

@@ -14,7 +14,8 @@
 #include "cmds.h"
 
 static const char *usage =
-    "attnres train [CONFIG] [--set KEY=VALUE]... [--out DIR] [--resume DIR] [--force] [--threads N]";
+    "attnres train [CONFIG] [--set KEY=VALUE]... [--out DIR] [--resume DIR] [--force] [--threads N] "
+    "[--device cpu|cuda] [--precision fp32|bf16]";
 
 /* The number of the first SIGINT or SIGTERM, 0 before one. */
 static volatile sig_atomic_t interrupted;
@@ -121,9 +122,11 @@ int cmd_train(int argc, char **argv)
     const char **sets = calloc((size_t)argc, sizeof *sets);
     int nsets = 0;
     long threads = -1;
+    int dev = -1, prec = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if ((!strcmp(a, "--set") || !strcmp(a, "--out") || !strcmp(a, "--resume") || !strcmp(a, "--threads")) &&
+        if ((!strcmp(a, "--set") || !strcmp(a, "--out") || !strcmp(a, "--resume") || !strcmp(a, "--threads") ||
+             !strcmp(a, "--device") || !strcmp(a, "--precision")) &&
             i + 1 >= argc) {
             free(sets);
             return cli_usage_error(usage, "'%s' needs a value", a);
@@ -138,6 +141,12 @@ int cmd_train(int argc, char **argv)
             resume = argv[++i];
         else if (!strcmp(a, "--force"))
             force = 1;
+        else if (!strcmp(a, "--device") || !strcmp(a, "--precision")) {
+            if (cli_device_option(usage, a, argv[++i], &dev, &prec) != 0) {
+                free(sets);
+                return AR_EXIT_USAGE;
+            }
+        }
         else if (!strcmp(a, "--threads")) {
             if (cli_parse_long(a, argv[++i], 0, &threads) != 0 || threads > INT_MAX) {
                 if (threads > INT_MAX)
@@ -178,6 +187,7 @@ int cmd_train(int argc, char **argv)
             goto fail;
     if (threads >= 0)
         cfg.train.threads = (int)threads;
+    cli_apply_device(&cfg, dev, prec);
     if (ar_config_validate(&cfg, &e) != 0)
         goto fail;
     if (access(cfg.data.train, R_OK) != 0 && strcmp(cfg.data.train, AR_DEFAULT_CORPUS) == 0) {
@@ -206,10 +216,11 @@ int cmd_train(int argc, char **argv)
     int tty = isatty(STDOUT_FILENO);
     ar_train_opts o = {.out_dir = out, .resume = resume != NULL, .force = force, .progress = show_progress,
                        .warn = show_warning, .ud = &tty, .interrupt = &interrupted};
-    printf("%s run in '%s': %s, d_model %d, n_layer %d, seq_len %d, %ld steps of %d x %d tokens\n",
+    printf("%s run in '%s': %s, d_model %d, n_layer %d, seq_len %d, %ld steps of %d x %d tokens, on %s (%s)\n",
            resume ? "resuming" : "training", out, ar_res_kind_name(cfg.model.residual.kind),
            cfg.model.d_model, cfg.model.n_layer, cfg.model.seq_len, cfg.train.steps,
-           cfg.train.batch_size * cfg.train.grad_accum, cfg.model.seq_len);
+           cfg.train.batch_size * cfg.train.grad_accum, cfg.model.seq_len, ar_device_name(cfg.train.device),
+           ar_precision_name(cfg.train.precision));
     fflush(stdout);
     ar_train_result res;
     if (ar_train(&cfg, &o, &res, &e) != 0) {

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../lib/backend.h"
 #include "cmds.h"
 
 void cli_error(const char *fmt, ...)
@@ -52,6 +53,61 @@ int cli_parse_long(const char *opt, const char *s, long min, long *out)
     }
     *out = v;
     return 0;
+}
+
+int cli_parse_device(const char *usage, const char *v, ar_device *out)
+{
+    for (int i = AR_DEVICE_CPU; i <= AR_DEVICE_CUDA; i++)
+        if (strcmp(v, ar_device_name((ar_device)i)) == 0) {
+            *out = (ar_device)i;
+            return 0;
+        }
+    cli_usage_error(usage, "'--device' expects cpu or cuda, got '%s'", v);
+    return -1;
+}
+
+static int parse_precision(const char *usage, const char *v, ar_precision *out)
+{
+    for (int i = AR_PREC_FP32; i <= AR_PREC_BF16; i++)
+        if (strcmp(v, ar_precision_name((ar_precision)i)) == 0) {
+            *out = (ar_precision)i;
+            return 0;
+        }
+    cli_usage_error(usage, "'--precision' expects fp32 or bf16, got '%s'", v);
+    return -1;
+}
+
+int cli_device_option(const char *usage, const char *opt, const char *v, int *dev, int *prec)
+{
+    if (strcmp(opt, "--device") == 0) {
+        ar_device d;
+        if (cli_parse_device(usage, v, &d) != 0)
+            return -1;
+        *dev = (int)d;
+    } else {
+        ar_precision p;
+        if (parse_precision(usage, v, &p) != 0)
+            return -1;
+        *prec = (int)p;
+    }
+    return 0;
+}
+
+void cli_apply_device(ar_config *c, int dev, int prec)
+{
+    if (dev >= 0)
+        c->train.device = (ar_device)dev;
+    if (prec >= 0)
+        c->train.precision = (ar_precision)prec;
+    else if (dev == AR_DEVICE_CPU)
+        c->train.precision = AR_PREC_FP32;
+}
+
+int cli_check_device(const ar_config *c, ar_err *e)
+{
+    if (c->train.device != AR_DEVICE_CUDA || ar_cuda_built())
+        return 0;
+    return ar_backend_open("cuda", c->train.precision == AR_PREC_BF16, e) ? 0 : -1;
 }
 
 /* Plain-text rendering for machines without man(1): drops requests and

@@ -61,12 +61,16 @@ typedef struct {
 
 _Static_assert(sizeof(ar_res_kind) == sizeof(int), "KT_ENUM stores enums as int");
 _Static_assert(sizeof(ar_sched_kind) == sizeof(int), "KT_ENUM stores enums as int");
+_Static_assert(sizeof(ar_device) == sizeof(int), "KT_ENUM stores enums as int");
+_Static_assert(sizeof(ar_precision) == sizeof(int), "KT_ENUM stores enums as int");
 
 static const char *res_kind_at(int i) { return ar_res_kind_name((ar_res_kind)i); }
 static const char *sched_at(int i) { return ar_sched_name((ar_sched_kind)i); }
 static const char *score_at(int i) { return ar_score_name((ar_score_kind)i); }
 static const char *key_norm_at(int i) { return ar_key_norm_name((ar_key_norm)i); }
 static const char *query_at(int i) { return ar_query_name((ar_query_kind)i); }
+static const char *device_at(int i) { return ar_device_name((ar_device)i); }
+static const char *precision_at(int i) { return ar_precision_name((ar_precision)i); }
 
 /* The ablation flags are written only where they differ from their
  * defaults, so configs written before they existed resolve unchanged. */
@@ -142,6 +146,8 @@ static const key_def KEYS[] = {
     KEY("train.max_bad_steps", KT_INT, RG_POS, train.max_bad_steps),
     KEY("train.log_every", KT_LONG, RG_POS, train.log_every),
     KEY("train.threads", KT_INT, RG_NONNEG, train.threads),
+    KEY("train.device", KT_ENUM, RG_ANY, train.device, .enum_name = device_at),
+    KEY("train.precision", KT_ENUM, RG_ANY, train.precision, .enum_name = precision_at),
 };
 
 enum { N_KEYS = sizeof KEYS / sizeof KEYS[0] };
@@ -890,6 +896,9 @@ static int check_model(const ar_model_cfg *m, ar_err *e)
 
 static int check_train(const ar_train_cfg *t, ar_err *e)
 {
+    if (t->precision == AR_PREC_BF16 && t->device != AR_DEVICE_CUDA)
+        return ar_fail(e, "'train.precision' bf16 needs 'train.device' cuda (the %s backend computes in fp32)",
+                       ar_device_name(t->device));
     if (t->warmup > t->steps)
         return ar_fail(e, "'train.warmup' (%ld) exceeds 'train.steps' (%ld)", t->warmup, t->steps);
     if (t->min_lr > t->lr)
@@ -1024,7 +1033,7 @@ int ar_config_diff(const ar_config *a, const ar_config *b, char *buf, size_t n)
         buf[0] = '\0';
     for (int i = 0; i < N_KEYS; i++) {
         const key_def *k = &KEYS[i];
-        if (strcmp(k->key, "train.threads") == 0)
+        if (strcmp(k->key, "train.threads") == 0 || strcmp(k->key, "train.device") == 0)
             continue;
         char va[96], vb[96];
         value_text(a, k, va, sizeof va);

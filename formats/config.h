@@ -41,7 +41,8 @@ int ar_config_set(ar_config *c, const char *assignment, ar_err *e);
 int ar_config_validate(const ar_config *c, ar_err *e);
 
 /* Compares two configs key by key, as their resolved YAML shows them
- * (train.threads is not compared: it changes how fast, not what).  Returns
+ * (train.threads and train.device are not compared: they change how fast,
+ * not what; train.precision is).  Returns
  * the number of keys that differ, and describes the first few in buf as
  * "train.lr 0.01 -> 0.02, model.d_model 64 -> 128" (a's value first). */
 int ar_config_diff(const ar_config *a, const ar_config *b, char *buf, size_t n);

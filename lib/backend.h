@@ -20,6 +20,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define AR_RMS_EPS 1e-6f
 
 typedef struct ar_backend {
@@ -33,6 +37,15 @@ typedef struct ar_backend {
     void (*zero)(void *p, size_t bytes);
     void (*sync)(void);
     void (*set_threads)(int n); /* 0 = all cores */
+    /* Matrix products in bf16 with fp32 accumulation (on = 1) or in fp32
+     * (on = 0, the default).  Returns 0, or -1 where the backend has no bf16
+     * path (the CPU backend). */
+    int (*set_bf16)(int on);
+    /* A short name of the device ("NVIDIA H100 80GB HBM3"; the CPU backend:
+     * "cpu") and its dense bf16 tensor peak in FLOP/s (0 where unknown: the
+     * CPU backend), the denominator of bench's model FLOPs utilisation. */
+    const char *(*device_name)(void);
+    double (*peak_bf16_flops)(void);
 
     /* ---- elementwise ---- */
     /* y = x */
@@ -234,5 +247,25 @@ typedef struct ar_backend {
 
 /* The CPU backend (always built). */
 const ar_backend *ar_backend_cpu(void);
+
+/* The CUDA backend on the current CUDA device (lib/cuda/), created on first
+ * use.  NULL with e set where attnres was built without CUDA
+ * (lib/cuda/backend_cuda_none.c) or no CUDA device can be used. */
+struct ar_err;
+const ar_backend *ar_backend_cuda(struct ar_err *e);
+/* 1 when this build has the CUDA backend compiled in. */
+int ar_cuda_built(void);
+
+/* The backend of a train.device value ("cpu" or NULL: the CPU backend;
+ * "cuda": ar_backend_cuda) with bf16 matrix products on or off (set_bf16).
+ * NULL with e set, naming the key, where that device cannot be used
+ * ("'train.device' cuda: " and ar_backend_cuda's message) or has no bf16
+ * path ("'train.precision' bf16 needs 'train.device' cuda ...").
+ * lib/backend_select.c */
+const ar_backend *ar_backend_open(const char *device, int bf16, struct ar_err *e);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

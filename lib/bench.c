@@ -1,6 +1,7 @@
 #include "bench.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -126,15 +127,18 @@ static double time_steps(bench_ctx *c, void (*step)(bench_ctx *), int steps)
     return (double)c->B * c->m->T * steps / (dt > 1e-9 ? dt : 1e-9);
 }
 
-/* Checks the schedule and sets the threads; returns the backend or NULL. */
-static const ar_backend *bench_backend(const ar_bench_opts *o, ar_err *e)
+/* Checks the schedule, opens the backend (o->be, else cfg's train.device
+ * and train.precision) and sets the threads; returns it or NULL. */
+static const ar_backend *bench_backend(const ar_bench_opts *o, const ar_config *cfg, ar_err *e)
 {
     if (o->steps < 1 || o->repeat < 1 || o->warmup < 0) {
         ar_fail(e, "bench needs steps >= 1, repeat >= 1 and warmup >= 0 (got %d, %d, %d)", o->steps,
                 o->repeat, o->warmup);
         return NULL;
     }
-    const ar_backend *be = o->be ? o->be : ar_backend_cpu();
+    const ar_backend *be = o->be;
+    if (!be && !(be = ar_backend_open(ar_device_name(cfg->train.device), cfg->train.precision == AR_PREC_BF16, e)))
+        return NULL;
     if (o->threads >= 0)
         be->set_threads(o->threads);
     return be;
@@ -143,7 +147,7 @@ static const ar_backend *bench_backend(const ar_bench_opts *o, ar_err *e)
 int ar_bench_variant(const ar_config *cfg, const ar_bench_opts *o, ar_bench_result *r, ar_err *e)
 {
     memset(r, 0, sizeof *r);
-    const ar_backend *be = bench_backend(o, e);
+    const ar_backend *be = bench_backend(o, cfg, e);
     bench_ctx c;
     if (!be || ctx_open(&c, cfg, be, e) != 0)
         return -1;
@@ -174,6 +178,8 @@ int ar_bench_variant(const ar_config *cfg, const ar_bench_opts *o, ar_bench_resu
     r->gflops = r->train_tok_per_s * r->flops_per_token / 1e9;
     r->loss = c.loss;
     r->peak_rss_bytes = ar_bench_peak_rss();
+    snprintf(r->device, sizeof r->device, "%s", be->device_name());
+    r->peak_flops = be->peak_bf16_flops();
     free(tps);
     ctx_close(&c);
     return 0;
@@ -182,7 +188,7 @@ int ar_bench_variant(const ar_config *cfg, const ar_bench_opts *o, ar_bench_resu
 int ar_bench_paired(const ar_config *cfgs, int nv, const ar_bench_opts *o, double *train,
                     double *infer, ar_err *e)
 {
-    const ar_backend *be = bench_backend(o, e);
+    const ar_backend *be = bench_backend(o, &cfgs[0], e);
     if (!be)
         return -1;
     bench_ctx *c = ar_xcalloc((size_t)nv, sizeof *c);
@@ -206,6 +212,11 @@ int ar_bench_paired(const ar_config *cfgs, int nv, const ar_bench_opts *o, doubl
         ctx_close(&c[v]);
     free(c);
     return rc;
+}
+
+double ar_bench_mfu(const ar_bench_result *r, double peak)
+{
+    return peak > 0 ? r->train_tok_per_s * r->flops_per_token / peak : NAN;
 }
 
 double ar_bench_sgemm_gflops(int n, int reps)

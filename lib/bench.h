@@ -40,7 +40,9 @@ void ar_bench_apply_variant(ar_config *c, const ar_bench_variant_def *v);
 /* ---- measuring ---- */
 
 typedef struct {
-    const ar_backend *be; /* NULL: the CPU backend */
+    const ar_backend *be; /* NULL: the config's train.device and train.precision
+                             (ar_backend_open), opened in the measuring process
+                             (a CUDA context does not survive fork) */
     int threads;          /* applied with be->set_threads first (0 = all cores); < 0: left as is */
     int steps;            /* timed steps per repetition, >= 1 */
     int warmup;           /* untimed steps before the first repetition, >= 0 */
@@ -63,15 +65,24 @@ typedef struct {
     double infer_tok_per_s; /* median over the repetitions */
     double infer_tok_per_s_min, infer_tok_per_s_max;
     long long peak_rss_bytes; /* ar_bench_peak_rss() with the model still allocated */
+    char device[96];          /* be->device_name() */
+    double peak_flops;        /* be->peak_bf16_flops(): the MFU denominator, 0 = unknown */
 } ar_bench_result;
+
+/* Model FLOPs utilisation: achieved training FLOP/s (train_tok_per_s *
+ * flops_per_token) over peak FLOP/s; NaN when peak <= 0 (unknown). */
+double ar_bench_mfu(const ar_bench_result *r, double peak);
 
 /* Creates the model of cfg->model for train.batch_size sequences, feeds it
  * synthetic token ids (no data files are read) and times o->warmup untimed
  * then o->repeat timed repetitions of o->steps training steps, then the
- * same for forward-only passes.  cfg must be valid (ar_config_validate). */
+ * same for forward-only passes; be->sync() comes before every clock read,
+ * so a device's queued work is inside the timed interval.  cfg must be
+ * valid (ar_config_validate). */
 int ar_bench_variant(const ar_config *cfg, const ar_bench_opts *o, ar_bench_result *r, ar_err *e);
 
-/* Paired timing of nv configs in this process: every model is created,
+/* Paired timing of nv configs in this process (on the device of cfgs[0]
+ * when o->be is NULL): every model is created,
  * given o->warmup untimed steps, then timed round-robin, o->repeat rounds in
  * each of which every model runs o->steps training steps; then the same for
  * forward-only passes.  train[v*repeat + r] and infer[v*repeat + r] get the

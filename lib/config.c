@@ -48,6 +48,8 @@ void ar_config_defaults(ar_config *c)
     t->max_bad_steps = 5;
     t->log_every = 10;
     t->threads = 0;
+    t->device = AR_DEVICE_CPU;
+    t->precision = AR_PREC_FP32;
 }
 
 int ar_cfg_sublayers(const ar_model_cfg *m)
@@ -141,6 +143,24 @@ const char *ar_sched_name(ar_sched_kind k)
     case AR_SCHED_COSINE: return "cosine";
     case AR_SCHED_WSD: return "wsd";
     case AR_SCHED_CONSTANT: return "constant";
+    }
+    return "unknown";
+}
+
+const char *ar_device_name(ar_device k)
+{
+    switch (k) {
+    case AR_DEVICE_CPU: return "cpu";
+    case AR_DEVICE_CUDA: return "cuda";
+    }
+    return "unknown";
+}
+
+const char *ar_precision_name(ar_precision k)
+{
+    switch (k) {
+    case AR_PREC_FP32: return "fp32";
+    case AR_PREC_BF16: return "bf16";
     }
     return "unknown";
 }

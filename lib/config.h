@@ -61,6 +61,14 @@ typedef struct {
     double val_fraction;
 } ar_data_cfg;
 
+/* Where training and evaluation run (lib/backend_select.c) and how the
+ * matrix products round. */
+typedef enum { AR_DEVICE_CPU = 0, AR_DEVICE_CUDA } ar_device;
+typedef enum {
+    AR_PREC_FP32 = 0, /* every product and reduction in fp32 */
+    AR_PREC_BF16,     /* matrix products in bf16 with fp32 accumulation, fp32 master weights (cuda) */
+} ar_precision;
+
 typedef struct {
     long steps;
     int batch_size;
@@ -81,6 +89,8 @@ typedef struct {
     int max_bad_steps;  /* consecutive non-finite steps (skipped) before training stops */
     long log_every;
     int threads;        /* 0 = all cores */
+    ar_device device;   /* cpu | cuda */
+    ar_precision precision; /* fp32 | bf16 (bf16 needs cuda) */
 } ar_train_cfg;
 
 typedef struct {
@@ -114,5 +124,7 @@ const char *ar_score_name(ar_score_kind k);
 const char *ar_key_norm_name(ar_key_norm k);
 const char *ar_query_name(ar_query_kind k);
 const char *ar_sched_name(ar_sched_kind k);
+const char *ar_device_name(ar_device k);
+const char *ar_precision_name(ar_precision k);
 
 #endif

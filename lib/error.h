@@ -11,6 +11,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct ar_err {
     char msg[2048];
 } ar_err;
@@ -32,5 +36,9 @@ const char *ar_strerror(int err);
 void *ar_xmalloc(size_t n);
 void *ar_xcalloc(size_t n, size_t size);
 char *ar_xstrdup(const char *s);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

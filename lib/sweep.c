@@ -101,7 +101,9 @@ static int run_state_of(const ar_sweep_run *r, const char *dir, run_state *st, l
     ar_config saved;
     if (ar_ckpt_read_config(file, &saved, step, e) != 0)
         return -1;
+    /* threads and device change how fast a run goes, not what it computes */
     saved.train.threads = r->cfg.train.threads;
+    saved.train.device = r->cfg.train.device;
     char *a = ar_config_to_yaml(&saved), *b = ar_config_to_yaml(&r->cfg);
     int same = strcmp(a, b) == 0;
     char diff[512];

@@ -12,7 +12,8 @@
  * A rerun skips runs whose checkpoint has reached the planned steps and
  * resumes (ar_train's resume) those that stopped earlier.  A run directory
  * whose checkpoint was trained with another configuration (anything but
- * train.threads differs) is an error rather than a silent reuse. */
+ * train.threads and train.device differs) is an error rather than a silent
+ * reuse. */
 #ifndef AR_SWEEP_H
 #define AR_SWEEP_H
 

@@ -318,7 +318,11 @@ static int load_resume(trainer *t, long *start, ar_err *e)
     if (ar_config_diff(&saved, cfg, diff, sizeof diff) > 0)
         warnf(t, "resuming '%s' at step %ld with settings that differ from the checkpoint's: %s", dir, st.step,
               diff);
-    if (st.threads > 0 && st.threads != t->threads)
+    if (saved.train.device != cfg->train.device)
+        warnf(t, "'%s' was trained on %s and resumes on %s: the backends round differently, so the result will "
+                 "not be bit-identical to an uninterrupted run",
+              dir, ar_device_name(saved.train.device), ar_device_name(cfg->train.device));
+    else if (cfg->train.device == AR_DEVICE_CPU && st.threads > 0 && st.threads != t->threads)
         warnf(t, "'%s' was trained with %d thread%s and resumes with %d: sums are split differently, so the "
                  "result will not be bit-identical to an uninterrupted run",
               dir, st.threads, st.threads == 1 ? "" : "s", t->threads);
@@ -333,11 +337,20 @@ static int setup(trainer *t, long *start, ar_err *e)
 {
     const ar_config *cfg = t->cfg;
     const ar_train_opts *o = t->o;
-    const ar_backend *be = o->be ? o->be : ar_backend_cpu();
     t->lock_fd = -1;
     t->saved_step = -1;
     if (ar_config_validate(cfg, e) != 0)
         return -1;
+    const ar_backend *be = o->be;
+    if (!be && !(be = ar_backend_open(ar_device_name(cfg->train.device), cfg->train.precision == AR_PREC_BF16, e))) {
+        if (o->resume && cfg->train.device != AR_DEVICE_CPU) {
+            char why[sizeof e->msg];
+            snprintf(why, sizeof why, "%s", e->msg);
+            ar_fail(e, "%s; a checkpoint belongs to no device: '--device cpu' resumes '%s' on the CPU", why,
+                    o->out_dir);
+        }
+        return -1;
+    }
     be->set_threads(cfg->train.threads);
     t->threads = omp_get_max_threads();
     if (o->resume && o->force)
@@ -465,6 +478,9 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
     long step = start;
     char kept[AR_PATH_MAX + 128];
     while (rc == 0 && step < tc->steps) {
+        /* a device runs ahead of the host: its queue is drained before each
+         * clock read, so a step's time is its own */
+        t.m->be->sync();
         double lr = ar_lr_at(tc, step), ts = now_s();
         double loss = forward_backward(&t);
         if (o->grad_hook)
@@ -490,6 +506,7 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
                                 "stopped; %s",
                              step + 1, t.m->pt.p[p].name, lr, kept_text(&t, kept, sizeof kept));
         }
+        t.m->be->sync();
         double dt = now_s() - ts;
         train_time += dt;
         step++;

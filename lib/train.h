@@ -26,7 +26,8 @@ typedef struct {
     int force;            /* start a new run in out_dir even if it holds one:
                              its checkpoints, metrics and figures are removed
                              once the new run has its data and model */
-    const ar_backend *be; /* NULL = CPU */
+    const ar_backend *be; /* NULL: the backend of train.device and train.precision
+                             (ar_backend_open); else this one, as it is set */
     void (*progress)(const ar_progress *p, void *ud);
     /* Warnings (a skipped non-finite step, a resume whose settings, data or
      * thread count differ from the checkpoint's), one line each, no

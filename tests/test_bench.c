@@ -149,3 +149,40 @@ Test(bench, memory_prediction_formula)
     c.model.residual.num_blocks = 0;
     cr_assert_eq(ar_bench_predicted_extra_floats(&c.model, 1), 3.0 * 256 * 256);
 }
+
+/* The device fields, and MFU = achieved FLOP/s over a peak: unknown (NaN)
+ * on the CPU backend, which has no peak. */
+Test(bench, device_name_and_mfu)
+{
+    ar_bench_opts o = {.threads = 2, .steps = 1, .warmup = 0, .repeat = 1};
+    ar_config c = tiny();
+    ar_bench_apply_variant(&c, ar_bench_find_variant("baseline"));
+    ar_bench_result r;
+    ar_err e;
+    cr_assert_eq(ar_bench_variant(&c, &o, &r, &e), 0, "%s", e.msg);
+    cr_assert_str_eq(r.device, "cpu");
+    cr_assert_eq(r.peak_flops, 0);
+    cr_assert(isnan(ar_bench_mfu(&r, r.peak_flops)));
+    double mfu = ar_bench_mfu(&r, 1e12);
+    cr_assert_float_eq(mfu, r.gflops * 1e9 / 1e12, 1e-9 * mfu);
+}
+
+/* With no be, the config's device is opened; a device this build cannot
+ * use is an error before any model exists. */
+Test(bench, device_option_opens_the_backend)
+{
+    ar_config c = tiny();
+    ar_bench_apply_variant(&c, ar_bench_find_variant("baseline"));
+    ar_bench_result r;
+    ar_err e = {{0}};
+    ar_bench_opts o = {.threads = 2, .steps = 1, .warmup = 0, .repeat = 1};
+    c.train.precision = AR_PREC_BF16;
+    cr_assert_eq(ar_bench_variant(&c, &o, &r, &e), -1);
+    cr_assert(strstr(e.msg, "'train.precision' bf16 needs 'train.device' cuda"), "%s", e.msg);
+    if (ar_cuda_built())
+        return;
+    c.train.precision = AR_PREC_FP32;
+    c.train.device = AR_DEVICE_CUDA;
+    cr_assert_eq(ar_bench_variant(&c, &o, &r, &e), -1);
+    cr_assert(strstr(e.msg, "'cuda' is not available"), "%s", e.msg);
+}

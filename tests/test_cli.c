@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "formats/json.h"
+#include "lib/backend.h"
 #include "lib/checkpoint.h"
 #include "testutil.h"
 
@@ -902,6 +903,13 @@ Test(cli, bench_json_has_the_required_fields)
         double fpt = json_field(r, "flops_per_token", AR_JSON_NUM)->num;
         cr_assert_float_eq(json_field(r, "gflops", AR_JSON_NUM)->num, tps * fpt / 1e9, 1e-6 * tps * fpt / 1e9);
     }
+    cr_assert_str_eq(json_field(j, "device", AR_JSON_STR)->str, "cpu");
+    cr_assert_str_eq(json_field(j, "device_name", AR_JSON_STR)->str, "cpu");
+    cr_assert_str_eq(json_field(j, "precision", AR_JSON_STR)->str, "fp32");
+    json_field(j, "peak_tflops", AR_JSON_NULL);
+    cr_assert_str_eq(json_field(j, "peak_source", AR_JSON_STR)->str, "unknown");
+    for (int i = 0; i < 2; i++)
+        json_field(&res->items[i], "mfu", AR_JSON_NULL); /* the CPU has no known peak */
     cr_assert_eq(json_field(&res->items[0], "train_overhead", AR_JSON_NUM)->num, 0);
     cr_assert_eq(json_field(&res->items[0], "predicted_extra_bytes", AR_JSON_NUM)->num, 0);
     /* full: L*B*T*d floats = 4*2*16*32*4 bytes */
@@ -944,4 +952,102 @@ Test(cli, bench_config_errors)
     err = run_in(dir, 2, &st, "bench --set model.d_model=100 --set model.n_head=3");
     check_error_style(err);
     expect(err, st, 1, "'model.n_head'");
+}
+
+Test(cli, bench_peak_tflops_gives_mfu)
+{
+    const char *dir = tu_tmpdir();
+    int st;
+    char *out = run_in(dir, 1, &st, "bench --json --variants baseline --peak-tflops 0.5 " BENCH_TINY);
+    cr_assert_eq(st, 0, "bench exited %d; stdout:\n%s", st, out);
+    ar_err e;
+    ar_json *j = ar_json_parse(out, strlen(out), &e);
+    cr_assert(j != NULL, "invalid JSON (%s):\n%s", e.msg, out);
+    cr_assert_eq(json_field(j, "peak_tflops", AR_JSON_NUM)->num, 0.5);
+    cr_assert_str_eq(json_field(j, "peak_source", AR_JSON_STR)->str, "option");
+    const ar_json *r = &json_field(j, "results", AR_JSON_ARR)->items[0];
+    double g = json_field(r, "gflops", AR_JSON_NUM)->num, mfu = json_field(r, "mfu", AR_JSON_NUM)->num;
+    cr_assert_float_eq(mfu, g / 500.0, 1e-6 * mfu);
+    ar_json_free(j);
+    free(out);
+    /* the table shows MFU instead of %ceil */
+    out = run_in(dir, 1, &st, "bench --variants baseline --peak-tflops 0.5 " BENCH_TINY);
+    cr_assert_eq(st, 0, "bench exited %d; stdout:\n%s", st, out);
+    cr_assert(strstr(out, " MFU ") && strstr(out, "peak 0.5 TFLOP/s (--peak-tflops)"), "%s", out);
+    free(out);
+}
+
+/* ---- --device, --precision ---- */
+
+Test(cli, device_and_precision_values_are_checked)
+{
+    const char *cases[][2] = {
+        {"train --device gpu", "'--device' expects cpu or cuda, got 'gpu'"},
+        {"train --device", "'--device' needs a value"},
+        {"train --precision fp16", "'--precision' expects fp32 or bf16, got 'fp16'"},
+        {"eval run --data x.txt --device tpu", "'--device' expects cpu or cuda, got 'tpu'"},
+        {"bench --device CUDA", "'--device' expects cpu or cuda, got 'CUDA'"},
+        {"bench --precision half", "'--precision' expects fp32 or bf16, got 'half'"},
+        {"bench --peak-tflops 0", "'--peak-tflops' expects a positive number, got '0'"},
+        {"bench --peak-tflops x", "'--peak-tflops' expects a positive number, got 'x'"},
+        {"ablate --variant full --device x", "'--device' expects cpu or cuda, got 'x'"},
+        {"sweep --precision x", "'--precision' expects fp32 or bf16, got 'x'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int st;
+        char *err = RUN(2, &st, "%s", cases[i][0]);
+        check_error_style(err);
+        cr_assert(strstr(err, "usage: attnres "), "no usage line for '%s':\n%s", cases[i][0], err);
+        expect(err, st, 2, cases[i][1]);
+    }
+}
+
+Test(cli, bf16_needs_cuda)
+{
+    const char *dir = tu_tmpdir();
+    tu_write_corpus_text(tu_path(dir, "c.txt"));
+    const char *cmds[] = {"train --set data.train=c.txt --precision bf16 --out r",
+                          "train --set data.train=c.txt --set train.precision=bf16 --out r",
+                          "bench --precision bf16 --variants baseline",
+                          "ablate --variant full --set data.train=c.txt --precision bf16 --out a"};
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+        int st;
+        char *err = run_in(dir, 2, &st, "%s", cmds[i]);
+        check_error_style(err);
+        expect(err, st, 1, "'train.precision' bf16 needs 'train.device' cuda");
+    }
+    /* --device cpu drops a bf16 taken from the config: the command gets
+     * past validation to the data, which is missing */
+    int st;
+    char *err =
+        run_in(dir, 2, &st, "train --set data.train=missing.txt --set train.precision=bf16 --device cpu --out r");
+    check_error_style(err);
+    cr_assert(strstr(err, "precision") == NULL, "%s", err);
+    expect(err, st, 1, "missing.txt");
+}
+
+/* Without a CUDA build, --device cuda fails at once with the message that
+ * says how to get one, and leaves nothing behind. */
+Test(cli, cuda_without_a_cuda_build)
+{
+    if (ar_cuda_built())
+        cr_skip_test("this attnres has the CUDA backend");
+    const char *dir = tu_tmpdir();
+    tu_write_corpus_text(tu_path(dir, "c.txt"));
+    const char *cmds[] = {"train --set data.train=c.txt --device cuda --out r",
+                          "train --set data.train=c.txt --set train.device=cuda --precision bf16 --out r",
+                          "eval r --data c.txt --device cuda",
+                          "bench --device cuda",
+                          "bench --set train.device=cuda --precision bf16 --json",
+                          "ablate --variant full --set data.train=c.txt --device cuda --out a",
+                          "sweep --device cuda --out s"};
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+        int st;
+        char *err = run_in(dir, 2, &st, "%s", cmds[i]);
+        check_error_style(err);
+        cr_assert(strstr(err, "-Dcuda=enabled"), "'%s' does not say how to build with CUDA:\n%s", cmds[i], err);
+        expect(err, st, 1, "'cuda' is not available");
+    }
+    struct stat sb;
+    cr_assert_neq(stat(tu_path(dir, "r"), &sb), 0, "train made its run directory before failing");
 }

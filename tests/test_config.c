@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../formats/config.h"
+#include "../lib/backend.h"
 #include "testutil.h"
 
 /* ---- helpers ---- */
@@ -722,4 +723,96 @@ Test(config, man_page_documents_every_key)
     free(all);
     free(y);
     free(man);
+}
+
+/* ---- train.device, train.precision and the backend they name ---- */
+
+Test(config, device_and_precision_keys)
+{
+    ar_config c, d;
+    ar_config_defaults(&c);
+    cr_assert_eq(c.train.device, AR_DEVICE_CPU);
+    cr_assert_eq(c.train.precision, AR_PREC_FP32);
+    assert_parses(&c, "train:\n  device: cuda\n  precision: bf16\n");
+    cr_assert_eq(c.train.device, AR_DEVICE_CUDA);
+    cr_assert_eq(c.train.precision, AR_PREC_BF16);
+    ar_err e = {{0}};
+    cr_assert_eq(ar_config_validate(&c, &e), 0, "%s", e.msg);
+    /* written after threads, and read back the same */
+    char *y = ar_config_to_yaml(&c);
+    const char *t = strstr(y, "  threads: 0\n");
+    cr_assert(t && strstr(t, "  device: cuda\n") && strstr(t, "  precision: bf16\n"), "%s", y);
+    ar_config_defaults(&d);
+    assert_parses(&d, y);
+    assert_same(&c, &d);
+    cr_assert_eq(d.train.precision, AR_PREC_BF16);
+    free(y);
+    assert_sets(&d, "train.device=cpu");
+    assert_sets(&d, "train.precision=fp32");
+    cr_assert_eq(d.train.device, AR_DEVICE_CPU);
+    cr_assert_eq(d.train.precision, AR_PREC_FP32);
+}
+
+Test(config, device_and_precision_errors)
+{
+    assert_has(parse_err("train:\n  device: gpu\n"), "t.yaml:2:11: 'train.device' expects one of cpu|cuda, got 'gpu'");
+    assert_has(parse_err("train:\n  precision: fp16\n"),
+               "t.yaml:2:14: 'train.precision' expects one of fp32|bf16, got 'fp16'");
+    assert_has(set_err("train.device=CUDA"), "--set 'train.device=CUDA': 'train.device' expects one of cpu|cuda");
+    ar_config c;
+    ar_config_defaults(&c);
+    c.train.precision = AR_PREC_BF16;
+    assert_has(validate_err(&c), "'train.precision' bf16 needs 'train.device' cuda");
+}
+
+/* The device changes how fast a run goes, not what it computes; the
+ * precision changes what. */
+Test(config, diff_ignores_device_not_precision)
+{
+    ar_config a, b;
+    ar_config_defaults(&a);
+    b = a;
+    b.train.device = AR_DEVICE_CUDA;
+    char buf[256];
+    cr_expect_eq(ar_config_diff(&a, &b, buf, sizeof buf), 0, "%s", buf);
+    b.train.precision = AR_PREC_BF16;
+    cr_expect_eq(ar_config_diff(&a, &b, buf, sizeof buf), 1);
+    assert_has(buf, "train.precision fp32 -> bf16");
+}
+
+Test(config, backend_open)
+{
+    ar_err e = {{0}};
+    cr_assert_eq(ar_backend_open("cpu", 0, &e), ar_backend_cpu());
+    cr_assert_eq(ar_backend_open(NULL, 0, &e), ar_backend_cpu());
+    cr_assert_null(ar_backend_open("cpu", 1, &e));
+    assert_has(e.msg, "'train.precision' bf16 needs 'train.device' cuda");
+    cr_assert_null(ar_backend_open("tpu", 0, &e));
+    assert_has(e.msg, "'train.device' expects one of cpu|cuda, got 'tpu'");
+    if (ar_cuda_built())
+        return; /* whether it opens depends on the machine: tests/test_backend_*.c */
+    cr_assert_null(ar_backend_open("cuda", 0, &e));
+    assert_has(e.msg, "'cuda' is not available");
+    assert_has(e.msg, "-Dcuda=enabled");
+}
+
+/* Every ready-made config this project ships (except the sweep grid,
+ * tested with the sweep) loads and validates as attnres train or bench
+ * would take it. */
+Test(config, shipped_configs_load_and_validate)
+{
+    const char *src = tu_source_dir();
+    if (!src)
+        cr_skip_test("AR_SOURCE_DIR is not set");
+    const char *names[] = {"quickstart.yaml", "ablation.yaml", "bench-small.yaml", "bench-medium.yaml",
+                           "bench-gpt2-small.yaml"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/configs/%s", src, names[i]);
+        ar_config c;
+        ar_err e = {{0}};
+        ar_config_defaults(&c);
+        cr_assert_eq(ar_config_load(&c, path, &e), 0, "%s: %s", names[i], e.msg);
+        cr_assert_eq(ar_config_validate(&c, &e), 0, "%s: %s", names[i], e.msg);
+    }
 }

@@ -780,6 +780,11 @@ static void adamw_update(float *p, const float *g, float *m, float *v, size_t n,
 
 /* ------------------------------------------------------------------------ */
 
+/* matrix products stay fp32: OpenBLAS has no bf16 sgemm worth using here */
+static int cpu_set_bf16(int on) { return on ? -1 : 0; }
+static const char *cpu_device_name(void) { return "cpu"; }
+static double cpu_peak_bf16_flops(void) { return 0; }
+
 static const ar_backend cpu_backend = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -789,6 +794,9 @@ static const ar_backend cpu_backend = {
     .zero = cpu_zero,
     .sync = cpu_sync,
     .set_threads = cpu_set_threads,
+    .set_bf16 = cpu_set_bf16,
+    .device_name = cpu_device_name,
+    .peak_bf16_flops = cpu_peak_bf16_flops,
     .copy = copy_forward,
     .add = add_forward,
     .scale = scale_forward,

@@ -1,0 +1,52 @@
+/* Shared by the CUDA backend's translation units (the .cu files of lib/cuda).
+ *
+ * Every op is enqueued on one stream (ar_cuda_stream()); cuBLAS is bound to
+ * it.  download and sync wait for it; everything else is asynchronous, so the
+ * host never reads a device buffer except through download.
+ *
+ * A failing CUDA or cuBLAS call inside an op cannot be reported through the
+ * op table (its entries return void, as the CPU ones never fail): like
+ * ar_xmalloc on out-of-memory, it prints "attnres: error: cuda: ..." naming
+ * the call and the place, and exits with status 1.  Checkpoints are written
+ * atomically, so nothing saved is lost. */
+#ifndef AR_CUDA_UTIL_H
+#define AR_CUDA_UTIL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+cudaStream_t ar_cuda_stream(void);
+cublasHandle_t ar_cuda_cublas(void);
+/* Non-zero when matrix products run in bf16 (set_bf16). */
+int ar_cuda_bf16(void);
+
+/* Reports a failed call and exits (see above). */
+void ar_cuda_die(const char *what, const char *detail, const char *file, int line);
+
+#ifdef __cplusplus
+}
+#endif
+
+#define AR_CUDA_CHECK(call)                                                      \
+    do {                                                                         \
+        cudaError_t ar_cuda_err_ = (call);                                       \
+        if (ar_cuda_err_ != cudaSuccess)                                         \
+            ar_cuda_die(#call, cudaGetErrorString(ar_cuda_err_), __FILE__, __LINE__); \
+    } while (0)
+
+#define AR_CUBLAS_CHECK(call)                                                    \
+    do {                                                                         \
+        cublasStatus_t ar_cublas_st_ = (call);                                   \
+        if (ar_cublas_st_ != CUBLAS_STATUS_SUCCESS)                              \
+            ar_cuda_die(#call, cublasGetStatusString(ar_cublas_st_), __FILE__, __LINE__); \
+    } while (0)
+
+/* After a kernel launch: launch errors (bad configuration) surface at once;
+ * execution errors at the next synchronising call. */
+#define AR_CUDA_LAUNCHED() AR_CUDA_CHECK(cudaGetLastError())
+
+#endif

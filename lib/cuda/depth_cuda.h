@@ -1,0 +1,54 @@
+/* The CUDA depth-mixing ops (lib/cuda/depth_cuda.cu): the entries of the
+ * backend table from depth_attn_fwd to wsum_bwd, with the semantics stated
+ * in lib/backend.h.  Source lists are host arrays of device pointers. */
+#ifndef AR_DEPTH_CUDA_H
+#define AR_DEPTH_CUDA_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void cuda_depth_attn_fwd(float *h, float *alpha, float *rstd, const float *const *src, int n,
+                         const float *w, const float *g, int N, int d);
+void cuda_depth_attn_bwd(float *const *dsrc, float *dw, float *dg, const float *dh,
+                         const float *alpha, const float *rstd, const float *const *src, int n,
+                         const float *w, const float *g, int N, int d);
+void cuda_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha, const int *n,
+                          float *const *rs, const float *const *src, int k,
+                          const float *const *w, const float *const *g, int C, const float *ng,
+                          float *xn, float *nrstd, int N, int d);
+void cuda_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
+                          float *const *rsi, const float *const *intra, const float *w,
+                          const float *g, const float *ng, float *xn, float *nrstd, int N, int d);
+void cuda_depth_recompute(float *const *h, const float *const *alpha,
+                          const float *const *const *src, const int *n, int C, int N, int d);
+void cuda_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot,
+                          const float *dh, const float *h, float *keep, const float *alpha,
+                          const float *lse, int n, int k, const float *const *rsi,
+                          const float *const *intra, const float *w, const float *g, int N,
+                          int d);
+void cuda_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg,
+                          const float *const *dh, const float *const *cdot,
+                          const float *const *alpha, const float *const *lse, const int *n,
+                          const float *const *rs, const float *const *src, int k,
+                          const float *const *w, const float *const *g, int C, int overwrite,
+                          int N, int d);
+void cuda_depth_mix_fwd(float *h, float *alpha, float *rstd, const float *const *src, int n,
+                        const float *w, int wstride, const float *g, const float *theta,
+                        int sigmoid, int H, int N, int d);
+void cuda_depth_mix_bwd(float *const *dsrc, float *dw, float *dg, float *dtheta, const float *dh,
+                        const float *alpha, const float *rstd, const float *const *src, int n,
+                        const float *w, int wstride, const float *g, const float *theta,
+                        int sigmoid, int H, int N, int d);
+void cuda_wsum_fwd(float *y, const float *const *x, const float *c, int n, int accumulate,
+                   size_t len);
+void cuda_wsum_bwd(float *const *dx, float *dc, const float *dy, const float *const *x,
+                   const float *c, int n, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,562 @@
+/* The CUDA backend's fused kernels: elementwise ops, sums, embedding,
+ * RMSNorm, rotary, SwiGLU, cross-entropy and AdamW, each with the math of
+ * its lib/backend.h entry (and of lib/cpu/backend_cpu.c) above it.
+ *
+ * Shapes: rows of d up to 4096 floats are handled one warp per row (RMSNorm)
+ * or one block per row (embedding); rows of V up to 50304 logits one block
+ * of 512 threads per row (cross-entropy).  Flat elementwise ops use
+ * grid-stride loops over size_t indices.
+ *
+ * Reductions are deterministic: no float atomics.  A double sum over a
+ * buffer is two fixed-shape passes (per-block partials, then one block over
+ * the partials); a column sum over tokens (dg of RMSNorm) is per-chunk
+ * partials of a fixed row chunking, then added in chunk order; dwte sums
+ * repeated tokens in token order after a stable sort. */
+#include "../backend.h"
+#include "ops_cuda.h"
+
+#include <cub/device/device_radix_sort.cuh>
+#include <math.h>
+
+/* threads per block of the flat elementwise kernels */
+#define BS 256
+/* grid cap of the grid-stride loops */
+#define MAX_BLOCKS 65536
+/* rows per block of the warp-per-row kernels (8 warps) */
+#define ROWS 8
+/* the two-pass double sum: threads per block, most blocks of pass one */
+#define RED_BS 256
+#define RED_MAXB 1024
+/* threads per row of the cross-entropy kernel */
+#define XENT_BS 512
+/* the RMSNorm dg column sum: most row chunks, fewest rows per chunk */
+#define DG_MAXCH 256
+#define DG_MINROWS 32
+
+static unsigned flat_blocks(size_t n)
+{
+    size_t b = (n + BS - 1) / BS;
+    return (unsigned)(b < MAX_BLOCKS ? b : MAX_BLOCKS);
+}
+
+/* threads for a block that loops over a row of d: d rounded up to a warp,
+ * at most 256 */
+static unsigned row_threads(int d)
+{
+    unsigned t = ((unsigned)d + 31) / 32 * 32;
+    return t < 256 ? t : 256;
+}
+
+/* threads per cross-entropy row: XENT_BS, or fewer for a short row */
+static unsigned xent_threads(int V) { return V <= 256 ? row_threads(V) : XENT_BS; }
+
+#define GRID_STRIDE(i, n)                                                         \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);        \
+         i += (size_t)gridDim.x * blockDim.x)
+
+/* Sum over the block (blockDim.x a multiple of 32, at most 1024); every
+ * thread gets the total.  The leading barrier lets a caller use it twice. */
+__device__ static double block_sum_d(double v)
+{
+    __shared__ double sh[32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = ar_warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    return ar_warp_sum_d(lane < nw ? sh[lane] : 0.0);
+}
+
+__device__ static float block_max(float v)
+{
+    __shared__ float sh[32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = ar_warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    return ar_warp_max(lane < nw ? sh[lane] : -INFINITY);
+}
+
+/* ------------------------------------------------------------------------ */
+/* elementwise                                                               */
+
+/* y += x */
+__global__ static void add_kernel(float *y, const float *x, size_t n)
+{
+    GRID_STRIDE(i, n)
+    y[i] += x[i];
+}
+
+/* y *= a */
+__global__ static void scale_kernel(float *y, float a, size_t n)
+{
+    GRID_STRIDE(i, n)
+    y[i] *= a;
+}
+
+void ar_cu_add(float *y, const float *x, size_t n)
+{
+    if (!n)
+        return;
+    add_kernel<<<flat_blocks(n), BS, 0, ar_cuda_stream()>>>(y, x, n);
+    AR_CUDA_LAUNCHED();
+}
+
+void ar_cu_scale(float *y, float a, size_t n)
+{
+    if (!n)
+        return;
+    scale_kernel<<<flat_blocks(n), BS, 0, ar_cuda_stream()>>>(y, a, n);
+    AR_CUDA_LAUNCHED();
+}
+
+/* ------------------------------------------------------------------------ */
+/* double sums: sum_i x_i or sum_i x_i^2                                     */
+
+/* part[b] = sum of block b's grid-stride share of x_i (sq: x_i^2), in double */
+__global__ static void sum_part_kernel(double *part, const float *x, size_t n, int sq)
+{
+    double s = 0.0;
+    GRID_STRIDE(i, n)
+    {
+        double v = x[i];
+        s += sq ? v * v : v;
+    }
+    s = block_sum_d(s);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = s;
+}
+
+/* *out = sum_b part[b] (one block) */
+__global__ static void sum_final_kernel(double *out, const double *part, int np)
+{
+    double s = 0.0;
+    for (int b = threadIdx.x; b < np; b += blockDim.x)
+        s += part[b];
+    s = block_sum_d(s);
+    if (threadIdx.x == 0)
+        *out = s;
+}
+
+/* The grid of pass one depends only on n, so the sum is reproducible.
+ * Waits for the stream (the result is read on the host). */
+static double sum_double(const float *x, size_t n, int sq)
+{
+    if (!n)
+        return 0.0;
+    cudaStream_t st = ar_cuda_stream();
+    size_t nb = (n + (size_t)RED_BS * 4 - 1) / ((size_t)RED_BS * 4);
+    if (nb > RED_MAXB)
+        nb = RED_MAXB;
+    double *part = (double *)ar_cu_ws(CU_WS_RED, (nb + 1) * sizeof(double));
+    sum_part_kernel<<<(unsigned)nb, RED_BS, 0, st>>>(part + 1, x, n, sq);
+    AR_CUDA_LAUNCHED();
+    sum_final_kernel<<<1, RED_BS, 0, st>>>(part, part + 1, (int)nb);
+    AR_CUDA_LAUNCHED();
+    double r = 0.0;
+    AR_CUDA_CHECK(cudaMemcpyAsync(&r, part, sizeof r, cudaMemcpyDeviceToHost, st));
+    AR_CUDA_CHECK(cudaStreamSynchronize(st));
+    return r;
+}
+
+/* returns sum_i x_i^2 (accumulated in double) */
+double ar_cu_sumsq(const float *x, size_t n) { return sum_double(x, n, 1); }
+
+/* ------------------------------------------------------------------------ */
+/* embedding                                                                 */
+
+/* out[i,:] = wte[tok[i],:]    one block per token */
+__global__ static void embedding_fwd_kernel(float *out, const int32_t *tok, const float *wte,
+                                            int d)
+{
+    size_t i = blockIdx.x;
+    const float *src = wte + (size_t)tok[i] * d;
+    float *dst = out + i * d;
+    for (int j = threadIdx.x; j < d; j += blockDim.x)
+        dst[j] = src[j];
+}
+
+void ar_cu_embedding_fwd(float *out, const int32_t *tok, const float *wte, int N, int d)
+{
+    if (N <= 0 || d <= 0)
+        return;
+    embedding_fwd_kernel<<<N, row_threads(d), 0, ar_cuda_stream()>>>(out, tok, wte, d);
+    AR_CUDA_LAUNCHED();
+}
+
+__global__ static void iota_kernel(int32_t *v, int n)
+{
+    GRID_STRIDE(i, (size_t)n)
+    v[i] = (int32_t)i;
+}
+
+/* dwte[tok[i],:] += dout[i,:] over the tokens sorted stably by id
+ * (key = sorted ids, idx = their positions): block p starts a run of equal
+ * ids (or exits) and adds the run's rows in position order, one add at a
+ * time onto dwte's value, the CPU backend's order exactly. */
+__global__ static void embedding_bwd_kernel(float *dwte, const float *dout, const int32_t *key,
+                                            const int32_t *idx, int N, int d)
+{
+    int p = blockIdx.x;
+    int t = key[p];
+    if (p > 0 && key[p - 1] == t)
+        return;
+    float *dst = dwte + (size_t)t * d;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float acc = dst[j];
+        for (int q = p; q < N && key[q] == t; q++)
+            acc += dout[(size_t)idx[q] * d + j];
+        dst[j] = acc;
+    }
+}
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* Deterministic without atomics: a stable radix sort of (tok[i], i) puts
+ * repeated tokens next to each other in position order, then one block per
+ * distinct token sums its rows.  Workspace: sorted keys, positions in and
+ * out, cub's scratch. */
+void ar_cu_embedding_bwd(float *dwte, const float *dout, const int32_t *tok, int N, int d)
+{
+    if (N <= 0 || d <= 0)
+        return;
+    cudaStream_t st = ar_cuda_stream();
+    size_t tmp = 0;
+    AR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, tmp, tok, (int32_t *)NULL,
+                                                  (const int32_t *)NULL, (int32_t *)NULL, N, 0,
+                                                  32, st));
+    size_t arr = align256((size_t)N * sizeof(int32_t));
+    char *ws = (char *)ar_cu_ws(CU_WS_SORT, 3 * arr + tmp);
+    int32_t *key = (int32_t *)ws, *pos = (int32_t *)(ws + arr), *idx = (int32_t *)(ws + 2 * arr);
+    iota_kernel<<<flat_blocks((size_t)N), BS, 0, st>>>(pos, N);
+    AR_CUDA_LAUNCHED();
+    AR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + 3 * arr, tmp, tok, key, pos, idx, N, 0, 32,
+                                                  st));
+    embedding_bwd_kernel<<<N, row_threads(d), 0, st>>>(dwte, dout, key, idx, N, d);
+    AR_CUDA_LAUNCHED();
+}
+
+/* ------------------------------------------------------------------------ */
+/* RMSNorm                                                                   */
+
+/* rstd[i] = 1/sqrt(mean_j x[i,j]^2 + eps);  out[i,j] = x[i,j]*rstd[i]*g[j]
+ * one warp per row */
+__global__ static void rmsnorm_fwd_kernel(float *out, float *rstd, const float *x, const float *g,
+                                          int N, int d)
+{
+    int i = blockIdx.x * ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (i >= N)
+        return;
+    const float *xi = x + (size_t)i * d;
+    float *oi = out + (size_t)i * d;
+    float ss = 0.0f;
+    for (int j = lane; j < d; j += 32)
+        ss += xi[j] * xi[j];
+    ss = ar_warp_sum(ss);
+    float r = 1.0f / sqrtf(ss / d + AR_RMS_EPS);
+    if (lane == 0)
+        rstd[i] = r;
+    for (int j = lane; j < d; j += 32)
+        oi[j] = xi[j] * r * g[j];
+}
+
+void ar_cu_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *g, int N, int d)
+{
+    if (N <= 0 || d <= 0)
+        return;
+    rmsnorm_fwd_kernel<<<(N + ROWS - 1) / ROWS, ROWS * 32, 0, ar_cuda_stream()>>>(out, rstd, x, g,
+                                                                                   N, d);
+    AR_CUDA_LAUNCHED();
+}
+
+/* xh = x*rstd, gy = g*dout:  dx[i,:] += rstd[i] * (gy - xh * mean_j(gy*xh))
+ * i.e. with m = rstd * sum_j g dout x / d:  dx += r (g dout - x r m).
+ * one warp per row */
+__global__ static void rmsnorm_bwd_dx_kernel(float *dx, const float *dout, const float *x,
+                                             const float *g, const float *rstd, int N, int d)
+{
+    int i = blockIdx.x * ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (i >= N)
+        return;
+    const float *xi = x + (size_t)i * d;
+    const float *doi = dout + (size_t)i * d;
+    float *dxi = dx + (size_t)i * d;
+    float r = rstd[i];
+    float dot = 0.0f;
+    for (int j = lane; j < d; j += 32)
+        dot += g[j] * doi[j] * xi[j];
+    dot = ar_warp_sum(dot) * r;
+    float m = dot / d;
+    for (int j = lane; j < d; j += 32)
+        dxi[j] += r * (g[j] * doi[j] - xi[j] * r * m);
+}
+
+/* part[c,j] = sum_{i in chunk c} dout[i,j] x[i,j] rstd[i]   (double)
+ * grid: x over columns, y over chunks of `rows` rows */
+__global__ static void rmsnorm_dg_part_kernel(double *part, const float *dout, const float *x,
+                                              const float *rstd, int N, int d, int rows)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x, c = blockIdx.y;
+    if (j >= d)
+        return;
+    int i0 = c * rows, i1 = i0 + rows < N ? i0 + rows : N;
+    double acc = 0.0;
+    for (int i = i0; i < i1; i++) {
+        size_t o = (size_t)i * d + j;
+        acc += dout[o] * x[o] * rstd[i];
+    }
+    part[(size_t)c * d + j] = acc;
+}
+
+/* dg[j] += sum_c part[c,j], chunks in order */
+__global__ static void rmsnorm_dg_final_kernel(float *dg, const double *part, int nch, int d)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= d)
+        return;
+    double s = 0.0;
+    for (int c = 0; c < nch; c++)
+        s += part[(size_t)c * d + j];
+    dg[j] += (float)s;
+}
+
+/* dx first, then dg (the CPU backend's order) */
+void ar_cu_rmsnorm_bwd(float *dx, float *dg, const float *dout, const float *x, const float *g,
+                       const float *rstd, int N, int d)
+{
+    if (N <= 0 || d <= 0)
+        return;
+    cudaStream_t st = ar_cuda_stream();
+    rmsnorm_bwd_dx_kernel<<<(N + ROWS - 1) / ROWS, ROWS * 32, 0, st>>>(dx, dout, x, g, rstd, N,
+                                                                        d);
+    AR_CUDA_LAUNCHED();
+    int nch = (N + DG_MINROWS - 1) / DG_MINROWS;
+    if (nch > DG_MAXCH)
+        nch = DG_MAXCH;
+    int rows = (N + nch - 1) / nch;
+    nch = (N + rows - 1) / rows;
+    double *part = (double *)ar_cu_ws(CU_WS_PART, (size_t)nch * d * sizeof(double));
+    dim3 grid((unsigned)((d + BS - 1) / BS), (unsigned)nch);
+    rmsnorm_dg_part_kernel<<<grid, BS, 0, st>>>(part, dout, x, rstd, N, d, rows);
+    AR_CUDA_LAUNCHED();
+    rmsnorm_dg_final_kernel<<<(d + BS - 1) / BS, BS, 0, st>>>(dg, part, nch, d);
+    AR_CUDA_LAUNCHED();
+}
+
+/* ------------------------------------------------------------------------ */
+/* rotary position embedding (rotate-half, theta 10000)                      */
+
+/* tab[t,j] = (cos a, sin a), a = t * 10000^(-2j/hd), in double rounded to
+ * float as the CPU backend's table */
+__global__ static void rope_table_kernel(float2 *tab, int T, int h2, int hd)
+{
+    GRID_STRIDE(i, (size_t)T * h2)
+    {
+        int t = (int)(i / h2), j = (int)(i % h2);
+        double a = (double)t * pow(10000.0, -2.0 * j / hd);
+        tab[i] = make_float2((float)cos(a), (float)sin(a));
+    }
+}
+
+/* For every pair (j, j+hd/2) of every head of x (B x T x nh x hd), with
+ * c = cos a, s = dir * sin a (dir -1: the inverse rotation):
+ *   x'_j = x_j c - x_{j+hd/2} s ;  x'_{j+hd/2} = x_j s + x_{j+hd/2} c
+ * one thread per pair; i = ((bt*nh + h)*h2 + j), t = bt mod T */
+__global__ static void rope_kernel(float *x, const float2 *tab, size_t pairs, int T, int nh,
+                                   int hd, float dir)
+{
+    int h2 = hd / 2;
+    GRID_STRIDE(i, pairs)
+    {
+        int j = (int)(i % h2);
+        size_t row = i / h2; /* bt*nh + h */
+        int t = (int)((row / nh) % T);
+        float2 cs = tab[(size_t)t * h2 + j];
+        float c = cs.x, s = dir * cs.y;
+        float *xh = x + row * hd;
+        float x0 = xh[j], x1 = xh[j + h2];
+        xh[j] = x0 * c - x1 * s;
+        xh[j + h2] = x0 * s + x1 * c;
+    }
+}
+
+/* The table lives in its own workspace slot and is rebuilt only when
+ * (T, hd) changes; a larger table means a change, so a regrown slot is
+ * always refilled. */
+static void rope_apply(float *x, int B, int T, int nh, int hd, float dir)
+{
+    static int cT = -1, chd = -1;
+    int h2 = hd / 2;
+    if (B <= 0 || T <= 0 || nh <= 0 || h2 <= 0)
+        return;
+    cudaStream_t st = ar_cuda_stream();
+    size_t ntab = (size_t)T * h2;
+    float2 *tab = (float2 *)ar_cu_ws(CU_WS_ROPE, ntab * sizeof(float2));
+    if (T != cT || hd != chd) {
+        rope_table_kernel<<<flat_blocks(ntab), BS, 0, st>>>(tab, T, h2, hd);
+        AR_CUDA_LAUNCHED();
+        cT = T, chd = hd;
+    }
+    size_t pairs = (size_t)B * T * nh * h2;
+    rope_kernel<<<flat_blocks(pairs), BS, 0, st>>>(x, tab, pairs, T, nh, hd, dir);
+    AR_CUDA_LAUNCHED();
+}
+
+void ar_cu_rope_fwd(float *x, int B, int T, int nh, int hd) { rope_apply(x, B, T, nh, hd, 1.0f); }
+
+/* the rotation is orthogonal: its inverse (angle -a) is the backward */
+void ar_cu_rope_bwd(float *dx, int B, int T, int nh, int hd)
+{
+    rope_apply(dx, B, T, nh, hd, -1.0f);
+}
+
+/* ------------------------------------------------------------------------ */
+/* SwiGLU gate                                                               */
+
+/* out = silu(gate) * up,  silu(a) = a*sigmoid(a)     (=) */
+__global__ static void swiglu_fwd_kernel(float *out, const float *gate, const float *up, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float a = gate[i];
+        float sg = 1.0f / (1.0f + expf(-a));
+        out[i] = a * sg * up[i];
+    }
+}
+
+/* (=) dgate = dout*up*sigmoid(a)*(1 + a*(1-sigmoid(a))),  dup = dout*silu(a) */
+__global__ static void swiglu_bwd_kernel(float *dgate, float *dup, const float *dout,
+                                         const float *gate, const float *up, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float a = gate[i], u = up[i], go = dout[i];
+        float sg = 1.0f / (1.0f + expf(-a));
+        dgate[i] = go * u * sg * (1.0f + a * (1.0f - sg));
+        dup[i] = go * a * sg;
+    }
+}
+
+void ar_cu_swiglu_fwd(float *out, const float *gate, const float *up, size_t n)
+{
+    if (!n)
+        return;
+    swiglu_fwd_kernel<<<flat_blocks(n), BS, 0, ar_cuda_stream()>>>(out, gate, up, n);
+    AR_CUDA_LAUNCHED();
+}
+
+void ar_cu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
+                      const float *up, size_t n)
+{
+    if (!n)
+        return;
+    swiglu_bwd_kernel<<<flat_blocks(n), BS, 0, ar_cuda_stream()>>>(dgate, dup, dout, gate, up, n);
+    AR_CUDA_LAUNCHED();
+}
+
+/* ------------------------------------------------------------------------ */
+/* softmax cross-entropy                                                     */
+
+/* probs = softmax(logits) (=);  losses[i] = log(sum) - (z_t - max), with
+ * sum = sum_c exp(z_c - max) in double.  One block per row.  z_t is read
+ * before probs is written, so probs may even alias logits. */
+__global__ static void xent_fwd_kernel(float *losses, float *probs, const float *logits,
+                                       const int32_t *targets, int V)
+{
+    size_t i = blockIdx.x;
+    const float *z = logits + i * V;
+    float *p = probs + i * V;
+    float zt = z[targets[i]];
+    float mx = -INFINITY;
+    for (int c = threadIdx.x; c < V; c += blockDim.x)
+        mx = fmaxf(mx, z[c]);
+    mx = block_max(mx);
+    double sum = 0.0;
+    for (int c = threadIdx.x; c < V; c += blockDim.x) {
+        float e = expf(z[c] - mx);
+        p[c] = e;
+        sum += e;
+    }
+    sum = block_sum_d(sum);
+    float inv = (float)(1.0 / sum);
+    for (int c = threadIdx.x; c < V; c += blockDim.x)
+        p[c] *= inv;
+    if (threadIdx.x == 0)
+        losses[i] = (float)(log(sum) - ((double)zt - mx));
+}
+
+/* returns sum_i losses[i] (double), after the stream has run */
+double ar_cu_xent_fwd(float *losses, float *probs, const float *logits, const int32_t *targets,
+                      int N, int V)
+{
+    if (N <= 0 || V <= 0)
+        return 0.0;
+    unsigned bs = xent_threads(V);
+    xent_fwd_kernel<<<N, bs, 0, ar_cuda_stream()>>>(losses, probs, logits, targets, V);
+    AR_CUDA_LAUNCHED();
+    return sum_double(losses, (size_t)N, 0);
+}
+
+/* (=) dlogits = scale * (probs - onehot(targets)); element by element, so
+ * dlogits may alias probs.  One block per row. */
+__global__ static void xent_bwd_kernel(float *dlogits, const float *probs, const int32_t *targets,
+                                       float scale, int V)
+{
+    size_t i = blockIdx.x;
+    int t = targets[i];
+    const float *p = probs + i * V;
+    float *dz = dlogits + i * V;
+    for (int c = threadIdx.x; c < V; c += blockDim.x) {
+        float pc = p[c];
+        dz[c] = c == t ? scale * (pc - 1.0f) : scale * pc;
+    }
+}
+
+void ar_cu_xent_bwd(float *dlogits, const float *probs, const int32_t *targets, float scale, int N,
+                    int V)
+{
+    if (N <= 0 || V <= 0)
+        return;
+    unsigned bs = xent_threads(V);
+    xent_bwd_kernel<<<N, bs, 0, ar_cuda_stream()>>>(dlogits, probs, targets, scale, V);
+    AR_CUDA_LAUNCHED();
+}
+
+/* ------------------------------------------------------------------------ */
+/* AdamW                                                                     */
+
+/* g' = gscale * g
+ * m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2
+ * p -= lr * ( (m/bc1) / (sqrt(v/bc2) + eps) + wd * p ),  bc = 1 - b^t */
+__global__ static void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n,
+                                    float gscale, float lr, float b1, float b2, float eps,
+                                    float wd, float bc1, float bc2)
+{
+    GRID_STRIDE(i, n)
+    {
+        float gi = g[i] * gscale;
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float mh = mi / bc1;
+        float vh = vi / bc2;
+        p[i] -= lr * (mh / (sqrtf(vh) + eps) + wd * p[i]);
+    }
+}
+
+/* bias corrections in double on the host, rounded to float (as the CPU) */
+void ar_cu_adamw(float *p, const float *g, float *m, float *v, size_t n, float gscale, float lr,
+                 float b1, float b2, float eps, float wd, long t)
+{
+    if (!n)
+        return;
+    float bc1 = (float)(1.0 - pow((double)b1, (double)t));
+    float bc2 = (float)(1.0 - pow((double)b2, (double)t));
+    adamw_kernel<<<flat_blocks(n), BS, 0, ar_cuda_stream()>>>(p, g, m, v, n, gscale, lr, b1, b2,
+                                                              eps, wd, bc1, bc2);
+    AR_CUDA_LAUNCHED();
+}

@@ -1,0 +1,285 @@
+/* Whole training runs on two backends: backend A = the CPU backend, backend
+ * B = the CUDA backend.  Tiny baseline, full and block models train 20 steps
+ * through ar_train (lib/train.h) from the same seed and data on each; the
+ * gradients of step 1 (per tensor), the per-step losses and gradient norms,
+ * the final validation loss and the final checkpoint's tensors must agree.
+ * Then each run resumes on the other backend for 5 more steps (the
+ * checkpoints are the same files whichever backend wrote them), and the two
+ * continuations must agree too.
+ *
+ * fp32 bounds: step 1 starts from identical weights and batches, so its
+ * loss differs only by the forward's rounding (1e-5 relative), its gradient
+ * only by the backward's (||a - b|| <= 1e-3 ||a|| per tensor: this catches
+ * a wrong backward of a tensor that moves the total norm too little to
+ * see).  Later steps add the optimizer's amplification of rounding
+ * differences (Adam divides by sqrt(v)): 1e-3 relative for losses, 1e-2 for
+ * gradient norms, and per checkpoint tensor ||a - b|| <= 2e-2 ||a||
+ * (weights move by ~lr = 1e-2 a step; a wrong gradient or a scrambled
+ * tensor is off by O(1)).  A CPU run whose matrix products carry 1e-6
+ * relative noise stays within 2e-6 (gradients), 2e-7 (losses) and 1e-5
+ * (checkpoints) of the exact one: the margins are wide.
+ *
+ * bf16 products on B (full_bf16) against fp32 on A: every product's inputs
+ * rounded to 2^-9; CPU runs with 4e-3 noise in their products reach 2e-4
+ * (step-1 gradient norm), 5e-3 (step-1 gradients), 2e-3 (losses) and 0.1
+ * (gradient norms, checkpoints): bounds 1e-2, 5e-2, 2e-2, 0.3.
+ *
+ * Without a usable CUDA backend every test skips with ar_backend_cuda's
+ * reason.  AR_TEST_BACKEND_B=cpu makes B the CPU backend too (the runs are
+ * then bit-identical), which checks this harness without a GPU (meson's
+ * backend_train_cpu_b runs it so). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/safetensors.h"
+#include "lib/backend.h"
+#include "lib/error.h"
+#include "lib/model.h"
+#include "lib/train.h"
+#include "testutil.h"
+
+static const ar_backend *A, *B;
+static char why[2048];
+
+static void setup(void)
+{
+    A = ar_backend_cpu();
+    const char *env = getenv("AR_TEST_BACKEND_B");
+    if (env && strcmp(env, "cpu") == 0) {
+        B = ar_backend_cpu();
+        return;
+    }
+    ar_err e = {{0}};
+    B = ar_backend_cuda(&e);
+    if (!B)
+        snprintf(why, sizeof why, "%s", e.msg);
+}
+
+TestSuite(backend_train, .init = setup);
+
+#define STEPS 20
+#define MORE 5
+
+#define MAXP 256
+
+/* per-step loss and gradient norm from the progress callback (log_every 1);
+ * step 1's gradient, tensor by tensor, from the gradient hook */
+typedef struct {
+    double loss[STEPS + MORE + 1], gnorm[STEPS + MORE + 1];
+    int seen;
+    float *g1;
+    int np;
+    char name[MAXP][96];
+    size_t off[MAXP], numel[MAXP];
+} trace;
+
+static void grads_of_step_1(struct ar_model *m, long step, void *ud)
+{
+    trace *t = ud;
+    if (step != 1 || t->g1)
+        return;
+    t->g1 = malloc(m->pt.total * sizeof(float));
+    m->be->download(t->g1, m->grads, m->pt.total * sizeof(float));
+    t->np = m->pt.n < MAXP ? m->pt.n : MAXP;
+    for (int i = 0; i < t->np; i++) {
+        snprintf(t->name[i], sizeof t->name[i], "%s", m->pt.p[i].name);
+        t->off[i] = m->pt.p[i].offset;
+        t->numel[i] = m->pt.p[i].numel;
+    }
+}
+
+/* ||a - b|| / ||a|| in double, and the worst element */
+static double rel_norm(const float *a, const float *b, size_t n, size_t *worst)
+{
+    double num = 0, den = 0, w = -1;
+    *worst = 0;
+    for (size_t k = 0; k < n; k++) {
+        double dd = (double)a[k] - b[k];
+        num += dd * dd, den += (double)a[k] * a[k];
+        if (fabs(dd) > w || !isfinite(dd))
+            w = isfinite(dd) ? fabs(dd) : INFINITY, *worst = k;
+    }
+    return isfinite(num) ? sqrt(num) / fmax(sqrt(den), 1e-30) : INFINITY;
+}
+
+static void compare_step1_grads(const char *what, const trace *ta, const trace *tb, double bound)
+{
+    cr_assert(ta->g1 && tb->g1, "%s: no gradient of step 1", what);
+    cr_assert_eq(ta->np, tb->np, "%s: %d tensors on A, %d on B", what, ta->np, tb->np);
+    for (int i = 0; i < ta->np; i++) {
+        cr_assert(strcmp(ta->name[i], tb->name[i]) == 0 && ta->numel[i] == tb->numel[i]);
+        const float *a = ta->g1 + ta->off[i], *b = tb->g1 + tb->off[i];
+        size_t wi;
+        double r = rel_norm(a, b, ta->numel[i], &wi);
+        cr_expect(r <= bound,
+                  "%s: step 1 gradient of '%s' (%zu values): ||A-B||/||A|| = %.3g > %g; worst [%zu]: "
+                  "A %.9g, B %.9g",
+                  what, ta->name[i], ta->numel[i], r, bound, wi, a[wi], b[wi]);
+    }
+}
+
+static void record(const ar_progress *p, void *ud)
+{
+    trace *t = ud;
+    if (p->step >= 1 && p->step <= STEPS + MORE) {
+        t->loss[p->step] = p->loss;
+        t->gnorm[p->step] = p->grad_norm;
+        t->seen++;
+    }
+}
+
+static ar_config tiny(const char *corpus, ar_res_kind kind)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    c.model.d_model = 24;
+    c.model.n_layer = 3;
+    c.model.n_head = 2;
+    c.model.d_ff = 40;
+    c.model.seq_len = 16;
+    c.model.residual.kind = kind;
+    c.model.residual.block_size = kind == AR_RES_BLOCK ? 2 : 0;
+    c.model.residual.num_blocks = 0;
+    snprintf(c.data.train, sizeof c.data.train, "%s", corpus);
+    c.data.val_fraction = 0.1;
+    c.train.steps = STEPS;
+    c.train.batch_size = 4;
+    c.train.warmup = 3;
+    c.train.lr = 1e-2;
+    c.train.min_lr = 1e-3;
+    c.train.eval_every = 0;
+    c.train.eval_windows = 8;
+    c.train.save_every = 0;
+    c.train.log_every = 1;
+    c.train.threads = 2;
+    return c;
+}
+
+static void train(const ar_backend *be, const ar_config *c, const char *dir, int resume, trace *t,
+                  ar_train_result *r)
+{
+    ar_train_opts o = {.out_dir = dir, .resume = resume, .be = be, .progress = record,
+                       .grad_hook = grads_of_step_1, .ud = t};
+    ar_err e = {{0}};
+    cr_assert_eq(ar_train(c, &o, r, &e), 0, "%s run in '%s': %s", be == A ? "A" : "B", dir, e.msg);
+}
+
+static int rel_ok(double a, double b, double rtol)
+{
+    return isfinite(a) && isfinite(b) && fabs(a - b) <= rtol * fabs(a);
+}
+
+/* relative bounds (see the top of the file) */
+typedef struct {
+    double loss1, gnorm1, grad1; /* step 1: loss, gradient norm, gradients per tensor */
+    double loss, gnorm, ckpt;    /* later steps; checkpoint tensors */
+} bounds;
+
+static const bounds FP32 = {1e-5, 1e-4, 1e-3, 1e-3, 1e-2, 2e-2};
+static const bounds BF16 = {1e-2, 1e-2, 5e-2, 2e-2, 0.3, 0.3};
+
+/* losses and gradient norms of steps s0..s1 */
+static void compare_traces(const char *what, const trace *ta, const trace *tb, int s0, int s1,
+                           bounds bd)
+{
+    for (int s = s0; s <= s1; s++) {
+        double lt = s == 1 ? bd.loss1 : bd.loss, gt = s == 1 ? bd.gnorm1 : bd.gnorm;
+        cr_expect(rel_ok(ta->loss[s], tb->loss[s], lt), "%s: step %d: loss A %.9g, B %.9g (rel %g)", what,
+                  s, ta->loss[s], tb->loss[s], lt);
+        cr_expect(rel_ok(ta->gnorm[s], tb->gnorm[s], gt), "%s: step %d: grad norm A %.9g, B %.9g (rel %g)",
+                  what, s, ta->gnorm[s], tb->gnorm[s], gt);
+    }
+}
+
+/* The model tensors of two checkpoints: same names, dtypes and shapes, and
+ * values within ||a - b|| <= bound ||a|| per tensor. */
+static void compare_checkpoints(const char *what, const char *da, const char *db, double bound)
+{
+    ar_st_file fa, fb;
+    ar_err e = {{0}};
+    cr_assert_eq(ar_st_read(&fa, tu_path(da, "model.safetensors"), &e), 0, "%s", e.msg);
+    cr_assert_eq(ar_st_read(&fb, tu_path(db, "model.safetensors"), &e), 0, "%s", e.msg);
+    cr_expect_eq(fa.n, fb.n, "%s: %d tensors on A, %d on B", what, fa.n, fb.n);
+    for (int i = 0; i < fa.n; i++) {
+        const ar_st_tensor *ta = &fa.t[i], *tb = ar_st_find(&fb, ta->name);
+        cr_expect(tb != NULL, "%s: '%s' missing from B's checkpoint", what, ta->name);
+        if (!tb)
+            continue;
+        cr_expect(strcmp(ta->dtype, "F32") == 0 && strcmp(tb->dtype, "F32") == 0,
+                  "%s: '%s': dtypes %s and %s", what, ta->name, ta->dtype, tb->dtype);
+        int same = ta->ndim == tb->ndim && ta->end - ta->begin == tb->end - tb->begin;
+        for (int k = 0; same && k < ta->ndim; k++)
+            same = ta->shape[k] == tb->shape[k];
+        cr_expect(same, "%s: '%s' has different shapes on A and B", what, ta->name);
+        if (!same || strcmp(ta->dtype, "F32") != 0)
+            continue;
+        size_t n = (ta->end - ta->begin) / sizeof(float);
+        float *a = malloc(n * sizeof(float) + 1), *b = malloc(n * sizeof(float) + 1);
+        memcpy(a, fa.data + ta->begin, n * sizeof(float));
+        memcpy(b, fb.data + tb->begin, n * sizeof(float));
+        size_t wi;
+        double r = rel_norm(a, b, n, &wi);
+        cr_expect(r <= bound,
+                  "%s: tensor '%s' (%zu values): ||A-B||/||A|| = %.3g > %g; worst [%zu]: A %.9g, B %.9g",
+                  what, ta->name, n, r, bound, wi, a[wi], b[wi]);
+        free(a), free(b);
+    }
+    ar_st_free(&fa);
+    ar_st_free(&fb);
+}
+
+static void compare_runs(ar_res_kind kind, int bf16)
+{
+    if (!B)
+        cr_skip_test("no CUDA backend to compare with: %s", why);
+    /* the CPU backend (AR_TEST_BACKEND_B=cpu) has no bf16 path: -1, fp32 */
+    int rc = B->set_bf16(bf16);
+    cr_assert(rc == 0 || (bf16 && B == A), "set_bf16(%d) failed on '%s'", bf16, B->name);
+    bounds bd = bf16 ? BF16 : FP32;
+    const char *dir = tu_tmpdir();
+    char corpus[2048], ra[4200], rb[4200];
+    snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
+    snprintf(ra, sizeof ra, "%s/a", dir);
+    snprintf(rb, sizeof rb, "%s/b", dir);
+    tu_write_corpus_lines(corpus, 300, 1);
+    ar_config c = tiny(corpus, kind);
+    char name[64];
+    snprintf(name, sizeof name, "%s%s", ar_res_kind_name(kind), bf16 ? " (bf16 on B)" : "");
+    trace ta, tb;
+    memset(&ta, 0, sizeof ta);
+    memset(&tb, 0, sizeof tb);
+    ar_train_result resa, resb;
+    train(A, &c, ra, 0, &ta, &resa);
+    train(B, &c, rb, 0, &tb, &resb);
+    cr_assert_eq(ta.seen, STEPS, "%s: A reported %d steps", name, ta.seen);
+    cr_assert_eq(tb.seen, STEPS, "%s: B reported %d steps", name, tb.seen);
+    cr_expect_eq(resa.skipped + resb.skipped, 0, "%s: steps skipped (A %ld, B %ld)", name, resa.skipped,
+                 resb.skipped);
+    compare_step1_grads(name, &ta, &tb, bd.grad1);
+    compare_traces(name, &ta, &tb, 1, STEPS, bd);
+    cr_expect(rel_ok(resa.final_val_loss, resb.final_val_loss, bd.loss),
+              "%s: final val loss A %.9g, B %.9g", name, resa.final_val_loss, resb.final_val_loss);
+    compare_checkpoints(name, ra, rb, bd.ckpt);
+
+    /* each checkpoint resumes on the other backend: A's run continues on B,
+     * B's on A, MORE steps each */
+    c.train.steps = STEPS + MORE;
+    train(B, &c, ra, 1, &ta, &resa);
+    train(A, &c, rb, 1, &tb, &resb);
+    cr_assert_eq(resa.step, STEPS + MORE);
+    cr_assert_eq(resb.step, STEPS + MORE);
+    char what[128];
+    snprintf(what, sizeof what, "%s resumed on the other backend", name);
+    compare_traces(what, &ta, &tb, STEPS + 1, STEPS + MORE, bd);
+    compare_checkpoints(what, ra, rb, bd.ckpt);
+    free(ta.g1), free(tb.g1);
+    B->set_bf16(0);
+}
+
+Test(backend_train, baseline, .timeout = 300) { compare_runs(AR_RES_BASELINE, 0); }
+Test(backend_train, full, .timeout = 300) { compare_runs(AR_RES_FULL, 0); }
+Test(backend_train, block, .timeout = 300) { compare_runs(AR_RES_BLOCK, 0); }
+Test(backend_train, full_bf16, .timeout = 300) { compare_runs(AR_RES_FULL, 1); }
