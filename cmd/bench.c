@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../formats/atomic.h"
 #include "../formats/config.h"
 #include "../formats/json.h"
 #include "../lib/bench.h"
@@ -109,19 +110,6 @@ static int read_all(int fd, void *buf, size_t n)
     return got == n ? 0 : -1;
 }
 
-static void write_all(int fd, const void *buf, size_t n)
-{
-    size_t put = 0;
-    while (put < n) {
-        ssize_t k = write(fd, (const char *)buf + put, n - put);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return;
-        put += (size_t)k;
-    }
-}
-
 /* Runs work(ud, buf) in a forked child, which fills n bytes of buf (a
  * report first) and sends them back through a pipe; the child leaves with
  * _exit, without the parent's atexit handlers or stdio buffers.  what names
@@ -143,7 +131,7 @@ static int run_child(void (*work)(void *ud, void *buf), void *ud, void *buf, siz
         close(fds[0]);
         memset(buf, 0, n);
         work(ud, buf);
-        write_all(fds[1], buf, n);
+        (void)ar_write_all(fds[1], buf, n);
         close(fds[1]);
         _exit(0);
     }

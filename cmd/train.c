@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../formats/atomic.h"
 #include "../formats/config.h"
 #include "../lib/train.h"
 #include "cmds.h"
@@ -20,17 +21,7 @@ static const char *usage =
 /* The number of the first SIGINT or SIGTERM, 0 before one. */
 static volatile sig_atomic_t interrupted;
 
-static void say(const char *s)
-{
-    size_t n = strlen(s);
-    while (n > 0) {
-        ssize_t k = write(STDERR_FILENO, s, n);
-        if (k <= 0)
-            return;
-        s += k;
-        n -= (size_t)k;
-    }
-}
+static void say(const char *s) { (void)ar_write_all(STDERR_FILENO, s, strlen(s)); }
 
 /* First SIGINT (Ctrl-C) or SIGTERM: finish the step, save, stop with
  * status 128 + the signal's number.  Second: stop at once with 128 + its

@@ -152,3 +152,17 @@ int ar_link_or_copy(const char *src, const char *dst, ar_err *e)
     fclose(in);
     return rc;
 }
+
+int ar_write_all(int fd, const void *buf, size_t n)
+{
+    size_t put = 0;
+    while (put < n) {
+        ssize_t k = write(fd, (const char *)buf + put, n - put);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        put += (size_t)k;
+    }
+    return 0;
+}

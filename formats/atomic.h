@@ -31,4 +31,8 @@ int ar_sync_dir(const char *dir, ar_err *e);
  * their bytes this way. */
 int ar_link_or_copy(const char *src, const char *dst, ar_err *e);
 
+/* write(2) until all n bytes are out, retrying after EINTR; 0, or -1 with
+ * errno set.  Async-signal-safe (signal handlers, forked children). */
+int ar_write_all(int fd, const void *buf, size_t n);
+
 #endif

@@ -9,6 +9,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "formats/atomic.h"
+
 /* One allocation: `map` pages of which the last is the fence; the caller's
  * `bytes` end where the fence begins (rounded up to 64, so `user` keeps the
  * 64-byte alignment of be->alloc). */
@@ -86,17 +88,7 @@ static const region *find(const void *p)
 
 /* ---- the SIGSEGV report ---- */
 
-static void say(const char *s)
-{
-    size_t n = strlen(s);
-    while (n > 0) {
-        ssize_t k = write(STDERR_FILENO, s, n);
-        if (k <= 0)
-            return;
-        s += k;
-        n -= (size_t)k;
-    }
-}
+static void say(const char *s) { (void)ar_write_all(STDERR_FILENO, s, strlen(s)); }
 
 static void on_segv(int sig, siginfo_t *si, void *uc)
 {
