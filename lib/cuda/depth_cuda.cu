@@ -198,6 +198,61 @@ __device__ __forceinline__ double block_sum_d(double v)
     return t;
 }
 
+/* This thread's channels of row x into xv, and block-wide the key's
+ * r = 1/sqrt(mean x^2 + eps) (returned) and logit *z = r (u.x). */
+__device__ __forceinline__ float key_logit(const float *x, const float *u, float *xv, int tid, int T,
+                                           int d, float *z)
+{
+    float v[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int q = 0; q < MAXV; q++) {
+        int j = tid + q * T;
+        xv[q] = j < d ? x[j] : 0.0f;
+        v[0] += xv[q] * xv[q];
+        v[1] += u[q] * xv[q];
+    }
+    block_sum<2>(v);
+    float r = 1.0f / sqrtf(v[0] / d + AR_RMS_EPS);
+    *z = r * v[1];
+    return r;
+}
+
+/* Token i's sublayer input, fused: h = acc / l (this thread's channels),
+ * xn[i,:] = h r ng with r = 1/sqrt(mean h^2 + eps) (= nrstd[i]), as
+ * rmsnorm_fwd would write it. */
+__device__ __forceinline__ void store_rmsnorm(const float *acc, float l, const float *ng, float *xn,
+                                              float *nrstd, size_t i, int tid, int T, int d)
+{
+    float hv[MAXV], v[1] = {0.0f};
+#pragma unroll
+    for (int q = 0; q < MAXV; q++) {
+        hv[q] = acc[q] / l;
+        v[0] += hv[q] * hv[q];
+    }
+    block_sum<1>(v);
+    float rr = 1.0f / sqrtf(v[0] / d + AR_RMS_EPS);
+    if (tid == 0)
+        nrstd[i] = rr;
+#pragma unroll
+    for (int q = 0; q < MAXV; q++) {
+        int j = tid + q * T;
+        if (j < d)
+            xn[i * d + j] = hv[q] * rr * ng[j];
+    }
+}
+
+/* Online softmax, one more source with logit z and row xv:
+ *   m' = max(m, z);  l = l e^{m-m'} + e^{z-m'};  acc = acc e^{m-m'} + e^{z-m'} xv */
+__device__ __forceinline__ void online_add(float z, const float *xv, float *m, float *l, float *acc)
+{
+    float mn = fmaxf(*m, z), sc = expf(*m - mn), p = expf(z - mn);
+    *l = *l * sc + p;
+#pragma unroll
+    for (int q = 0; q < MAXV; q++)
+        acc[q] = acc[q] * sc + p * xv[q];
+    *m = mn;
+}
+
 /* Per-head sums over the channel groups G_a = [a e, (a+1) e):
  *   out[k*H + a] = sum_{j in G_a} f[k][j]   (k < NF; f[k][q] is channel t + q T)
  * 8 sums per block reduction (8/NF heads at a time).  out is shared memory,
@@ -324,28 +379,13 @@ attn_fwd_kernel(float *h, float *alpha, float *rstd, clist src, int n, const flo
     }
     float m = -INFINITY, l = 0.0f;
     for (int s = 0; s < n; s++) {
-        const float *x = src.p[s] + i * d;
-        float xv[MAXV], v[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int q = 0; q < MAXV; q++) {
-            int j = tid + q * T;
-            xv[q] = j < d ? x[j] : 0.0f;
-            v[0] += xv[q] * xv[q];
-            v[1] += u[q] * xv[q];
-        }
-        block_sum<2>(v);
-        float r = 1.0f / sqrtf(v[0] / d + AR_RMS_EPS);
-        float z = v[1] * r;
+        float xv[MAXV], z;
+        float r = key_logit(src.p[s] + i * d, u, xv, tid, T, d, &z);
         if (tid == 0) {
             rstd[i * n + s] = r;
             zs[s] = z;
         }
-        float mn = fmaxf(m, z), sc = expf(m - mn), p = expf(z - mn);
-        l = l * sc + p;
-#pragma unroll
-        for (int q = 0; q < MAXV; q++)
-            acc[q] = acc[q] * sc + p * xv[q];
-        m = mn;
+        online_add(z, xv, &m, &l, acc);
     }
     __syncthreads(); /* zs complete */
     for (int s = tid; s < n; s += T)
@@ -543,22 +583,7 @@ inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, con
         if (tid == 0)
             p.lse[c][i] = m[c] + logf(l[c]);
         if (c == 0 && xn) { /* uniform over the block */
-            float hv[MAXV], v[1] = {0.0f};
-#pragma unroll
-            for (int q = 0; q < MAXV; q++) {
-                hv[q] = acc[0][q] / l[0];
-                v[0] += hv[q] * hv[q];
-            }
-            block_sum<1>(v);
-            float rr = 1.0f / sqrtf(v[0] / d + AR_RMS_EPS);
-            if (tid == 0)
-                nrstd[i] = rr;
-#pragma unroll
-            for (int q = 0; q < MAXV; q++) {
-                int j = tid + q * T;
-                if (j < d)
-                    xn[i * d + j] = hv[q] * rr * ng[j];
-            }
+            store_rmsnorm(acc[0], l[0], ng, xn, nrstd, i, tid, T, d);
             continue;
         }
 #pragma unroll
@@ -623,28 +648,13 @@ merge_kernel(float *h, float *lse, float *alpha, int n, int k, mlist rsi, clist 
     }
     float m = lse[i], l = 1.0f;
     for (int t = 0; t < nj; t++) {
-        const float *x = intra.p[t] + i * d;
-        float xv[MAXV], v[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int q = 0; q < MAXV; q++) {
-            int j = tid + q * T;
-            xv[q] = j < d ? x[j] : 0.0f;
-            v[0] += xv[q] * xv[q];
-            v[1] += u[q] * xv[q];
-        }
-        block_sum<2>(v);
-        float r = 1.0f / sqrtf(v[0] / d + AR_RMS_EPS);
-        float z = r * v[1];
+        float xv[MAXV], z;
+        float r = key_logit(intra.p[t] + i * d, u, xv, tid, T, d, &z);
         if (tid == 0) {
             rsi.p[t][i] = r;
             zt[t] = z;
         }
-        float mn = fmaxf(m, z), sc = expf(m - mn), e = expf(z - mn);
-        l = l * sc + e;
-#pragma unroll
-        for (int q = 0; q < MAXV; q++)
-            acc[q] = acc[q] * sc + e * xv[q];
-        m = mn;
+        online_add(z, xv, &m, &l, acc);
     }
     float LSE = m + logf(l);
     __syncthreads(); /* zt complete; every thread has read lse[i] */
@@ -666,22 +676,7 @@ merge_kernel(float *h, float *lse, float *alpha, int n, int k, mlist rsi, clist 
         }
         return;
     }
-    float hv[MAXV], v[1] = {0.0f};
-#pragma unroll
-    for (int q = 0; q < MAXV; q++) {
-        hv[q] = acc[q] / l;
-        v[0] += hv[q] * hv[q];
-    }
-    block_sum<1>(v);
-    float rr = 1.0f / sqrtf(v[0] / d + AR_RMS_EPS);
-    if (tid == 0)
-        nrstd[i] = rr;
-#pragma unroll
-    for (int q = 0; q < MAXV; q++) {
-        int j = tid + q * T;
-        if (j < d)
-            xn[i * d + j] = hv[q] * rr * ng[j];
-    }
+    store_rmsnorm(acc, l, ng, xn, nrstd, i, tid, T, d);
 }
 
 extern "C" void cuda_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
