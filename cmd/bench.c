@@ -547,13 +547,8 @@ int cmd_bench(int argc, char **argv)
             if (cli_device_option(usage, a, argv[++i], &dev, &prec) != 0)
                 goto out;
         } else if (!strcmp(a, "--peak-tflops")) {
-            char *end;
-            const char *v = argv[++i];
-            peak_tflops = strtod(v, &end);
-            if (!*v || *end || !isfinite(peak_tflops) || peak_tflops <= 0) {
-                cli_usage_error(usage, "'--peak-tflops' expects a positive number, got '%s'", v);
+            if (cli_parse_positive(usage, a, argv[++i], &peak_tflops) != 0)
                 goto out;
-            }
         } else if (!strcmp(a, "--variants"))
             variants = argv[++i];
         else if (!strcmp(a, "--json"))

@@ -30,6 +30,9 @@ int cli_show_man(const char *page);
 int cli_wants_help(int argc, char **argv);
 /* Parses a positive/non-negative long option value. */
 int cli_parse_long(const char *opt, const char *s, long min, long *out);
+/* A finite number > 0 from option opt's value s: 0, or AR_EXIT_USAGE after
+ * the usage error (cli_usage_error). */
+int cli_parse_positive(const char *usage, const char *opt, const char *s, double *out);
 
 /* --device cpu|cuda: the value, or a usage error (-1) naming the option. */
 int cli_parse_device(const char *usage, const char *v, ar_device *out);

@@ -43,12 +43,9 @@ int cmd_fit_scaling(int argc, char **argv)
         else if (!strcmp(a, "--out"))
             png = v;
         else if (!strcmp(a, "--at")) {
-            char *end;
-            errno = 0;
-            at = strtod(v, &end);
-            if (!*v || *end || errno || !isfinite(at) || at <= 0) {
+            if (cli_parse_positive(usage, a, v, &at) != 0) {
                 free(inputs);
-                return cli_usage_error(usage, "'--at' expects a positive number, got '%s'", v);
+                return AR_EXIT_USAGE;
             }
         } else if (!strcmp(a, "--form")) {
             if (!strcmp(v, "power"))

@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,17 @@ int cli_parse_long(const char *opt, const char *s, long min, long *out)
         cli_error("'%s' expects an integer >= %ld, got '%s'", opt, min, s);
         return -1;
     }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_positive(const char *usage, const char *opt, const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !isfinite(v) || v <= 0)
+        return cli_usage_error(usage, "'%s' expects a positive number, got '%s'", opt, s);
     *out = v;
     return 0;
 }

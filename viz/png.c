@@ -40,7 +40,7 @@ static int is_ascii(const char *s)
     return 1;
 }
 
-/* One RGB row from 0xXXRRGGBB words. */
+/* One RGB row from 32-bit words holding red, green, blue in bits 23..0 (the top byte ignored). */
 static void to_rgb(const unsigned char *src, int w, unsigned char *dst)
 {
     const uint32_t *p = (const uint32_t *)(const void *)src;

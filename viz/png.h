@@ -12,8 +12,9 @@ typedef struct {
     const char *text; /* tEXt when it is ASCII, else an uncompressed iTXt (UTF-8) */
 } ar_png_text;
 
-/* Writes a w x h image whose pixels are native-endian 32-bit words 0xXXRRGGBB
- * (cairo's RGB24 and ARGB32 layouts; the top byte is ignored), row y at
+/* Writes a w x h image whose pixels are native-endian 32-bit words with red,
+ * green and blue in bits 23..16, 15..8 and 7..0 (cairo's RGB24 and ARGB32
+ * layouts; the top byte is ignored), row y at
  * pixels + y * stride bytes, as an 8-bit RGB PNG with the text chunks
  * before the image data. */
 int ar_png_write(const char *path, const unsigned char *pixels, int w, int h, int stride,
