@@ -8,7 +8,13 @@
  * to every mixer that uses it, so a chunk costs one pass over its shared
  * sources instead of C passes (forward) or 3C passes (backward).  The key
  * RMSNorm is fused into the logit: one sweep of a row gives both sum x^2 and
- * u.x, so logit = rstd * (u.x) needs no normalised copy.
+ * u.x, so logit = rstd * (u.x) needs no normalised copy.  Inside a token,
+ * the kernels (dots, mix, inter_update) keep every running sum of a
+ * 16-float column in registers while they sweep the rows (vec.h), and
+ * prefetch the next token's rows, which are 4*d bytes apart in each of
+ * several buffers: too many short streams for the hardware prefetcher.
+ * That made phase 1 about 1.5x faster at the medium bench shape
+ * (BENCHMARKS.md, "Depth-attention time per step").
  *
  * Determinism: parameter-gradient reductions over tokens go through
  * partials of RED_CHUNK tokens added in chunk order, so results do not
@@ -19,123 +25,155 @@
 
 #include "../backend.h"
 #include "depth_cpu.h"
+#include "vec.h"
 #include "workspace.h"
 
 #define PAR_MIN 32768
 #define RED_CHUNK 128
 
+/* out[c] = a[c].x for c < CC <= 4, and *xx = x.x (xx may be NULL): one
+ * sweep of x with CC + 1 sums in registers (a single dot product is bound
+ * by the latency of its one chain of adds, not by memory).  Inlined with a
+ * constant CC, so the sums stay in registers.  pf: prefetch the next
+ * token's row of x (see mix_n). */
+static inline __attribute__((always_inline)) void dots_n(const float *const *a, int CC,
+                                                          const float *x, int d, float *out,
+                                                          float *xx, int pf)
+{
+    /* four named sums, not an array: GCC keeps an array of vectors on the
+     * stack, and the loop then waits on store-to-load forwarding */
+    const float *a0 = a[0], *a1 = a[CC > 1], *a2 = a[CC > 2 ? 2 : 0], *a3 = a[CC > 3 ? 3 : 0];
+    v16f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, q = {0};
+    int j = 0;
+    for (; j + VL <= d; j += VL) {
+        v16f xv = v_ld(x + j);
+        if (pf)
+            __builtin_prefetch(x + j + d, 0, 3);
+        q += xv * xv;
+        if (CC > 0)
+            s0 += v_ld(a0 + j) * xv;
+        if (CC > 1)
+            s1 += v_ld(a1 + j) * xv;
+        if (CC > 2)
+            s2 += v_ld(a2 + j) * xv;
+        if (CC > 3)
+            s3 += v_ld(a3 + j) * xv;
+    }
+    float qs = v_hsum(q), sc[4] = {v_hsum(s0), v_hsum(s1), v_hsum(s2), v_hsum(s3)};
+    for (; j < d; j++) {
+        qs += x[j] * x[j];
+        for (int c = 0; c < CC; c++)
+            sc[c] += a[c][j] * x[j];
+    }
+    for (int c = 0; c < CC; c++)
+        out[c] = sc[c];
+    if (xx)
+        *xx = qs;
+}
+
+/* out[c] = a[c].x for c < C, and *xx = x.x (xx may be NULL), four rows of
+ * a per sweep of x (inlined: a constant NULL xx drops the sum of squares). */
+static inline __attribute__((always_inline)) void dots(const float *const *a, int C,
+                                                        const float *x, int d, float *out,
+                                                        float *xx, int pf)
+{
+    int c0 = 0;
+    do {
+        int cc = C - c0 < 4 ? C - c0 : 4;
+        float *q = c0 == 0 ? xx : NULL;
+        switch (cc) {
+        case 0:
+            dots_n(a, 0, x, d, out, q, pf && c0 == 0);
+            break;
+        case 1:
+            dots_n(a + c0, 1, x, d, out + c0, q, pf && c0 == 0);
+            break;
+        case 2:
+            dots_n(a + c0, 2, x, d, out + c0, q, pf && c0 == 0);
+            break;
+        case 3:
+            dots_n(a + c0, 3, x, d, out + c0, q, pf && c0 == 0);
+            break;
+        default:
+            dots_n(a + c0, 4, x, d, out + c0, q, pf && c0 == 0);
+        }
+        c0 += 4;
+    } while (c0 < C);
+}
+
+/* a.b, in the same order as every dot product of dots: where a mixer has
+ * one source (h = x exactly) dh.x - dh.h must cancel to zero. */
 static float dotf(const float *a, const float *b, int d)
 {
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int j = 0; j < d; j++)
-        s += a[j] * b[j];
+    float s;
+    dots_n(&a, 1, b, d, &s, NULL, 0);
     return s;
 }
 
-/* out[c] = a[c].x for c < C, and *xx = x.x: one sweep of x with C+1
- * independent sums (a single dot product is bound by the latency of its one
- * chain of adds, not by memory), four rows at a time. */
-static void dots(const float *const *a, int C, const float *x, int d, float *out, float *xx)
+/* y[c] = sum_{s<k} a[c*k + s] x[s] for c < CC <= 4: one sweep of the k rows
+ * x[s] for all CC outputs, their sums in registers.  The next token's row
+ * of x[s] (d floats on) is prefetched for s < npf: rows not yet in cache,
+ * which the hardware prefetcher, meeting a new 4 KiB page every other
+ * token in each of several buffers, fetches too late.  y[c] may be one of
+ * the x[s]: each column is read for all outputs before any is written. */
+static inline __attribute__((always_inline)) void mix_n(float *const *y, int CC,
+                                                         const float *a, const float *const *x,
+                                                         int k, int npf, int d)
 {
-    float q = 0.0f;
-    for (int c0 = 0; c0 < C; c0 += 4) {
-        const float *a0 = a[c0], *a1 = a[c0 + (C - c0 > 1)], *a2 = a[c0 + 2 * (C - c0 > 2)],
-                    *a3 = a[c0 + 3 * (C - c0 > 3)];
-        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-        switch (C - c0) {
-        case 1:
-#pragma omp simd reduction(+ : s0, q)
-            for (int j = 0; j < d; j++) {
-                s0 += a0[j] * x[j];
-                q += x[j] * x[j];
-            }
-            break;
-        case 2:
-#pragma omp simd reduction(+ : s0, s1, q)
-            for (int j = 0; j < d; j++) {
-                s0 += a0[j] * x[j];
-                s1 += a1[j] * x[j];
-                q += x[j] * x[j];
-            }
-            break;
-        case 3:
-#pragma omp simd reduction(+ : s0, s1, s2, q)
-            for (int j = 0; j < d; j++) {
-                s0 += a0[j] * x[j];
-                s1 += a1[j] * x[j];
-                s2 += a2[j] * x[j];
-                q += x[j] * x[j];
-            }
-            break;
-        default:
-#pragma omp simd reduction(+ : s0, s1, s2, s3, q)
-            for (int j = 0; j < d; j++) {
-                s0 += a0[j] * x[j];
-                s1 += a1[j] * x[j];
-                s2 += a2[j] * x[j];
-                s3 += a3[j] * x[j];
-                q += x[j] * x[j];
-            }
+    const float *w0 = a, *w1 = a + (CC > 1) * k, *w2 = a + (CC > 2) * 2 * k,
+                *w3 = a + (CC > 3) * 3 * k;
+    int j = 0;
+    for (; j + VL <= d; j += VL) {
+        v16f y0 = {0}, y1 = {0}, y2 = {0}, y3 = {0}; /* named: see dots_n */
+        for (int s = 0; s < npf; s++)
+            __builtin_prefetch(x[s] + j + d, 0, 3);
+        for (int s = 0; s < k; s++) {
+            v16f xv = v_ld(x[s] + j);
+            y0 += w0[s] * xv;
+            if (CC > 1)
+                y1 += w1[s] * xv;
+            if (CC > 2)
+                y2 += w2[s] * xv;
+            if (CC > 3)
+                y3 += w3[s] * xv;
         }
-        float sv[4] = {s0, s1, s2, s3};
-        for (int c = c0; c < C && c < c0 + 4; c++)
-            out[c] = sv[c - c0];
-        if (c0 == 0 && xx)
-            *xx = q;
-        q = 0.0f;
+        v_st(y[0] + j, y0);
+        if (CC > 1)
+            v_st(y[1] + j, y1);
+        if (CC > 2)
+            v_st(y[2] + j, y2);
+        if (CC > 3)
+            v_st(y[3] + j, y3);
     }
-    if (C == 0 && xx)
-        *xx = dotf(x, x, d);
+    for (; j < d; j++) {
+        float acc[4] = {0};
+        for (int s = 0; s < k; s++)
+            for (int c = 0; c < CC; c++)
+                acc[c] += a[c * k + s] * x[s][j];
+        for (int c = 0; c < CC; c++)
+            y[c][j] = acc[c];
+    }
 }
 
-/* y = beta y + sum_{r<R} k[r] row[r]  (beta = 0: y is zeroed first, not
- * read, so overwriting and adding onto zeros give the same bits), rows four
- * at a time: one load and store of y per four rows instead of per row. */
-static void axpys(float *y, float beta, const float *k, const float *const *row, int R, int d)
+/* y[c] = sum_{s<k} a[c*k + s] x[s] for c < C, four outputs per sweep of the
+ * x rows (see mix_n). */
+static void mix(float *const *y, int C, const float *a, const float *const *x, int k, int npf,
+                int d)
 {
-    if (beta == 0.0f) {
-        memset(y, 0, (size_t)d * sizeof(float));
-        beta = 1.0f;
-    }
-    if (R == 0 && beta != 1.0f) {
-#pragma omp simd
-        for (int j = 0; j < d; j++)
-            y[j] *= beta;
-    }
-    for (int r0 = 0; r0 < R; r0 += 4) {
-        float b = r0 == 0 ? beta : 1.0f;
-        const float *x0 = row[r0], *x1 = row[r0], *x2 = row[r0], *x3 = row[r0];
-        float k0 = k[r0];
-        switch (R - r0) {
+    for (int c0 = 0; c0 < C; c0 += 4) {
+        const float *ac = a + (size_t)c0 * k;
+        switch (C - c0) {
         case 1:
-#pragma omp simd
-            for (int j = 0; j < d; j++)
-                y[j] = b * y[j] + k0 * x0[j];
+            mix_n(y + c0, 1, ac, x, k, npf, d);
             break;
-        case 2: {
-            float k1 = k[r0 + 1];
-            x1 = row[r0 + 1];
-#pragma omp simd
-            for (int j = 0; j < d; j++)
-                y[j] = b * y[j] + k0 * x0[j] + k1 * x1[j];
+        case 2:
+            mix_n(y + c0, 2, ac, x, k, npf, d);
             break;
-        }
-        case 3: {
-            float k1 = k[r0 + 1], k2 = k[r0 + 2];
-            x1 = row[r0 + 1], x2 = row[r0 + 2];
-#pragma omp simd
-            for (int j = 0; j < d; j++)
-                y[j] = b * y[j] + k0 * x0[j] + k1 * x1[j] + k2 * x2[j];
+        case 3:
+            mix_n(y + c0, 3, ac, x, k, npf, d);
             break;
-        }
-        default: {
-            float k1 = k[r0 + 1], k2 = k[r0 + 2], k3 = k[r0 + 3];
-            x1 = row[r0 + 1], x2 = row[r0 + 2], x3 = row[r0 + 3];
-#pragma omp simd
-            for (int j = 0; j < d; j++)
-                y[j] = b * y[j] + k0 * x0[j] + k1 * x1[j] + k2 * x2[j] + k3 * x3[j];
-        }
+        default:
+            mix_n(y + c0, 4, ac, x, k, npf, d);
         }
     }
 }
@@ -166,8 +204,8 @@ static float *queries(const float *const *w, const float *const *g, int C, int d
 
 /* Phase 1.  Per token: z[c,s] = rstd_s (u_c . x_s) for every mixer and
  * shared source (one read of each x_s), then per mixer the softmax over
- * the k shared sources, lse, and o_c = sum_s softmax_s x_s (the rows are
- * still in L1 for the second sweep). */
+ * the k shared sources and lse, then o_c = sum_s softmax_s x_s for all C
+ * mixers in one more sweep of the rows (still in L1). */
 void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha, const int *n,
                          float *const *rs, const float *const *src, int k, const float *const *w,
                          const float *const *g, int C, const float *ng, float *xn, float *nrstd,
@@ -175,14 +213,14 @@ void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha
 {
     const float *u = queries(w, g, C, d);
     int nt = omp_get_max_threads();
-    /* per thread: z (C x k), the C query rows, k row pointers, k weights */
-    size_t per = (size_t)C * k + (size_t)k;
+    /* per thread: z (C x k), then the weights (C x k) */
+    size_t per = 2 * (size_t)C * k;
     float *zall = cpu_ws(WS_B, (size_t)nt * per * sizeof(float));
 #pragma omp parallel if ((long)N * d * k * C > PAR_MIN)
     {
         float *z = zall + (size_t)omp_get_thread_num() * per, *a = z + (size_t)C * k;
         const float *ur[C], *x[k > 0 ? k : 1];
-        float zc[C];
+        float *y[C], zc[C], hr[xn ? d : 1];
         for (int c = 0; c < C; c++)
             ur[c] = u + (size_t)c * d;
 #pragma omp for schedule(static)
@@ -190,7 +228,7 @@ void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha
             for (int s = 0; s < k; s++) {
                 float xx;
                 x[s] = src[s] + (size_t)i * d;
-                dots(ur, C, x[s], d, zc, &xx);
+                dots(ur, C, x[s], d, zc, &xx, 1);
                 float r = 1.0f / sqrtf(xx / d + AR_RMS_EPS);
                 rs[s][i] = r;
                 for (int c = 0; c < C; c++)
@@ -198,32 +236,31 @@ void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha
             }
             for (int c = 0; c < C; c++) {
                 const float *zr = z + c * k;
+                float *ac = a + c * k;
                 float mx = zr[0];
                 for (int s = 1; s < k; s++)
                     mx = zr[s] > mx ? zr[s] : mx;
                 float sum = 0.0f;
                 for (int s = 0; s < k; s++)
-                    sum += a[s] = expf(zr[s] - mx);
+                    sum += ac[s] = expf(zr[s] - mx);
                 lse[c][i] = mx + logf(sum);
                 float *al = alpha[c] + (size_t)i * n[c];
                 for (int s = 0; s < k; s++) {
                     al[s] = zr[s]; /* raw logit; phase 2 normalises */
-                    a[s] /= sum;
+                    ac[s] /= sum;
                 }
-                if (c > 0 || !xn) {
-                    axpys(o[c] + (size_t)i * d, 0.0f, a, x, k, d);
-                    continue;
-                }
-                float hr[d];
-                axpys(hr, 0.0f, a, x, k, d);
-                rms_row(xn + (size_t)i * d, nrstd + i, hr, ng, d);
+                y[c] = c == 0 && xn ? hr : o[c] + (size_t)i * d;
             }
+            mix(y, C, a, x, k, 0, d);
+            if (xn)
+                rms_row(xn + (size_t)i * d, nrstd + i, hr, ng, d);
         }
     }
 }
 
 /* Phase 2: the j = n - k intra sources join by online softmax:
- *   LSE = log(exp(lse) + sum_t exp z_t),  h = exp(lse - LSE) o + sum_t exp(z_t - LSE) x_t */
+ *   LSE = log(exp(lse) + sum_t exp z_t),  h = exp(lse - LSE) o + sum_t exp(z_t - LSE) x_t
+ * (h, o and the x_t in one sweep, as a mix of j + 1 rows). */
 void cpu_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
                          float *const *rsi, const float *const *intra, const float *w,
                          const float *g, const float *ng, float *xn, float *nrstd, int N, int d)
@@ -232,13 +269,15 @@ void cpu_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
     int j = n - k;
 #pragma omp parallel for schedule(static) if ((long)N * d * (j + 1) > PAR_MIN)
     for (int i = 0; i < N; i++) {
-        float zt[j > 0 ? j : 1], at[j > 0 ? j : 1];
-        const float *x[j > 0 ? j : 1];
+        float zt[j > 0 ? j : 1], at[j + 1], hr[xn ? d : 1];
+        const float *x[j + 1];
+        float *hi = h + (size_t)i * d;
         float M = lse[i];
+        x[0] = hi;
         for (int t = 0; t < j; t++) {
             float xx, ux;
-            x[t] = intra[t] + (size_t)i * d;
-            dots(&u, 1, x[t], d, &ux, &xx);
+            x[t + 1] = intra[t] + (size_t)i * d;
+            dots(&u, 1, x[t + 1], d, &ux, &xx, 1);
             float r = 1.0f / sqrtf(xx / d + AR_RMS_EPS);
             rsi[t][i] = r;
             zt[t] = r * ux;
@@ -248,7 +287,7 @@ void cpu_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
         for (int t = 0; t < j; t++)
             S += expf(zt[t] - M);
         float LSE = M + logf(S);
-        float L0 = lse[i];
+        at[0] = expf(lse[i] - LSE);
         lse[i] = LSE; /* the backward recovers u.x_s = (log alpha_s + LSE) / rstd_s */
         float *al = alpha + (size_t)i * n;
         for (int s = 0; s < k; s++)
@@ -256,16 +295,12 @@ void cpu_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
         if (j == 0)
             continue; /* h = o already */
         for (int t = 0; t < j; t++)
-            at[t] = al[k + t] = expf(zt[t] - LSE);
-        if (!xn) {
-            axpys(h + (size_t)i * d, expf(L0 - LSE), at, x, j, d);
-            continue;
-        }
-        /* h in a row of its own, then the sublayer's RMSNorm */
-        float hr[d];
-        memcpy(hr, h + (size_t)i * d, (size_t)d * sizeof(float));
-        axpys(hr, expf(L0 - LSE), at, x, j, d);
-        rms_row(xn + (size_t)i * d, nrstd + i, hr, ng, d);
+            at[t + 1] = al[k + t] = expf(zt[t] - LSE);
+        /* h in place, or in a row of its own before the sublayer's RMSNorm */
+        float *y = xn ? hr : hi;
+        mix(&y, 1, at, x, j + 1, 1, d);
+        if (xn)
+            rms_row(xn + (size_t)i * d, nrstd + i, hr, ng, d);
     }
 }
 
@@ -286,7 +321,8 @@ void cpu_depth_recompute(float *const *h, const float *const *alpha,
         for (int c = 0; c < C; c++) {
             for (int s = 0; s < n[c]; s++)
                 x[s] = src[c][s] + (size_t)i * d;
-            axpys(h[c] + (size_t)i * d, 0.0f, alpha[c] + (size_t)i * n[c], x, n[c], d);
+            float *y = h[c] + (size_t)i * d;
+            mix(&y, 1, alpha[c] + (size_t)i * n[c], x, n[c], n[c], d);
         }
     }
 }
@@ -356,6 +392,34 @@ void cpu_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot
         reduce_partials(dw, dg, part, nch, (size_t)d, w, g, d);
 }
 
+/* One shared source's row in the backward, one sweep:
+ *   dx  = (acc ? dx : 0) + sum_c (a_c dh_c + c1_c u_c) + cx x
+ *   P_c += c1_c x                                        (c < C) */
+static void inter_update(float *dx, int acc, int C, const float *a, const float *const *dh,
+                         const float *c1, const float *const *u, float cx, const float *x,
+                         float *const *P, int d)
+{
+    int j = 0;
+    for (; j + VL <= d; j += VL) {
+        v16f xv = v_ld(x + j), y = cx * xv;
+        if (acc)
+            y += v_ld(dx + j);
+        for (int c = 0; c < C; c++) {
+            y += a[c] * v_ld(dh[c] + j) + c1[c] * v_ld(u[c] + j);
+            v_st(P[c] + j, v_ld(P[c] + j) + c1[c] * xv);
+        }
+        v_st(dx + j, y);
+    }
+    for (; j < d; j++) {
+        float y = cx * x[j] + (acc ? dx[j] : 0.0f);
+        for (int c = 0; c < C; c++) {
+            y += a[c] * dh[c][j] + c1[c] * u[c][j];
+            P[c][j] += c1[c] * x[j];
+        }
+        dx[j] = y;
+    }
+}
+
 /* Backward of a chunk's shared sources, all C mixers at once (deferred until
  * the chunk's lowest mixer is done: no shared source is needed earlier):
  *   dl[c,s] = alpha_c[s] (dh_c.x_s - cdot_c)
@@ -377,37 +441,28 @@ void cpu_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg,
     for (int ch = 0; ch < nch; ch++) {
         float *pp = part + (size_t)ch * stride;
         int i1 = (ch + 1) * RED_CHUNK < N ? (ch + 1) * RED_CHUNK : N;
-        /* dx = sum_c a_c dh_c + sum_c c1_c u_c - c2 x: 2C + 1 rows, coef */
-        const float *row[2 * C + 1], *dr[C];
-        float coef[2 * C + 1], t[C], c1[C];
-        for (int c = 0; c < C; c++)
-            row[C + c] = u + (size_t)c * d;
+        const float *ur[C], *dr[C];
+        float *pc[C], a[C], t[C], c1[C];
+        for (int c = 0; c < C; c++) {
+            ur[c] = u + (size_t)c * d;
+            pc[c] = pp + (size_t)c * d;
+        }
         for (int i = ch * RED_CHUNK; i < i1; i++) {
             for (int c = 0; c < C; c++)
-                row[c] = dr[c] = dh[c] + (size_t)i * d;
+                dr[c] = dh[c] + (size_t)i * d;
             for (int s = 0; s < k; s++) {
                 const float *x = src[s] + (size_t)i * d;
-                float *dx = dsrc[s] + (size_t)i * d;
                 float r = rs[s][i], norm = 0.0f;
-                dots(dr, C, x, d, t, NULL);
+                dots(dr, C, x, d, t, NULL, 1);
                 for (int c = 0; c < C; c++) {
-                    float a = alpha[c][(size_t)i * n[c] + s];
-                    float dl = a * (t[c] - cdot[c][i]);
-                    coef[c] = a;
-                    coef[C + c] = c1[c] = dl * r;
-                    if (a != 0.0f) /* an underflowed weight contributes nothing */
-                        norm += dl * key_dot(a, lse[c][i], r);
+                    a[c] = alpha[c][(size_t)i * n[c] + s];
+                    float dl = a[c] * (t[c] - cdot[c][i]);
+                    c1[c] = dl * r;
+                    if (a[c] != 0.0f) /* an underflowed weight contributes nothing */
+                        norm += dl * key_dot(a[c], lse[c][i], r);
                 }
-                coef[2 * C] = -norm * r * r * r / d;
-                row[2 * C] = x;
-                axpys(dx, overwrite ? 0.0f : 1.0f, coef, row, 2 * C + 1, d);
-                /* P_c += c1_c x */
-                for (int c = 0; c < C; c++) {
-                    float *pc = pp + (size_t)c * d, cc = c1[c];
-#pragma omp simd
-                    for (int q = 0; q < d; q++)
-                        pc[q] += cc * x[q];
-                }
+                inter_update(dsrc[s] + (size_t)i * d, !overwrite, C, a, dr, c1, ur,
+                             -norm * r * r * r / d, x, pc, d);
             }
         }
     }
