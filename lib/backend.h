@@ -66,11 +66,12 @@ typedef struct ar_backend {
     /* ---- RMSNorm ----
      * rstd[i] = 1/sqrt(mean_j x[i,j]^2 + eps);  out[i,j] = x[i,j]*rstd[i]*g[j]
      * bwd: with xh = x*rstd, gy = g*dout:
-     *   dx[i,:] += rstd[i] * (gy - xh * mean_j(gy*xh))
+     *   dx[i,:] += rstd[i] * (gy - xh * mean_j(gy*xh))   (overwrite: = instead of +=,
+     *                                                    dx's contents never read)
      *   dg[j]   += sum_i dout[i,j]*xh[i,j] */
     void (*rmsnorm_fwd)(float *out, float *rstd, const float *x, const float *g, int N, int d);
     void (*rmsnorm_bwd)(float *dx, float *dg, const float *dout, const float *x, const float *g,
-                        const float *rstd, int N, int d);
+                        const float *rstd, int overwrite, int N, int d);
 
     /* ---- linear (no bias) ----
      * out = x W^T              x: N x in, W: outd x in, out: N x outd   (=)

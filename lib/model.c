@@ -294,7 +294,7 @@ void ar_model_backward(ar_model *m, float scale)
     be->zero(m->dhn, (size_t)N * d * sizeof(float));
     be->matmul_bwd(m->dhn, G(m->lm_head), dlogits, m->hn, P(m->lm_head), N, d, m->V);
     be->rmsnorm_bwd(r->vt->final_grad_buf(r), G(m->final_norm), m->dhn, m->res_hout,
-                    P(m->final_norm), m->frstd, N, d);
+                    P(m->final_norm), m->frstd, r->final_grad_overwrite, N, d);
     r->vt->final_bwd(r, N);
     for (int l = m->L; l >= 1; l--) {
         const float *dout = r->vt->output_grad(r, l, N);
@@ -310,7 +310,8 @@ void ar_model_backward(ar_model *m, float scale)
         const ar_block_idx *b = &m->blk[k];
         const ar_block_act *a = &m->act[k];
         be->rmsnorm_bwd(dh, G(attn ? b->attn_norm : b->mlp_norm), m->dxn, h,
-                        P(attn ? b->attn_norm : b->mlp_norm), attn ? a->rstd : a->mrstd, N, d);
+                        P(attn ? b->attn_norm : b->mlp_norm), attn ? a->rstd : a->mrstd,
+                        r->input_grad_overwrite, N, d);
         r->vt->input_bwd(r, l, N);
     }
     be->embedding_bwd(G(m->embed), r->vt->embed_grad(r), m->tok, N, d);

@@ -16,12 +16,15 @@
  * dv and the input-gradient buffer of one sublayer may be the same memory:
  * a sublayer's backward reads all of dv before it adds anything to dL/dh.
  * Backward, in reverse: zero_grads(); caller adds dL/dh_out into
- *                      final_grad_buf(); final_bwd();
+ *                      final_grad_buf() (writes it, where the scheme sets
+ *                      final_grad_overwrite); final_bwd();
  *                      for l = L..1: dv = output_grad(l) (complete);
  *                                    sublayer's backward down to dL/dxn;
  *                                    h = input_saved(l);
  *                                    sublayer adds dL/dh_l into
- *                                    input_grad_buf(l, spare); input_bwd(l)
+ *                                    input_grad_buf(l, spare) (writes it,
+ *                                    where input_grad_overwrite);
+ *                                    input_bwd(l)
  *                      dv_0 = embed_grad()
  *
  * Scratch lent by the caller (bind): buffers of maxN x d floats that the
@@ -85,6 +88,11 @@ struct ar_residual {
     const ar_residual_vt *vt;
     const ar_backend *be;
     int L, d, maxN;
+    /* 1 where final_grad_buf() / input_grad_buf() hand out memory that is
+     * not yet an accumulator: the caller overwrites it (rmsnorm_bwd's
+     * overwrite), so the scheme need not zero it first (a pass over N x d
+     * floats per sublayer) */
+    int final_grad_overwrite, input_grad_overwrite;
 };
 
 /* Creates the scheme named by cfg->residual, registering its parameters in

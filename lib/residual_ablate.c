@@ -169,7 +169,8 @@ static void mix_bwd(abl_res *s, int m, const float *dh, int N)
         be->matmul_bwd(s->dqn, gp(s, x->W_idx), s->dwq, x->qn, pp(s, x->W_idx), N, d, d);
         /* the query's RMSNorm has no gain: its gradient goes to a scratch row */
         be->zero(s->dgdump, (size_t)d * sizeof(float));
-        be->rmsnorm_bwd(x->dsp[x->n - 1], s->dgdump, s->dqn, x->sp[x->n - 1], s->ones, x->qrs, N, d);
+        be->rmsnorm_bwd(x->dsp[x->n - 1], s->dgdump, s->dqn, x->sp[x->n - 1], s->ones, x->qrs, 0, N,
+                        d);
         return;
     }
     be->depth_mix_bwd(x->dsp, gp(s, x->q_idx), gp(s, x->g_idx), gp(s, x->t_idx), dh, x->alpha, x->rstd,
@@ -196,7 +197,8 @@ static void abl_zero_grads(ar_residual *r, int N)
     size_t nd = (size_t)N * r->d * sizeof(float);
     for (int l = 0; l <= r->L; l++)
         r->be->zero(A(r)->dP[l], nd);
-    r->be->zero(A(r)->fgrad, nd);
+    /* fgrad and dH are written, not added into (final_grad_overwrite,
+     * input_grad_overwrite) */
 }
 static float *abl_final_grad_buf(ar_residual *r) { return A(r)->fgrad; }
 static void abl_final_bwd(ar_residual *r, int N) { mix_bwd(A(r), r->L + 1, A(r)->fgrad, N); }
@@ -217,8 +219,8 @@ static const float *abl_input_saved(ar_residual *r, int l, int N)
 static float *abl_input_grad_buf(ar_residual *r, int l, int N, float *spare)
 {
     (void)l;
+    (void)N;
     (void)spare;
-    r->be->zero(A(r)->dH, (size_t)N * r->d * sizeof(float));
     return A(r)->dH;
 }
 static void abl_input_bwd(ar_residual *r, int l, int N) { mix_bwd(A(r), l, A(r)->dH, N); }
@@ -304,6 +306,7 @@ ar_residual *ar_residual_ablate_create(const ar_model_cfg *cfg, const ar_backend
     s->base.L = L;
     s->base.d = d;
     s->base.maxN = maxN;
+    s->base.final_grad_overwrite = s->base.input_grad_overwrite = 1;
     s->kind = rc->kind;
     s->S = rc->kind == AR_RES_BLOCK ? ar_cfg_block_size(cfg) : 1;
     s->W = rc->window;

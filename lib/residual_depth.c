@@ -312,10 +312,13 @@ static void depth_accept_fwd(ar_residual *r, int l, int N)
 /* h_out is kept (not fused with the final norm): its backward needs it. */
 static const float *depth_final_fwd(ar_residual *r, int N) { return mix_fwd(D(r), r->L + 1, N, NULL); }
 
-/* dB needs no zeroing: the final mixer's backward writes every dB first. */
+/* Nothing to zero: the final mixer's backward writes every dB first, and
+ * the caller writes (not adds) dL/dh_out and dL/dh_l into fgrad and dH
+ * (final_grad_overwrite, input_grad_overwrite). */
 static void depth_zero_grads(ar_residual *r, int N)
 {
-    r->be->zero(D(r)->fgrad, (size_t)N * r->d * sizeof(float));
+    (void)r;
+    (void)N;
 }
 
 static float *depth_final_grad_buf(ar_residual *r) { return D(r)->fgrad; }
@@ -354,8 +357,8 @@ static float *depth_input_grad_buf(ar_residual *r, int l, int N, float *spare)
     (void)l;
     depth_res *s = D(r);
     /* a caller that lends scratch passes a spare (residual.h) */
+    (void)N;
     s->dH = spare ? spare : s->own[1];
-    r->be->zero(s->dH, (size_t)N * r->d * sizeof(float));
     return s->dH;
 }
 
@@ -456,6 +459,7 @@ ar_residual *ar_residual_depth_create(const ar_model_cfg *cfg, const ar_backend 
     s->base.L = L;
     s->base.d = d;
     s->base.maxN = maxN;
+    s->base.final_grad_overwrite = s->base.input_grad_overwrite = 1;
     s->S = ar_cfg_block_size(cfg);
     s->pt = pt;
     s->P = ar_xcalloc((size_t)L + 1, sizeof(float *));

@@ -243,9 +243,12 @@ static const float *mhc_final_fwd(ar_residual *r, int N)
     return s->hout;
 }
 
+/* fgrad and dH are written, not added into (final_grad_overwrite,
+ * input_grad_overwrite): nothing to zero */
 static void mhc_zero_grads(ar_residual *r, int N)
 {
-    r->be->zero(MH(r)->fgrad, (size_t)N * r->d * sizeof(float));
+    (void)r;
+    (void)N;
 }
 
 static float *mhc_final_grad_buf(ar_residual *r) { return MH(r)->fgrad; }
@@ -277,8 +280,8 @@ static const float *mhc_input_saved(ar_residual *r, int l, int N) { (void)N; ret
 static float *mhc_input_grad_buf(ar_residual *r, int l, int N, float *spare)
 {
     (void)l;
+    (void)N;
     (void)spare;
-    r->be->zero(MH(r)->dH, (size_t)N * r->d * sizeof(float));
     return MH(r)->dH;
 }
 
@@ -373,6 +376,7 @@ ar_residual *ar_residual_mhc_create(const ar_model_cfg *cfg, const ar_backend *b
     s->base.L = L;
     s->base.d = cfg->d_model;
     s->base.maxN = maxN;
+    s->base.final_grad_overwrite = s->base.input_grad_overwrite = 1;
     s->m = m;
     s->nperm = ar_mhc_perms(m, NULL);
     s->perm = ar_xmalloc((size_t)s->nperm * m * sizeof(int));

@@ -48,9 +48,12 @@ static void sum_accept_fwd(ar_residual *r, int l, int N)
 
 static const float *sum_final_fwd(ar_residual *r, int N) { (void)N; return S(r)->P[r->L]; }
 
+/* dR needs no zeroing: the caller writes dL/dh_out into it first
+ * (final_grad_overwrite), and every later gradient adds onto that. */
 static void sum_zero_grads(ar_residual *r, int N)
 {
-    r->be->zero(S(r)->dR, (size_t)N * r->d * sizeof(float));
+    (void)r;
+    (void)N;
 }
 
 static float *sum_final_grad_buf(ar_residual *r) { return S(r)->dR; }
@@ -112,6 +115,7 @@ ar_residual *ar_residual_sum_create(const ar_model_cfg *cfg, const ar_backend *b
     s->base.L = ar_cfg_sublayers(cfg);
     s->base.d = cfg->d_model;
     s->base.maxN = maxN;
+    s->base.final_grad_overwrite = 1;
     s->P = ar_xcalloc((size_t)s->base.L + 1, sizeof(float *));
     return &s->base;
 }

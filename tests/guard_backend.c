@@ -316,7 +316,7 @@ static void g_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *
 }
 
 static void g_rmsnorm_bwd(float *dx, float *dg, const float *dout, const float *x, const float *g,
-                          const float *rstd, int N, int d)
+                          const float *rstd, int overwrite, int N, int d)
 {
     size_t nd = (size_t)N * d;
     dev("rmsnorm_bwd", "dx", dx, F(nd), 0);
@@ -325,7 +325,7 @@ static void g_rmsnorm_bwd(float *dx, float *dg, const float *dout, const float *
     dev("rmsnorm_bwd", "x", x, F(nd), 0);
     dev("rmsnorm_bwd", "g", g, F(d), 0);
     dev("rmsnorm_bwd", "rstd", rstd, F(N), 0);
-    RUN(cpu()->rmsnorm_bwd(dx, dg, dout, x, g, rstd, N, d));
+    RUN(cpu()->rmsnorm_bwd(dx, dg, dout, x, g, rstd, overwrite, N, d));
 }
 
 static void g_matmul_fwd(float *out, const float *x, const float *W, int N, int in, int outd)

@@ -426,9 +426,13 @@ static void rmsnorm_case(int N, int d)
     check("rmsnorm_fwd rstd", rstd);
     take(rstd);
     tp *dout = rnd(nd, -1, 1), *dx = rnd(nd, -1, 1), *dg = rnd(d, -1, 1);
-    BOTH be->rmsnorm_bwd(D(dx), D(dg), D(dout), D(x), D(g), D(rstd), N, d);
+    BOTH be->rmsnorm_bwd(D(dx), D(dg), D(dout), D(x), D(g), D(rstd), 0, N, d);
     check("rmsnorm_bwd dx", dx);
     check("rmsnorm_bwd dg", dg);
+    tp *ox = junk(nd);
+    BOTH be->rmsnorm_bwd(D(ox), D(dg), D(dout), D(x), D(g), D(rstd), 1, N, d);
+    check("rmsnorm_bwd (overwrite) dx", ox);
+    check("rmsnorm_bwd (overwrite) dg", dg);
     release();
 }
 

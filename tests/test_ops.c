@@ -296,7 +296,7 @@ Test(ops, rmsnorm)
     CHECK_REL("rmsnorm rstd", rstd, rr, N, REF_TOL);
 
     float *dx = zeros(nd), *dg = zeros(d);
-    be->rmsnorm_bwd(dx, dg, R, x, g, rstd, N, d);
+    be->rmsnorm_bwd(dx, dg, R, x, g, rstd, 0, N, d);
     rms_ctx c = {N, d, x, g, out, rstd, R};
     CHECK_FD("rmsnorm dx", x, nd, dx, rms_loss, &c, FD_EPS);
     CHECK_FD("rmsnorm dg", g, d, dg, rms_loss, &c, FD_EPS);
@@ -305,9 +305,16 @@ Test(ops, rmsnorm)
     be->rmsnorm_fwd(out, rstd, x, g, N, d);
     float *bx = rnd(nd, -1, 1), *bg = rnd(d, -1, 1);
     float *ax = dup(bx, nd), *ag = dup(bg, d);
-    be->rmsnorm_bwd(ax, ag, R, x, g, rstd, N, d);
+    be->rmsnorm_bwd(ax, ag, R, x, g, rstd, 0, N, d);
     check_accum("rmsnorm dx", ax, bx, dx, nd);
     check_accum("rmsnorm dg", ag, bg, dg, d);
+
+    /* overwrite: dx = (bits of += onto zeros), whatever dx held; dg still += */
+    float *ox = rnd(nd, -9, 9), *og = dup(bg, d);
+    be->rmsnorm_bwd(ox, og, R, x, g, rstd, 1, N, d);
+    cr_expect(memcmp(ox, dx, nd * sizeof(float)) == 0, "rmsnorm overwrite dx differs from += onto zeros");
+    check_accum("rmsnorm dg (overwrite)", og, bg, dg, d);
+    free(ox), free(og);
     free(x), free(g), free(R), free(out), free(rstd), free(rout), free(rr);
     free(dx), free(dg), free(bx), free(bg), free(ax), free(ag);
 }
@@ -319,7 +326,7 @@ Test(ops, rmsnorm_large_reference)
     float *x = rnd(nd, -2, 2), *g = rnd(d, 0.5f, 1.5f), *dout = rnd(nd, -1, 1);
     float *out = zeros(nd), *rstd = zeros(N), *dx = zeros(nd), *dg = zeros(d);
     be->rmsnorm_fwd(out, rstd, x, g, N, d);
-    be->rmsnorm_bwd(dx, dg, dout, x, g, rstd, N, d);
+    be->rmsnorm_bwd(dx, dg, dout, x, g, rstd, 0, N, d);
     double *rout = calloc(nd, sizeof(double)), *rr = calloc(N, sizeof(double));
     double *rdx = calloc(nd, sizeof(double)), *rdg = calloc(d, sizeof(double));
     rms_ref_fwd(rout, rr, x, g, N, d);
@@ -1058,7 +1065,7 @@ Test(ops, determinism)
         for (int run = 0; run < 2; run++) {
             dx[run] = zeros(nd);
             dg[run] = zeros(d);
-            be->rmsnorm_bwd(dx[run], dg[run], dout, x, g, rstd, N, d);
+            be->rmsnorm_bwd(dx[run], dg[run], dout, x, g, rstd, 0, N, d);
         }
         cr_assert(memcmp(dx[0], dx[1], nd * sizeof(float)) == 0, "rmsnorm dx differs");
         cr_assert(memcmp(dg[0], dg[1], d * sizeof(float)) == 0, "rmsnorm dg differs");
@@ -1106,7 +1113,7 @@ Test(ops, reductions_thread_count_independent)
     for (int k = 0; k < 2; k++) {
         be->set_threads(k + 1);
         rg[k] = zeros(d), dw[k] = zeros(d), dg[k] = zeros(d), de[k] = zeros((size_t)V * d);
-        be->rmsnorm_bwd(dx, rg[k], dout, x, g, rstd, N, d);
+        be->rmsnorm_bwd(dx, rg[k], dout, x, g, rstd, 0, N, d);
         be->depth_attn_bwd(ds, dw[k], dg[k], dout, al, rs, cs, n, w, g, N, d);
         be->embedding_bwd(de[k], dout, tok, N, d);
         ss[k] = be->sumsq(dout, nd);

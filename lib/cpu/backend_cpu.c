@@ -304,7 +304,7 @@ static void rmsnorm_forward(float *out, float *rstd, const float *x, const float
  * dx: parallel over rows.  dg: parallel over column chunks, rows summed in
  * order inside each chunk (deterministic, thread-count independent). */
 static void rmsnorm_backward(float *dx, float *dg, const float *dout, const float *x,
-                             const float *g, const float *rstd, int N, int d)
+                             const float *g, const float *rstd, int overwrite, int N, int d)
 {
     int par = (long)N * d > PAR_MIN;
 #pragma omp parallel for schedule(static) if (par)
@@ -319,8 +319,12 @@ static void rmsnorm_backward(float *dx, float *dg, const float *dout, const floa
             dot += g[j] * doi[j] * xi[j];
         dot *= r;
         float m = dot / d;
-        for (int j = 0; j < d; j++)
-            dxi[j] += r * (g[j] * doi[j] - xi[j] * r * m);
+        if (overwrite)
+            for (int j = 0; j < d; j++)
+                dxi[j] = r * (g[j] * doi[j] - xi[j] * r * m);
+        else
+            for (int j = 0; j < d; j++)
+                dxi[j] += r * (g[j] * doi[j] - xi[j] * r * m);
     }
     int nc = col_chunks(d);
     double *accs = cpu_ws(WS_C, (size_t)d * sizeof(double));

@@ -273,10 +273,11 @@ void ar_cu_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *g, 
 }
 
 /* xh = x*rstd, gy = g*dout:  dx[i,:] += rstd[i] * (gy - xh * mean_j(gy*xh))
- * i.e. with m = rstd * sum_j g dout x / d:  dx += r (g dout - x r m).
- * one warp per row */
+ * i.e. with m = rstd * sum_j g dout x / d:  dx += r (g dout - x r m)
+ * (overwrite: dx = ...).  one warp per row */
 __global__ static void rmsnorm_bwd_dx_kernel(float *dx, const float *dout, const float *x,
-                                             const float *g, const float *rstd, int N, int d)
+                                             const float *g, const float *rstd, int overwrite,
+                                             int N, int d)
 {
     int i = blockIdx.x * ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (i >= N)
@@ -290,8 +291,10 @@ __global__ static void rmsnorm_bwd_dx_kernel(float *dx, const float *dout, const
         dot += g[j] * doi[j] * xi[j];
     dot = ar_warp_sum(dot) * r;
     float m = dot / d;
-    for (int j = lane; j < d; j += 32)
-        dxi[j] += r * (g[j] * doi[j] - xi[j] * r * m);
+    for (int j = lane; j < d; j += 32) {
+        float v = r * (g[j] * doi[j] - xi[j] * r * m);
+        dxi[j] = overwrite ? v : dxi[j] + v;
+    }
 }
 
 /* part[c,j] = sum_{i in chunk c} dout[i,j] x[i,j] rstd[i]   (double)
@@ -325,13 +328,13 @@ __global__ static void rmsnorm_dg_final_kernel(float *dg, const double *part, in
 
 /* dx first, then dg (the CPU backend's order) */
 void ar_cu_rmsnorm_bwd(float *dx, float *dg, const float *dout, const float *x, const float *g,
-                       const float *rstd, int N, int d)
+                       const float *rstd, int overwrite, int N, int d)
 {
     if (N <= 0 || d <= 0)
         return;
     cudaStream_t st = ar_cuda_stream();
-    rmsnorm_bwd_dx_kernel<<<(N + ROWS - 1) / ROWS, ROWS * 32, 0, st>>>(dx, dout, x, g, rstd, N,
-                                                                        d);
+    rmsnorm_bwd_dx_kernel<<<(N + ROWS - 1) / ROWS, ROWS * 32, 0, st>>>(dx, dout, x, g, rstd,
+                                                                        overwrite, N, d);
     AR_CUDA_LAUNCHED();
     int nch = (N + DG_MINROWS - 1) / DG_MINROWS;
     if (nch > DG_MAXCH)

@@ -45,7 +45,7 @@ void ar_cu_embedding_fwd(float *out, const int32_t *tok, const float *wte, int N
 void ar_cu_embedding_bwd(float *dwte, const float *dout, const int32_t *tok, int N, int d);
 void ar_cu_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *g, int N, int d);
 void ar_cu_rmsnorm_bwd(float *dx, float *dg, const float *dout, const float *x, const float *g,
-                       const float *rstd, int N, int d);
+                       const float *rstd, int overwrite, int N, int d);
 void ar_cu_rope_fwd(float *x, int B, int T, int nh, int hd);
 void ar_cu_rope_bwd(float *dx, int B, int T, int nh, int hd);
 void ar_cu_swiglu_fwd(float *out, const float *gate, const float *up, size_t n);
