@@ -1,4 +1,5 @@
 /* Time per training step spent in each depth-attention op and in zero/add
+ * and in the RMSNorm forwards that AttnRes fuses into them
  * (BENCHMARKS.md, "Depth-attention time per step"): wraps the CPU backend's
  * table with timers and trains the medium bench shape on synthetic tokens.
  *
@@ -49,6 +50,8 @@ WRAP(4, depth_bwd_inter,
       const float *const *rs, const float *const *src, int k, const float *const *w,
       const float *const *g, int C, int ow, int N, int d),
      (dsrc, dw, dg, dh, cdot, alpha, lse, n, rs, src, k, w, g, C, ow, N, d))
+WRAP(7, rmsnorm_fwd, (float *out, float *rstd, const float *x, const float *g, int N, int d),
+     (out, rstd, x, g, N, d))
 static void w_zero(void *p, size_t b) {
     double t = now_s();
     cpu->zero(p, b);
@@ -77,6 +80,7 @@ int main(int argc, char **argv) {
     W.depth_bwd_inter = w_depth_bwd_inter;
     W.zero = w_zero;
     W.add = w_add;
+    W.rmsnorm_fwd = w_rmsnorm_fwd;
     const ar_backend *be = &W;
     be->set_threads(2);
     ar_config c;
@@ -118,8 +122,8 @@ int main(int argc, char **argv) {
     }
     int ns = steps - 1;
     printf("kind %d step %.1f ms | fwd_inter %.1f merge %.1f recompute %.1f bwd_intra %.1f "
-           "bwd_inter %.1f zero %.1f add %.1f ms/step\n",
+           "bwd_inter %.1f zero %.1f add %.1f rmsnorm_fwd %.1f ms/step\n",
            kind, 1e3 * tot / ns, 1e3 * T[0] / ns, 1e3 * T[1] / ns, 1e3 * T[2] / ns, 1e3 * T[3] / ns,
-           1e3 * T[4] / ns, 1e3 * T[5] / ns, 1e3 * T[6] / ns);
+           1e3 * T[4] / ns, 1e3 * T[5] / ns, 1e3 * T[6] / ns, 1e3 * T[7] / ns);
     return 0;
 }

@@ -1,0 +1,125 @@
+/* Time one chunk of two-phase depth attention on the CPU backend (BENCHMARKS.md,
+ * "Kernels"): phase 1 (depth_fwd_inter) for C mixers over k shared sources,
+ * then phase 2 (depth_fwd_merge, fused with the sublayer's RMSNorm as the
+ * model runs it) with 1 and 2 intra sources, on random rows.
+ *
+ * usage: bench_depth_chunk K C N COLD [D]
+ *   COLD 1: every timed call first sweeps a 256 MiB buffer, so the rows come
+ *   from DRAM (as in training, where a sublayer's work evicts them); COLD 0:
+ *   the same rows every time (they stay in cache if small enough).
+ * Prints the best and mean of 15 calls, and phase 1's largest difference from
+ * the one-phase op (depth_attn_fwd) on the same sources. */
+#include "lib/backend.h"
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REPS 15
+
+static const ar_backend *be;
+static float *big;
+static const size_t big_floats = (256u << 20) / sizeof(float);
+
+static void evict(void)
+{
+#pragma omp parallel for
+    for (size_t i = 0; i < big_floats; i++)
+        big[i] += 1.0f;
+}
+
+static float *rows(size_t n, unsigned seed)
+{
+    float *p = be->alloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)((i * 2654435761u + seed * 97u) % 1000u) / 1000.0f - 0.5f;
+    return p;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 5) {
+        fprintf(stderr, "usage: bench_depth_chunk K C N COLD [D]\n");
+        return 2;
+    }
+    int k = atoi(argv[1]), C = atoi(argv[2]), N = atoi(argv[3]), cold = atoi(argv[4]);
+    int d = argc > 5 ? atoi(argv[5]) : 512;
+    if (k < 1 || k > 14 || C < 1 || C > 8 || N < 1 || d < 1) {
+        fprintf(stderr, "bench_depth_chunk: need 1 <= K <= 14, 1 <= C <= 8, N >= 1, D >= 1\n");
+        return 2;
+    }
+    be = ar_backend_cpu();
+    be->set_threads(0);
+    big = be->alloc(big_floats * sizeof(float));
+    size_t nd = (size_t)N * d;
+    float *src[16], *rs[16], *o[8], *lse[8], *al[8], *w[8], *g[8];
+    int n[8];
+    for (int s = 0; s < k + 2; s++) {
+        src[s] = rows(nd, (unsigned)s);
+        rs[s] = be->alloc((size_t)N * sizeof(float));
+    }
+    for (int c = 0; c < C; c++) {
+        n[c] = k + 2;
+        o[c] = be->alloc(nd * sizeof(float));
+        lse[c] = be->alloc((size_t)N * sizeof(float));
+        al[c] = be->alloc((size_t)N * n[c] * sizeof(float));
+        w[c] = be->alloc((size_t)d * sizeof(float));
+        g[c] = be->alloc((size_t)d * sizeof(float));
+        for (int j = 0; j < d; j++) {
+            w[c][j] = 0.3f * (float)((j * 7 + c) % 11 - 5) * (float)(c + 1);
+            g[c][j] = 1.0f + 0.01f * (float)(j % 5);
+        }
+    }
+    double best = 1e30, tot = 0;
+    for (int r = 0; r < REPS; r++) {
+        if (cold)
+            evict();
+        double t = omp_get_wtime();
+        be->depth_fwd_inter(o, lse, al, n, rs, (const float *const *)src, k,
+                            (const float *const *)w, (const float *const *)g, C, NULL, NULL, NULL,
+                            N, d);
+        t = omp_get_wtime() - t;
+        tot += t;
+        best = t < best ? t : best;
+    }
+    printf("phase 1, k %d C %d N %d d %d %s: best %.3f ms, mean %.3f ms", k, C, N, d,
+           cold ? "cold" : "warm", 1e3 * best, 1e3 * tot / REPS);
+    float *h = be->alloc(nd * sizeof(float)), *a2 = be->alloc((size_t)N * k * sizeof(float));
+    float *r2 = be->alloc((size_t)N * k * sizeof(float));
+    double err = 0;
+    for (int c = 0; c < C; c++) {
+        be->depth_attn_fwd(h, a2, r2, (const float *const *)src, k, w[c], g[c], N, d);
+        for (size_t i = 0; i < nd; i++)
+            err = fmax(err, fabs((double)h[i] - o[c][i]));
+    }
+    printf(" (max |o - one-phase| %.1e)\n", err);
+    /* phase 2 of mixer 0 with j intra sources; its inputs are restored
+     * before each call (the op turns phase 1's logits into weights and its
+     * log-sum-exp into the total) */
+    size_t na = (size_t)N * n[0];
+    float *lse0 = be->alloc((size_t)N * sizeof(float)), *hb = be->alloc(nd * sizeof(float));
+    float *al0 = be->alloc(na * sizeof(float)), *xn = be->alloc(nd * sizeof(float));
+    memcpy(lse0, lse[0], (size_t)N * sizeof(float));
+    memcpy(al0, al[0], na * sizeof(float));
+    for (int j = 1; j <= 2; j++) {
+        best = 1e30, tot = 0;
+        for (int r = 0; r < REPS; r++) {
+            memcpy(lse[0], lse0, (size_t)N * sizeof(float));
+            memcpy(al[0], al0, na * sizeof(float));
+            memcpy(hb, o[0], nd * sizeof(float));
+            if (cold)
+                evict();
+            double t = omp_get_wtime();
+            be->depth_fwd_merge(hb, lse[0], al[0], k + j, k, rs + k,
+                                (const float *const *)src + k, w[0], g[0], g[1 % C], xn, lse[1 % C],
+                                N, d);
+            t = omp_get_wtime() - t;
+            tot += t;
+            best = t < best ? t : best;
+        }
+        printf("phase 2, %d intra source%s: best %.3f ms, mean %.3f ms\n", j, j > 1 ? "s" : "",
+               1e3 * best, 1e3 * tot / REPS);
+    }
+    return 0;
+}
