@@ -286,7 +286,8 @@ void ar_model_backward(ar_model *m, float scale)
     const ar_backend *be = m->be;
     ar_residual *r = m->res;
     int N = m->N, d = m->d;
-    r->vt->zero_grads(r, N);
+    if (r->vt->zero_grads)
+        r->vt->zero_grads(r, N);
     /* dlogits overwrite the probabilities in place: one N x V buffer less,
      * one pass less over it */
     float *dlogits = m->probs;

@@ -62,6 +62,7 @@ typedef struct {
     void (*accept_fwd)(ar_residual *r, int l, int N);
     const float *(*final_fwd)(ar_residual *r, int N);
 
+    /* NULL where the scheme has nothing to clear before a backward */
     void (*zero_grads)(ar_residual *r, int N);
     float *(*final_grad_buf)(ar_residual *r);
     void (*final_bwd)(ar_residual *r, int N);

@@ -312,14 +312,6 @@ static void depth_accept_fwd(ar_residual *r, int l, int N)
 /* h_out is kept (not fused with the final norm): its backward needs it. */
 static const float *depth_final_fwd(ar_residual *r, int N) { return mix_fwd(D(r), r->L + 1, N, NULL); }
 
-/* Nothing to zero: the final mixer's backward writes every dB first, and
- * the caller writes (not adds) dL/dh_out and dL/dh_l into fgrad and dH
- * (final_grad_overwrite, input_grad_overwrite). */
-static void depth_zero_grads(ar_residual *r, int N)
-{
-    (void)r;
-    (void)N;
-}
 
 static float *depth_final_grad_buf(ar_residual *r) { return D(r)->fgrad; }
 
@@ -435,7 +427,9 @@ static const ar_residual_vt depth_vt = {
     .output_buf = depth_output_buf,
     .accept_fwd = depth_accept_fwd,
     .final_fwd = depth_final_fwd,
-    .zero_grads = depth_zero_grads,
+    /* no zero_grads: the final mixer's backward writes every dB first, and
+     * the caller writes dL/dh_out and dL/dh_l into fgrad and dH
+     * (final_grad_overwrite, input_grad_overwrite) */
     .final_grad_buf = depth_final_grad_buf,
     .final_bwd = depth_final_bwd,
     .output_grad = depth_output_grad,

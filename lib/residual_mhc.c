@@ -243,13 +243,6 @@ static const float *mhc_final_fwd(ar_residual *r, int N)
     return s->hout;
 }
 
-/* fgrad and dH are written, not added into (final_grad_overwrite,
- * input_grad_overwrite): nothing to zero */
-static void mhc_zero_grads(ar_residual *r, int N)
-{
-    (void)r;
-    (void)N;
-}
 
 static float *mhc_final_grad_buf(ar_residual *r) { return MH(r)->fgrad; }
 
@@ -352,7 +345,8 @@ static const ar_residual_vt mhc_vt = {
     .output_buf = mhc_output_buf,
     .accept_fwd = mhc_accept_fwd,
     .final_fwd = mhc_final_fwd,
-    .zero_grads = mhc_zero_grads,
+    /* no zero_grads: fgrad and dH are written, not added into
+     * (final_grad_overwrite, input_grad_overwrite) */
     .final_grad_buf = mhc_final_grad_buf,
     .final_bwd = mhc_final_bwd,
     .output_grad = mhc_output_grad,

@@ -48,13 +48,6 @@ static void sum_accept_fwd(ar_residual *r, int l, int N)
 
 static const float *sum_final_fwd(ar_residual *r, int N) { (void)N; return S(r)->P[r->L]; }
 
-/* dR needs no zeroing: the caller writes dL/dh_out into it first
- * (final_grad_overwrite), and every later gradient adds onto that. */
-static void sum_zero_grads(ar_residual *r, int N)
-{
-    (void)r;
-    (void)N;
-}
 
 static float *sum_final_grad_buf(ar_residual *r) { return S(r)->dR; }
 static void sum_final_bwd(ar_residual *r, int N) { (void)r; (void)N; }
@@ -93,7 +86,8 @@ static const ar_residual_vt sum_vt = {
     .output_buf = sum_output_buf,
     .accept_fwd = sum_accept_fwd,
     .final_fwd = sum_final_fwd,
-    .zero_grads = sum_zero_grads,
+    /* no zero_grads: the caller writes dL/dh_out into dR first
+     * (final_grad_overwrite), and every later gradient adds onto that */
     .final_grad_buf = sum_final_grad_buf,
     .final_bwd = sum_final_bwd,
     .output_grad = sum_output_grad,
