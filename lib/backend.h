@@ -142,7 +142,9 @@ typedef struct ar_backend {
      *   alpha[c][i,s] = z[c,s] for s < k (raw logits until phase 2)
      * xn (or NULL): mixer 0's o is not written; its RMSNorm is, as
      * rmsnorm_fwd(xn, nrstd, o, ng) would (for a mixer with no sources of its
-     * own, whose h is o: saves writing h and reading it back). */
+     * own, whose h is o: saves writing h and reading it back).
+     * o[c] NULL: that o is not written (with k = 1, o = src[0] exactly, since
+     * its one weight is exp(0)/1, and phase 2 can read src[0] instead). */
     void (*depth_fwd_inter)(float *const *o, float *const *lse, float *const *alpha, const int *n,
                             float *const *rs, const float *const *src, int k,
                             const float *const *w, const float *const *g, int C, const float *ng,

@@ -234,11 +234,18 @@ static void depth_bind(ar_residual *r, float *params, float *grads, float *const
     }
 }
 
-/* Sublayer inputs of chunk c live in hb[0..C-1] (the final mixer's too). */
+/* With one shared source, phase 1's o is that source itself (its weight
+ * is exp(0)/1 = 1): mixers after the first then merge from it in place of
+ * an o written and read back (3 rows of N x d per chunk at the bench
+ * shapes).  The first mixer's o is needed: it is h, or fused into xn. */
+static int o_elided(const chunk *c, int pos) { return c->k == 1 && pos > 0; }
+
+/* Sublayer inputs of chunk c live in hb[0..C-1] (the final mixer's too),
+ * but for elided o's (NULL: not written). */
 static float **chunk_h(depth_res *s, chunk *c)
 {
     for (int p = 0; p < c->C; p++)
-        c->h[p] = s->hb[p];
+        c->h[p] = o_elided(c, p) ? NULL : s->hb[p];
     return c->h;
 }
 
@@ -261,6 +268,12 @@ static const float *mix_fwd(depth_res *s, int m, int N, const ar_norm_out *nf)
     }
     float *h = s->hb[x->pos];
     int fuse = nf && x->n > c->k;
+    if (o_elided(c, x->pos)) {
+        if (fuse) /* read only, never written: the source itself */
+            h = (float *)x->sp[0];
+        else
+            be->copy(h, x->sp[0], (size_t)N * s->base.d);
+    }
     be->depth_fwd_merge(h, x->lse, x->alpha, x->n, c->k, x->rsp + c->k, x->sp + c->k,
                         pq(s, x->q_idx), pq(s, x->g_idx), fuse ? nf->gain : NULL,
                         fuse ? nf->xn : NULL, fuse ? nf->rstd : NULL, N, s->base.d);

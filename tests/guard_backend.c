@@ -456,11 +456,11 @@ static void g_depth_fwd_inter(float *const *o, float *const *lse, float *const *
     const char *op = "depth_fwd_inter";
     size_t nd = (size_t)N * d;
     host_ints(op, "n", n, C);
-    /* mixer 0's o is not written when xn is given */
+    /* mixer 0's o is not written when xn is given; a NULL o[c] never is */
     if (C > 0) {
         host(op, "o", o);
         for (int c = xn ? 1 : 0; c < C; c++)
-            dev(op, "o", o[c], F(nd), 0);
+            dev(op, "o", o[c], F(nd), 1);
     }
     dev_list(op, "lse", (const float *const *)lse, C, N, 0);
     host(op, "alpha", alpha);

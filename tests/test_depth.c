@@ -28,14 +28,29 @@ static void setup(void)
 
 TestSuite(depth, .init = setup);
 
+/* 64-byte aligned, as the backend's buffers are: with d % 16 == 0 phase 1
+ * then takes its streaming-store path (the other shapes, the plain one) */
+static float *alloc64(size_t n)
+{
+    size_t b = ((n ? n : 1) * sizeof(float) + 63) / 64 * 64;
+    float *x = aligned_alloc(64, b);
+    cr_assert(x, "out of memory");
+    return x;
+}
+
 static float *rnd(size_t n, float lo, float hi)
 {
-    float *x = malloc((n ? n : 1) * sizeof(float));
+    float *x = alloc64(n);
     tu_fill_uniform(x, n, lo, hi, seed++);
     return x;
 }
 
-static float *zeros(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+static float *zeros(size_t n)
+{
+    float *x = alloc64(n);
+    memset(x, 0, (n ? n : 1) * sizeof(float));
+    return x;
+}
 
 /* A chunk: k shared sources, then mixer c has j[c] sources of its own
  * (taken from the pool of "later" sources, own[0..jmax-1], Full-style: mixer
@@ -508,6 +523,64 @@ Test(depth, inter_fused_with_rmsnorm_equals_inter_then_norm)
     }
     free(o0), free(ng), free(xa), free(xb), free(ra), free(rb);
     free_case(&t);
+}
+
+/* Phase 1 with some o[c] NULL writes the others, the logits, lse and rstd
+ * bit for bit as with every o given; and with one shared source every o is
+ * that source exactly (the schedule then merges from the source instead).
+ * The run with every o given has them one float off 64-byte alignment, so
+ * it stores them plainly, the other by streaming stores: the same bits. */
+Test(depth, inter_skips_null_outputs)
+{
+    for (int k = 3; k >= 1; k -= 2) {
+        int j[4] = {1, 1, 2, 3}, C = 4, N = 157, d = 48;
+        chunk_case t;
+        make_case(&t, C, k, j, N, d);
+        size_t nd = (size_t)N * d;
+        float *o[2][4], *alpha[2][4], *lse[2][4], *rs[2][3], *keep[4];
+        float *obase[4];
+        for (int v = 0; v < 2; v++) {
+            for (int c = 0; c < C; c++) {
+                o[v][c] = v ? rnd(nd, -3, 3) : (obase[c] = rnd(nd + 1, -3, 3)) + 1;
+                alpha[v][c] = zeros((size_t)N * t.n[c]), lse[v][c] = zeros(N);
+            }
+            for (int s = 0; s < k; s++)
+                rs[v][s] = zeros(N);
+        }
+        float *on[4] = {o[1][0], NULL, o[1][2], NULL};
+        for (int c = 0; c < C; c++) {
+            keep[c] = malloc(nd * sizeof(float));
+            memcpy(keep[c], o[1][c], nd * sizeof(float));
+        }
+        for (int v = 0; v < 2; v++)
+            be->depth_fwd_inter(v ? on : o[0], lse[v], alpha[v], t.n, rs[v], (const float *const *)t.src,
+                                k, (const float *const *)t.w, (const float *const *)t.g, C, NULL, NULL,
+                                NULL, N, d);
+        for (int c = 0; c < C; c++) {
+            if (on[c])
+                cr_expect(memcmp(o[0][c], o[1][c], nd * sizeof(float)) == 0, "k %d: o[%d] differs", k, c);
+            else
+                cr_expect(memcmp(o[1][c], keep[c], nd * sizeof(float)) == 0,
+                          "k %d: o[%d] was written though NULL", k, c);
+            cr_expect(memcmp(alpha[0][c], alpha[1][c], (size_t)N * t.n[c] * sizeof(float)) == 0,
+                      "k %d: logits of mixer %d differ", k, c);
+            cr_expect(memcmp(lse[0][c], lse[1][c], N * sizeof(float)) == 0, "k %d: lse[%d] differs", k, c);
+            if (k == 1)
+                cr_expect(memcmp(o[0][c], t.src[0], nd * sizeof(float)) == 0,
+                          "one shared source: o[%d] is not the source exactly", c);
+        }
+        for (int s = 0; s < k; s++)
+            cr_expect(memcmp(rs[0][s], rs[1][s], N * sizeof(float)) == 0, "k %d: rs[%d] differs", k, s);
+        for (int v = 0; v < 2; v++) {
+            for (int c = 0; c < C; c++)
+                free(v ? o[v][c] : obase[c]), free(alpha[v][c]), free(lse[v][c]);
+            for (int s = 0; s < k; s++)
+                free(rs[v][s]);
+        }
+        for (int c = 0; c < C; c++)
+            free(keep[c]);
+        free_case(&t);
+    }
 }
 
 /* ---- model level: the chunk size changes the schedule, not the result ---- */

@@ -21,6 +21,7 @@
  * depend on the thread count. */
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "../backend.h"
@@ -115,10 +116,11 @@ static float dotf(const float *a, const float *b, int d)
  * of x[s] (d floats on) is prefetched for s < npf: rows not yet in cache,
  * which the hardware prefetcher, meeting a new 4 KiB page every other
  * token in each of several buffers, fetches too late.  y[c] may be one of
- * the x[s]: each column is read for all outputs before any is written. */
+ * the x[s]: each column is read for all outputs before any is written.
+ * Bit c of nt: y[c] by streaming stores (64-byte aligned, d % 16 == 0). */
 static inline __attribute__((always_inline)) void mix_n(float *const *y, int CC,
                                                          const float *a, const float *const *x,
-                                                         int k, int npf, int d)
+                                                         int k, int npf, int nt, int d)
 {
     const float *w0 = a, *w1 = a + (CC > 1) * k, *w2 = a + (CC > 2) * 2 * k,
                 *w3 = a + (CC > 3) * 3 * k;
@@ -137,13 +139,15 @@ static inline __attribute__((always_inline)) void mix_n(float *const *y, int CC,
             if (CC > 3)
                 y3 += w3[s] * xv;
         }
-        v_st(y[0] + j, y0);
+#define MIX_ST(c, v) ((nt >> (c)) & 1 ? v_stream(y[c] + j, v) : v_st(y[c] + j, v))
+        MIX_ST(0, y0);
         if (CC > 1)
-            v_st(y[1] + j, y1);
+            MIX_ST(1, y1);
         if (CC > 2)
-            v_st(y[2] + j, y2);
+            MIX_ST(2, y2);
         if (CC > 3)
-            v_st(y[3] + j, y3);
+            MIX_ST(3, y3);
+#undef MIX_ST
     }
     for (; j < d; j++) {
         float acc[4] = {0};
@@ -156,24 +160,25 @@ static inline __attribute__((always_inline)) void mix_n(float *const *y, int CC,
 }
 
 /* y[c] = sum_{s<k} a[c*k + s] x[s] for c < C, four outputs per sweep of the
- * x rows (see mix_n). */
+ * x rows (see mix_n; bit c of nt: y[c] streamed). */
 static void mix(float *const *y, int C, const float *a, const float *const *x, int k, int npf,
-                int d)
+                int nt, int d)
 {
     for (int c0 = 0; c0 < C; c0 += 4) {
         const float *ac = a + (size_t)c0 * k;
+        int ntc = nt >> c0;
         switch (C - c0) {
         case 1:
-            mix_n(y + c0, 1, ac, x, k, npf, d);
+            mix_n(y + c0, 1, ac, x, k, npf, ntc, d);
             break;
         case 2:
-            mix_n(y + c0, 2, ac, x, k, npf, d);
+            mix_n(y + c0, 2, ac, x, k, npf, ntc, d);
             break;
         case 3:
-            mix_n(y + c0, 3, ac, x, k, npf, d);
+            mix_n(y + c0, 3, ac, x, k, npf, ntc, d);
             break;
         default:
-            mix_n(y + c0, 4, ac, x, k, npf, d);
+            mix_n(y + c0, 4, ac, x, k, npf, ntc, d);
         }
     }
 }
@@ -202,105 +207,142 @@ static float *queries(const float *const *w, const float *const *g, int C, int d
     return u;
 }
 
-/* Phase 1.  Per token: z[c,s] = rstd_s (u_c . x_s) for every mixer and
- * shared source (one read of each x_s), then per mixer the softmax over
- * the k shared sources and lse, then o_c = sum_s softmax_s x_s for all C
- * mixers in one more sweep of the rows (still in L1). */
+/* Phase 1, over tiles of TILE tokens.  Pass A, source by source: z[c,s] =
+ * rstd_s (u_c . x_s) for every mixer and every token of the tile (one read
+ * of each x_s, TILE consecutive rows: long runs the hardware prefetcher
+ * follows, where token by token it met k streams of one 2 KiB row each).
+ * Pass B, token by token: per mixer the softmax over the k shared sources
+ * and lse, then o_c = sum_s softmax_s x_s for all C mixers in one sweep of
+ * the rows (now in L2: TILE * k rows). */
+#define TILE 16
 void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha, const int *n,
                          float *const *rs, const float *const *src, int k, const float *const *w,
                          const float *const *g, int C, const float *ng, float *xn, float *nrstd,
                          int N, int d)
 {
     const float *u = queries(w, g, C, d);
-    int nt = omp_get_max_threads();
-    /* per thread: z (C x k), then the weights (C x k) */
-    size_t per = 2 * (size_t)C * k;
+    int nt = omp_get_max_threads(), ntile = (N + TILE - 1) / TILE;
+    /* per thread: z (TILE x C x k), then one token's weights (C x k) */
+    size_t ck = (size_t)C * k, per = (TILE + 1) * ck;
     float *zall = cpu_ws(WS_B, (size_t)nt * per * sizeof(float));
+    /* o rows are streamed to memory: phase 2 reads them only after the
+     * sublayers between have long evicted them (not so the fused row hr,
+     * normalised at once) */
+    int stream = V_STREAM && d % VL == 0;
+    for (int c = 0; c < C; c++)
+        stream &= !o[c] || (uintptr_t)o[c] % 64 == 0;
 #pragma omp parallel if ((long)N * d * k * C > PAR_MIN)
     {
-        float *z = zall + (size_t)omp_get_thread_num() * per, *a = z + (size_t)C * k;
+        float *zt = zall + (size_t)omp_get_thread_num() * per, *a = zt + TILE * ck;
         const float *ur[C], *x[k > 0 ? k : 1];
         float *y[C], zc[C], hr[xn ? d : 1];
         for (int c = 0; c < C; c++)
             ur[c] = u + (size_t)c * d;
-#pragma omp for schedule(static)
-        for (int i = 0; i < N; i++) {
-            for (int s = 0; s < k; s++) {
-                float xx;
-                x[s] = src[s] + (size_t)i * d;
-                dots(ur, C, x[s], d, zc, &xx, 1);
-                float r = 1.0f / sqrtf(xx / d + AR_RMS_EPS);
-                rs[s][i] = r;
-                for (int c = 0; c < C; c++)
-                    z[c * k + s] = r * zc[c];
-            }
-            for (int c = 0; c < C; c++) {
-                const float *zr = z + c * k;
-                float *ac = a + c * k;
-                float mx = zr[0];
-                for (int s = 1; s < k; s++)
-                    mx = zr[s] > mx ? zr[s] : mx;
-                float sum = 0.0f;
-                for (int s = 0; s < k; s++)
-                    sum += ac[s] = expf(zr[s] - mx);
-                lse[c][i] = mx + logf(sum);
-                float *al = alpha[c] + (size_t)i * n[c];
-                for (int s = 0; s < k; s++) {
-                    al[s] = zr[s]; /* raw logit; phase 2 normalises */
-                    ac[s] /= sum;
+#pragma omp for schedule(static) nowait
+        for (int tb = 0; tb < ntile; tb++) {
+            int i0 = tb * TILE, i1 = i0 + TILE < N ? i0 + TILE : N;
+            for (int s = 0; s < k; s++)
+                for (int i = i0; i < i1; i++) {
+                    float xx;
+                    dots(ur, C, src[s] + (size_t)i * d, d, zc, &xx, 1);
+                    float r = 1.0f / sqrtf(xx / d + AR_RMS_EPS);
+                    rs[s][i] = r;
+                    for (int c = 0; c < C; c++)
+                        zt[(size_t)(i - i0) * ck + c * k + s] = r * zc[c];
                 }
-                y[c] = c == 0 && xn ? hr : o[c] + (size_t)i * d;
+            for (int i = i0; i < i1; i++) {
+                const float *z = zt + (size_t)(i - i0) * ck;
+                for (int s = 0; s < k; s++)
+                    x[s] = src[s] + (size_t)i * d;
+                for (int c = 0; c < C; c++) {
+                    const float *zr = z + c * k;
+                    float *ac = a + c * k;
+                    float mx = zr[0];
+                    for (int s = 1; s < k; s++)
+                        mx = zr[s] > mx ? zr[s] : mx;
+                    float sum = 0.0f;
+                    for (int s = 0; s < k; s++)
+                        sum += ac[s] = expf(zr[s] - mx);
+                    lse[c][i] = mx + logf(sum);
+                    float *al = alpha[c] + (size_t)i * n[c];
+                    for (int s = 0; s < k; s++) {
+                        al[s] = zr[s]; /* raw logit; phase 2 normalises */
+                        ac[s] /= sum;
+                    }
+                }
+                /* the outputs wanted, their weight rows moved down over
+                 * the skipped ones' (nc <= c: no overlap) */
+                int nc = 0, ntm = 0;
+                for (int c = 0; c < C; c++) {
+                    float *yc = c == 0 && xn ? hr : o[c] ? o[c] + (size_t)i * d : NULL;
+                    if (!yc)
+                        continue;
+                    if (nc != c)
+                        memcpy(a + nc * k, a + c * k, (size_t)k * sizeof(float));
+                    ntm |= (stream && yc != hr) << nc;
+                    y[nc++] = yc;
+                }
+                if (nc)
+                    mix(y, nc, a, x, k, 0, ntm, d);
+                if (xn)
+                    rms_row(xn + (size_t)i * d, nrstd + i, hr, ng, d);
             }
-            mix(y, C, a, x, k, 0, d);
-            if (xn)
-                rms_row(xn + (size_t)i * d, nrstd + i, hr, ng, d);
         }
+        if (stream)
+            v_stream_fence();
     }
 }
 
 /* Phase 2: the j = n - k intra sources join by online softmax:
  *   LSE = log(exp(lse) + sum_t exp z_t),  h = exp(lse - LSE) o + sum_t exp(z_t - LSE) x_t
- * (h, o and the x_t in one sweep, as a mix of j + 1 rows). */
+ * Over tiles of TILE tokens as phase 1: the logits source by source, then
+ * per token h, o and the x_t in one sweep, as a mix of j + 1 rows. */
 void cpu_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
                          float *const *rsi, const float *const *intra, const float *w,
                          const float *g, const float *ng, float *xn, float *nrstd, int N, int d)
 {
     const float *u = queries(&w, &g, 1, d);
-    int j = n - k;
+    int j = n - k, ntile = (N + TILE - 1) / TILE;
 #pragma omp parallel for schedule(static) if ((long)N * d * (j + 1) > PAR_MIN)
-    for (int i = 0; i < N; i++) {
-        float zt[j > 0 ? j : 1], at[j + 1], hr[xn ? d : 1];
+    for (int tb = 0; tb < ntile; tb++) {
+        int i0 = tb * TILE, i1 = i0 + TILE < N ? i0 + TILE : N;
+        float zt[TILE][j > 0 ? j : 1], at[j + 1], hr[xn ? d : 1];
         const float *x[j + 1];
-        float *hi = h + (size_t)i * d;
-        float M = lse[i];
-        x[0] = hi;
-        for (int t = 0; t < j; t++) {
-            float xx, ux;
-            x[t + 1] = intra[t] + (size_t)i * d;
-            dots(&u, 1, x[t + 1], d, &ux, &xx, 1);
-            float r = 1.0f / sqrtf(xx / d + AR_RMS_EPS);
-            rsi[t][i] = r;
-            zt[t] = r * ux;
-            M = zt[t] > M ? zt[t] : M;
+        for (int t = 0; t < j; t++)
+            for (int i = i0; i < i1; i++) {
+                float xx, ux;
+                dots(&u, 1, intra[t] + (size_t)i * d, d, &ux, &xx, 1);
+                float r = 1.0f / sqrtf(xx / d + AR_RMS_EPS);
+                rsi[t][i] = r;
+                zt[i - i0][t] = r * ux;
+            }
+        for (int i = i0; i < i1; i++) {
+            float *hi = h + (size_t)i * d, *z = zt[i - i0];
+            float M = lse[i];
+            for (int t = 0; t < j; t++)
+                M = z[t] > M ? z[t] : M;
+            float S = expf(lse[i] - M);
+            for (int t = 0; t < j; t++)
+                S += expf(z[t] - M);
+            float LSE = M + logf(S);
+            at[0] = expf(lse[i] - LSE);
+            lse[i] = LSE; /* the backward recovers u.x_s = (log alpha_s + LSE) / rstd_s */
+            float *al = alpha + (size_t)i * n;
+            for (int s = 0; s < k; s++)
+                al[s] = expf(al[s] - LSE);
+            if (j == 0)
+                continue; /* h = o already */
+            x[0] = hi;
+            for (int t = 0; t < j; t++) {
+                at[t + 1] = al[k + t] = expf(z[t] - LSE);
+                x[t + 1] = intra[t] + (size_t)i * d;
+            }
+            /* h in place, or in a row of its own before the sublayer's RMSNorm */
+            float *y = xn ? hr : hi;
+            mix(&y, 1, at, x, j + 1, 1, 0, d);
+            if (xn)
+                rms_row(xn + (size_t)i * d, nrstd + i, hr, ng, d);
         }
-        float S = expf(lse[i] - M);
-        for (int t = 0; t < j; t++)
-            S += expf(zt[t] - M);
-        float LSE = M + logf(S);
-        at[0] = expf(lse[i] - LSE);
-        lse[i] = LSE; /* the backward recovers u.x_s = (log alpha_s + LSE) / rstd_s */
-        float *al = alpha + (size_t)i * n;
-        for (int s = 0; s < k; s++)
-            al[s] = expf(al[s] - LSE);
-        if (j == 0)
-            continue; /* h = o already */
-        for (int t = 0; t < j; t++)
-            at[t + 1] = al[k + t] = expf(zt[t] - LSE);
-        /* h in place, or in a row of its own before the sublayer's RMSNorm */
-        float *y = xn ? hr : hi;
-        mix(&y, 1, at, x, j + 1, 1, d);
-        if (xn)
-            rms_row(xn + (size_t)i * d, nrstd + i, hr, ng, d);
     }
 }
 
@@ -322,7 +364,7 @@ void cpu_depth_recompute(float *const *h, const float *const *alpha,
             for (int s = 0; s < n[c]; s++)
                 x[s] = src[c][s] + (size_t)i * d;
             float *y = h[c] + (size_t)i * d;
-            mix(&y, 1, alpha[c] + (size_t)i * n[c], x, n[c], n[c], d);
+            mix(&y, 1, alpha[c] + (size_t)i * n[c], x, n[c], n[c], 0, d);
         }
     }
 }

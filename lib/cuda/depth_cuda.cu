@@ -522,7 +522,7 @@ struct fwd_grp {
  *   r_s = 1/sqrt(mean_j x_s[j]^2 + eps) (= rs[s][i], written by the first
  *   group only);  z[c,s] = r_s (u_c.x_s) (= alpha[c][i,s], raw)
  *   lse[c][i] = log sum_{s<k} exp z[c,s];  o[c][i,:] = sum_s exp(z - lse) x_s
- * or, for mixer 0 with xn: xn = o r' ng, nrstd[i] = r' = rstd(o), o unwritten.
+ * (not where o[c] is NULL) or, for mixer 0 with xn: xn = o r' ng, nrstd[i] = r' = rstd(o), o unwritten.
  * One read of each shared source per group, by online softmax. */
 __global__ void __launch_bounds__(MAXT)
 inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, const float *ng,
@@ -586,6 +586,8 @@ inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, con
             store_rmsnorm(acc[0], l[0], ng, xn, nrstd, i, tid, T, d);
             continue;
         }
+        if (!p.o[c])
+            continue; /* not wanted (uniform over the block) */
 #pragma unroll
         for (int q = 0; q < MAXV; q++) {
             int j = tid + q * T;
