@@ -40,6 +40,7 @@ typedef struct {
     ar_config cfg; /* the config with the variant's residual */
     report rep;
     double train_ovh, infer_ovh; /* percent, median over paired rounds; NaN without a baseline */
+    double train_nm, infer_nm;   /* the same outside the matrix products (cpu only, else NaN) */
 } variant_run;
 
 static int parse_int(const char *opt, const char *s, long min, int *out)
@@ -193,7 +194,8 @@ typedef struct {
     const ar_bench_opts *o;
 } paired_job;
 
-/* The timing process: a report, then train[n*repeat] and infer[n*repeat]. */
+/* The timing process: a report, then train[n*repeat], infer[n*repeat] and
+ * the matrix-product fractions train_mm[n*repeat], infer_mm[n*repeat]. */
 static void paired_work(void *ud, void *buf)
 {
     const paired_job *j = ud;
@@ -201,18 +203,19 @@ static void paired_work(void *ud, void *buf)
     double *v = (double *)(rep + 1);
     size_t nd = (size_t)j->n * j->o->repeat;
     ar_err e = {{0}};
-    rep->ok = ar_bench_paired(j->cfgs, j->n, j->o, v, v + nd, &e) == 0;
+    rep->ok = ar_bench_paired(j->cfgs, j->n, j->o, v, v + nd, v + 2 * nd, v + 3 * nd, &e) == 0;
     if (!rep->ok)
         snprintf(rep->msg, sizeof rep->msg, "%s", e.msg);
 }
 
 /* Runs ar_bench_paired in a child; fills each run's tok/s (median and range
  * over rounds) and overheads (median over rounds of the round's ratio to the
- * baseline, measured seconds apart). */
+ * baseline, measured seconds apart), end to end and outside the matrix
+ * products. */
 static int run_paired(variant_run *runs, int n, const variant_run *base, const ar_bench_opts *o, ar_err *e)
 {
     int R = o->repeat, bi = base ? (int)(base - runs) : -1;
-    size_t nd = (size_t)n * R, bytes = sizeof(report) + 2 * nd * sizeof(double);
+    size_t nd = (size_t)n * R, bytes = sizeof(report) + 4 * nd * sizeof(double);
     report *rep = calloc(1, bytes);
     ar_config *cfgs = calloc((size_t)n, sizeof *cfgs);
     double *tmp = calloc((size_t)R, sizeof *tmp);
@@ -229,23 +232,32 @@ static int run_paired(variant_run *runs, int n, const variant_run *base, const a
         ar_bench_result *r = &runs[i].rep.r;
         for (int pass = 0; pass < 2; pass++) {
             const double *v = buf + (size_t)pass * nd + (size_t)i * R;
-            double med, lo, hi, ovh = NAN, olo, ohi;
+            const double *vm = buf + (size_t)(2 + pass) * nd + (size_t)i * R;
+            double med, lo, hi, ovh = NAN, nm = NAN, olo, ohi;
             memcpy(tmp, v, (size_t)R * sizeof *tmp);
             ar_bench_summarize(tmp, R, &med, &lo, &hi);
             if (bi >= 0) {
                 const double *b = buf + (size_t)pass * nd + (size_t)bi * R;
+                const double *bm = buf + (size_t)(2 + pass) * nd + (size_t)bi * R;
                 for (int k = 0; k < R; k++)
                     tmp[k] = 100.0 * (1.0 - v[k] / b[k]);
                 ar_bench_summarize(tmp, R, &ovh, &olo, &ohi);
+                if (isfinite(vm[0]) && isfinite(bm[0])) {
+                    for (int k = 0; k < R; k++)
+                        tmp[k] = ar_bench_overhead_outside_mm(v[k], vm[k], b[k], bm[k]);
+                    ar_bench_summarize(tmp, R, &nm, &olo, &ohi);
+                }
             }
             if (pass == 0) {
                 r->train_tok_per_s = med, r->train_tok_per_s_min = lo, r->train_tok_per_s_max = hi;
                 r->train_step_ms = 1e3 * (double)r->batch * r->seq_len / med;
                 r->gflops = med * r->flops_per_token / 1e9;
                 runs[i].train_ovh = ovh;
+                runs[i].train_nm = nm;
             } else {
                 r->infer_tok_per_s = med, r->infer_tok_per_s_min = lo, r->infer_tok_per_s_max = hi;
                 runs[i].infer_ovh = ovh;
+                runs[i].infer_nm = nm;
             }
         }
     }
@@ -400,6 +412,8 @@ static void print_json(const char *config, const ar_config *cfg, const ar_bench_
         json_num_or_null(&w, "mfu", d.mfu);
         json_num_or_null(&w, "train_overhead", d.train_ovh);
         json_num_or_null(&w, "infer_overhead", d.infer_ovh);
+        json_num_or_null(&w, "train_overhead_outside_matmul", base ? v->train_nm : NAN);
+        json_num_or_null(&w, "infer_overhead_outside_matmul", base ? v->infer_nm : NAN);
         ar_jw_key(&w, "peak_rss_bytes");
         if (r->peak_rss_bytes >= 0)
             ar_jw_int(&w, r->peak_rss_bytes);
@@ -492,7 +506,20 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
         printf("%-10s %11.0f %19s %8.1f %*s %8s %11.0f %8s %9s %9s %9s %9s\n", v->def->label, r->train_tok_per_s,
                range, r->gflops, cw, cp, to, r->infer_tok_per_s, io, peak, extra, pred, ratio);
     }
-    printf("\noverhead = median over rounds of 100*(1 - tok/s / baseline tok/s of the same round);\n");
+    if (base && isfinite(runs[0].train_nm)) {
+        printf("\n%-10s %25s %25s\n", "", "train overhead outside", "infer overhead outside");
+        printf("%-10s %25s %25s\n", "variant", "the matrix products", "the matrix products");
+        for (int i = 0; i < n; i++) {
+            char to[16], io[16];
+            fmt_pct(to, sizeof to, runs[i].train_nm);
+            fmt_pct(io, sizeof io, runs[i].infer_nm);
+            printf("%-10s %25s %25s\n", runs[i].def->label, to, io);
+        }
+    }
+    printf("\noverhead = median over rounds of 100*(1 - tok/s / baseline tok/s of the same round), the\n"
+           "variants of odd rounds in reverse order;%s\n",
+           base && isfinite(runs[0].train_nm)
+               ? "\noutside the matrix products: the same, less the round's difference in matmul time" : "");
     if (mfu)
         printf("MFU = GFLOP/s (6N + 12 n_layer d T per token) / peak; ");
     else

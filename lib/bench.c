@@ -185,33 +185,85 @@ int ar_bench_variant(const ar_config *cfg, const ar_bench_opts *o, ar_bench_resu
     return 0;
 }
 
+/* ---- time spent in matrix products (CPU backend only) ----
+ * A copy of the CPU table whose matmul_fwd and matmul_bwd add their wall
+ * time to mm_seconds.  Only where ops finish before they return: a device
+ * backend's host-side times say nothing of its work. */
+static const ar_backend *mm_inner;
+static ar_backend mm_table;
+static double mm_seconds;
+
+static void mm_fwd(float *out, const float *x, const float *W, int N, int in, int outd)
+{
+    double t = now_s();
+    mm_inner->matmul_fwd(out, x, W, N, in, outd);
+    mm_seconds += now_s() - t;
+}
+
+static void mm_bwd(float *dx, float *dW, const float *dout, const float *x, const float *W, int N,
+                   int in, int outd)
+{
+    double t = now_s();
+    mm_inner->matmul_bwd(dx, dW, dout, x, W, N, in, outd);
+    mm_seconds += now_s() - t;
+}
+
+/* be with its matrix products timed, or NULL where they cannot be */
+static const ar_backend *mm_timed(const ar_backend *be)
+{
+    if (be != ar_backend_cpu())
+        return NULL;
+    mm_inner = be;
+    mm_table = *be;
+    mm_table.matmul_fwd = mm_fwd;
+    mm_table.matmul_bwd = mm_bwd;
+    return &mm_table;
+}
+
 int ar_bench_paired(const ar_config *cfgs, int nv, const ar_bench_opts *o, double *train,
-                    double *infer, ar_err *e)
+                    double *infer, double *train_mm, double *infer_mm, ar_err *e)
 {
     const ar_backend *be = bench_backend(o, &cfgs[0], e);
     if (!be)
         return -1;
+    const ar_backend *tb = mm_timed(be);
     bench_ctx *c = ar_xcalloc((size_t)nv, sizeof *c);
     int rc = 0, made = 0;
     for (; made < nv && rc == 0; made++)
-        if (ctx_open(&c[made], &cfgs[made], be, e) != 0)
+        if (ctx_open(&c[made], &cfgs[made], tb ? tb : be, e) != 0)
             rc = -1;
     if (rc != 0)
         made--; /* the failed one holds nothing */
     for (int pass = 0; pass < 2 && rc == 0; pass++) {
         void (*step)(bench_ctx *) = pass == 0 ? train_step : infer_step;
-        double *out = pass == 0 ? train : infer;
+        double *out = pass == 0 ? train : infer, *mm = pass == 0 ? train_mm : infer_mm;
         for (int v = 0; v < nv; v++)
             for (int s = 0; s < o->warmup; s++)
                 step(&c[v]);
+        /* odd rounds run the variants in reverse (A B C, C B A, ...): a
+         * steady drift of the machine's speed then favours none of them */
         for (int k = 0; k < o->repeat; k++)
-            for (int v = 0; v < nv; v++)
-                out[(size_t)v * o->repeat + k] = time_steps(&c[v], step, o->steps);
+            for (int q = 0; q < nv; q++) {
+                int v = k % 2 ? nv - 1 - q : q;
+                size_t at = (size_t)v * o->repeat + k;
+                mm_seconds = 0;
+                double t0 = now_s();
+                out[at] = time_steps(&c[v], step, o->steps);
+                double dt = now_s() - t0;
+                if (mm)
+                    mm[at] = tb && dt > 0 ? mm_seconds / dt : NAN;
+            }
     }
     for (int v = 0; v < made; v++)
         ctx_close(&c[v]);
     free(c);
     return rc;
+}
+
+double ar_bench_overhead_outside_mm(double v_tok_per_s, double v_frac, double b_tok_per_s,
+                                    double b_frac)
+{
+    return 100.0 * ((1.0 - v_frac) - (1.0 - b_frac) * v_tok_per_s / b_tok_per_s);
 }
 
 double ar_bench_mfu(const ar_bench_result *r, double peak)

@@ -84,14 +84,28 @@ int ar_bench_variant(const ar_config *cfg, const ar_bench_opts *o, ar_bench_resu
 /* Paired timing of nv configs in this process (on the device of cfgs[0]
  * when o->be is NULL): every model is created,
  * given o->warmup untimed steps, then timed round-robin, o->repeat rounds in
- * each of which every model runs o->steps training steps; then the same for
+ * each of which every model runs o->steps training steps (odd rounds in
+ * reverse order, so a steady drift favours no variant); then the same for
  * forward-only passes.  train[v*repeat + r] and infer[v*repeat + r] get the
  * tokens/s of variant v in round r.  Measurements of one round are seconds
  * apart, so ratios between variants taken round by round are much steadier
  * than ratios between separate processes on a machine whose speed drifts.
+ * train_mm and infer_mm (each may be NULL) get, at the same places, the
+ * fraction of that time spent in matmul_fwd and matmul_bwd: measured on the
+ * CPU backend, NaN on any other (its ops return before their work is done).
  * Needs the memory of all nv models at once. */
 int ar_bench_paired(const ar_config *cfgs, int nv, const ar_bench_opts *o, double *train,
-                    double *infer, ar_err *e);
+                    double *infer, double *train_mm, double *infer_mm, ar_err *e);
+
+/* A variant's overhead outside the matrix products, in percent of its own
+ * time: 100 ((t_v - m_v) - (t_b - m_b)) / t_v, with t = 1 / tok/s the time
+ * per token of variant and baseline and m = frac * t the part of it in
+ * matrix products.  The products are the same work in every variant, but
+ * on a machine whose speed drifts by several percent from one step to the
+ * next they carry most of the noise of the end-to-end ratio; this leaves
+ * out their difference. */
+double ar_bench_overhead_outside_mm(double v_tok_per_s, double v_frac, double b_tok_per_s,
+                                    double b_frac);
 
 /* Median, minimum and maximum of n values (sorts v). */
 void ar_bench_summarize(double *v, int n, double *med, double *lo, double *hi);

@@ -73,6 +73,38 @@ Test(bench, median_lies_in_the_range)
     cr_assert_leq(r.infer_tok_per_s, r.infer_tok_per_s_max);
 }
 
+/* Paired timing on the CPU: every round of every variant has a positive
+ * throughput and a matrix-product share strictly between 0 and 1 (the
+ * products are timed inside the step, so a share of 0 or 1, or NaN, means
+ * the timing is not wired in). */
+Test(bench, paired_timing_measures_the_matrix_products)
+{
+    ar_config c[2] = {tiny(), tiny()};
+    ar_bench_apply_variant(&c[1], ar_bench_find_variant("full"));
+    ar_bench_opts o = {.be = NULL, .threads = 2, .steps = 1, .warmup = 1, .repeat = 3};
+    double train[6], infer[6], tmm[6], imm[6];
+    ar_err e;
+    cr_assert_eq(ar_bench_paired(c, 2, &o, train, infer, tmm, imm, &e), 0, "%s", e.msg);
+    for (int i = 0; i < 6; i++) {
+        check_finite_pos(train[i], "train tok/s", "paired");
+        check_finite_pos(infer[i], "infer tok/s", "paired");
+        cr_expect(tmm[i] > 0 && tmm[i] < 1, "round %d: training matmul share %g", i, tmm[i]);
+        cr_expect(imm[i] > 0 && imm[i] < 1, "round %d: inference matmul share %g", i, imm[i]);
+    }
+}
+
+/* 100 ((t_v - m_v) - (t_b - m_b)) / t_v with t = 1/tok/s, m = frac t. */
+Test(bench, overhead_outside_the_matrix_products)
+{
+    /* t_v = 0.01, m_v = 0.005; t_b = 1/110, m_b = 0.6/110 */
+    double x = ar_bench_overhead_outside_mm(100, 0.5, 110, 0.6);
+    cr_assert_float_eq(x, 100 * (0.005 - 0.4 / 110) / 0.01, 1e-9);
+    cr_assert_eq(ar_bench_overhead_outside_mm(123, 0.7, 123, 0.7), 0.0);
+    /* only the matmul time differs: no overhead outside it */
+    double tv = 1.2, tb = 1.0, mv = 0.9, mb = 0.7;
+    cr_assert_float_eq(ar_bench_overhead_outside_mm(1 / tv, mv / tv, 1 / tb, mb / tb), 0.0, 1e-9);
+}
+
 Test(bench, bad_schedule_is_an_error)
 {
     ar_config c = tiny();

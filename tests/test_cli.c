@@ -889,7 +889,8 @@ Test(cli, bench_json_has_the_required_fields)
     cr_assert_eq(res->n, 2, "expected 2 results, got %d", res->n);
     const char *nums[] = {"train_tok_per_s", "train_tok_per_s_min", "train_tok_per_s_max", "infer_tok_per_s",
                           "gflops", "ceiling_gflops", "peak_rss_bytes", "extra_rss_bytes",
-                          "predicted_extra_bytes", "train_overhead", "infer_overhead"};
+                          "predicted_extra_bytes", "train_overhead", "infer_overhead",
+                          "train_overhead_outside_matmul", "infer_overhead_outside_matmul"};
     const char *names[] = {"baseline", "full"};
     for (int i = 0; i < 2; i++) {
         const ar_json *r = &res->items[i];
@@ -911,6 +912,7 @@ Test(cli, bench_json_has_the_required_fields)
     for (int i = 0; i < 2; i++)
         json_field(&res->items[i], "mfu", AR_JSON_NULL); /* the CPU has no known peak */
     cr_assert_eq(json_field(&res->items[0], "train_overhead", AR_JSON_NUM)->num, 0);
+    cr_assert_eq(json_field(&res->items[0], "infer_overhead_outside_matmul", AR_JSON_NUM)->num, 0);
     cr_assert_eq(json_field(&res->items[0], "predicted_extra_bytes", AR_JSON_NUM)->num, 0);
     /* full: L*B*T*d floats = 4*2*16*32*4 bytes */
     cr_assert_eq(json_field(&res->items[1], "predicted_extra_bytes", AR_JSON_NUM)->num, 4.0 * 2 * 16 * 32 * 4);
