@@ -636,3 +636,46 @@ static void chunk_invariance(ar_res_kind kind, int S)
 Test(depth, full_result_independent_of_chunk_size) { chunk_invariance(AR_RES_FULL, 0); }
 Test(depth, block2_result_independent_of_chunk_size) { chunk_invariance(AR_RES_BLOCK, 2); }
 Test(depth, block3_result_independent_of_chunk_size) { chunk_invariance(AR_RES_BLOCK, 3); }
+
+/* A scheme asked for h_l itself (no norm to fuse) gives what the fused
+ * forward normalised: for every sublayer, RMSNorm(input_fwd(l, NULL))
+ * equals the xn the model's forward got.  Re-run after that forward (the
+ * P buffers then hold every source), it covers the unfused phase 1 and
+ * phase 2 and, in each kind's first chunk (one shared source, no o
+ * written), the copy of that source into h. */
+static void unfused_inputs(ar_res_kind kind, int S)
+{
+    ar_depth_chunk = 4;
+    ar_model_cfg c = {0};
+    c.vocab = 32, c.vocab_bytes = 0, c.d_model = 32, c.n_layer = 4, c.n_head = 2, c.d_ff = 40;
+    c.seq_len = 16;
+    c.residual.kind = kind;
+    c.residual.block_size = S;
+    ar_model *m;
+    ar_err e;
+    cr_assert_eq(ar_model_create(&m, &c, be, 3, &e), 0, "%s", e.msg);
+    ar_model_init(m, 5);
+    for (int i = 0; i < m->pt.n; i++)
+        if (strstr(m->pt.p[i].name, "_res.query"))
+            tu_fill_uniform(ar_model_param(m, i), m->pt.p[i].numel, -0.5f, 0.5f, 300 + i);
+    int N = 3 * c.seq_len, d = c.d_model;
+    int32_t in[48], tg[48];
+    for (int i = 0; i < N; i++)
+        in[i] = (i * 11 + 5) % 32, tg[i] = (i * 3 + 2) % 32;
+    ar_model_forward(m, in, tg, 3, NULL);
+    float *xn = zeros((size_t)N * d), *rstd = zeros(N);
+    for (int l = 1; l <= m->L; l++) {
+        const ar_block_idx *b = &m->blk[(l - 1) / 2];
+        const ar_block_act *a = &m->act[(l - 1) / 2];
+        const float *h = m->res->vt->input_fwd(m->res, l, N, NULL);
+        cr_assert_not_null(h, "sublayer %d: no h without a norm to fuse", l);
+        be->rmsnorm_fwd(xn, rstd, h, ar_model_param(m, l % 2 ? b->attn_norm : b->mlp_norm), N, d);
+        double err = rel(xn, l % 2 ? a->xn : a->mxn, (size_t)N * d);
+        cr_expect_lt(err, 1e-5, "sublayer %d: RMSNorm(h) differs from the fused forward's by %g", l, err);
+    }
+    free(xn), free(rstd);
+    ar_model_free(m);
+}
+
+Test(depth, full_unfused_inputs_match_the_fused_forward) { unfused_inputs(AR_RES_FULL, 0); }
+Test(depth, block2_unfused_inputs_match_the_fused_forward) { unfused_inputs(AR_RES_BLOCK, 2); }
