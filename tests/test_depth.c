@@ -585,24 +585,32 @@ Test(depth, inter_skips_null_outputs)
 
 /* ---- model level: the chunk size changes the schedule, not the result ---- */
 
-static void model_run(ar_res_kind kind, int block_size, int chunk, double *loss, float **grads,
-                      size_t *ng)
+/* A 4-layer model (L = 8, vocabulary 32, T = 16, up to 3 sequences) of the
+ * given kind and width, with ar_depth_chunk = chunk at its creation, and
+ * nonzero queries drawn from seed, so the weights are not uniform. */
+static ar_model *tiny_depth_model(ar_res_kind kind, int block_size, int d, int chunk, uint64_t seed)
 {
     ar_depth_chunk = chunk;
     ar_model_cfg c = {0};
-    c.vocab = 32, c.vocab_bytes = 0, c.d_model = 24, c.n_layer = 4, c.n_head = 2, c.d_ff = 40;
+    c.vocab = 32, c.vocab_bytes = 0, c.d_model = d, c.n_layer = 4, c.n_head = 2, c.d_ff = 40;
     c.seq_len = 16;
     c.residual.kind = kind;
     c.residual.block_size = block_size;
     ar_model *m;
     ar_err e;
     cr_assert_eq(ar_model_create(&m, &c, be, 3, &e), 0, "%s", e.msg);
-    ar_model_init(m, 11);
-    /* nonzero queries, so the weights are not uniform */
+    ar_model_init(m, seed);
     for (int i = 0; i < m->pt.n; i++)
         if (strstr(m->pt.p[i].name, "_res.query"))
-            tu_fill_uniform(ar_model_param(m, i), m->pt.p[i].numel, -0.5f, 0.5f, 99 + i);
-    int N = 3 * c.seq_len;
+            tu_fill_uniform(ar_model_param(m, i), m->pt.p[i].numel, -0.5f, 0.5f, seed * 9 + i);
+    return m;
+}
+
+static void model_run(ar_res_kind kind, int block_size, int chunk, double *loss, float **grads,
+                      size_t *ng)
+{
+    ar_model *m = tiny_depth_model(kind, block_size, 24, chunk, 11);
+    int N = 3 * m->T;
     int32_t in[48], tg[48];
     for (int i = 0; i < N; i++)
         in[i] = (i * 7 + 3) % 32, tg[i] = (i * 5 + 1) % 32;
@@ -645,20 +653,8 @@ Test(depth, block3_result_independent_of_chunk_size) { chunk_invariance(AR_RES_B
  * written), the copy of that source into h. */
 static void unfused_inputs(ar_res_kind kind, int S)
 {
-    ar_depth_chunk = 4;
-    ar_model_cfg c = {0};
-    c.vocab = 32, c.vocab_bytes = 0, c.d_model = 32, c.n_layer = 4, c.n_head = 2, c.d_ff = 40;
-    c.seq_len = 16;
-    c.residual.kind = kind;
-    c.residual.block_size = S;
-    ar_model *m;
-    ar_err e;
-    cr_assert_eq(ar_model_create(&m, &c, be, 3, &e), 0, "%s", e.msg);
-    ar_model_init(m, 5);
-    for (int i = 0; i < m->pt.n; i++)
-        if (strstr(m->pt.p[i].name, "_res.query"))
-            tu_fill_uniform(ar_model_param(m, i), m->pt.p[i].numel, -0.5f, 0.5f, 300 + i);
-    int N = 3 * c.seq_len, d = c.d_model;
+    ar_model *m = tiny_depth_model(kind, S, 32, 4, 5);
+    int N = 3 * m->T, d = m->d;
     int32_t in[48], tg[48];
     for (int i = 0; i < N; i++)
         in[i] = (i * 11 + 5) % 32, tg[i] = (i * 3 + 2) % 32;
