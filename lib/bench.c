@@ -247,11 +247,10 @@ int ar_bench_paired(const ar_config *cfgs, int nv, const ar_bench_opts *o, doubl
                 int v = k % 2 ? nv - 1 - q : q;
                 size_t at = (size_t)v * o->repeat + k;
                 mm_seconds = 0;
-                double t0 = now_s();
                 out[at] = time_steps(&c[v], step, o->steps);
-                double dt = now_s() - t0;
+                /* the sample's seconds are its tokens over its tok/s */
                 if (mm)
-                    mm[at] = tb && dt > 0 ? mm_seconds / dt : NAN;
+                    mm[at] = tb ? mm_seconds * out[at] / ((double)c[v].B * c[v].m->T * o->steps) : NAN;
             }
     }
     for (int v = 0; v < made; v++)

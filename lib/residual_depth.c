@@ -325,7 +325,6 @@ static void depth_accept_fwd(ar_residual *r, int l, int N)
 /* h_out is kept (not fused with the final norm): its backward needs it. */
 static const float *depth_final_fwd(ar_residual *r, int N) { return mix_fwd(D(r), r->L + 1, N, NULL); }
 
-
 static float *depth_final_grad_buf(ar_residual *r) { return D(r)->fgrad; }
 
 /* h_out is still in hb[0], where the forward left it. */
@@ -360,9 +359,9 @@ static const float *depth_input_saved(ar_residual *r, int l, int N)
 static float *depth_input_grad_buf(ar_residual *r, int l, int N, float *spare)
 {
     (void)l;
+    (void)N;
     depth_res *s = D(r);
     /* a caller that lends scratch passes a spare (residual.h) */
-    (void)N;
     s->dH = spare ? spare : s->own[1];
     return s->dH;
 }

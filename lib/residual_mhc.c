@@ -243,7 +243,6 @@ static const float *mhc_final_fwd(ar_residual *r, int N)
     return s->hout;
 }
 
-
 static float *mhc_final_grad_buf(ar_residual *r) { return MH(r)->fgrad; }
 
 static void mhc_final_bwd(ar_residual *r, int N)

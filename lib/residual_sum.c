@@ -48,7 +48,6 @@ static void sum_accept_fwd(ar_residual *r, int l, int N)
 
 static const float *sum_final_fwd(ar_residual *r, int N) { (void)N; return S(r)->P[r->L]; }
 
-
 static float *sum_final_grad_buf(ar_residual *r) { return S(r)->dR; }
 static void sum_final_bwd(ar_residual *r, int N) { (void)r; (void)N; }
 

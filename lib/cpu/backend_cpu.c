@@ -20,6 +20,7 @@
 #include "../backend.h"
 #include "ablate_cpu.h"
 #include "depth_cpu.h"
+#include "rmsnorm_row.h"
 #include "workspace.h"
 
 #include <cblas.h>
@@ -284,18 +285,8 @@ static void embedding_backward(float *dwte, const float *dout, const int32_t *to
 static void rmsnorm_forward(float *out, float *rstd, const float *x, const float *g, int N, int d)
 {
 #pragma omp parallel for schedule(static) if ((long)N * d > PAR_MIN)
-    for (int i = 0; i < N; i++) {
-        const float *xi = x + (size_t)i * d;
-        float *oi = out + (size_t)i * d;
-        float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-        for (int j = 0; j < d; j++)
-            ss += xi[j] * xi[j];
-        float r = 1.0f / sqrtf(ss / d + AR_RMS_EPS);
-        rstd[i] = r;
-        for (int j = 0; j < d; j++)
-            oi[j] = xi[j] * r * g[j];
-    }
+    for (int i = 0; i < N; i++)
+        cpu_rmsnorm_row(out + (size_t)i * d, rstd + i, x + (size_t)i * d, g, d);
 }
 
 /* xh = x*rstd, gy = g*dout:

@@ -26,6 +26,7 @@
 
 #include "../backend.h"
 #include "depth_cpu.h"
+#include "rmsnorm_row.h"
 #include "vec.h"
 #include "workspace.h"
 
@@ -183,20 +184,6 @@ static void mix(float *const *y, int C, const float *a, const float *const *x, i
     }
 }
 
-/* One row of rmsnorm_fwd, the same arithmetic: *r = 1/sqrt(mean h^2 + eps),
- * xn = h r g (for the sublayer inputs that are never stored). */
-static void rms_row(float *xn, float *r, const float *h, const float *g, int d)
-{
-    float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-    for (int q = 0; q < d; q++)
-        ss += h[q] * h[q];
-    float rr = 1.0f / sqrtf(ss / d + AR_RMS_EPS);
-    *r = rr;
-    for (int q = 0; q < d; q++)
-        xn[q] = h[q] * rr * g[q];
-}
-
 /* u[c] = w[c] * g[c], C rows of d, in workspace slot WS_A. */
 static float *queries(const float *const *w, const float *const *g, int C, int d)
 {
@@ -285,7 +272,7 @@ void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha
                 if (nc)
                     mix(y, nc, a, x, k, 0, ntm, d);
                 if (xn)
-                    rms_row(xn + (size_t)i * d, nrstd + i, hr, ng, d);
+                    cpu_rmsnorm_row(xn + (size_t)i * d, nrstd + i, hr, ng, d);
             }
         }
         if (stream)
@@ -341,7 +328,7 @@ void cpu_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
             float *y = xn ? hr : hi;
             mix(&y, 1, at, x, j + 1, 1, 0, d);
             if (xn)
-                rms_row(xn + (size_t)i * d, nrstd + i, hr, ng, d);
+                cpu_rmsnorm_row(xn + (size_t)i * d, nrstd + i, hr, ng, d);
         }
     }
 }
