@@ -1,5 +1,5 @@
 /* Time per training step spent in each depth-attention op and in zero/add
- * and in the RMSNorm forwards that AttnRes fuses into them
+ * and in the RMSNorms (forward and backward) that AttnRes fuses into them
  * (BENCHMARKS.md, "Depth-attention time per step"): wraps the CPU backend's
  * table with timers and trains the medium bench shape on synthetic tokens.
  *
@@ -40,10 +40,12 @@ WRAP(2, depth_recompute,
       int C, int N, int d),
      (h, alpha, src, n, C, N, d))
 WRAP(3, depth_bwd_intra,
-     (float *const *dintra, float *dw, float *dg, float *cdot, const float *dh, const float *h,
-      float *keep, const float *alpha, const float *lse, int n, int k, const float *const *rsi,
+     (float *const *dintra, float *dw, float *dg, float *cdot, float *dh, const float *h,
+      float *keep, const float *dxn, const float *ng, float *dng, const float *nrstd,
+      const float *alpha, const float *lse, int n, int k, const float *const *rsi,
       const float *const *intra, const float *w, const float *g, int N, int d),
-     (dintra, dw, dg, cdot, dh, h, keep, alpha, lse, n, k, rsi, intra, w, g, N, d))
+     (dintra, dw, dg, cdot, dh, h, keep, dxn, ng, dng, nrstd, alpha, lse, n, k, rsi, intra, w, g,
+      N, d))
 WRAP(4, depth_bwd_inter,
      (float *const *dsrc, float *const *dw, float *const *dg, const float *const *dh,
       const float *const *cdot, const float *const *alpha, const float *const *lse, const int *n,
@@ -52,6 +54,10 @@ WRAP(4, depth_bwd_inter,
      (dsrc, dw, dg, dh, cdot, alpha, lse, n, rs, src, k, w, g, C, ow, N, d))
 WRAP(7, rmsnorm_fwd, (float *out, float *rstd, const float *x, const float *g, int N, int d),
      (out, rstd, x, g, N, d))
+WRAP(8, rmsnorm_bwd,
+     (float *dx, float *dg, const float *dout, const float *x, const float *g, const float *rstd,
+      int ow, int N, int d),
+     (dx, dg, dout, x, g, rstd, ow, N, d))
 static void w_zero(void *p, size_t b) {
     double t = now_s();
     cpu->zero(p, b);
@@ -81,6 +87,7 @@ int main(int argc, char **argv) {
     W.zero = w_zero;
     W.add = w_add;
     W.rmsnorm_fwd = w_rmsnorm_fwd;
+    W.rmsnorm_bwd = w_rmsnorm_bwd;
     const ar_backend *be = &W;
     be->set_threads(2);
     ar_config c;
@@ -122,8 +129,8 @@ int main(int argc, char **argv) {
     }
     int ns = steps - 1;
     printf("kind %d step %.1f ms | fwd_inter %.1f merge %.1f recompute %.1f bwd_intra %.1f "
-           "bwd_inter %.1f zero %.1f add %.1f rmsnorm_fwd %.1f ms/step\n",
+           "bwd_inter %.1f zero %.1f add %.1f rmsnorm_fwd %.1f rmsnorm_bwd %.1f ms/step\n",
            kind, 1e3 * tot / ns, 1e3 * T[0] / ns, 1e3 * T[1] / ns, 1e3 * T[2] / ns, 1e3 * T[3] / ns,
-           1e3 * T[4] / ns, 1e3 * T[5] / ns, 1e3 * T[6] / ns, 1e3 * T[7] / ns);
+           1e3 * T[4] / ns, 1e3 * T[5] / ns, 1e3 * T[6] / ns, 1e3 * T[7] / ns, 1e3 * T[8] / ns);
     return 0;
 }

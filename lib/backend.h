@@ -173,12 +173,18 @@ typedef struct ar_backend {
      *   dw += g * sum dl r x;  dg += w * (same sum)
      * lse is phase 2's: u.x = (log a + lse[i]) / r without touching x again.
      * keep (or NULL): keep[i,:] = dh[i,:] (=), written once cdot[i] is known,
-     * so keep may be h's own buffer (the schedule saves dh for later there). */
-    void (*depth_bwd_intra)(float *const *dintra, float *dw, float *dg, float *cdot,
-                            const float *dh, const float *h, float *keep,
-                            const float *alpha, const float *lse, int n, int k,
-                            const float *const *rsi, const float *const *intra, const float *w,
-                            const float *g, int N, int d);
+     * so keep may be h's own buffer (the schedule saves dh for later there).
+     * dxn (or NULL): dh is not given but formed first (=) as the backward of
+     * the sublayer's RMSNorm xn = RMSNorm(h) (gain ng, nrstd its rstd), as
+     * rmsnorm_bwd with overwrite: dh = nrstd (ng dxn - h nrstd m), and
+     * dng += sum_i dxn h nrstd; dh may then be h's own buffer (the backward
+     * of the norm, of the mixer and the keeping of dh in one pass). */
+    void (*depth_bwd_intra)(float *const *dintra, float *dw, float *dg, float *cdot, float *dh,
+                            const float *h, float *keep, const float *dxn, const float *ng,
+                            float *dng, const float *nrstd, const float *alpha,
+                            const float *lse, int n, int k, const float *const *rsi,
+                            const float *const *intra, const float *w, const float *g, int N,
+                            int d);
     /* Backward, shared part of a chunk (after its lowest mixer's intra part):
      *   dl[c,s] = alpha[c][i,s] (dh[c].x_s - cdot[c][i])
      *   dsrc[s] += sum_c alpha dh[c] + dl (rs u_c - (u_c.x_s) rs^3 x_s / d)

@@ -306,12 +306,17 @@ void ar_model_backward(ar_model *m, float scale)
             mlp_backward(m, k, dout);
         /* dh_l = RMSNorm backward of dxn at h_l (dout is read in full by now,
          * so dh may alias it) */
-        const float *h = r->vt->input_saved(r, l, N);
-        float *dh = r->vt->input_grad_buf(r, l, N, m->dy);
         const ar_block_idx *b = &m->blk[k];
         const ar_block_act *a = &m->act[k];
-        be->rmsnorm_bwd(dh, G(attn ? b->attn_norm : b->mlp_norm), m->dxn, h,
-                        P(attn ? b->attn_norm : b->mlp_norm), attn ? a->rstd : a->mrstd,
+        int ni = attn ? b->attn_norm : b->mlp_norm;
+        if (r->vt->input_norm_bwd) {
+            ar_norm_grad ng = {P(ni), G(ni), m->dxn, attn ? a->rstd : a->mrstd};
+            r->vt->input_norm_bwd(r, l, N, &ng, m->dy);
+            continue;
+        }
+        const float *h = r->vt->input_saved(r, l, N);
+        float *dh = r->vt->input_grad_buf(r, l, N, m->dy);
+        be->rmsnorm_bwd(dh, G(ni), m->dxn, h, P(ni), attn ? a->rstd : a->mrstd,
                         r->input_grad_overwrite, N, d);
         r->vt->input_bwd(r, l, N);
     }

@@ -48,9 +48,11 @@
  * dead P buffers: P_q is dead once every mixer above q is done (the deferred
  * pass reads only sources before its chunk), so on entering chunk m0..m1
  * from the top, P_{m1} .. P_{m1+C-1} take all C inputs in one pass; the top
- * chunk, with no room above it, recomputes each h_l alone into P_l.  Once
- * h_l is used up its buffer keeps dh_l for the deferred pass; dh_l itself is
- * built in the model's spare buffer.  So beyond the baseline (which keeps
+ * chunk, with no room above it, recomputes each h_l alone into P_l.  The
+ * intra op forms dh_l (the backward of the sublayer's input norm, fused)
+ * in the pass that reads h_l, writing it over h_l, where the deferred pass
+ * finds it; a chunk's lowest mixer, whose deferred pass follows at once,
+ * forms it in the model's spare buffer.  So beyond the baseline (which keeps
  * the same P_0..P_L and one running gradient) AttnRes keeps, in buffers of
  * N x d, only the nb+1 block gradients dB less one, i.e. nb = N_blocks
  * (Full: L), plus the N x n weights and N-float statistics of every mixer. */
@@ -89,8 +91,7 @@ typedef struct {
     float **cdot;         /* cmax arrays maxN: dh.h per chunk position */
     float **hb;           /* cmax buffers: the current chunk's h (forward) */
     float *fgrad;         /* dL/dh_out */
-    float *dH;            /* dL/dh of the sublayer mixer being differentiated */
-    float *own[2];        /* what bind had to allocate: hb block, own dH */
+    float *own[2];        /* what bind had to allocate: hb block, a dh buffer */
     mixer *mx;            /* mx[1..L+1] */
     chunk *ch;
     const ar_param_table *pt;
@@ -196,7 +197,7 @@ static void depth_bind(ar_residual *r, float *params, float *grads, float *const
         if (c == 1)
             s->fgrad = b;
     }
-    if (nscratch == 0) /* no spare will come: dH of its own */
+    if (nscratch == 0) /* no spare will come: a dh buffer of its own */
         s->own[1] = be->alloc(bytes);
     for (int m = 1; m <= r->L + 1; m++) {
         mixer *x = &s->mx[m];
@@ -280,19 +281,21 @@ static const float *mix_fwd(depth_res *s, int m, int N, const ar_norm_out *nf)
     return fuse || fuse1 ? NULL : h;
 }
 
-/* Backward of mixer m with dh in `dh` and h in `h`: its own sources now;
- * dh_m is kept in h's buffer (h is used up) for the chunk's deferred shared
- * part, which runs at the chunk's lowest mixer m0 (whose dh is still in
- * `dh`; P_q holds dh_q for the chunk's other mixers q). */
-static void mix_bwd(depth_res *s, int m, float *dh, float *h, int N)
+/* Backward of mixer m, h in `h`: its own sources now.  dh is in `dh`, or
+ * with ng formed there first by the sublayer norm's backward (in h's
+ * buffer for all but the chunk's lowest mixer m0: h is used up then).  The
+ * chunk's dh's are kept for its deferred shared part, which runs at m0
+ * (whose dh is still in `dh`; P_q = hr holds dh_q for its other mixers q). */
+static void mix_bwd(depth_res *s, int m, float *dh, float *h, const ar_norm_grad *ng, int N)
 {
     const ar_backend *be = s->base.be;
     mixer *x = &s->mx[m];
     chunk *c = &s->ch[x->chunk];
     be->depth_bwd_intra(x->dsp + c->k, gq(s, x->q_idx), gq(s, x->g_idx), x->cdot, dh, h,
-                        m == c->m0 ? NULL : h, x->alpha, x->lse, x->n, c->k,
-                        (const float *const *)x->rsp + c->k, x->sp + c->k, pq(s, x->q_idx),
-                        pq(s, x->g_idx), N, s->base.d);
+                        m == c->m0 || dh == h ? NULL : h, ng ? ng->dxn : NULL,
+                        ng ? ng->gain : NULL, ng ? ng->dgain : NULL, ng ? ng->rstd : NULL,
+                        x->alpha, x->lse, x->n, c->k, (const float *const *)x->rsp + c->k,
+                        x->sp + c->k, pq(s, x->q_idx), pq(s, x->g_idx), N, s->base.d);
     if (m == c->m0) {
         mixer *x0 = &s->mx[c->m0];
         c->dh[0] = dh;
@@ -330,7 +333,7 @@ static float *depth_final_grad_buf(ar_residual *r) { return D(r)->fgrad; }
 /* h_out is still in hb[0], where the forward left it. */
 static void depth_final_bwd(ar_residual *r, int N)
 {
-    mix_bwd(D(r), r->L + 1, D(r)->fgrad, D(r)->hb[0], N);
+    mix_bwd(D(r), r->L + 1, D(r)->fgrad, D(r)->hb[0], NULL, N);
 }
 
 static float *depth_output_grad(ar_residual *r, int l, int N)
@@ -342,35 +345,31 @@ static float *depth_output_grad(ar_residual *r, int l, int N)
 /* h_l again, from the saved weights, into a dead buffer (see bind): all C
  * of a chunk in one pass on entering it from the top where there is room,
  * else one by one into P_l (dead once the mixers above l are done). */
-static const float *depth_input_saved(ar_residual *r, int l, int N)
+static float *recompute_input(depth_res *s, int l, int N)
 {
-    depth_res *s = D(r);
+    const ar_backend *be = s->base.be;
     mixer *x = &s->mx[l];
     chunk *c = &s->ch[x->chunk];
     if (!c->batched)
-        r->be->depth_recompute(c->hr + x->pos, (const float *const *)&x->alpha,
-                               (const float *const *const *)&x->sp, &x->n, 1, N, r->d);
+        be->depth_recompute(c->hr + x->pos, (const float *const *)&x->alpha,
+                            (const float *const *const *)&x->sp, &x->n, 1, N, s->base.d);
     else if (l == c->m1)
-        r->be->depth_recompute(c->hr, (const float *const *)c->alpha,
-                               (const float *const *const *)c->src, c->n, c->C, N, r->d);
+        be->depth_recompute(c->hr, (const float *const *)c->alpha,
+                            (const float *const *const *)c->src, c->n, c->C, N, s->base.d);
     return c->hr[x->pos];
 }
 
-static float *depth_input_grad_buf(ar_residual *r, int l, int N, float *spare)
-{
-    (void)l;
-    (void)N;
-    depth_res *s = D(r);
-    /* a caller that lends scratch passes a spare (residual.h) */
-    s->dH = spare ? spare : s->own[1];
-    return s->dH;
-}
-
-static void depth_input_bwd(ar_residual *r, int l, int N)
+/* dh_l from the norm's backward, formed by the intra op in the pass that
+ * uses it: in h_l's own buffer, where the deferred pass will read it, or
+ * for a chunk's lowest mixer in the spare (its deferred pass runs now). */
+static void depth_input_norm_bwd(ar_residual *r, int l, int N, const ar_norm_grad *ng,
+                                 float *spare)
 {
     depth_res *s = D(r);
     mixer *x = &s->mx[l];
-    mix_bwd(s, l, s->dH, s->ch[x->chunk].hr[x->pos], N);
+    float *h = recompute_input(s, l, N);
+    float *dh = l == s->ch[x->chunk].m0 ? (spare ? spare : s->own[1]) : h;
+    mix_bwd(s, l, dh, h, ng, N);
 }
 
 static float *depth_embed_grad(ar_residual *r) { return D(r)->dB[0]; }
@@ -440,14 +439,12 @@ static const ar_residual_vt depth_vt = {
     .accept_fwd = depth_accept_fwd,
     .final_fwd = depth_final_fwd,
     /* no zero_grads: the final mixer's backward writes every dB first, and
-     * the caller writes dL/dh_out and dL/dh_l into fgrad and dH
-     * (final_grad_overwrite, input_grad_overwrite) */
+     * the caller writes dL/dh_out into fgrad (final_grad_overwrite), and
+     * dL/dh_l is written by the intra op (input_norm_bwd) */
     .final_grad_buf = depth_final_grad_buf,
     .final_bwd = depth_final_bwd,
     .output_grad = depth_output_grad,
-    .input_saved = depth_input_saved,
-    .input_grad_buf = depth_input_grad_buf,
-    .input_bwd = depth_input_bwd,
+    .input_norm_bwd = depth_input_norm_bwd,
     .embed_grad = depth_embed_grad,
     .n_sources = depth_n_sources,
     .mean_weights = depth_mean_weights,
@@ -465,7 +462,7 @@ ar_residual *ar_residual_depth_create(const ar_model_cfg *cfg, const ar_backend 
     s->base.L = L;
     s->base.d = d;
     s->base.maxN = maxN;
-    s->base.final_grad_overwrite = s->base.input_grad_overwrite = 1;
+    s->base.final_grad_overwrite = 1;
     s->S = ar_cfg_block_size(cfg);
     s->pt = pt;
     s->P = ar_xcalloc((size_t)L + 1, sizeof(float *));

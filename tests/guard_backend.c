@@ -511,8 +511,9 @@ static void g_depth_recompute(float *const *h, const float *const *alpha, const 
     RUN(cpu()->depth_recompute(h, alpha, src, n, C, N, d));
 }
 
-static void g_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot, const float *dh,
-                              const float *h, float *keep, const float *alpha, const float *lse, int n, int k,
+static void g_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot, float *dh,
+                              const float *h, float *keep, const float *dxn, const float *ng, float *dng,
+                              const float *nrstd, const float *alpha, const float *lse, int n, int k,
                               const float *const *rsi, const float *const *intra, const float *w, const float *g,
                               int N, int d)
 {
@@ -525,13 +526,18 @@ static void g_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float 
     dev(op, "dh", dh, F(nd), 0);
     dev(op, "h", h, F(nd), 0);
     dev(op, "keep", keep, F(nd), 1);
+    dev(op, "dxn", dxn, F(nd), 1);
+    dev(op, "ng", ng, F(d), !dxn);
+    dev(op, "dng", dng, F(d), !dxn);
+    dev(op, "nrstd", nrstd, F(N), !dxn);
     dev(op, "alpha", alpha, F((size_t)N * n), 0);
     dev(op, "lse", lse, F(N), 0);
     dev_list(op, "rsi", rsi, n - k, N, 0);
     dev_list(op, "intra", intra, n - k, nd, 0);
     dev(op, "w", w, F(d), 0);
     dev(op, "g", g, F(d), 0);
-    RUN(cpu()->depth_bwd_intra(dintra, dw, dg, cdot, dh, h, keep, alpha, lse, n, k, rsi, intra, w, g, N, d));
+    RUN(cpu()->depth_bwd_intra(dintra, dw, dg, cdot, dh, h, keep, dxn, ng, dng, nrstd, alpha, lse, n, k, rsi,
+                               intra, w, g, N, d));
 }
 
 static void g_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg, const float *const *dh,

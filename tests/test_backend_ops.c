@@ -857,7 +857,8 @@ static void two_phase_case(int C, int k, const int *j, int N, int d)
     }
 
     /* backward, intra parts from the last mixer down; keep = NULL, a
-     * buffer of its own, or h's own buffer, in turn */
+     * buffer of its own, or h's own buffer, or (kv 3) dh formed by the
+     * fused norm backward over h's own buffer, in turn */
     tp *dsrc[MAXL], *dw[8], *dg[8], *cdot[8], *dh[8];
     for (int s = 0; s < ns; s++)
         dsrc[s] = rnd(nd, -1, 1);
@@ -865,27 +866,42 @@ static void two_phase_case(int C, int k, const int *j, int N, int d)
         dw[c] = rnd(d, -1, 1), dg[c] = rnd(d, -1, 1), cdot[c] = junk(N), dh[c] = rnd(nd, -1, 1);
     }
     for (int c = C - 1; c >= 0; c--) {
-        int kv = c % 3;
-        tp *h = kv == 2 ? dup_tp(o[c]) : o[c], *keep = kv == 0 ? NULL : kv == 1 ? junk(nd) : h;
+        int kv = (c + C) % 4;
+        tp *h = kv >= 2 ? dup_tp(o[c]) : o[c], *keep = kv == 0 || kv == 3 ? NULL : kv == 1 ? junk(nd) : h;
+        tp *dxn = NULL, *ng = NULL, *dng = NULL, *nr = NULL;
+        if (kv == 3) {
+            dxn = rnd(nd, -1, 1), ng = rnd(d, 0.5f, 1.5f), dng = rnd(d, -1, 1);
+            nr = rnd(N, 0.5f, 2.0f);
+            dh[c] = h; /* formed there, over h */
+        }
         tl ldi = list(dsrc + k, j[c]), lrsi = list(rs + k, j[c]), lintra = list(src + k, j[c]);
         /* no intra sources: the lists are not read */
         BOTH be->depth_bwd_intra(j[c] ? DL(ldi) : NULL, D(dw[c]), D(dg[c]), D(cdot[c]), D(dh[c]),
-                                 D(h), keep ? D(keep) : NULL, D(alpha[c]), D(lse[c]), n[c], k,
-                                 j[c] ? CL(lrsi) : NULL, j[c] ? CL(lintra) : NULL, D(w[c]),
-                                 D(g[c]), N, d);
-        snprintf(what, sizeof what, "depth_bwd_intra mixer %d cdot", c);
+                                 D(h), keep ? D(keep) : NULL, dxn ? D(dxn) : NULL,
+                                 ng ? D(ng) : NULL, dng ? D(dng) : NULL, nr ? D(nr) : NULL,
+                                 D(alpha[c]), D(lse[c]), n[c], k, j[c] ? CL(lrsi) : NULL,
+                                 j[c] ? CL(lintra) : NULL, D(w[c]), D(g[c]), N, d);
+        const char *fz = kv == 3 ? " (fused norm)" : "";
+        snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d cdot", fz, c);
         check(what, cdot[c]);
-        snprintf(what, sizeof what, "depth_bwd_intra mixer %d dw", c);
+        snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dw", fz, c);
         check(what, dw[c]);
-        snprintf(what, sizeof what, "depth_bwd_intra mixer %d dg", c);
+        snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dg", fz, c);
         check(what, dg[c]);
         take(cdot[c]), take(dw[c]), take(dg[c]);
+        if (kv == 3) {
+            snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dh (over h)", fz, c);
+            check(what, dh[c]);
+            snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dng", fz, c);
+            check(what, dng);
+            take(dh[c]);
+        }
         if (keep) {
             snprintf(what, sizeof what, "depth_bwd_intra mixer %d keep%s", c, kv == 2 ? " (h's buffer)" : "");
             check(what, keep);
         }
         for (int t = 0; t < j[c]; t++) {
-            snprintf(what, sizeof what, "depth_bwd_intra mixer %d dintra[%d]", c, t);
+            snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dintra[%d]", fz, c, t);
             check(what, dsrc[k + t]);
             take(dsrc[k + t]);
         }

@@ -169,7 +169,7 @@ static void check_chunk(int C, int k, const int *j, int N, int d)
         memcpy(rdg[c], dg[c], d * sizeof(float));
     }
     for (int c = C - 1; c >= 0; c--) {
-        be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, alpha[c], lse[c], t.n[c], k,
+        be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, NULL, NULL, NULL, NULL, alpha[c], lse[c], t.n[c], k,
                             (const float *const *)rs + k, (const float *const *)t.src + k, t.w[c],
                             t.g[c], N, d);
         be->depth_attn_bwd(rdsrc, rdw[c], rdg[c], t.dh[c], ral[c], rrs[c],
@@ -284,7 +284,7 @@ Test(depth, two_phase_gradients_match_finite_differences)
     fd_ctx x = {&t, h, alpha, lse, rs, R};
     fd_loss(&x);
     for (int c = C - 1; c >= 0; c--)
-        be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, alpha[c], lse[c], t.n[c], k,
+        be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, NULL, NULL, NULL, NULL, alpha[c], lse[c], t.n[c], k,
                             (const float *const *)rs + k, (const float *const *)t.src + k, t.w[c],
                             t.g[c], N, d);
     be->depth_bwd_inter(dsrc, dw, dg, (const float *const *)t.dh, (const float *const *)cdot,
@@ -328,7 +328,7 @@ Test(depth, backward_bitwise_independent_of_threads)
             rs[s] = zeros(N), dsrc[s] = zeros(nd);
         two_phase_fwd(&t, h, alpha, lse, rs);
         for (int c = C - 1; c >= 0; c--)
-            be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, alpha[c], lse[c],
+            be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, NULL, NULL, NULL, NULL, alpha[c], lse[c],
                                 t.n[c], k, (const float *const *)rs + k,
                                 (const float *const *)t.src + k, t.w[c], t.g[c], N, d);
         be->depth_bwd_inter(dsrc, dw, dg, (const float *const *)t.dh, (const float *const *)cdot,
@@ -371,7 +371,7 @@ Test(depth, backward_overwrite_equals_accumulate_onto_zero)
     for (int s = 0; s < k; s++)
         rs[s] = zeros(N), acc[s] = zeros(nd), ovw[s] = rnd(nd, -5, 5);
     two_phase_fwd(&t, h, alpha, lse, rs);
-    be->depth_bwd_intra(NULL, dw[0], dg[0], cdot[0], t.dh[0], h[0], NULL, alpha[0], lse[0], k, k,
+    be->depth_bwd_intra(NULL, dw[0], dg[0], cdot[0], t.dh[0], h[0], NULL, NULL, NULL, NULL, NULL, alpha[0], lse[0], k, k,
                         NULL, NULL, t.w[0], t.g[0], N, d);
     const float *const *cd = (const float *const *)cdot;
     be->depth_bwd_inter(acc, dw, dg, (const float *const *)t.dh, cd, (const float *const *)alpha,
@@ -413,7 +413,7 @@ Test(depth, intra_keeps_dh_in_h_buffer)
         for (int q = 0; q < 3; q++)
             out[v][q] = rnd(nd, -1, 1);
         seed -= 3;
-        be->depth_bwd_intra(out[v], dw[v], dg[v], cd[v], t.dh[0], hv, v ? hv : NULL, alpha[0],
+        be->depth_bwd_intra(out[v], dw[v], dg[v], cd[v], t.dh[0], hv, v ? hv : NULL, NULL, NULL, NULL, NULL, alpha[0],
                             lse[0], t.n[0], k, (const float *const *)rs + k,
                             (const float *const *)t.src + k, t.w[0], t.g[0], N, d);
         if (v)
@@ -435,6 +435,77 @@ Test(depth, intra_keeps_dh_in_h_buffer)
         free(rs[s]);
     free(h[0]), free(alpha[0]), free(lse[0]);
     free_case(&t);
+}
+
+/* The intra op with the sublayer norm's backward fused (dxn given) equals
+ * rmsnorm_bwd (overwrite) followed by the plain intra op, bit for bit: dh
+ * (formed over h's own buffer, or in a buffer of its own), cdot (so a
+ * one-source mixer's dl still cancels exactly), dintra, dw, dg and the
+ * norm's gain gradient; d = 50 also takes the rows' scalar tails. */
+static void check_fused_norm(int N, int d)
+{
+    int j[1] = {2}, C = 1, k = 3;
+    chunk_case t;
+    make_case(&t, C, k, j, N, d);
+    size_t nd = (size_t)N * d;
+    float *h = zeros(nd), *alpha = zeros((size_t)N * t.n[0]), *lse = zeros(N), *rs[5];
+    for (int s = 0; s < k + 2; s++)
+        rs[s] = zeros(N);
+    two_phase_fwd(&t, &h, &alpha, &lse, rs);
+    float *dxn = rnd(nd, -1, 1), *ng = rnd(d, 0.5f, 1.5f), *xn = zeros(nd), *nr = zeros(N);
+    be->rmsnorm_fwd(xn, nr, h, ng, N, d);
+    float *dh[3], *out[3][2], *cd[3], *dw[3], *dg[3], *dng[3];
+    uint64_t seed0 = seed;
+    for (int v = 0; v < 3; v++) {
+        float *hv = alloc64(nd);
+        memcpy(hv, h, nd * sizeof(float));
+        dh[v] = v == 1 ? hv : rnd(nd, -9, 9); /* garbage: dh is (=) */
+        seed = seed0 + 1; /* the same starting gradients for all three */
+        cd[v] = zeros(N), dw[v] = rnd(d, -1, 1), dg[v] = rnd(d, -1, 1), dng[v] = rnd(d, -1, 1);
+        for (int q = 0; q < 2; q++)
+            out[v][q] = rnd(nd, -1, 1);
+        if (v == 0)
+            be->rmsnorm_bwd(dh[v], dng[v], dxn, hv, ng, nr, 1, N, d);
+        be->depth_bwd_intra(out[v], dw[v], dg[v], cd[v], dh[v], hv, NULL, v ? dxn : NULL,
+                            v ? ng : NULL, v ? dng[v] : NULL, v ? nr : NULL, alpha, lse, t.n[0],
+                            k, (const float *const *)rs + k, (const float *const *)t.src + k,
+                            t.w[0], t.g[0], N, d);
+        if (v != 1) {
+            cr_expect(memcmp(hv, h, nd * sizeof(float)) == 0, "variant %d changed h", v);
+            free(hv);
+        }
+    }
+    for (int v = 1; v < 3; v++) {
+        const char *how = v == 1 ? "over h" : "in its own buffer";
+        cr_expect(memcmp(dh[0], dh[v], nd * sizeof(float)) == 0, "fused dh (%s) differs", how);
+        cr_expect(memcmp(cd[0], cd[v], N * sizeof(float)) == 0, "fused cdot (%s) differs", how);
+        cr_expect(memcmp(dw[0], dw[v], d * sizeof(float)) == 0, "fused dw (%s) differs", how);
+        cr_expect(memcmp(dg[0], dg[v], d * sizeof(float)) == 0, "fused dg (%s) differs", how);
+        cr_expect(memcmp(dng[0], dng[v], d * sizeof(float)) == 0, "fused norm dgain (%s) differs", how);
+        for (int q = 0; q < 2; q++)
+            cr_expect(memcmp(out[0][q], out[v][q], nd * sizeof(float)) == 0,
+                      "fused dintra[%d] (%s) differs", q, how);
+    }
+    /* not equal for want of anything to compare */
+    double dd = 0;
+    for (size_t i = 0; i < nd; i++)
+        dd += (double)dh[0][i] * dh[0][i];
+    cr_expect(dd > 1e-3 * N, "dh is (nearly) zero: %g", dd);
+    for (int v = 0; v < 3; v++) {
+        free(dh[v]), free(cd[v]), free(dw[v]), free(dg[v]), free(dng[v]);
+        for (int q = 0; q < 2; q++)
+            free(out[v][q]);
+    }
+    for (int s = 0; s < k + 2; s++)
+        free(rs[s]);
+    free(h), free(alpha), free(lse), free(dxn), free(ng), free(xn), free(nr);
+    free_case(&t);
+}
+
+Test(depth, intra_fused_norm_backward)
+{
+    check_fused_norm(301, 48);
+    check_fused_norm(133, 50);
 }
 
 /* Phase 2 fused with the sublayer's RMSNorm equals phase 2, then

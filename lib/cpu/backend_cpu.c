@@ -292,48 +292,29 @@ static void rmsnorm_forward(float *out, float *rstd, const float *x, const float
 /* xh = x*rstd, gy = g*dout:
  *   dx[i,:] += rstd[i] * (gy - xh * mean_j(gy*xh))
  *   dg[j]   += sum_i dout[i,j]*xh[i,j]
- * dx: parallel over rows.  dg: parallel over column chunks, rows summed in
- * order inside each chunk (deterministic, thread-count independent). */
+ * One pass over the rows: dg through partial sums of RMS_RED rows added in
+ * order (deterministic, thread-count independent), not a second sweep of
+ * dout and x. */
+#define RMS_RED 128
 static void rmsnorm_backward(float *dx, float *dg, const float *dout, const float *x,
                              const float *g, const float *rstd, int overwrite, int N, int d)
 {
-    int par = (long)N * d > PAR_MIN;
-#pragma omp parallel for schedule(static) if (par)
-    for (int i = 0; i < N; i++) {
-        const float *xi = x + (size_t)i * d;
-        const float *doi = dout + (size_t)i * d;
-        float *dxi = dx + (size_t)i * d;
-        float r = rstd[i];
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int j = 0; j < d; j++)
-            dot += g[j] * doi[j] * xi[j];
-        dot *= r;
-        float m = dot / d;
-        if (overwrite)
-            for (int j = 0; j < d; j++)
-                dxi[j] = r * (g[j] * doi[j] - xi[j] * r * m);
-        else
-            for (int j = 0; j < d; j++)
-                dxi[j] += r * (g[j] * doi[j] - xi[j] * r * m);
+    int nch = (N + RMS_RED - 1) / RMS_RED;
+    float *part = cpu_ws(WS_C, (size_t)nch * d * sizeof(float));
+#pragma omp parallel for schedule(static) if ((long)N * d > PAR_MIN)
+    for (int ch = 0; ch < nch; ch++) {
+        float *pp = part + (size_t)ch * d;
+        memset(pp, 0, (size_t)d * sizeof(float));
+        int i1 = (ch + 1) * RMS_RED < N ? (ch + 1) * RMS_RED : N;
+        for (int i = ch * RMS_RED; i < i1; i++)
+            cpu_rmsnorm_bwd_row(dx + (size_t)i * d, pp, dout + (size_t)i * d, x + (size_t)i * d,
+                                g, rstd[i], overwrite, d);
     }
-    int nc = col_chunks(d);
-    double *accs = cpu_ws(WS_C, (size_t)d * sizeof(double));
-    memset(accs, 0, (size_t)d * sizeof(double));
-#pragma omp parallel for schedule(static) num_threads(nc) if (par && nc > 1)
-    for (int c = 0; c < nc; c++) {
-        int j0, j1;
-        split_range(d, nc, c, &j0, &j1);
-        double *acc = accs + j0;
-        for (int i = 0; i < N; i++) {
-            const float *xi = x + (size_t)i * d;
-            const float *doi = dout + (size_t)i * d;
-            float r = rstd[i];
-            for (int j = j0; j < j1; j++)
-                acc[j - j0] += doi[j] * xi[j] * r;
-        }
-        for (int j = j0; j < j1; j++)
-            dg[j] += (float)acc[j - j0];
+    for (int j = 0; j < d; j++) {
+        double acc = 0.0;
+        for (int ch = 0; ch < nch; ch++)
+            acc += part[(size_t)ch * d + j];
+        dg[j] += (float)acc;
     }
 }
 

@@ -377,26 +377,36 @@ static void reduce_partials(float *dw, float *dg, const float *part, int nch, si
  * (and dh copied to keep, which may be h's buffer):
  *   dl_t = alpha_t (dh.x_t - c)
  *   dx_t += alpha_t dh + dl_t (rstd_t u - (u.x_t) rstd_t^3 x_t / d)
- *   P    += dl_t rstd_t x_t   (dw += g P, dg += w P) */
-void cpu_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot,
-                         const float *dh, const float *h, float *keep,
-                         const float *alpha, const float *lse, int n, int k,
-                         const float *const *rsi, const float *const *intra, const float *w,
-                         const float *g, int N, int d)
+ *   P    += dl_t rstd_t x_t   (dw += g P, dg += w P)
+ * With dxn, dh is first the RMSNorm backward of dxn at h (the sublayer's
+ * input norm), written in the same sweep that takes c, so neither dh nor h
+ * is read a second time. */
+void cpu_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot, float *dh,
+                         const float *h, float *keep, const float *dxn, const float *ng,
+                         float *dng, const float *nrstd, const float *alpha, const float *lse,
+                         int n, int k, const float *const *rsi, const float *const *intra,
+                         const float *w, const float *g, int N, int d)
 {
     int j = n - k;
     const float *u = queries(&w, &g, 1, d);
     int nch = (N + RED_CHUNK - 1) / RED_CHUNK;
-    float *part = cpu_ws(WS_B, (size_t)nch * d * sizeof(float));
+    /* partials: nch x d for dw/dg, then nch x d for dng */
+    float *part = cpu_ws(WS_B, (size_t)2 * nch * d * sizeof(float));
+    float *npart = part + (size_t)nch * d;
     if (j > 0)
         memset(part, 0, (size_t)nch * d * sizeof(float));
+    if (dxn)
+        memset(npart, 0, (size_t)nch * d * sizeof(float));
 #pragma omp parallel for schedule(static) if ((long)N * d * (j + 1) > PAR_MIN)
     for (int ch = 0; ch < nch; ch++) {
         float *pp = part + (size_t)ch * d;
         int i1 = (ch + 1) * RED_CHUNK < N ? (ch + 1) * RED_CHUNK : N;
         for (int i = ch * RED_CHUNK; i < i1; i++) {
-            const float *dr = dh + (size_t)i * d;
-            float c = dotf(dr, h + (size_t)i * d, d);
+            float *dr = dh + (size_t)i * d;
+            const float *hr = h + (size_t)i * d;
+            float c = dxn ? cpu_rmsnorm_bwd_row(dr, npart + (size_t)ch * d, dxn + (size_t)i * d,
+                                                hr, ng, nrstd[i], 1, d)
+                          : dotf(dr, hr, d);
             cdot[i] = c;
             if (keep) /* after the dot: keep may be h's buffer */
                 memcpy(keep + (size_t)i * d, dr, (size_t)d * sizeof(float));
@@ -419,6 +429,13 @@ void cpu_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot
     }
     if (j > 0)
         reduce_partials(dw, dg, part, nch, (size_t)d, w, g, d);
+    if (dxn)
+        for (int q = 0; q < d; q++) {
+            double acc = 0.0;
+            for (int ch = 0; ch < nch; ch++)
+                acc += npart[(size_t)ch * d + q];
+            dng[q] += (float)acc;
+        }
 }
 
 /* One shared source's row in the backward, one sweep:

@@ -741,34 +741,68 @@ extern "C" void cuda_depth_recompute(float *const *h, const float *const *alpha,
 }
 
 /* Backward, intra part of one mixer; tokens [b tpb, (b+1) tpb) of block b:
+ *   dxn given: dh = nr (ng dxn - h nr m), m = nr (ng dxn).h / d, written to
+ *              dh (=, after h is read: dh may be h); npart[b,:] = sum of
+ *              dxn h nr  (then reduce_add into dng)
  *   cdot[i] = dh.h (=);  keep[i,:] = dh (=, after h is read: keep may be h)
  *   for t < n-k with a = alpha[i,k+t] != 0, r = rsi[t][i], x = intra[t]:
  *     dl = a (dh.x - cdot);  ux = (log a + lse[i]) / r   (phase 2's lse)
  *     dintra[t] += a dh + dl r u - dl ux r^3 x / d
- *   part[b,:] = sum of dl r x   (then reduce_wg) */
+ *   part[b,:] = sum of dl r x   (then reduce_wg)
+ * Each thread reads and writes only its own columns of a row. */
 __global__ void __launch_bounds__(MAXT)
-intra_bwd_kernel(mlist dintra, float *part, float *cdot, const float *dh, const float *h,
-                 float *keep, const float *alpha, const float *lse, int n, int k, clist rsi,
-                 clist intra, const float *w, const float *g, int N, int d, int tpb)
+intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh, const float *h,
+                 float *keep, const float *dxn, const float *ng, const float *nrstd,
+                 const float *alpha, const float *lse, int n, int k, clist rsi, clist intra,
+                 const float *w, const float *g, int N, int d, int tpb)
 {
     int T = blockDim.x, tid = threadIdx.x, nj = n - k;
-    float u[MAXV], pp[MAXV];
+    float u[MAXV], pp[MAXV], pn[MAXV];
 #pragma unroll
     for (int q = 0; q < MAXV; q++) {
         int j = tid + q * T;
         u[q] = j < d ? w[j] * g[j] : 0.0f;
         pp[q] = 0.0f;
+        pn[q] = 0.0f;
     }
     int i0 = blockIdx.x * tpb, i1 = min(N, i0 + tpb);
     for (int ii = i0; ii < i1; ii++) {
         size_t i = ii;
-        float gy[MAXV], v[1] = {0.0f};
+        float gy[MAXV], hv[MAXV], v[1] = {0.0f};
 #pragma unroll
         for (int q = 0; q < MAXV; q++) {
             int j = tid + q * T;
-            gy[q] = j < d ? dh[i * d + j] : 0.0f;
-            v[0] += gy[q] * (j < d ? h[i * d + j] : 0.0f);
+            hv[q] = j < d ? h[i * d + j] : 0.0f;
         }
+        if (dxn) {
+            float dv[MAXV], nr = nrstd[i];
+#pragma unroll
+            for (int q = 0; q < MAXV; q++) {
+                int j = tid + q * T;
+                dv[q] = j < d ? dxn[i * d + j] : 0.0f;
+                v[0] += (j < d ? ng[j] : 0.0f) * dv[q] * hv[q];
+            }
+            block_sum<1>(v);
+            float rm = nr * (v[0] * nr / d);
+#pragma unroll
+            for (int q = 0; q < MAXV; q++) {
+                int j = tid + q * T;
+                gy[q] = j < d ? nr * (ng[j] * dv[q] - hv[q] * rm) : 0.0f;
+                pn[q] += dv[q] * hv[q] * nr;
+                if (j < d)
+                    dh[i * d + j] = gy[q];
+            }
+            v[0] = 0.0f;
+        } else {
+#pragma unroll
+            for (int q = 0; q < MAXV; q++) {
+                int j = tid + q * T;
+                gy[q] = j < d ? dh[i * d + j] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < MAXV; q++)
+            v[0] += gy[q] * hv[q];
         block_sum<1>(v);
         float c = v[0];
         if (tid == 0)
@@ -813,13 +847,17 @@ intra_bwd_kernel(mlist dintra, float *part, float *cdot, const float *dh, const 
 #pragma unroll
     for (int q = 0; q < MAXV; q++) {
         int j = tid + q * T;
-        if (j < d)
+        if (j < d) {
             part[(size_t)blockIdx.x * d + j] = pp[q];
+            if (dxn)
+                npart[(size_t)blockIdx.x * d + j] = pn[q];
+        }
     }
 }
 
 extern "C" void cuda_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot,
-                                     const float *dh, const float *h, float *keep,
+                                     float *dh, const float *h, float *keep, const float *dxn,
+                                     const float *ng, float *dng, const float *nrstd,
                                      const float *alpha, const float *lse, int n, int k,
                                      const float *const *rsi, const float *const *intra,
                                      const float *w, const float *g, int N, int d)
@@ -830,12 +868,17 @@ extern "C" void cuda_depth_bwd_intra(float *const *dintra, float *dw, float *dg,
     int T = row_threads(d, op), nj = n - k, tpb = red_tokens(N, T), nb = red_nblk(N, tpb);
     clist il = make_clist(intra, nj, op), rl = make_clist(rsi, nj, op);
     mlist dl = make_mlist(dintra, nj, op);
-    float *part = (float *)workspace((size_t)nb * d * sizeof(float));
-    intra_bwd_kernel<<<nb, T, 0, ar_cuda_stream()>>>(dl, part, cdot, dh, h, keep, alpha, lse, n,
-                                                      k, rl, il, w, g, N, d, tpb);
+    /* partials: nb x d for dw/dg, then nb x d for dng */
+    float *part = (float *)workspace((size_t)2 * nb * d * sizeof(float));
+    float *npart = part + (size_t)nb * d;
+    intra_bwd_kernel<<<nb, T, 0, ar_cuda_stream()>>>(dl, part, npart, cdot, dh, h, keep, dxn, ng,
+                                                      nrstd, alpha, lse, n, k, rl, il, w, g, N, d,
+                                                      tpb);
     AR_CUDA_LAUNCHED();
     if (nj > 0)
         reduce_wg(dw, dg, part, nb, (size_t)d, w, g, d);
+    if (dxn)
+        reduce_add(dng, npart, nb, (size_t)d, d);
 }
 
 /* Up to CG mixers of a chunk, for one backward pass. */
