@@ -35,17 +35,14 @@ WRAP(1, depth_fwd_merge,
       const float *const *intra, const float *w, const float *g, const float *ng, float *xn,
       float *nrstd, int N, int d),
      (h, lse, alpha, n, k, rsi, intra, w, g, ng, xn, nrstd, N, d))
-WRAP(2, depth_recompute,
-     (float *const *h, const float *const *alpha, const float *const *const *src, const int *n,
-      int C, int N, int d),
-     (h, alpha, src, n, C, N, d))
 WRAP(3, depth_bwd_intra,
      (float *const *dintra, float *dw, float *dg, float *cdot, float *dh, const float *h,
-      float *keep, const float *dxn, const float *ng, float *dng, const float *nrstd,
-      const float *alpha, const float *lse, int n, int k, const float *const *rsi,
-      const float *const *intra, const float *w, const float *g, int N, int d),
-     (dintra, dw, dg, cdot, dh, h, keep, dxn, ng, dng, nrstd, alpha, lse, n, k, rsi, intra, w, g,
-      N, d))
+      float *keep, const float *dxn, const float *xn, const float *ng, float *dng,
+      const float *nrstd, const float *alpha, const float *lse, int n, int k,
+      const float *const *rsi, const float *const *src, const float *w, const float *g, int N,
+      int d),
+     (dintra, dw, dg, cdot, dh, h, keep, dxn, xn, ng, dng, nrstd, alpha, lse, n, k, rsi, src, w,
+      g, N, d))
 WRAP(4, depth_bwd_inter,
      (float *const *dsrc, float *const *dw, float *const *dg, const float *const *dh,
       const float *const *cdot, const float *const *alpha, const float *const *lse, const int *n,
@@ -81,7 +78,6 @@ int main(int argc, char **argv) {
     W = *cpu;
     W.depth_fwd_inter = w_depth_fwd_inter;
     W.depth_fwd_merge = w_depth_fwd_merge;
-    W.depth_recompute = w_depth_recompute;
     W.depth_bwd_intra = w_depth_bwd_intra;
     W.depth_bwd_inter = w_depth_bwd_inter;
     W.zero = w_zero;
@@ -128,9 +124,9 @@ int main(int argc, char **argv) {
         tot += now_s() - t0;
     }
     int ns = steps - 1;
-    printf("kind %d step %.1f ms | fwd_inter %.1f merge %.1f recompute %.1f bwd_intra %.1f "
+    printf("kind %d step %.1f ms | fwd_inter %.1f merge %.1f bwd_intra %.1f "
            "bwd_inter %.1f zero %.1f add %.1f rmsnorm_fwd %.1f rmsnorm_bwd %.1f ms/step\n",
-           kind, 1e3 * tot / ns, 1e3 * T[0] / ns, 1e3 * T[1] / ns, 1e3 * T[2] / ns, 1e3 * T[3] / ns,
+           kind, 1e3 * tot / ns, 1e3 * T[0] / ns, 1e3 * T[1] / ns, 1e3 * T[3] / ns,
            1e3 * T[4] / ns, 1e3 * T[5] / ns, 1e3 * T[6] / ns, 1e3 * T[7] / ns, 1e3 * T[8] / ns);
     return 0;
 }

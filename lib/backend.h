@@ -162,31 +162,29 @@ typedef struct ar_backend {
                             float *const *rsi, const float *const *intra, const float *w,
                             const float *g, const float *ng, float *xn, float *nrstd, int N,
                             int d);
-    /* h[c][i,:] = sum_{s<n[c]} alpha[c][i,s] src[c][s][i,:]   (=)  for C mixers
-     * (the backward recomputes sublayer inputs instead of keeping them) */
-    void (*depth_recompute)(float *const *h, const float *const *alpha,
-                            const float *const *const *src, const int *n, int C, int N, int d);
-    /* Backward, intra part of one mixer (as soon as its dh is known):
+    /* Backward, intra part of one mixer (as soon as its dh is known), over
+     * its own sources src[k..n-1] (src lists all n):
      *   cdot[i] = dh[i,:].h[i,:]   (=)   (= sum_s alpha_s da_s)
-     *   for t < n-k, x = intra[t], a = alpha[i,k+t], r = rsi[t][i]:
-     *     dl = a (dh.x - cdot);  dintra[t] += a dh + dl (r u - (u.x) r^3 x / d)
+     *   for t < n-k, x = src[k+t], a = alpha[i,k+t], r = rsi[t][i]:
+     *     dl = a (dh.x - cdot) (0 where n = 1);  dintra[t] += a dh + dl (r u - (u.x) r^3 x / d)
      *   dw += g * sum dl r x;  dg += w * (same sum)
      * lse is phase 2's: u.x = (log a + lse[i]) / r without touching x again.
      * keep (or NULL): keep[i,:] = dh[i,:] (=), written once cdot[i] is known,
      * so keep may be h's own buffer (the schedule saves dh for later there).
-     * dxn (or NULL): dh is not given but formed first (=) as the backward of
-     * the sublayer's RMSNorm xn = RMSNorm(h) (gain ng, nrstd its rstd), as
-     * rmsnorm_bwd with overwrite: dh = nrstd (ng dxn - h nrstd m), and
-     * dng += sum_i dxn h nrstd; dh may then be h's own buffer (the backward
-     * of the norm, of the mixer and the keeping of dh in one pass). */
+     * dxn (or NULL): h is not given (NULL) and dh not either: dh is formed
+     * (=) by the backward of the sublayer's norm xn = RMSNorm(h) (gain ng,
+     * rstd nrstd), from xn and dxn, as rmsnorm_bwd with overwrite:
+     *   xh = h nrstd = xn / ng  (where ng_j = 0: nrstd sum_s alpha_s src[s][:,j])
+     *   dh = nrstd (ng dxn - xh m), m = (ng dxn).xh / d;  dng += sum_i dxn xh
+     * so the backward needs neither h nor its recomputation. */
     void (*depth_bwd_intra)(float *const *dintra, float *dw, float *dg, float *cdot, float *dh,
-                            const float *h, float *keep, const float *dxn, const float *ng,
-                            float *dng, const float *nrstd, const float *alpha,
+                            const float *h, float *keep, const float *dxn, const float *xn,
+                            const float *ng, float *dng, const float *nrstd, const float *alpha,
                             const float *lse, int n, int k, const float *const *rsi,
-                            const float *const *intra, const float *w, const float *g, int N,
+                            const float *const *src, const float *w, const float *g, int N,
                             int d);
     /* Backward, shared part of a chunk (after its lowest mixer's intra part):
-     *   dl[c,s] = alpha[c][i,s] (dh[c].x_s - cdot[c][i])
+     *   dl[c,s] = alpha[c][i,s] (dh[c].x_s - cdot[c][i])   (0 where n[c] = 1)
      *   dsrc[s] += sum_c alpha dh[c] + dl (rs u_c - (u_c.x_s) rs^3 x_s / d)
      *   dw[c] += g_c * sum dl rs x_s;  dg[c] += w_c * (same sum)
      * overwrite: dsrc[s] = (...) instead of += (the first mixer differentiated

@@ -310,8 +310,9 @@ void ar_model_backward(ar_model *m, float scale)
         const ar_block_act *a = &m->act[k];
         int ni = attn ? b->attn_norm : b->mlp_norm;
         if (r->vt->input_norm_bwd) {
-            ar_norm_grad ng = {P(ni), G(ni), m->dxn, attn ? a->rstd : a->mrstd};
-            r->vt->input_norm_bwd(r, l, N, &ng, m->dy);
+            ar_norm_grad ng = {P(ni), G(ni), m->dxn, attn ? a->xn : a->mxn,
+                               attn ? a->rstd : a->mrstd};
+            r->vt->input_norm_bwd(r, l, N, &ng);
             continue;
         }
         const float *h = r->vt->input_saved(r, l, N);

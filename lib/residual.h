@@ -20,9 +20,9 @@
  *                      final_grad_overwrite); final_bwd();
  *                      for l = L..1: dv = output_grad(l) (complete);
  *                                    sublayer's backward down to dL/dxn;
- *                                    then either input_norm_bwd(l, ng,
- *                                    spare), where the scheme has it (the
- *                                    norm's backward fused with its own),
+ *                                    then either input_norm_bwd(l, ng),
+ *                                    where the scheme has it (the norm's
+ *                                    backward fused with its own),
  *                                    or h = input_saved(l); the caller's
  *                                    norm backward adds dL/dh_l into
  *                                    input_grad_buf(l, spare) (writes it,
@@ -34,7 +34,7 @@
  * model owns for its sublayer backward and leaves alone from the start of a
  * forward until its first output_grad() call; and `spare` (one of them),
  * which it leaves alone again from input_grad_buf(l, spare) to the end of
- * input_bwd(l) (or during input_norm_bwd(l, ng, spare)).  A scheme works in them instead of memory of its own, so
+ * input_bwd(l).  A scheme works in them instead of memory of its own, so
  * AttnRes costs no more than its extra gradients (issue 3's memory target).
  */
 #ifndef AR_RESIDUAL_H
@@ -53,12 +53,13 @@ typedef struct {
     float *xn, *rstd;
 } ar_norm_out;
 
-/* The backward of that norm, from dL/dxn (rstd saved by the forward):
- * dL/dh_l is RMSNorm's backward of dxn, and dgain += its gain gradient. */
+/* The backward of that norm, from dL/dxn (xn and rstd as the forward left
+ * them): dL/dh_l is RMSNorm's backward of dxn, and dgain += its gain
+ * gradient. */
 typedef struct {
     const float *gain;
     float *dgain;
-    const float *dxn, *rstd;
+    const float *dxn, *xn, *rstd;
 } ar_norm_grad;
 
 typedef struct {
@@ -85,9 +86,9 @@ typedef struct {
     float *(*input_grad_buf)(ar_residual *r, int l, int N, float *spare);
     void (*input_bwd)(ar_residual *r, int l, int N);
     /* NULL, or all of the above four in one call: the scheme forms dL/dh_l
-     * from ng itself (so h_l and dL/dh_l need not pass through memory
-     * between the norm's backward and its own) and propagates it */
-    void (*input_norm_bwd)(ar_residual *r, int l, int N, const ar_norm_grad *ng, float *spare);
+     * from ng itself, fused with its own backward (it need not keep or
+     * recompute h_l, nor pass dL/dh_l through memory in between) */
+    void (*input_norm_bwd)(ar_residual *r, int l, int N, const ar_norm_grad *ng);
     float *(*embed_grad)(ar_residual *r);
 
     /* Depth-attention diagnostics for mixer l (1..L, L+1 = final): number of

@@ -44,15 +44,12 @@
  *            (one-phase: 3 n_c + 1 per mixer)
  * Memory.  The sublayer inputs h are not kept.  The forward builds a chunk's
  * C inputs in scratch the model lends (its sublayer-backward buffers, idle
- * then).  The backward recomputes them from the saved weights alpha into
- * dead P buffers: P_q is dead once every mixer above q is done (the deferred
- * pass reads only sources before its chunk), so on entering chunk m0..m1
- * from the top, P_{m1} .. P_{m1+C-1} take all C inputs in one pass; the top
- * chunk, with no room above it, recomputes each h_l alone into P_l.  The
- * intra op forms dh_l (the backward of the sublayer's input norm, fused)
- * in the pass that reads h_l, writing it over h_l, where the deferred pass
- * finds it; a chunk's lowest mixer, whose deferred pass follows at once,
- * forms it in the model's spare buffer.  So beyond the baseline (which keeps
+ * then).  The backward needs no h either: the intra op forms dh_l by the
+ * backward of the sublayer's input norm from the xn = RMSNorm(h_l) the
+ * sublayer keeps for its own backward (h_l rstd = xn / gain), and writes
+ * it into P_l, dead by then (P_q is dead once every mixer above q is done:
+ * the deferred pass reads only sources before its chunk), where the
+ * chunk's deferred pass finds it.  So beyond the baseline (which keeps
  * the same P_0..P_L and one running gradient) AttnRes keeps, in buffers of
  * N x d, only the nb+1 block gradients dB less one, i.e. nb = N_blocks
  * (Full: L), plus the N x n weights and N-float statistics of every mixer. */
@@ -74,10 +71,7 @@ typedef struct {
     int m0, m1, C, k;     /* mixers m0..m1 (C of them) share their first k sources */
     /* host argument arrays for the chunk ops (C or k entries) */
     float **h, **lse, **alpha, **cdot, **dw, **dg;
-    float **hr;           /* where the backward recomputes each mixer's h */
-    int batched;          /* recompute all C at the chunk's top, not one by one */
-    const float **w, **g, **dh;
-    const float ***src;   /* per mixer source lists (recompute) */
+    const float **w, **g, **dh; /* dh_q: in P_q, the final mixer's in fgrad */
     int *n;
 } chunk;
 
@@ -91,7 +85,7 @@ typedef struct {
     float **cdot;         /* cmax arrays maxN: dh.h per chunk position */
     float **hb;           /* cmax buffers: the current chunk's h (forward) */
     float *fgrad;         /* dL/dh_out */
-    float *own[2];        /* what bind had to allocate: hb block, a dh buffer */
+    float *own;           /* the hb block, where bind had to allocate it */
     mixer *mx;            /* mx[1..L+1] */
     chunk *ch;
     const ar_param_table *pt;
@@ -146,7 +140,6 @@ static void plan_chunks(depth_res *s)
             c->k = k;
         }
         c->h = ar_xcalloc((size_t)c->C, sizeof(float *));
-        c->hr = ar_xcalloc((size_t)c->C, sizeof(float *));
         c->lse = ar_xcalloc((size_t)c->C, sizeof(float *));
         c->alpha = ar_xcalloc((size_t)c->C, sizeof(float *));
         c->cdot = ar_xcalloc((size_t)c->C, sizeof(float *));
@@ -155,7 +148,6 @@ static void plan_chunks(depth_res *s)
         c->w = ar_xcalloc((size_t)c->C, sizeof(float *));
         c->g = ar_xcalloc((size_t)c->C, sizeof(float *));
         c->dh = ar_xcalloc((size_t)c->C, sizeof(float *));
-        c->src = ar_xcalloc((size_t)c->C, sizeof(float **));
         c->n = ar_xcalloc((size_t)c->C, sizeof(int));
         for (int q = c->m0; q <= c->m1; q++) {
             s->mx[q].chunk = s->nch;
@@ -189,16 +181,14 @@ static void depth_bind(ar_residual *r, float *params, float *grads, float *const
     int need = s->cmax > 2 ? s->cmax : 2;
     size_t nfl = (size_t)r->maxN * r->d;
     if (nscratch < need)
-        s->own[0] = be->alloc(need * bytes);
+        s->own = be->alloc(need * bytes);
     for (int c = 0; c < need; c++) {
-        float *b = nscratch >= need ? scratch[c] : s->own[0] + c * nfl;
+        float *b = nscratch >= need ? scratch[c] : s->own + c * nfl;
         if (c < s->cmax)
             s->hb[c] = b;
         if (c == 1)
             s->fgrad = b;
     }
-    if (nscratch == 0) /* no spare will come: a dh buffer of its own */
-        s->own[1] = be->alloc(bytes);
     for (int m = 1; m <= r->L + 1; m++) {
         mixer *x = &s->mx[m];
         x->alpha = be->alloc((size_t)r->maxN * x->n * sizeof(float));
@@ -214,12 +204,6 @@ static void depth_bind(ar_residual *r, float *params, float *grads, float *const
     }
     for (int i = 0; i < s->nch; i++) {
         chunk *c = &s->ch[i];
-        /* Recompute targets: P_q for one-by-one recomputation; batched, the
-         * C buffers P_{m1}, P_{m1+1}, ..., dead at the chunk's top (every
-         * mixer above is done) and read by none of the chunk's mixers. */
-        c->batched = c->m1 <= r->L && c->m1 + c->C - 1 <= r->L;
-        for (int p = 0; p < c->C && c->m1 <= r->L; p++)
-            c->hr[p] = !c->batched ? s->P[c->m0 + p] : p == c->C - 1 ? s->P[c->m1] : s->P[c->m1 + 1 + p];
         for (int p = 0; p < c->C; p++) {
             mixer *x = &s->mx[c->m0 + p];
             c->lse[p] = x->lse;
@@ -229,7 +213,7 @@ static void depth_bind(ar_residual *r, float *params, float *grads, float *const
             c->g[p] = pq(s, x->g_idx);
             c->dw[p] = gq(s, x->q_idx);
             c->dg[p] = gq(s, x->g_idx);
-            c->src[p] = x->sp;
+            c->dh[p] = c->m0 + p <= r->L ? s->P[c->m0 + p] : s->fgrad;
             c->n[p] = x->n;
         }
     }
@@ -281,26 +265,23 @@ static const float *mix_fwd(depth_res *s, int m, int N, const ar_norm_out *nf)
     return fuse || fuse1 ? NULL : h;
 }
 
-/* Backward of mixer m, h in `h`: its own sources now.  dh is in `dh`, or
- * with ng formed there first by the sublayer norm's backward (in h's
- * buffer for all but the chunk's lowest mixer m0: h is used up then).  The
- * chunk's dh's are kept for its deferred shared part, which runs at m0
- * (whose dh is still in `dh`; P_q = hr holds dh_q for its other mixers q). */
-static void mix_bwd(depth_res *s, int m, float *dh, float *h, const ar_norm_grad *ng, int N)
+/* Backward of mixer m: its own sources now; the chunk's shared sources,
+ * for all its mixers at once, when m is its lowest mixer m0.  dh_m is in
+ * c->dh (given: the final mixer, whose h is kept), or with ng formed there
+ * from the sublayer's norm. */
+static void mix_bwd(depth_res *s, int m, const float *h, const ar_norm_grad *ng, int N)
 {
     const ar_backend *be = s->base.be;
     mixer *x = &s->mx[m];
     chunk *c = &s->ch[x->chunk];
-    be->depth_bwd_intra(x->dsp + c->k, gq(s, x->q_idx), gq(s, x->g_idx), x->cdot, dh, h,
-                        m == c->m0 || dh == h ? NULL : h, ng ? ng->dxn : NULL,
-                        ng ? ng->gain : NULL, ng ? ng->dgain : NULL, ng ? ng->rstd : NULL,
-                        x->alpha, x->lse, x->n, c->k, (const float *const *)x->rsp + c->k,
-                        x->sp + c->k, pq(s, x->q_idx), pq(s, x->g_idx), N, s->base.d);
+    be->depth_bwd_intra(x->dsp + c->k, gq(s, x->q_idx), gq(s, x->g_idx), x->cdot,
+                        (float *)c->dh[x->pos], h, NULL, ng ? ng->dxn : NULL,
+                        ng ? ng->xn : NULL, ng ? ng->gain : NULL, ng ? ng->dgain : NULL,
+                        ng ? ng->rstd : NULL, x->alpha, x->lse, x->n, c->k,
+                        (const float *const *)x->rsp + c->k, x->sp, pq(s, x->q_idx),
+                        pq(s, x->g_idx), N, s->base.d);
     if (m == c->m0) {
         mixer *x0 = &s->mx[c->m0];
-        c->dh[0] = dh;
-        for (int p = 1; p < c->C; p++)
-            c->dh[p] = c->hr[p];
         /* The final mixer comes first in the backward and reaches every dB
          * (its sources are all block summaries): it initialises them. */
         be->depth_bwd_inter(x0->dsp, c->dw, c->dg, c->dh, (const float *const *)c->cdot,
@@ -333,7 +314,7 @@ static float *depth_final_grad_buf(ar_residual *r) { return D(r)->fgrad; }
 /* h_out is still in hb[0], where the forward left it. */
 static void depth_final_bwd(ar_residual *r, int N)
 {
-    mix_bwd(D(r), r->L + 1, D(r)->fgrad, D(r)->hb[0], NULL, N);
+    mix_bwd(D(r), r->L + 1, D(r)->hb[0], NULL, N);
 }
 
 static float *depth_output_grad(ar_residual *r, int l, int N)
@@ -342,34 +323,10 @@ static float *depth_output_grad(ar_residual *r, int l, int N)
     return D(r)->dB[block_of(D(r), l)];
 }
 
-/* h_l again, from the saved weights, into a dead buffer (see bind): all C
- * of a chunk in one pass on entering it from the top where there is room,
- * else one by one into P_l (dead once the mixers above l are done). */
-static float *recompute_input(depth_res *s, int l, int N)
+/* dh_l from the norm's backward, formed by the intra op into P_l */
+static void depth_input_norm_bwd(ar_residual *r, int l, int N, const ar_norm_grad *ng)
 {
-    const ar_backend *be = s->base.be;
-    mixer *x = &s->mx[l];
-    chunk *c = &s->ch[x->chunk];
-    if (!c->batched)
-        be->depth_recompute(c->hr + x->pos, (const float *const *)&x->alpha,
-                            (const float *const *const *)&x->sp, &x->n, 1, N, s->base.d);
-    else if (l == c->m1)
-        be->depth_recompute(c->hr, (const float *const *)c->alpha,
-                            (const float *const *const *)c->src, c->n, c->C, N, s->base.d);
-    return c->hr[x->pos];
-}
-
-/* dh_l from the norm's backward, formed by the intra op in the pass that
- * uses it: in h_l's own buffer, where the deferred pass will read it, or
- * for a chunk's lowest mixer in the spare (its deferred pass runs now). */
-static void depth_input_norm_bwd(ar_residual *r, int l, int N, const ar_norm_grad *ng,
-                                 float *spare)
-{
-    depth_res *s = D(r);
-    mixer *x = &s->mx[l];
-    float *h = recompute_input(s, l, N);
-    float *dh = l == s->ch[x->chunk].m0 ? (spare ? spare : s->own[1]) : h;
-    mix_bwd(s, l, dh, h, ng, N);
+    mix_bwd(D(r), l, NULL, ng, N);
 }
 
 static float *depth_embed_grad(ar_residual *r) { return D(r)->dB[0]; }
@@ -401,9 +358,8 @@ static void depth_destroy(ar_residual *r)
     }
     for (int b = 0; b <= s->nb; b++)
         be->free(s->dB[b]);
-    for (int i = 0; i < 2; i++)
-        if (s->own[i])
-            be->free(s->own[i]);
+    if (s->own)
+        be->free(s->own);
     for (int c = 0; c < s->cmax; c++)
         be->free(s->cdot[c]);
     free(s->cdot);
@@ -418,7 +374,7 @@ static void depth_destroy(ar_residual *r)
     }
     for (int i = 0; i < s->nch; i++) {
         chunk *c = &s->ch[i];
-        void *arrs[] = {c->h, c->hr, c->lse, c->alpha, c->cdot, c->dw, c->dg, c->w, c->g, c->dh, c->src, c->n};
+        void *arrs[] = {c->h, c->lse, c->alpha, c->cdot, c->dw, c->dg, c->w, c->g, c->dh, c->n};
         for (size_t j = 0; j < sizeof arrs / sizeof *arrs; j++)
             free(arrs[j]);
     }

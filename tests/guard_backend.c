@@ -495,26 +495,10 @@ static void g_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k, 
     RUN(cpu()->depth_fwd_merge(h, lse, alpha, n, k, rsi, intra, w, g, ng, xn, nrstd, N, d));
 }
 
-static void g_depth_recompute(float *const *h, const float *const *alpha, const float *const *const *src,
-                              const int *n, int C, int N, int d)
-{
-    const char *op = "depth_recompute";
-    size_t nd = (size_t)N * d;
-    host_ints(op, "n", n, C);
-    dev_list(op, "h", (const float *const *)h, C, nd, 0);
-    host(op, "alpha", alpha);
-    host(op, "src", src);
-    for (int c = 0; c < C; c++) {
-        dev(op, "alpha", alpha[c], F((size_t)N * n[c]), 0);
-        dev_list(op, "src", src[c], n[c], nd, 0);
-    }
-    RUN(cpu()->depth_recompute(h, alpha, src, n, C, N, d));
-}
-
 static void g_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot, float *dh,
-                              const float *h, float *keep, const float *dxn, const float *ng, float *dng,
-                              const float *nrstd, const float *alpha, const float *lse, int n, int k,
-                              const float *const *rsi, const float *const *intra, const float *w, const float *g,
+                              const float *h, float *keep, const float *dxn, const float *xn, const float *ng,
+                              float *dng, const float *nrstd, const float *alpha, const float *lse, int n, int k,
+                              const float *const *rsi, const float *const *src, const float *w, const float *g,
                               int N, int d)
 {
     const char *op = "depth_bwd_intra";
@@ -524,20 +508,22 @@ static void g_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float 
     dev(op, "dg", dg, F(d), 0);
     dev(op, "cdot", cdot, F(N), 0);
     dev(op, "dh", dh, F(nd), 0);
-    dev(op, "h", h, F(nd), 0);
+    dev(op, "h", h, F(nd), !!dxn);
     dev(op, "keep", keep, F(nd), 1);
     dev(op, "dxn", dxn, F(nd), 1);
+    dev(op, "xn", xn, F(nd), !dxn);
     dev(op, "ng", ng, F(d), !dxn);
     dev(op, "dng", dng, F(d), !dxn);
     dev(op, "nrstd", nrstd, F(N), !dxn);
     dev(op, "alpha", alpha, F((size_t)N * n), 0);
     dev(op, "lse", lse, F(N), 0);
     dev_list(op, "rsi", rsi, n - k, N, 0);
-    dev_list(op, "intra", intra, n - k, nd, 0);
+    host(op, "src", src);
+    dev_list(op, "src", src, n, nd, 0);
     dev(op, "w", w, F(d), 0);
     dev(op, "g", g, F(d), 0);
-    RUN(cpu()->depth_bwd_intra(dintra, dw, dg, cdot, dh, h, keep, dxn, ng, dng, nrstd, alpha, lse, n, k, rsi,
-                               intra, w, g, N, d));
+    RUN(cpu()->depth_bwd_intra(dintra, dw, dg, cdot, dh, h, keep, dxn, xn, ng, dng, nrstd, alpha, lse, n, k,
+                               rsi, src, w, g, N, d));
 }
 
 static void g_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg, const float *const *dh,
@@ -687,7 +673,6 @@ static const ar_backend guard = {
     .depth_attn_bwd = g_depth_attn_bwd,
     .depth_fwd_inter = g_depth_fwd_inter,
     .depth_fwd_merge = g_depth_fwd_merge,
-    .depth_recompute = g_depth_recompute,
     .depth_bwd_intra = g_depth_bwd_intra,
     .depth_bwd_inter = g_depth_bwd_inter,
     .depth_mix_fwd = g_depth_mix_fwd,

@@ -36,6 +36,12 @@ void tu_tokens(int32_t *in, int32_t *tg, int n, uint64_t seed)
 
 void tu_model_fd_check(ar_model_cfg mc, const char *what, const char *must_have)
 {
+    tu_model_fd_check_prep(mc, what, must_have, NULL);
+}
+
+void tu_model_fd_check_prep(ar_model_cfg mc, const char *what, const char *must_have,
+                            void (*prep)(ar_model *m))
+{
     ar_model *m;
     ar_err e;
     int B = 2, N = B * mc.seq_len;
@@ -44,6 +50,8 @@ void tu_model_fd_check(ar_model_cfg mc, const char *what, const char *must_have)
     if (must_have)
         cr_assert_geq(ar_params_find(&m->pt, must_have), 0, "%s: no tensor '%s'", what, must_have);
     tu_model_randomize(m, 7);
+    if (prep)
+        prep(m);
     int32_t in[64], tg[64];
     tu_tokens(in, tg, N, 3);
     ar_model_zero_grad(m);

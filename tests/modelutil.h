@@ -17,6 +17,9 @@ void tu_tokens(int32_t *in, int32_t *tg, int n, uint64_t seed);
  * double.  Bound: |fd - g.u| <= 2e-2 |g.u| + 3e-4.  must_have (or NULL): a
  * tensor the model must hold.  what names the case in failures. */
 void tu_model_fd_check(ar_model_cfg mc, const char *what, const char *must_have);
+/* The same with prep (or NULL) applied to the weights after randomising. */
+void tu_model_fd_check_prep(ar_model_cfg mc, const char *what, const char *must_have,
+                            void (*prep)(ar_model *m));
 /* Forward + backward of ma and mb (same weights, set by the caller) on the
  * same B sequences; max |difference| over loss, logits and the gradients
  * of the tensors both have (matched by name). */

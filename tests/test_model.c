@@ -126,6 +126,30 @@ Test(finite_differences, block2) { fd_check(tiny(AR_RES_BLOCK, 2, 0)); }
 Test(finite_differences, block3) { fd_check(tiny(AR_RES_BLOCK, 3, 0)); }
 Test(finite_differences, num_blocks1) { fd_check(tiny(AR_RES_BLOCK, 0, 1)); }
 
+/* Every third channel of every sublayer input norm's gain set to 0: where
+ * AttnRes rebuilds h from xn = RMSNorm(h) for the norm's backward, those
+ * channels must come from the sources instead (xn is 0 there). */
+static void zero_norm_gains(ar_model *m)
+{
+    for (int i = 0; i < m->pt.n; i++) {
+        const ar_param *p = &m->pt.p[i];
+        if (!strstr(p->name, "attn_norm.weight") && !strstr(p->name, "mlp_norm.weight"))
+            continue;
+        float *g = ar_model_param(m, i);
+        for (size_t j = 0; j < p->numel; j += 3)
+            g[j] = 0.0f;
+    }
+}
+
+Test(finite_differences, full_zero_norm_gains)
+{
+    tu_model_fd_check_prep(tiny(AR_RES_FULL, 0, 0), "full, zero gains", NULL, zero_norm_gains);
+}
+Test(finite_differences, block2_zero_norm_gains)
+{
+    tu_model_fd_check_prep(tiny(AR_RES_BLOCK, 2, 0), "block2, zero gains", NULL, zero_norm_gains);
+}
+
 /* Forward + backward of two configs with the same weights (copied by
  * tensor name); returns max |difference| over loss, logits and gradients. */
 static double compare_kinds(ar_model_cfg a, ar_model_cfg b)

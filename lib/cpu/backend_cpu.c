@@ -793,7 +793,6 @@ static const ar_backend cpu_backend = {
     .depth_attn_bwd = depth_attn_backward,
     .depth_fwd_inter = cpu_depth_fwd_inter,
     .depth_fwd_merge = cpu_depth_fwd_merge,
-    .depth_recompute = cpu_depth_recompute,
     .depth_bwd_intra = cpu_depth_bwd_intra,
     .depth_bwd_inter = cpu_depth_bwd_inter,
     .depth_mix_fwd = cpu_depth_mix_fwd,

@@ -333,29 +333,6 @@ void cpu_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
     }
 }
 
-/* h_c = sum_s alpha_c[s] src_c[s] for C mixers (the backward's recomputation
- * of the sublayer inputs, which are not kept between forward and backward). */
-void cpu_depth_recompute(float *const *h, const float *const *alpha,
-                         const float *const *const *src, const int *n, int C, int N, int d)
-{
-    long work = 0;
-    int nmax = 1;
-    for (int c = 0; c < C; c++) {
-        work += (long)n[c] * d;
-        nmax = n[c] > nmax ? n[c] : nmax;
-    }
-#pragma omp parallel for schedule(static) if (work * N > PAR_MIN)
-    for (int i = 0; i < N; i++) {
-        const float *x[nmax];
-        for (int c = 0; c < C; c++) {
-            for (int s = 0; s < n[c]; s++)
-                x[s] = src[c][s] + (size_t)i * d;
-            float *y = h[c] + (size_t)i * d;
-            mix(&y, 1, alpha[c] + (size_t)i * n[c], x, n[c], n[c], 0, d);
-        }
-    }
-}
-
 /* u.x_s from the saved weight: logit = log(alpha_s) + LSE = rstd_s (u.x_s),
  * one log instead of a sweep over x_s.  Only called with alpha_s > 0. */
 static inline float key_dot(float a, float LSE, float r) { return (logf(a) + LSE) / r; }
@@ -373,59 +350,133 @@ static void reduce_partials(float *dw, float *dg, const float *part, int nch, si
     }
 }
 
-/* Backward of one mixer's intra sources, with c = dh.h = sum_s alpha_s da_s
- * (and dh copied to keep, which may be h's buffer):
- *   dl_t = alpha_t (dh.x_t - c)
+/* The sublayer norm's backward for one token, from xn = RMSNorm(h) (so h
+ * is not needed, nor rebuilt from the sources): with xh = h r = xn / g
+ * (gi = 1/g; the nz columns zc where g = 0 from the sources instead,
+ * xh = r sum_s alpha_s x_s),
+ *   m = sum_j g dxn xh / d;  dh = r (g dxn - xh m);  pdg += dxn xh
+ * dh goes to `row` (the caller's L1 copy) and to out (streamed where st).
+ * Returns dh.h = (dh.xh) / r. */
+static float norm_bwd_row(float *row, float *out, int st, float *pdg, const float *dxn,
+                          const float *xn, const float *g, const float *gi, const int *zc,
+                          int nz, float r, const float *al, const float *const *src, int n,
+                          size_t off, float *xh, int d)
+{
+    int j = 0;
+    for (; j + VL <= d; j += VL)
+        v_st(xh + j, v_ld(xn + j) * v_ld(gi + j));
+    for (; j < d; j++)
+        xh[j] = xn[j] * gi[j];
+    for (int z = 0; z < nz; z++) {
+        float acc = 0.0f;
+        for (int s = 0; s < n; s++)
+            acc += al[s] * src[s][off + zc[z]];
+        xh[zc[z]] = r * acc;
+    }
+    v16f sv = {0};
+    for (j = 0; j + VL <= d; j += VL)
+        sv += v_ld(g + j) * v_ld(dxn + j) * v_ld(xh + j);
+    float dot = v_hsum(sv);
+    for (; j < d; j++)
+        dot += g[j] * dxn[j] * xh[j];
+    float m = dot / d;
+    v16f cv = {0};
+    for (j = 0; j + VL <= d; j += VL) {
+        v16f xv = v_ld(xh + j), dv = v_ld(dxn + j);
+        v16f y = r * (v_ld(g + j) * dv - xv * m);
+        v_st(pdg + j, v_ld(pdg + j) + dv * xv);
+        v_st(row + j, y);
+        if (st)
+            v_stream(out + j, y);
+        else
+            v_st(out + j, y);
+        cv += y * xv;
+    }
+    float c = v_hsum(cv);
+    for (; j < d; j++) {
+        float y = r * (g[j] * dxn[j] - xh[j] * m);
+        pdg[j] += dxn[j] * xh[j];
+        row[j] = out[j] = y;
+        c += y * xh[j];
+    }
+    return c / r;
+}
+
+/* Backward of one mixer's intra sources x_t = src[k+t], with c = dh.h =
+ * sum_s alpha_s da_s (and dh copied to keep, which may be h's buffer):
+ *   dl_t = alpha_t (dh.x_t - c)   (0 for a mixer of one source: exactly)
  *   dx_t += alpha_t dh + dl_t (rstd_t u - (u.x_t) rstd_t^3 x_t / d)
  *   P    += dl_t rstd_t x_t   (dw += g P, dg += w P)
- * With dxn, dh is first the RMSNorm backward of dxn at h (the sublayer's
- * input norm), written in the same sweep that takes c, so neither dh nor h
- * is read a second time. */
+ * With dxn, dh is first formed by the sublayer norm's backward from xn
+ * (norm_bwd_row; h is NULL) and streamed to dh, which the deferred shared
+ * pass reads only after other sublayers' work has evicted it. */
 void cpu_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot, float *dh,
-                         const float *h, float *keep, const float *dxn, const float *ng,
-                         float *dng, const float *nrstd, const float *alpha, const float *lse,
-                         int n, int k, const float *const *rsi, const float *const *intra,
-                         const float *w, const float *g, int N, int d)
+                         const float *h, float *keep, const float *dxn, const float *xn,
+                         const float *ng, float *dng, const float *nrstd, const float *alpha,
+                         const float *lse, int n, int k, const float *const *rsi,
+                         const float *const *src, const float *w, const float *g, int N, int d)
 {
     int j = n - k;
+    const float *const *intra = src + k;
     const float *u = queries(&w, &g, 1, d);
     int nch = (N + RED_CHUNK - 1) / RED_CHUNK;
-    /* partials: nch x d for dw/dg, then nch x d for dng */
-    float *part = cpu_ws(WS_B, (size_t)2 * nch * d * sizeof(float));
-    float *npart = part + (size_t)nch * d;
+    /* partials: nch x d for dw/dg, then nch x d for dng; then 1/ng and the
+     * columns where ng = 0 */
+    float *part = cpu_ws(WS_B, ((size_t)2 * nch + 1) * d * sizeof(float) + (size_t)d * sizeof(int));
+    float *npart = part + (size_t)nch * d, *gi = npart + (size_t)nch * d;
+    int *zc = (int *)(gi + d), nz = 0;
     if (j > 0)
         memset(part, 0, (size_t)nch * d * sizeof(float));
-    if (dxn)
+    int st = 0;
+    if (dxn) {
         memset(npart, 0, (size_t)nch * d * sizeof(float));
-#pragma omp parallel for schedule(static) if ((long)N * d * (j + 1) > PAR_MIN)
-    for (int ch = 0; ch < nch; ch++) {
-        float *pp = part + (size_t)ch * d;
-        int i1 = (ch + 1) * RED_CHUNK < N ? (ch + 1) * RED_CHUNK : N;
-        for (int i = ch * RED_CHUNK; i < i1; i++) {
-            float *dr = dh + (size_t)i * d;
-            const float *hr = h + (size_t)i * d;
-            float c = dxn ? cpu_rmsnorm_bwd_row(dr, npart + (size_t)ch * d, dxn + (size_t)i * d,
-                                                hr, ng, nrstd[i], 1, d)
-                          : dotf(dr, hr, d);
-            cdot[i] = c;
-            if (keep) /* after the dot: keep may be h's buffer */
-                memcpy(keep + (size_t)i * d, dr, (size_t)d * sizeof(float));
-            const float *al = alpha + (size_t)i * n + k;
-            for (int t = 0; t < j; t++) {
-                const float *x = intra[t] + (size_t)i * d;
-                float *dx = dintra[t] + (size_t)i * d;
-                float a = al[t], r = rsi[t][i];
-                if (a == 0.0f)
-                    continue; /* underflowed weight: no contribution */
-                float dl = a * (dotf(dr, x, d) - c);
-                float c1 = dl * r, c2 = dl * key_dot(a, lse[i], r) * r * r * r / d;
+        for (int q = 0; q < d; q++) {
+            gi[q] = ng[q] != 0.0f ? 1.0f / ng[q] : 0.0f;
+            if (ng[q] == 0.0f)
+                zc[nz++] = q;
+        }
+        st = V_STREAM && d % VL == 0 && (uintptr_t)dh % 64 == 0;
+    }
+#pragma omp parallel if ((long)N * d * (j + 1) > PAR_MIN)
+    {
+        float rowb[dxn ? 2 * d : 1];
+#pragma omp for schedule(static) nowait
+        for (int ch = 0; ch < nch; ch++) {
+            float *pp = part + (size_t)ch * d;
+            int i1 = (ch + 1) * RED_CHUNK < N ? (ch + 1) * RED_CHUNK : N;
+            for (int i = ch * RED_CHUNK; i < i1; i++) {
+                size_t off = (size_t)i * d;
+                const float *al = alpha + (size_t)i * n;
+                const float *dr = dh + off;
+                float c;
+                if (dxn) {
+                    c = norm_bwd_row(rowb, dh + off, st, npart + (size_t)ch * d, dxn + off, xn + off,
+                                     ng, gi, zc, nz, nrstd[i], al, src, n, off, rowb + d, d);
+                    dr = rowb;
+                } else {
+                    c = dotf(dr, h + off, d);
+                }
+                cdot[i] = c;
+                if (keep) /* after the dot: keep may be h's buffer */
+                    memcpy(keep + off, dr, (size_t)d * sizeof(float));
+                for (int t = 0; t < j; t++) {
+                    const float *x = intra[t] + off;
+                    float *dx = dintra[t] + off;
+                    float a = al[k + t], r = rsi[t][i];
+                    if (a == 0.0f)
+                        continue; /* underflowed weight: no contribution */
+                    float dl = n > 1 ? a * (dotf(dr, x, d) - c) : 0.0f;
+                    float c1 = dl * r, c2 = dl * key_dot(a, lse[i], r) * r * r * r / d;
 #pragma omp simd
-                for (int q = 0; q < d; q++) {
-                    dx[q] += a * dr[q] + c1 * u[q] - c2 * x[q];
-                    pp[q] += c1 * x[q];
+                    for (int q = 0; q < d; q++) {
+                        dx[q] += a * dr[q] + c1 * u[q] - c2 * x[q];
+                        pp[q] += c1 * x[q];
+                    }
                 }
             }
         }
+        if (st)
+            v_stream_fence();
     }
     if (j > 0)
         reduce_partials(dw, dg, part, nch, (size_t)d, w, g, d);
@@ -468,7 +519,7 @@ static void inter_update(float *dx, int acc, int C, const float *a, const float 
 
 /* Backward of a chunk's shared sources, all C mixers at once (deferred until
  * the chunk's lowest mixer is done: no shared source is needed earlier):
- *   dl[c,s] = alpha_c[s] (dh_c.x_s - cdot_c)
+ *   dl[c,s] = alpha_c[s] (dh_c.x_s - cdot_c)   (0 for a mixer of one source)
  *   dx_s   += sum_c (alpha_c[s] dh_c + dl rstd_s u_c) - (sum_c dl (u_c.x_s)) rstd_s^3 x_s / d
  *   P_c    += sum_s dl rstd_s x_s   (dw_c += g_c P_c, dg_c += w_c P_c) */
 void cpu_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg,
@@ -502,7 +553,8 @@ void cpu_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg,
                 dots(dr, C, x, d, t, NULL, 1);
                 for (int c = 0; c < C; c++) {
                     a[c] = alpha[c][(size_t)i * n[c] + s];
-                    float dl = a[c] * (t[c] - cdot[c][i]);
+                    /* one source: no logit gradient, exactly */
+                    float dl = n[c] > 1 ? a[c] * (t[c] - cdot[c][i]) : 0.0f;
                     c1[c] = dl * r;
                     if (a[c] != 0.0f) /* an underflowed weight contributes nothing */
                         norm += dl * key_dot(a[c], lse[c][i], r);

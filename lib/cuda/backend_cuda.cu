@@ -296,7 +296,6 @@ static void fill_table(ar_backend *b)
     b->depth_attn_bwd = cuda_depth_attn_bwd;
     b->depth_fwd_inter = cuda_depth_fwd_inter;
     b->depth_fwd_merge = cuda_depth_fwd_merge;
-    b->depth_recompute = cuda_depth_recompute;
     b->depth_bwd_intra = cuda_depth_bwd_intra;
     b->depth_bwd_inter = cuda_depth_bwd_inter;
     b->depth_mix_fwd = cuda_depth_mix_fwd;

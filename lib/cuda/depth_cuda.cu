@@ -697,64 +697,23 @@ extern "C" void cuda_depth_fwd_merge(float *h, float *lse, float *alpha, int n, 
     AR_CUDA_LAUNCHED();
 }
 
-/* h[i,:] = sum_{s<n} alpha[i,s] x_s[i,:]  (=), sources in order, one block per token */
-__global__ void __launch_bounds__(MAXT)
-recompute_kernel(float *h, const float *alpha, clist src, int n, int d)
-{
-    size_t i = blockIdx.x;
-    int T = blockDim.x, tid = threadIdx.x;
-    float acc[MAXV];
-#pragma unroll
-    for (int q = 0; q < MAXV; q++)
-        acc[q] = 0.0f;
-    for (int s = 0; s < n; s++) {
-        const float *x = src.p[s] + i * d;
-        float a = alpha[i * n + s];
-#pragma unroll
-        for (int q = 0; q < MAXV; q++) {
-            int j = tid + q * T;
-            if (j < d)
-                acc[q] += a * x[j];
-        }
-    }
-#pragma unroll
-    for (int q = 0; q < MAXV; q++) {
-        int j = tid + q * T;
-        if (j < d)
-            h[i * d + j] = acc[q];
-    }
-}
-
-extern "C" void cuda_depth_recompute(float *const *h, const float *const *alpha,
-                                     const float *const *const *src, const int *n, int C, int N,
-                                     int d)
-{
-    const char *op = "depth_recompute";
-    if (N <= 0 || d <= 0)
-        return;
-    int T = row_threads(d, op);
-    for (int c = 0; c < C; c++) {
-        clist sl = make_clist(src[c], n[c], op);
-        recompute_kernel<<<N, T, 0, ar_cuda_stream()>>>(h[c], alpha[c], sl, n[c], d);
-        AR_CUDA_LAUNCHED();
-    }
-}
-
-/* Backward, intra part of one mixer; tokens [b tpb, (b+1) tpb) of block b:
- *   dxn given: dh = nr (ng dxn - h nr m), m = nr (ng dxn).h / d, written to
- *              dh (=, after h is read: dh may be h); npart[b,:] = sum of
- *              dxn h nr  (then reduce_add into dng)
- *   cdot[i] = dh.h (=);  keep[i,:] = dh (=, after h is read: keep may be h)
- *   for t < n-k with a = alpha[i,k+t] != 0, r = rsi[t][i], x = intra[t]:
- *     dl = a (dh.x - cdot);  ux = (log a + lse[i]) / r   (phase 2's lse)
+/* Backward, intra part of one mixer; tokens [b tpb, (b+1) tpb) of block b;
+ * src lists all n sources, the intra ones from k:
+ *   dxn given (h NULL): xh = xn / ng (where ng_j = 0: nr sum_s alpha_s src[s]),
+ *              dh = nr (ng dxn - xh m), m = (ng dxn).xh / d, written to dh
+ *              (=);  npart[b,:] = sum of dxn xh  (then reduce_add into dng);
+ *              cdot = dh.xh / nr
+ *   else:      cdot[i] = dh.h (=);  keep[i,:] = dh (=, after h is read: keep may be h)
+ *   for t < n-k with a = alpha[i,k+t] != 0, r = rsi[t][i], x = src[k+t]:
+ *     dl = a (dh.x - cdot) (0 where n = 1);  ux = (log a + lse[i]) / r   (phase 2's lse)
  *     dintra[t] += a dh + dl r u - dl ux r^3 x / d
  *   part[b,:] = sum of dl r x   (then reduce_wg)
  * Each thread reads and writes only its own columns of a row. */
 __global__ void __launch_bounds__(MAXT)
 intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh, const float *h,
-                 float *keep, const float *dxn, const float *ng, const float *nrstd,
-                 const float *alpha, const float *lse, int n, int k, clist rsi, clist intra,
-                 const float *w, const float *g, int N, int d, int tpb)
+                 float *keep, const float *dxn, const float *xn, const float *ng,
+                 const float *nrstd, const float *alpha, const float *lse, int n, int k,
+                 clist rsi, clist src, const float *w, const float *g, int N, int d, int tpb)
 {
     int T = blockDim.x, tid = threadIdx.x, nj = n - k;
     float u[MAXV], pp[MAXV], pn[MAXV];
@@ -768,61 +727,66 @@ intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh
     int i0 = blockIdx.x * tpb, i1 = min(N, i0 + tpb);
     for (int ii = i0; ii < i1; ii++) {
         size_t i = ii;
-        float gy[MAXV], hv[MAXV], v[1] = {0.0f};
-#pragma unroll
-        for (int q = 0; q < MAXV; q++) {
-            int j = tid + q * T;
-            hv[q] = j < d ? h[i * d + j] : 0.0f;
-        }
+        float gy[MAXV], v[1] = {0.0f}, c;
+        const float *al = alpha + i * n;
         if (dxn) {
-            float dv[MAXV], nr = nrstd[i];
+            float dv[MAXV], xh[MAXV], nr = nrstd[i];
 #pragma unroll
             for (int q = 0; q < MAXV; q++) {
                 int j = tid + q * T;
+                float gj = j < d ? ng[j] : 1.0f;
                 dv[q] = j < d ? dxn[i * d + j] : 0.0f;
-                v[0] += (j < d ? ng[j] : 0.0f) * dv[q] * hv[q];
+                if (gj != 0.0f) {
+                    xh[q] = j < d ? xn[i * d + j] / gj : 0.0f;
+                } else { /* the norm zeroed this channel: h from the sources */
+                    float acc = 0.0f;
+                    for (int s = 0; s < n; s++)
+                        acc += al[s] * src.p[s][i * d + j];
+                    xh[q] = nr * acc;
+                }
+                v[0] += gj * dv[q] * xh[q];
             }
             block_sum<1>(v);
-            float rm = nr * (v[0] * nr / d);
+            float m = v[0] / d;
+            v[0] = 0.0f;
 #pragma unroll
             for (int q = 0; q < MAXV; q++) {
                 int j = tid + q * T;
-                gy[q] = j < d ? nr * (ng[j] * dv[q] - hv[q] * rm) : 0.0f;
-                pn[q] += dv[q] * hv[q] * nr;
+                gy[q] = j < d ? nr * (ng[j] * dv[q] - xh[q] * m) : 0.0f;
+                pn[q] += dv[q] * xh[q];
+                v[0] += gy[q] * xh[q];
                 if (j < d)
                     dh[i * d + j] = gy[q];
             }
-            v[0] = 0.0f;
+            block_sum<1>(v);
+            c = v[0] / nr;
         } else {
 #pragma unroll
             for (int q = 0; q < MAXV; q++) {
                 int j = tid + q * T;
                 gy[q] = j < d ? dh[i * d + j] : 0.0f;
+                v[0] += gy[q] * (j < d ? h[i * d + j] : 0.0f);
+            }
+            block_sum<1>(v);
+            c = v[0];
+            if (keep) {
+#pragma unroll
+                for (int q = 0; q < MAXV; q++) {
+                    int j = tid + q * T;
+                    if (j < d)
+                        keep[i * d + j] = gy[q];
+                }
             }
         }
-#pragma unroll
-        for (int q = 0; q < MAXV; q++)
-            v[0] += gy[q] * hv[q];
-        block_sum<1>(v);
-        float c = v[0];
         if (tid == 0)
             cdot[i] = c;
-        if (keep) {
-#pragma unroll
-            for (int q = 0; q < MAXV; q++) {
-                int j = tid + q * T;
-                if (j < d)
-                    keep[i * d + j] = gy[q];
-            }
-        }
-        const float *al = alpha + i * n + k;
         float L = lse[i];
         for (int t = 0; t < nj; t++) {
-            float a = al[t];
+            float a = al[k + t];
             if (a == 0.0f)
                 continue; /* underflowed weight: no contribution (uniform over the block) */
             float r = rsi.p[t][i];
-            const float *x = intra.p[t] + i * d;
+            const float *x = src.p[k + t] + i * d;
             float xv[MAXV], v1[1] = {0.0f};
 #pragma unroll
             for (int q = 0; q < MAXV; q++) {
@@ -831,7 +795,7 @@ intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh
                 v1[0] += gy[q] * xv[q];
             }
             block_sum<1>(v1);
-            float dl = a * (v1[0] - c);
+            float dl = n > 1 ? a * (v1[0] - c) : 0.0f; /* one source: no logit gradient */
             float c1 = dl * r, c2 = dl * ((logf(a) + L) / r) * r * r * r / d;
             float *dx = dintra.p[t] + i * d;
 #pragma unroll
@@ -857,23 +821,24 @@ intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh
 
 extern "C" void cuda_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot,
                                      float *dh, const float *h, float *keep, const float *dxn,
-                                     const float *ng, float *dng, const float *nrstd,
-                                     const float *alpha, const float *lse, int n, int k,
-                                     const float *const *rsi, const float *const *intra,
-                                     const float *w, const float *g, int N, int d)
+                                     const float *xn, const float *ng, float *dng,
+                                     const float *nrstd, const float *alpha, const float *lse,
+                                     int n, int k, const float *const *rsi,
+                                     const float *const *src, const float *w, const float *g,
+                                     int N, int d)
 {
     const char *op = "depth_bwd_intra";
     if (N <= 0 || d <= 0)
         return;
     int T = row_threads(d, op), nj = n - k, tpb = red_tokens(N, T), nb = red_nblk(N, tpb);
-    clist il = make_clist(intra, nj, op), rl = make_clist(rsi, nj, op);
+    clist sl = make_clist(src, n, op), rl = make_clist(rsi, nj, op);
     mlist dl = make_mlist(dintra, nj, op);
     /* partials: nb x d for dw/dg, then nb x d for dng */
     float *part = (float *)workspace((size_t)2 * nb * d * sizeof(float));
     float *npart = part + (size_t)nb * d;
-    intra_bwd_kernel<<<nb, T, 0, ar_cuda_stream()>>>(dl, part, npart, cdot, dh, h, keep, dxn, ng,
-                                                      nrstd, alpha, lse, n, k, rl, il, w, g, N, d,
-                                                      tpb);
+    intra_bwd_kernel<<<nb, T, 0, ar_cuda_stream()>>>(dl, part, npart, cdot, dh, h, keep, dxn, xn,
+                                                      ng, nrstd, alpha, lse, n, k, rl, sl, w, g,
+                                                      N, d, tpb);
     AR_CUDA_LAUNCHED();
     if (nj > 0)
         reduce_wg(dw, dg, part, nb, (size_t)d, w, g, d);
@@ -889,7 +854,7 @@ struct bwd_grp {
 
 /* Backward, shared part, mixers c < G of a group; tokens [b tpb, (b+1) tpb)
  * of block b; per token and shared source s (x = x_s, r = rs[s][i]):
- *   dl_c = alpha_c[i,s] (dh_c.x - cdot_c[i]);  ux_c = (log alpha_c + lse_c[i]) / r
+ *   dl_c = alpha_c[i,s] (dh_c.x - cdot_c[i]) (0 where n_c = 1);  ux_c = (log alpha_c + lse_c[i]) / r
  *   dsrc[s] = (overwrite ? 0 : dsrc[s]) + sum_c alpha_c dh_c + sum_c dl_c r u_c
  *             - (sum_{c: alpha_c != 0} dl_c ux_c) r^3 x / d
  *   part[b,c,:] = sum of dl_c r x   (then reduce_wg per mixer)
@@ -940,7 +905,7 @@ inter_bwd_kernel(mlist dsrc, float *part, bwd_grp p, int G, clist rs, clist src,
                 if (c >= G)
                     continue;
                 a[c] = p.alpha[c][i * p.n[c] + s];
-                float dl = a[c] * (v[c] - p.cdot[c][i]);
+                float dl = p.n[c] > 1 ? a[c] * (v[c] - p.cdot[c][i]) : 0.0f; /* one source: none */
                 c1[c] = dl * r;
                 if (a[c] != 0.0f) /* an underflowed weight contributes nothing */
                     norm += dl * ((logf(a[c]) + p.lse[c][i]) / r);
