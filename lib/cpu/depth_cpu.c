@@ -499,6 +499,7 @@ static void inter_update(float *dx, int acc, int C, const float *a, const float 
     int j = 0;
     for (; j + VL <= d; j += VL) {
         v16f xv = v_ld(x + j), y = cx * xv;
+        __builtin_prefetch(dx + j + d, 1, 3); /* the next token's row */
         if (acc)
             y += v_ld(dx + j);
         for (int c = 0; c < C; c++) {
@@ -545,8 +546,12 @@ void cpu_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg,
             pc[c] = pp + (size_t)c * d;
         }
         for (int i = ch * RED_CHUNK; i < i1; i++) {
-            for (int c = 0; c < C; c++)
+            for (int c = 0; c < C; c++) {
                 dr[c] = dh[c] + (size_t)i * d;
+                if (i + 1 < i1) /* the next token's dh rows */
+                    for (int q = 0; q < d; q += VL)
+                        __builtin_prefetch(dr[c] + d + q, 0, 3);
+            }
             for (int s = 0; s < k; s++) {
                 const float *x = src[s] + (size_t)i * d;
                 float r = rs[s][i], norm = 0.0f;
