@@ -71,7 +71,8 @@ typedef struct {
     int m0, m1, C, k;     /* mixers m0..m1 (C of them) share their first k sources */
     /* host argument arrays for the chunk ops (C or k entries) */
     float **h, **lse, **alpha, **cdot, **dw, **dg;
-    const float **w, **g, **dh; /* dh_q: in P_q, the final mixer's in fgrad */
+    float **dh;           /* dh_q: in P_q (the final mixer's: fgrad) */
+    const float **w, **g;
     int *n;
 } chunk;
 
@@ -275,7 +276,7 @@ static void mix_bwd(depth_res *s, int m, const float *h, const ar_norm_grad *ng,
     mixer *x = &s->mx[m];
     chunk *c = &s->ch[x->chunk];
     be->depth_bwd_intra(x->dsp + c->k, gq(s, x->q_idx), gq(s, x->g_idx), x->cdot,
-                        (float *)c->dh[x->pos], h, NULL, ng ? ng->dxn : NULL,
+                        c->dh[x->pos], h, NULL, ng ? ng->dxn : NULL,
                         ng ? ng->xn : NULL, ng ? ng->gain : NULL, ng ? ng->dgain : NULL,
                         ng ? ng->rstd : NULL, x->alpha, x->lse, x->n, c->k,
                         (const float *const *)x->rsp + c->k, x->sp, pq(s, x->q_idx),
@@ -284,8 +285,9 @@ static void mix_bwd(depth_res *s, int m, const float *h, const ar_norm_grad *ng,
         mixer *x0 = &s->mx[c->m0];
         /* The final mixer comes first in the backward and reaches every dB
          * (its sources are all block summaries): it initialises them. */
-        be->depth_bwd_inter(x0->dsp, c->dw, c->dg, c->dh, (const float *const *)c->cdot,
-                            (const float *const *)c->alpha, (const float *const *)c->lse, c->n,
+        be->depth_bwd_inter(x0->dsp, c->dw, c->dg, (const float *const *)c->dh,
+                            (const float *const *)c->cdot, (const float *const *)c->alpha,
+                            (const float *const *)c->lse, c->n,
                             (const float *const *)x0->rsp, x0->sp, c->k, c->w, c->g, c->C,
                             m == s->base.L + 1, N, s->base.d);
     }
