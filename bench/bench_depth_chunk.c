@@ -150,7 +150,7 @@ int main(int argc, char **argv)
                 evict();
             double t = omp_get_wtime();
             if (part == 0)
-                be->depth_bwd_intra(dsrc + k - 1, dw[0], dg[0], cd[0], dh[0], NULL, NULL, dxn, xn,
+                be->depth_bwd_intra(dsrc + k - 1, dw[0], dg[0], cd[0], dh[0], NULL, dxn, xn,
                                     g[0], dw[1 % C], nr, al[0], lse[0], k, k - 1,
                                     (const float *const *)rs + k - 1, (const float *const *)src,
                                     w[0], g[0], N, d);

@@ -37,11 +37,11 @@ WRAP(1, depth_fwd_merge,
      (h, lse, alpha, n, k, rsi, intra, w, g, ng, xn, nrstd, N, d))
 WRAP(3, depth_bwd_intra,
      (float *const *dintra, float *dw, float *dg, float *cdot, float *dh, const float *h,
-      float *keep, const float *dxn, const float *xn, const float *ng, float *dng,
+      const float *dxn, const float *xn, const float *ng, float *dng,
       const float *nrstd, const float *alpha, const float *lse, int n, int k,
       const float *const *rsi, const float *const *src, const float *w, const float *g, int N,
       int d),
-     (dintra, dw, dg, cdot, dh, h, keep, dxn, xn, ng, dng, nrstd, alpha, lse, n, k, rsi, src, w,
+     (dintra, dw, dg, cdot, dh, h, dxn, xn, ng, dng, nrstd, alpha, lse, n, k, rsi, src, w,
       g, N, d))
 WRAP(4, depth_bwd_inter,
      (float *const *dsrc, float *const *dw, float *const *dg, const float *const *dh,

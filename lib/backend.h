@@ -169,8 +169,6 @@ typedef struct ar_backend {
      *     dl = a (dh.x - cdot) (0 where n = 1);  dintra[t] += a dh + dl (r u - (u.x) r^3 x / d)
      *   dw += g * sum dl r x;  dg += w * (same sum)
      * lse is phase 2's: u.x = (log a + lse[i]) / r without touching x again.
-     * keep (or NULL): keep[i,:] = dh[i,:] (=), written once cdot[i] is known,
-     * so keep may be h's own buffer (the schedule saves dh for later there).
      * dxn (or NULL): h is not given (NULL) and dh not either: dh is formed
      * (=) by the backward of the sublayer's norm xn = RMSNorm(h) (gain ng,
      * rstd nrstd), from xn and dxn, as rmsnorm_bwd with overwrite:
@@ -178,7 +176,7 @@ typedef struct ar_backend {
      *   dh = nrstd (ng dxn - xh m), m = (ng dxn).xh / d;  dng += sum_i dxn xh
      * so the backward needs neither h nor its recomputation. */
     void (*depth_bwd_intra)(float *const *dintra, float *dw, float *dg, float *cdot, float *dh,
-                            const float *h, float *keep, const float *dxn, const float *xn,
+                            const float *h, const float *dxn, const float *xn,
                             const float *ng, float *dng, const float *nrstd, const float *alpha,
                             const float *lse, int n, int k, const float *const *rsi,
                             const float *const *src, const float *w, const float *g, int N,

@@ -276,7 +276,7 @@ static void mix_bwd(depth_res *s, int m, const float *h, const ar_norm_grad *ng,
     mixer *x = &s->mx[m];
     chunk *c = &s->ch[x->chunk];
     be->depth_bwd_intra(x->dsp + c->k, gq(s, x->q_idx), gq(s, x->g_idx), x->cdot,
-                        c->dh[x->pos], h, NULL, ng ? ng->dxn : NULL,
+                        c->dh[x->pos], h, ng ? ng->dxn : NULL,
                         ng ? ng->xn : NULL, ng ? ng->gain : NULL, ng ? ng->dgain : NULL,
                         ng ? ng->rstd : NULL, x->alpha, x->lse, x->n, c->k,
                         (const float *const *)x->rsp + c->k, x->sp, pq(s, x->q_idx),

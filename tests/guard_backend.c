@@ -496,7 +496,7 @@ static void g_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k, 
 }
 
 static void g_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot, float *dh,
-                              const float *h, float *keep, const float *dxn, const float *xn, const float *ng,
+                              const float *h, const float *dxn, const float *xn, const float *ng,
                               float *dng, const float *nrstd, const float *alpha, const float *lse, int n, int k,
                               const float *const *rsi, const float *const *src, const float *w, const float *g,
                               int N, int d)
@@ -509,7 +509,6 @@ static void g_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float 
     dev(op, "cdot", cdot, F(N), 0);
     dev(op, "dh", dh, F(nd), 0);
     dev(op, "h", h, F(nd), !!dxn);
-    dev(op, "keep", keep, F(nd), 1);
     dev(op, "dxn", dxn, F(nd), 1);
     dev(op, "xn", xn, F(nd), !dxn);
     dev(op, "ng", ng, F(d), !dxn);
@@ -522,7 +521,7 @@ static void g_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float 
     dev_list(op, "src", src, n, nd, 0);
     dev(op, "w", w, F(d), 0);
     dev(op, "g", g, F(d), 0);
-    RUN(cpu()->depth_bwd_intra(dintra, dw, dg, cdot, dh, h, keep, dxn, xn, ng, dng, nrstd, alpha, lse, n, k,
+    RUN(cpu()->depth_bwd_intra(dintra, dw, dg, cdot, dh, h, dxn, xn, ng, dng, nrstd, alpha, lse, n, k,
                                rsi, src, w, g, N, d));
 }
 

@@ -842,10 +842,9 @@ static void two_phase_case(int C, int k, const int *j, int N, int d)
         }
     }
 
-    /* backward, intra parts from the last mixer down; keep = NULL, a
-     * buffer of its own, or h's own buffer, or (kv 3) dh formed by the
-     * fused norm backward from xn (h not given; some gain columns 0, where
-     * h comes from the sources), in turn */
+    /* backward, intra parts from the last mixer down; dh given, or (fz)
+     * formed by the fused norm backward from xn (h not given; some gain
+     * columns 0, where h comes from the sources), in turn */
     tp *dsrc[MAXL], *dw[8], *dg[8], *cdot[8], *dh[8];
     for (int s = 0; s < ns; s++)
         dsrc[s] = rnd(nd, -1, 1);
@@ -853,11 +852,10 @@ static void two_phase_case(int C, int k, const int *j, int N, int d)
         dw[c] = rnd(d, -1, 1), dg[c] = rnd(d, -1, 1), cdot[c] = junk(N), dh[c] = rnd(nd, -1, 1);
     }
     for (int c = C - 1; c >= 0; c--) {
-        int kv = (c + C) % 4;
-        tp *h = kv == 2 ? dup_tp(o[c]) : kv == 3 ? NULL : o[c];
-        tp *keep = kv == 0 || kv == 3 ? NULL : kv == 1 ? junk(nd) : h;
+        int fused = (c + C) % 2;
+        tp *h = fused ? NULL : o[c];
         tp *dxn = NULL, *xn = NULL, *ng = NULL, *dng = NULL, *nr = NULL;
-        if (kv == 3) {
+        if (fused) {
             dxn = rnd(nd, -1, 1), xn = rnd(nd, -1, 1), dng = rnd(d, -1, 1);
             nr = rnd(N, 0.5f, 2.0f), ng = rnd(d, 0.5f, 1.5f);
             for (int q = 2; q < d; q += 5)
@@ -868,11 +866,11 @@ static void two_phase_case(int C, int k, const int *j, int N, int d)
         tl ldi = list(dsrc + k, j[c]), lrsi = list(rs + k, j[c]), lsrc = list(src, n[c]);
         /* no intra sources: the lists of their gradients and rstd are not read */
         BOTH be->depth_bwd_intra(j[c] ? DL(ldi) : NULL, D(dw[c]), D(dg[c]), D(cdot[c]), D(dh[c]),
-                                 h ? D(h) : NULL, keep ? D(keep) : NULL, dxn ? D(dxn) : NULL,
+                                 h ? D(h) : NULL, dxn ? D(dxn) : NULL,
                                  xn ? D(xn) : NULL, ng ? D(ng) : NULL, dng ? D(dng) : NULL,
                                  nr ? D(nr) : NULL, D(alpha[c]), D(lse[c]), n[c], k,
                                  j[c] ? CL(lrsi) : NULL, CL(lsrc), D(w[c]), D(g[c]), N, d);
-        const char *fz = kv == 3 ? " (fused norm)" : "";
+        const char *fz = fused ? " (fused norm)" : "";
         snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d cdot", fz, c);
         check(what, cdot[c]);
         snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dw", fz, c);
@@ -880,16 +878,12 @@ static void two_phase_case(int C, int k, const int *j, int N, int d)
         snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dg", fz, c);
         check(what, dg[c]);
         take(cdot[c]), take(dw[c]), take(dg[c]);
-        if (kv == 3) {
+        if (fused) {
             snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dh", fz, c);
             check(what, dh[c]);
             snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dng", fz, c);
             check(what, dng);
             take(dh[c]);
-        }
-        if (keep) {
-            snprintf(what, sizeof what, "depth_bwd_intra mixer %d keep%s", c, kv == 2 ? " (h's buffer)" : "");
-            check(what, keep);
         }
         for (int t = 0; t < j[c]; t++) {
             snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dintra[%d]", fz, c, t);

@@ -156,9 +156,9 @@ static void check_chunk(int C, int k, const int *j, int N, int d)
         memcpy(rdg[c], dg[c], d * sizeof(float));
     }
     for (int c = C - 1; c >= 0; c--) {
-        be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, NULL, NULL, NULL, NULL, NULL, alpha[c], lse[c], t.n[c], k,
-                            (const float *const *)rs + k, (const float *const *)t.src, t.w[c],
-                            t.g[c], N, d);
+        be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, NULL, NULL, NULL,
+                            NULL, alpha[c], lse[c], t.n[c], k, (const float *const *)rs + k,
+                            (const float *const *)t.src, t.w[c], t.g[c], N, d);
         be->depth_attn_bwd(rdsrc, rdw[c], rdg[c], t.dh[c], ral[c], rrs[c],
                            (const float *const *)t.src, t.n[c], t.w[c], t.g[c], N, d);
     }
@@ -271,9 +271,9 @@ Test(depth, two_phase_gradients_match_finite_differences)
     fd_ctx x = {&t, h, alpha, lse, rs, R};
     fd_loss(&x);
     for (int c = C - 1; c >= 0; c--)
-        be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, NULL, NULL, NULL, NULL, NULL, alpha[c], lse[c], t.n[c], k,
-                            (const float *const *)rs + k, (const float *const *)t.src, t.w[c],
-                            t.g[c], N, d);
+        be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, NULL, NULL, NULL,
+                            NULL, alpha[c], lse[c], t.n[c], k, (const float *const *)rs + k,
+                            (const float *const *)t.src, t.w[c], t.g[c], N, d);
     be->depth_bwd_inter(dsrc, dw, dg, (const float *const *)t.dh, (const float *const *)cdot,
                         (const float *const *)alpha, (const float *const *)lse, t.n, (const float *const *)rs,
                         (const float *const *)t.src, k, (const float *const *)t.w,
@@ -315,9 +315,10 @@ Test(depth, backward_bitwise_independent_of_threads)
             rs[s] = zeros(N), dsrc[s] = zeros(nd);
         two_phase_fwd(&t, h, alpha, lse, rs);
         for (int c = C - 1; c >= 0; c--)
-            be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, NULL, NULL, NULL, NULL, NULL, alpha[c], lse[c],
-                                t.n[c], k, (const float *const *)rs + k,
-                                (const float *const *)t.src, t.w[c], t.g[c], N, d);
+            be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, NULL, NULL,
+                                NULL, NULL, alpha[c], lse[c], t.n[c], k,
+                                (const float *const *)rs + k, (const float *const *)t.src, t.w[c],
+                                t.g[c], N, d);
         be->depth_bwd_inter(dsrc, dw, dg, (const float *const *)t.dh, (const float *const *)cdot,
                             (const float *const *)alpha, (const float *const *)lse, t.n, (const float *const *)rs,
                             (const float *const *)t.src, k, (const float *const *)t.w,
@@ -358,8 +359,9 @@ Test(depth, backward_overwrite_equals_accumulate_onto_zero)
     for (int s = 0; s < k; s++)
         rs[s] = zeros(N), acc[s] = zeros(nd), ovw[s] = rnd(nd, -5, 5);
     two_phase_fwd(&t, h, alpha, lse, rs);
-    be->depth_bwd_intra(NULL, dw[0], dg[0], cdot[0], t.dh[0], h[0], NULL, NULL, NULL, NULL, NULL, NULL, alpha[0], lse[0], k, k,
-                        NULL, (const float *const *)t.src, t.w[0], t.g[0], N, d);
+    be->depth_bwd_intra(NULL, dw[0], dg[0], cdot[0], t.dh[0], h[0], NULL, NULL, NULL, NULL, NULL,
+                        alpha[0], lse[0], k, k, NULL, (const float *const *)t.src, t.w[0], t.g[0],
+                        N, d);
     const float *const *cd = (const float *const *)cdot;
     be->depth_bwd_inter(acc, dw, dg, (const float *const *)t.dh, cd, (const float *const *)alpha,
                         (const float *const *)lse, t.n, (const float *const *)rs,
@@ -375,52 +377,6 @@ Test(depth, backward_overwrite_equals_accumulate_onto_zero)
     }
     cr_expect(memcmp(dw[0], dw2[0], d * sizeof(float)) == 0, "dw differs");
     free(h[0]), free(alpha[0]), free(lse[0]), free(cdot[0]), free(dw[0]), free(dg[0]), free(dw2[0]), free(dg2[0]);
-    free_case(&t);
-}
-
-/* keep = h's own buffer: the intra results are those without keep, bit for
- * bit, and the buffer ends up holding dh (the schedule saves dh there). */
-Test(depth, intra_keeps_dh_in_h_buffer)
-{
-    int j[1] = {3}, C = 1, k = 2, N = 257, d = 48;
-    chunk_case t;
-    make_case(&t, C, k, j, N, d);
-    size_t nd = (size_t)N * d;
-    float *h[1] = {zeros(nd)}, *alpha[1] = {zeros((size_t)N * t.n[0])}, *lse[1] = {zeros(N)};
-    float *rs[5];
-    for (int s = 0; s < k + 3; s++)
-        rs[s] = zeros(N);
-    two_phase_fwd(&t, h, alpha, lse, rs);
-    float *out[2][5], *cd[2], *dw[2], *dg[2];
-    for (int v = 0; v < 2; v++) {
-        float *hv = malloc(nd * sizeof(float));
-        memcpy(hv, h[0], nd * sizeof(float));
-        cd[v] = zeros(N), dw[v] = rnd(d, -1, 1), dg[v] = rnd(d, -1, 1);
-        seed -= 2; /* the same starting gradients for both */
-        for (int q = 0; q < 3; q++)
-            out[v][q] = rnd(nd, -1, 1);
-        seed -= 3;
-        be->depth_bwd_intra(out[v], dw[v], dg[v], cd[v], t.dh[0], hv, v ? hv : NULL, NULL, NULL, NULL, NULL, NULL, alpha[0],
-                            lse[0], t.n[0], k, (const float *const *)rs + k,
-                            (const float *const *)t.src, t.w[0], t.g[0], N, d);
-        if (v)
-            cr_expect(memcmp(hv, t.dh[0], nd * sizeof(float)) == 0, "keep does not hold dh");
-        else
-            cr_expect(memcmp(hv, h[0], nd * sizeof(float)) == 0, "h changed without keep");
-        free(hv);
-    }
-    cr_expect(memcmp(cd[0], cd[1], N * sizeof(float)) == 0, "cdot differs with keep");
-    cr_expect(memcmp(dw[0], dw[1], d * sizeof(float)) == 0, "dw differs with keep");
-    cr_expect(memcmp(dg[0], dg[1], d * sizeof(float)) == 0, "dg differs with keep");
-    for (int q = 0; q < 3; q++) {
-        cr_expect(memcmp(out[0][q], out[1][q], nd * sizeof(float)) == 0, "dintra[%d] differs with keep", q);
-        free(out[0][q]), free(out[1][q]);
-    }
-    for (int v = 0; v < 2; v++)
-        free(cd[v]), free(dw[v]), free(dg[v]);
-    for (int s = 0; s < k + 3; s++)
-        free(rs[s]);
-    free(h[0]), free(alpha[0]), free(lse[0]);
     free_case(&t);
 }
 
@@ -454,9 +410,9 @@ static void check_fused_norm(int N, int d, int zero)
             out[v][q] = rnd(nd, -1, 1);
         if (v == 0)
             be->rmsnorm_bwd(dh[v], dng[v], dxn, h, ng, nr, 1, N, d);
-        be->depth_bwd_intra(out[v], dw[v], dg[v], cd[v], dh[v], v ? NULL : h, NULL,
-                            v ? dxn : NULL, v ? xn : NULL, v ? ng : NULL, v ? dng[v] : NULL,
-                            v ? nr : NULL, alpha, lse, t.n[0], k, (const float *const *)rs + k,
+        be->depth_bwd_intra(out[v], dw[v], dg[v], cd[v], dh[v], v ? NULL : h, v ? dxn : NULL,
+                            v ? xn : NULL, v ? ng : NULL, v ? dng[v] : NULL, v ? nr : NULL, alpha,
+                            lse, t.n[0], k, (const float *const *)rs + k,
                             (const float *const *)t.src, t.w[0], t.g[0], N, d);
     }
     double e;
@@ -523,7 +479,7 @@ Test(depth, one_source_no_logit_gradient)
     float *dsrc[1] = {dx};
     const float *rsl[1] = {rsx};
     /* own source (k = 0): the intra op */
-    be->depth_bwd_intra(dsrc, dw, dg, cd, dh, NULL, NULL, dxn, xn, ng, dng, nr, al, lse, 1, 0, rsl, src,
+    be->depth_bwd_intra(dsrc, dw, dg, cd, dh, NULL, dxn, xn, ng, dng, nr, al, lse, 1, 0, rsl, src,
                         w, g, N, d);
     cr_expect(memcmp(dw, dw0, d * sizeof(float)) == 0, "intra: dw changed");
     cr_expect(memcmp(dg, dg0, d * sizeof(float)) == 0, "intra: dg changed");

@@ -403,7 +403,7 @@ static float norm_bwd_row(float *row, float *out, int st, float *pdg, const floa
 }
 
 /* Backward of one mixer's intra sources x_t = src[k+t], with c = dh.h =
- * sum_s alpha_s da_s (and dh copied to keep, which may be h's buffer):
+ * sum_s alpha_s da_s:
  *   dl_t = alpha_t (dh.x_t - c)   (0 for a mixer of one source: exactly)
  *   dx_t += alpha_t dh + dl_t (rstd_t u - (u.x_t) rstd_t^3 x_t / d)
  *   P    += dl_t rstd_t x_t   (dw += g P, dg += w P)
@@ -411,7 +411,7 @@ static float norm_bwd_row(float *row, float *out, int st, float *pdg, const floa
  * (norm_bwd_row; h is NULL) and streamed to dh, which the deferred shared
  * pass reads only after other sublayers' work has evicted it. */
 void cpu_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot, float *dh,
-                         const float *h, float *keep, const float *dxn, const float *xn,
+                         const float *h, const float *dxn, const float *xn,
                          const float *ng, float *dng, const float *nrstd, const float *alpha,
                          const float *lse, int n, int k, const float *const *rsi,
                          const float *const *src, const float *w, const float *g, int N, int d)
@@ -457,8 +457,6 @@ void cpu_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot
                     c = dotf(dr, h + off, d);
                 }
                 cdot[i] = c;
-                if (keep) /* after the dot: keep may be h's buffer */
-                    memcpy(keep + off, dr, (size_t)d * sizeof(float));
                 for (int t = 0; t < j; t++) {
                     const float *x = intra[t] + off;
                     float *dx = dintra[t] + off;

@@ -11,7 +11,7 @@ void cpu_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
                          float *const *rsi, const float *const *intra, const float *w,
                          const float *g, const float *ng, float *xn, float *nrstd, int N, int d);
 void cpu_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot, float *dh,
-                         const float *h, float *keep, const float *dxn, const float *xn,
+                         const float *h, const float *dxn, const float *xn,
                          const float *ng, float *dng, const float *nrstd, const float *alpha,
                          const float *lse, int n, int k, const float *const *rsi,
                          const float *const *src, const float *w, const float *g, int N, int d);

@@ -703,7 +703,7 @@ extern "C" void cuda_depth_fwd_merge(float *h, float *lse, float *alpha, int n, 
  *              dh = nr (ng dxn - xh m), m = (ng dxn).xh / d, written to dh
  *              (=);  npart[b,:] = sum of dxn xh  (then reduce_add into dng);
  *              cdot = dh.xh / nr
- *   else:      cdot[i] = dh.h (=);  keep[i,:] = dh (=, after h is read: keep may be h)
+ *   else:      cdot[i] = dh.h (=)
  *   for t < n-k with a = alpha[i,k+t] != 0, r = rsi[t][i], x = src[k+t]:
  *     dl = a (dh.x - cdot) (0 where n = 1);  ux = (log a + lse[i]) / r   (phase 2's lse)
  *     dintra[t] += a dh + dl r u - dl ux r^3 x / d
@@ -711,7 +711,7 @@ extern "C" void cuda_depth_fwd_merge(float *h, float *lse, float *alpha, int n, 
  * Each thread reads and writes only its own columns of a row. */
 __global__ void __launch_bounds__(MAXT)
 intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh, const float *h,
-                 float *keep, const float *dxn, const float *xn, const float *ng,
+                 const float *dxn, const float *xn, const float *ng,
                  const float *nrstd, const float *alpha, const float *lse, int n, int k,
                  clist rsi, clist src, const float *w, const float *g, int N, int d, int tpb)
 {
@@ -769,14 +769,6 @@ intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh
             }
             block_sum<1>(v);
             c = v[0];
-            if (keep) {
-#pragma unroll
-                for (int q = 0; q < MAXV; q++) {
-                    int j = tid + q * T;
-                    if (j < d)
-                        keep[i * d + j] = gy[q];
-                }
-            }
         }
         if (tid == 0)
             cdot[i] = c;
@@ -820,7 +812,7 @@ intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh
 }
 
 extern "C" void cuda_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot,
-                                     float *dh, const float *h, float *keep, const float *dxn,
+                                     float *dh, const float *h, const float *dxn,
                                      const float *xn, const float *ng, float *dng,
                                      const float *nrstd, const float *alpha, const float *lse,
                                      int n, int k, const float *const *rsi,
@@ -836,7 +828,7 @@ extern "C" void cuda_depth_bwd_intra(float *const *dintra, float *dw, float *dg,
     /* partials: nb x d for dw/dg, then nb x d for dng */
     float *part = (float *)workspace((size_t)2 * nb * d * sizeof(float));
     float *npart = part + (size_t)nb * d;
-    intra_bwd_kernel<<<nb, T, 0, ar_cuda_stream()>>>(dl, part, npart, cdot, dh, h, keep, dxn, xn,
+    intra_bwd_kernel<<<nb, T, 0, ar_cuda_stream()>>>(dl, part, npart, cdot, dh, h, dxn, xn,
                                                       ng, nrstd, alpha, lse, n, k, rl, sl, w, g,
                                                       N, d, tpb);
     AR_CUDA_LAUNCHED();
