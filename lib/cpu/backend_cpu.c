@@ -301,14 +301,22 @@ static void rmsnorm_backward(float *dx, float *dg, const float *dout, const floa
 {
     int nch = (N + RMS_RED - 1) / RMS_RED;
     float *part = cpu_ws(WS_C, (size_t)nch * d * sizeof(float));
-#pragma omp parallel for schedule(static) if ((long)N * d > PAR_MIN)
-    for (int ch = 0; ch < nch; ch++) {
-        float *pp = part + (size_t)ch * d;
-        memset(pp, 0, (size_t)d * sizeof(float));
-        int i1 = (ch + 1) * RMS_RED < N ? (ch + 1) * RMS_RED : N;
-        for (int i = ch * RMS_RED; i < i1; i++)
-            cpu_rmsnorm_bwd_row(dx + (size_t)i * d, pp, dout + (size_t)i * d, x + (size_t)i * d,
-                                g, rstd[i], overwrite, d);
+#pragma omp parallel if ((long)N * d > PAR_MIN)
+    {
+        float xh[d];
+#pragma omp for schedule(static)
+        for (int ch = 0; ch < nch; ch++) {
+            float *pp = part + (size_t)ch * d;
+            memset(pp, 0, (size_t)d * sizeof(float));
+            int i1 = (ch + 1) * RMS_RED < N ? (ch + 1) * RMS_RED : N;
+            for (int i = ch * RMS_RED; i < i1; i++) {
+                const float *xi = x + (size_t)i * d;
+                for (int j = 0; j < d; j++)
+                    xh[j] = xi[j] * rstd[i];
+                cpu_rmsnorm_bwd_row(dx + (size_t)i * d, pp, dout + (size_t)i * d, xh, g, rstd[i],
+                                    overwrite, d);
+            }
+        }
     }
     for (int j = 0; j < d; j++) {
         double acc = 0.0;

@@ -351,12 +351,10 @@ static void reduce_partials(float *dw, float *dg, const float *part, int nch, si
 }
 
 /* The sublayer norm's backward for one token, from xn = RMSNorm(h) (so h
- * is not needed, nor rebuilt from the sources): with xh = h r = xn / g
- * (gi = 1/g; the nz columns zc where g = 0 from the sources instead,
- * xh = r sum_s alpha_s x_s),
- *   m = sum_j g dxn xh / d;  dh = r (g dxn - xh m);  pdg += dxn xh
- * dh goes to `row` (the caller's L1 copy) and to out (streamed where st).
- * Returns dh.h = (dh.xh) / r. */
+ * is not needed, nor rebuilt from the sources): cpu_rmsnorm_bwd_row at
+ * xh = h r = xn / g (gi = 1/g; the nz columns zc where g = 0 from the
+ * sources instead, xh = r sum_s alpha_s x_s).  dh goes to `row` (the
+ * caller's L1 copy) and to out (streamed where st).  Returns dh.h. */
 static float norm_bwd_row(float *row, float *out, int st, float *pdg, const float *dxn,
                           const float *xn, const float *g, const float *gi, const int *zc,
                           int nz, float r, const float *al, const float *const *src, int n,
@@ -373,32 +371,14 @@ static float norm_bwd_row(float *row, float *out, int st, float *pdg, const floa
             acc += al[s] * src[s][off + zc[z]];
         xh[zc[z]] = r * acc;
     }
-    v16f sv = {0};
+    float c = cpu_rmsnorm_bwd_row(row, pdg, dxn, xh, g, r, 1, d);
     for (j = 0; j + VL <= d; j += VL)
-        sv += v_ld(g + j) * v_ld(dxn + j) * v_ld(xh + j);
-    float dot = v_hsum(sv);
-    for (; j < d; j++)
-        dot += g[j] * dxn[j] * xh[j];
-    float m = dot / d;
-    v16f cv = {0};
-    for (j = 0; j + VL <= d; j += VL) {
-        v16f xv = v_ld(xh + j), dv = v_ld(dxn + j);
-        v16f y = r * (v_ld(g + j) * dv - xv * m);
-        v_st(pdg + j, v_ld(pdg + j) + dv * xv);
-        v_st(row + j, y);
         if (st)
-            v_stream(out + j, y);
+            v_stream(out + j, v_ld(row + j));
         else
-            v_st(out + j, y);
-        cv += y * xv;
-    }
-    float c = v_hsum(cv);
-    for (; j < d; j++) {
-        float y = r * (g[j] * dxn[j] - xh[j] * m);
-        pdg[j] += dxn[j] * xh[j];
-        row[j] = out[j] = y;
-        c += y * xh[j];
-    }
+            v_st(out + j, v_ld(row + j));
+    for (; j < d; j++)
+        out[j] = row[j];
     return c / r;
 }
 

@@ -1,7 +1,7 @@
 /* One row of the CPU RMSNorm: the forward, shared by rmsnorm_fwd and the
  * depth ops that normalise a sublayer input they have just built (so the
- * fused and the unfused paths do the same arithmetic), and the backward of
- * rmsnorm_bwd. */
+ * fused and the unfused paths do the same arithmetic), and the backward,
+ * shared by rmsnorm_bwd and the depth op that fuses it. */
 #ifndef AR_CPU_RMSNORM_ROW_H
 #define AR_CPU_RMSNORM_ROW_H
 
@@ -22,30 +22,41 @@ static inline void cpu_rmsnorm_row(float *out, float *rstd, const float *x, cons
         out[j] = x[j] * r * g[j];
 }
 
-/* Backward of one row, r = rstd of x, m = r sum_j g_j dout_j x_j / d:
- *   dx_j (= or +=) r (g_j dout_j - x_j r m);  pdg_j += dout_j x_j r */
-static inline void cpu_rmsnorm_bwd_row(float *dx, float *pdg, const float *dout, const float *x,
-                                       const float *g, float r, int overwrite, int d)
+/* Backward of one row from xh = x rstd (r = rstd):
+ *   m = sum_j g_j dout_j xh_j / d;  dx_j (= or +=) r (g_j dout_j - xh_j m);
+ *   pdg_j += dout_j xh_j
+ * Returns dx.xh over the row written (dropped by the compiler where
+ * unused). */
+static inline __attribute__((always_inline)) float
+cpu_rmsnorm_bwd_row(float *dx, float *pdg, const float *dout, const float *xh, const float *g,
+                    float r, int overwrite, int d)
 {
     v16f sv = {0};
     int j = 0;
     for (; j + VL <= d; j += VL)
-        sv += v_ld(g + j) * v_ld(dout + j) * v_ld(x + j);
+        sv += v_ld(g + j) * v_ld(dout + j) * v_ld(xh + j);
     float dot = v_hsum(sv);
     for (; j < d; j++)
-        dot += g[j] * dout[j] * x[j];
-    float rm = r * (dot * r / d);
+        dot += g[j] * dout[j] * xh[j];
+    float m = dot / d;
+    v16f cv = {0};
     for (j = 0; j + VL <= d; j += VL) {
-        v16f xv = v_ld(x + j), dv = v_ld(dout + j);
-        v16f y = r * (v_ld(g + j) * dv - xv * rm);
-        v_st(pdg + j, v_ld(pdg + j) + dv * xv * r);
-        v_st(dx + j, overwrite ? y : v_ld(dx + j) + y);
+        v16f xv = v_ld(xh + j), dv = v_ld(dout + j);
+        v16f y = r * (v_ld(g + j) * dv - xv * m);
+        v_st(pdg + j, v_ld(pdg + j) + dv * xv);
+        if (!overwrite)
+            y += v_ld(dx + j);
+        v_st(dx + j, y);
+        cv += y * xv;
     }
+    float c = v_hsum(cv);
     for (; j < d; j++) {
-        float y = r * (g[j] * dout[j] - x[j] * rm);
-        pdg[j] += dout[j] * x[j] * r;
-        dx[j] = overwrite ? y : dx[j] + y;
+        float y = r * (g[j] * dout[j] - xh[j] * m);
+        pdg[j] += dout[j] * xh[j];
+        dx[j] = y = overwrite ? y : dx[j] + y;
+        c += y * xh[j];
     }
+    return c;
 }
 
 #endif
