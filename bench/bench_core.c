@@ -1,5 +1,5 @@
 /* Core training benchmark (issue: "Core ... on the CPU"): training tokens/s
- * and achieved GFLOP/s (DESIGN.md: 6N + 12 n_layer d T FLOPs per token) of
+ * and achieved GFLOP/s (docs/reference.md §6.2: 6N + 12 n_layer d T FLOPs per token) of
  * baseline, block (S = 4) and full at d_model 256, n_layer 6, n_head 4,
  * d_ff 688, T 256, batch 16, vocab 256, against the sgemm ceiling measured
  * in the same process with the same threads.

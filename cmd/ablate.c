@@ -139,6 +139,7 @@ int cmd_ablate(int argc, char **argv)
         printf("%s%s", v ? ", " : "", ab.variant[v]);
     printf("\n");
     fflush(stdout);
+    sweep_warn_configs(&ab.sweep);
     sweep_catch_signals();
     sweep_view vw = {.s = &ab.sweep, .tty = jobs == 1 && isatty(STDOUT_FILENO)};
     ar_sweep_opts o = {.out_dir = runs, .jobs = (int)jobs, .event = sweep_view_event,

@@ -1,4 +1,4 @@
-/* attnres eval: the evaluation protocol of DESIGN.md on a checkpoint. */
+/* attnres eval: the evaluation protocol (docs/reference.md §5) on a checkpoint. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>

@@ -120,6 +120,7 @@ int cmd_sweep(int argc, char **argv)
         out = outbuf;
     }
     print_plan(&s, out, (int)jobs);
+    sweep_warn_configs(&s);
     if (dry) {
         ar_sweep_free(&s);
         return AR_EXIT_OK;

@@ -1,5 +1,7 @@
 #include "sweep_view.h"
 
+#include "../formats/config.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -83,4 +85,26 @@ void sweep_default_out(const char *config, const char *prefix, const char *fallb
             *dot = 0;
     }
     snprintf(out, n, "runs/%s%s", prefix, stem);
+}
+
+void sweep_warn_configs(const ar_sweep *s)
+{
+    char msg[512], other[512];
+    for (int i = 0; i < s->nruns; i++) {
+        if (!ar_config_warning(&s->runs[i].cfg, msg, sizeof msg))
+            continue;
+        int seen = 0, more = 0;
+        for (int j = 0; j < s->nruns; j++)
+            if (j != i && ar_config_warning(&s->runs[j].cfg, other, sizeof other) && strcmp(other, msg) == 0) {
+                seen |= j < i;
+                more++;
+            }
+        if (seen)
+            continue;
+        if (more)
+            fprintf(stderr, "attnres: warning: run '%s' and %d other%s: %s\n", s->runs[i].name, more,
+                    more == 1 ? "" : "s", msg);
+        else
+            fprintf(stderr, "attnres: warning: run '%s': %s\n", s->runs[i].name, msg);
+    }
 }

@@ -25,6 +25,10 @@ void sweep_view_progress(const ar_sweep_run *r, const ar_progress *p, void *ud);
 /* Ends a live progress line, if one is showing. */
 void sweep_view_end(sweep_view *v);
 
+/* The config warnings of the grid's runs (ar_config_warning) on stderr,
+ * each distinct one once, naming the first run it applies to. */
+void sweep_warn_configs(const ar_sweep *s);
+
 /* runs/<prefix><config stem> (fallback stem without a config): the same on
  * every invocation, so that a rerun finds its runs. */
 void sweep_default_out(const char *config, const char *prefix, const char *fallback, char *out, size_t n);

@@ -79,13 +79,14 @@ int ar_write_atomic(const char *path, ar_atomic_fill fill, void *ud, ar_err *e)
     return 0;
 }
 
-/* mkdir that accepts an existing directory, and only a directory. */
+/* mkdir that accepts an existing directory, and only a directory: 1 if it
+ * made dir, 0 if dir was there, -1 on failure. */
 static int mkdir_one(const char *dir, ar_err *e)
 {
     char why[256];
     struct stat st;
     if (mkdir(dir, 0777) == 0)
-        return 0;
+        return 1;
     int err = errno;
     if (err == EEXIST && stat(dir, &st) == 0) {
         if (S_ISDIR(st.st_mode))
@@ -95,20 +96,55 @@ static int mkdir_one(const char *dir, ar_err *e)
     return ar_fail(e, "cannot create directory '%s': %s", dir, reason(err, why, sizeof why));
 }
 
-int ar_mkdir_p(const char *path, ar_err *e)
+int ar_mkdir_p_new(const char *path, int *first_new, ar_err *e)
 {
     char buf[4096];
+    int first = -1, rc = 0;
+    if (first_new)
+        *first_new = -1;
     if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
         return ar_fail(e, "directory name '%.64s...' is too long", path);
     for (char *p = buf + 1; *p; p++) {
         if (*p != '/')
             continue;
         *p = 0;
-        if (mkdir_one(buf, e) != 0)
-            return -1;
+        if ((rc = mkdir_one(buf, e)) < 0)
+            break;
+        if (rc == 1 && first < 0)
+            first = (int)(p - buf);
         *p = '/';
     }
-    return mkdir_one(buf, e);
+    if (rc >= 0 && (rc = mkdir_one(buf, e)) == 1 && first < 0)
+        first = (int)strlen(buf);
+    if (first_new)
+        *first_new = first;
+    if (rc < 0) {
+        ar_rmdir_new(path, first);
+        return -1;
+    }
+    return 0;
+}
+
+int ar_mkdir_p(const char *path, ar_err *e) { return ar_mkdir_p_new(path, NULL, e); }
+
+void ar_rmdir_new(const char *path, int first_new)
+{
+    char buf[4096];
+    if (first_new <= 0 || snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return;
+    /* deepest first, up to the first directory made; one that is not
+     * empty (rmdir fails) ends the walk */
+    for (size_t n = strlen(buf); (int)n >= first_new;) {
+        while (n > 1 && buf[n - 1] == '/')
+            n--;
+        buf[n] = 0;
+        if ((int)n < first_new || (rmdir(buf) != 0 && errno != ENOENT))
+            return;
+        char *slash = strrchr(buf, '/');
+        if (!slash)
+            return;
+        n = (size_t)(slash - buf);
+    }
 }
 
 int ar_sync_dir(const char *dir, ar_err *e)

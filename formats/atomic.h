@@ -21,6 +21,15 @@ int ar_write_atomic(const char *path, ar_atomic_fill fill, void *ud, ar_err *e);
 /* mkdir -p: creates path and its missing parents (mode 0777 less umask). */
 int ar_mkdir_p(const char *path, ar_err *e);
 
+/* ar_mkdir_p that says what it made: *first_new is the length of the
+ * prefix of path naming the first directory it created (path's
+ * directories up to there already existed), or -1 if it created none. */
+int ar_mkdir_p_new(const char *path, int *first_new, ar_err *e);
+
+/* Undoes ar_mkdir_p_new: removes the directories it made, deepest first,
+ * while they are empty. */
+void ar_rmdir_new(const char *path, int first_new);
+
 /* fsync of directory dir, so the names created, renamed or removed in it
  * are durable ("cannot sync directory 'DIR': <reason>"). */
 int ar_sync_dir(const char *dir, ar_err *e);

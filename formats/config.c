@@ -93,7 +93,7 @@ static int emit_num_blocks(const ar_config *c)
     return c->model.residual.kind == AR_RES_BLOCK && c->model.residual.num_blocks > 0;
 }
 
-/* One row per key, in the order of DESIGN.md and of the resolved YAML.
+/* One row per key, in the order of attnres-config(5) and of the resolved YAML.
  * Optional columns are named after the first four. */
 #define KEY(name, t_, r_, fld, ...) {.key = name, .type = t_, .range = r_, .off = offsetof(ar_config, fld), __VA_ARGS__}
 
@@ -899,8 +899,6 @@ static int check_train(const ar_train_cfg *t, ar_err *e)
     if (t->precision == AR_PREC_BF16 && t->device != AR_DEVICE_CUDA)
         return ar_fail(e, "'train.precision' bf16 needs 'train.device' cuda (the %s backend computes in fp32)",
                        ar_device_name(t->device));
-    if (t->warmup > t->steps)
-        return ar_fail(e, "'train.warmup' (%ld) exceeds 'train.steps' (%ld)", t->warmup, t->steps);
     if (t->min_lr > t->lr)
         return ar_fail(e, "'train.min_lr' (%g) exceeds 'train.lr' (%g)", t->min_lr, t->lr);
     return 0;
@@ -914,6 +912,19 @@ int ar_config_validate(const ar_config *c, ar_err *e)
     if (check_model(&c->model, e) || check_train(&c->train, e))
         return -1;
     return 0;
+}
+
+int ar_config_warning(const ar_config *c, char *buf, size_t n)
+{
+    const ar_train_cfg *t = &c->train;
+    if (t->warmup <= t->steps)
+        return 0;
+    /* the schedule's warmup branch, lr (step+1)/warmup, at the last step */
+    snprintf(buf, n,
+             "'train.warmup' (%ld) exceeds 'train.steps' (%ld): the run ends inside its warmup; the learning "
+             "rate rises linearly to %.3g ('train.lr' x %ld/%ld) at the last step and never decays",
+             t->warmup, t->steps, t->lr * (double)t->steps / (double)t->warmup, t->steps, t->warmup);
+    return 1;
 }
 
 /* ------------------------------------------------------------------ */

@@ -40,6 +40,12 @@ int ar_config_set(ar_config *c, const char *assignment, ar_err *e);
  * within 1..L, data.train given, ...). */
 int ar_config_validate(const ar_config *c, ar_err *e);
 
+/* Settings that are valid but probably not what was meant; today one: a
+ * run shorter than its warmup (attnres-train(1), "SHORT RUNS").  Writes
+ * the warning, without the "attnres: warning: " prefix, into buf and
+ * returns 1, or returns 0. */
+int ar_config_warning(const ar_config *c, char *buf, size_t n);
+
 /* Compares two configs key by key, as their resolved YAML shows them
  * (train.threads and train.device are not compared: they change how fast,
  * not what; train.precision is).  Returns

@@ -1,4 +1,4 @@
-/* metrics.jsonl: one JSON object per line (DESIGN.md section 2, "Metrics").
+/* metrics.jsonl: one JSON object per line (docs/reference.md §4.5).
  *
  * Appends are durable line by line: each line goes out in one write() and is
  * fsync'ed, so a crash leaves at most a partial last line.  Readers skip such

@@ -108,7 +108,7 @@ typedef struct ar_backend {
     void (*swiglu_bwd)(float *dgate, float *dup, const float *dout, const float *gate,
                        const float *up, size_t n);
 
-    /* ---- depth attention (DESIGN.md section 1) ----
+    /* ---- depth attention (docs/reference.md §2.3-2.4) ----
      * n sources src[0..n-1], each N x d; per token i:
      *   rstd[i,s]  = 1/sqrt(mean_j src[s][i,j]^2 + eps)
      *   logit[i,s] = sum_j w_j g_j src[s][i,j] rstd[i,s]

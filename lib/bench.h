@@ -1,6 +1,6 @@
 /* Throughput and memory measurements for `attnres bench`: training and
  * inference tokens/s of one config on synthetic token ids, achieved GFLOP/s
- * (DESIGN.md: 6N + 12 n_layer d T FLOPs per token), peak resident memory,
+ * (docs/reference.md §6.2: 6N + 12 n_layer d T FLOPs per token), peak resident memory,
  * the sgemm ceiling of the machine, and the memory the depth-attention
  * sources are predicted to add over the baseline.
  *

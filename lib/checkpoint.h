@@ -1,5 +1,5 @@
-/* Run directories and checkpoints (DESIGN.md section 2):
- *   model.safetensors      weights, DESIGN.md tensor names, F32, with
+/* Run directories and checkpoints (docs/reference.md §4):
+ *   model.safetensors      weights, docs/reference.md §3 tensor names, F32, with
  *                          __metadata__ config (resolved YAML), step,
  *                          attnres_version, and the training state of
  *                          ar_ckpt_state (rng_seed, data_position,

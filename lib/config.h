@@ -1,6 +1,6 @@
 /* The run configuration as plain data (no YAML here: formats/config.c parses
  * and emits it).  Field names mirror the YAML keys of attnres-config(5);
- * DESIGN.md section 2 fixes those names. */
+ * docs/reference.md §4.4 lists those names. */
 #ifndef AR_CONFIG_H
 #define AR_CONFIG_H
 
@@ -12,7 +12,7 @@ typedef enum {
     AR_RES_BASELINE = 0, /* PreNorm residual: h_l = v_0 + ... + v_{l-1} */
     AR_RES_FULL,         /* depth attention over every earlier sublayer output (S = 1) */
     AR_RES_BLOCK,        /* depth attention over block summaries (S = block_size) */
-    /* Ablation variants (DESIGN.md "Ablation variants"; lib/residual_ablate.c,
+    /* Ablation variants (docs/reference.md §2.5-2.11; lib/residual_ablate.c,
      * residual_denseformer.c, residual_mhc.c) */
     AR_RES_STATIC,       /* alpha = softmax(theta_l), one learned scalar per source (Full's sources) */
     AR_RES_DENSEFORMER,  /* DenseFormer depth-weighted average after each transformer block */

@@ -29,7 +29,7 @@ void ar_dataset_close(ar_dataset *ds);
 void ar_sample_batch(const int32_t *x, size_t n, int B, int T, gsl_rng *r, int32_t *inputs,
                      int32_t *targets);
 
-/* Evaluation protocol (DESIGN.md): consecutive windows of T+1 tokens, stride T,
+/* Evaluation protocol (docs/reference.md §5): consecutive windows of T+1 tokens, stride T,
  * from offset 0.  Number of whole windows in n tokens: (n-1)/T. */
 size_t ar_eval_window_count(size_t n, int T);
 void ar_eval_window(const int32_t *x, size_t w, int T, int32_t *inputs, int32_t *targets);

@@ -1,4 +1,4 @@
-/* The evaluation protocol of DESIGN.md: consecutive non-overlapping windows
+/* The evaluation protocol (docs/reference.md §5): consecutive non-overlapping windows
  * of T+1 tokens (stride T) from offset 0; mean cross-entropy over every
  * predicted position of the first max_windows windows. */
 #ifndef AR_EVAL_H

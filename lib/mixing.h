@@ -1,6 +1,6 @@
 /* Depth mixing as a matrix (the AttnRes report, section 6.2).  Every
  * residual scheme forms each sublayer input as a combination of the
- * earlier sublayer outputs (DESIGN.md section 1):
+ * earlier sublayer outputs (docs/reference.md §2.12):
  *     h_l = sum_{i=0}^{l-1} M[l][i] v_i      l = 1..L,  and l = L+1 for h_out
  * (for AttnRes, M holds the token-averaged weights).  M is what lets every
  * scheme be drawn on one picture; each scheme provides its own M in one

@@ -21,7 +21,7 @@ static int add_gain(ar_model *m, const char *fmt, int k, int group)
     return ar_params_add(&m->pt, name, m->d, 0, AR_INIT_ONES, 0, group);
 }
 
-/* Parameter layout in the order of DESIGN.md's tensor list. */
+/* Parameter layout in the order of the tensor list (docs/reference.md §3). */
 static void plan_params(ar_model *m)
 {
     int d = m->d, F = m->F, V = m->V, n = m->cfg.n_layer;

@@ -1,4 +1,4 @@
-/* The decoder-only transformer of DESIGN.md section 1: token embedding,
+/* The decoder-only transformer of docs/reference.md §1: token embedding,
  * L = 2*n_layer sublayers (odd: causal RoPE attention, even: SwiGLU MLP,
  * each with its own pre-norm), the residual scheme between them, final_norm
  * and an untied lm_head.  All parameters, gradients and activations are
@@ -56,7 +56,7 @@ int ar_model_create(ar_model **out, const ar_model_cfg *cfg, const ar_backend *b
                     ar_err *e);
 void ar_model_free(ar_model *m);
 
-/* Draws the initial weights (DESIGN.md: normal(0, 0.02), output projections
+/* Draws the initial weights (docs/reference.md §1.6: normal(0, 0.02), output projections
  * normal(0, 0.02/sqrt(2*n_layer)), gains one, AttnRes queries zero) from a
  * GSL generator seeded with seed. */
 void ar_model_init(ar_model *m, uint64_t seed);

@@ -1,4 +1,4 @@
-/* The parameter table: every learned tensor's name (DESIGN.md section 2),
+/* The parameter table: every learned tensor's name (docs/reference.md §3),
  * shape, initialisation and place in the single parameter buffer.  The same
  * offsets index the gradient buffer and the optimizer's moment buffers, so
  * all of them are laid out once, before anything is allocated. */

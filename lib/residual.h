@@ -1,7 +1,7 @@
 /* How sublayer inputs are formed from earlier outputs: the one interface
  * behind which baseline residuals, AttnRes and (later) the ablations live.
  *
- * Notation (DESIGN.md section 1): v_0 is the embedding, v_l the output of
+ * Notation (docs/reference.md §1.1): v_0 is the embedding, v_l the output of
  * sublayer l = 1..L, h_l the input of sublayer l, h_out the final state.
  * Every scheme here keeps running block sums P_l (P_0 = v_0; P_l = v_l when
  * l opens a block, else P_{l-1} + v_l); the schemes differ in which P's a

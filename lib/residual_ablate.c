@@ -1,4 +1,4 @@
-/* The depth-attention ablation variants (DESIGN.md "Ablation variants"):
+/* The depth-attention ablation variants (docs/reference.md §2.5-2.11):
  * one general one-phase mixer with a per-mixer source list, used for
  *   full / block with any of  score: sigmoid,  key_norm: false,  query: input,
  *                             heads: H > 1

@@ -1,4 +1,4 @@
-/* The ablation variants' residual schemes (DESIGN.md "Ablation variants"),
+/* The ablation variants' residual schemes (docs/reference.md §2.5-2.11),
  * created by ar_residual_create (lib/residual.c) from the config. */
 #ifndef AR_RESIDUAL_ABLATE_H
 #define AR_RESIDUAL_ABLATE_H

@@ -1,4 +1,4 @@
-/* Block AttnRes (DESIGN.md section 1; Full AttnRes is block_size 1).
+/* Block AttnRes (docs/reference.md §2.4; Full AttnRes is block_size 1).
  *
  * Sublayers are grouped into blocks of S consecutive sublayers; block 0 is
  * the embedding alone.  With P_l the running sum of the current block

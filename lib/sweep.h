@@ -44,7 +44,7 @@ void ar_sweep_free(ar_sweep *s);
 /* The results table's header. */
 #define AR_SWEEP_COLUMNS "variant,size,nonembed_params,tokens,flops,pflops_days,val_loss,wall_s,steps,run"
 
-/* Compute accounting of a run (DESIGN.md section 1): N, 6N + 12*n_layer*d*T
+/* Compute accounting of a run (docs/reference.md §6): N, 6N + 12*n_layer*d*T
  * FLOPs per token, and for the planned tokens C in FLOPs and PFLOP/s-days. */
 typedef struct {
     long nonembed_params;

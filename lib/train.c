@@ -68,6 +68,8 @@ typedef struct {
     int threads;        /* effective compute threads */
     uint32_t data_crc;  /* CRC-32 of the training split */
     int lock_fd;
+    int made_dir;       /* ar_mkdir_p_new's first_new for the run directory */
+    int made_lock;      /* this process created .attnres.lock */
 } trainer;
 
 static void warnf(const trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -229,7 +231,7 @@ static int open_run_dir(trainer *t, ar_err *e)
 {
     const char *dir = t->o->out_dir;
     char p[AR_PATH_MAX + 64];
-    if (ar_mkdir_p(dir, e) != 0)
+    if (ar_mkdir_p_new(dir, &t->made_dir, e) != 0)
         return -1;
     snprintf(p, sizeof p, "%s/.attnres-probe.%ld", dir, (long)getpid());
     int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -239,7 +241,11 @@ static int open_run_dir(trainer *t, ar_err *e)
     close(fd);
     unlink(p);
     snprintf(p, sizeof p, "%s/.attnres.lock", dir);
-    t->lock_fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    t->lock_fd = open(p, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (t->lock_fd >= 0)
+        t->made_lock = 1;
+    else if (errno == EEXIST)
+        t->lock_fd = open(p, O_RDWR | O_CLOEXEC);
     if (t->lock_fd < 0)
         return ar_fail(e, "cannot create lock file '%s': %s", p, ar_strerror(errno));
     if (flock(t->lock_fd, LOCK_EX | LOCK_NB) != 0)
@@ -278,7 +284,7 @@ static int check_new_run_dir(const ar_config *cfg, const ar_train_opts *o, ar_er
 static int clear_old_run(const char *dir, ar_err *e)
 {
     const char *files[] = {"model.safetensors", "optimizer.safetensors", "optimizer.prev.safetensors",
-                           "config.yaml", "metrics.jsonl", "loss.png", "depth_attn.png"};
+                           "config.yaml", "metrics.jsonl", "loss.png", "dynamics.png", "depth_attn.png"};
     char p[AR_PATH_MAX + 64];
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, files[i]);
@@ -341,6 +347,9 @@ static int setup(trainer *t, long *start, ar_err *e)
     t->saved_step = -1;
     if (ar_config_validate(cfg, e) != 0)
         return -1;
+    char note[512];
+    if (!o->resume && ar_config_warning(cfg, note, sizeof note))
+        warnf(t, "%s", note);
     const ar_backend *be = o->be;
     if (!be && !(be = ar_backend_open(ar_device_name(cfg->train.device), cfg->train.precision == AR_PREC_BF16, e))) {
         if (o->resume && cfg->train.device != AR_DEVICE_CPU) {
@@ -361,14 +370,15 @@ static int setup(trainer *t, long *start, ar_err *e)
     } else if (check_new_run_dir(cfg, o, e) != 0) {
         return -1;
     }
-    if (open_run_dir(t, e) != 0)
-        return -1;
+    /* what can fail without touching the run directory, first */
     if (ar_dataset_open(&t->ds, &cfg->data, &cfg->model, e) != 0)
         return -1;
     t->data_crc = ar_st_crc32(t->ds.train, (uint64_t)t->ds.ntrain * sizeof(int32_t));
     if (ar_model_create(&t->m, &cfg->model, be, cfg->train.batch_size, e) != 0)
         return -1;
     ar_adamw_init(&t->opt, t->m);
+    if (open_run_dir(t, e) != 0)
+        return -1;
     snprintf(t->metrics, sizeof t->metrics, "%s/metrics.jsonl", o->out_dir);
     *start = 0;
     if (o->resume) {
@@ -386,6 +396,18 @@ static int setup(trainer *t, long *start, ar_err *e)
     t->tg = ar_xmalloc(N * sizeof(int32_t));
     t->last_val = NAN;
     return 0;
+}
+
+/* A run that failed before its first step leaves the directory as it
+ * found it: the lock file and the directories it made are removed. */
+static void undo_run_dir(trainer *t)
+{
+    char p[AR_PATH_MAX + 64];
+    if (t->made_lock) {
+        snprintf(p, sizeof p, "%s/.attnres.lock", t->o->out_dir);
+        unlink(p);
+    }
+    ar_rmdir_new(t->o->out_dir, t->made_dir);
 }
 
 static void teardown(trainer *t)
@@ -472,7 +494,9 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
     const ar_train_cfg *tc = &cfg->train;
     memset(res, 0, sizeof *res);
     res->final_val_loss = NAN;
+    t.made_dir = -1;
     int rc = setup(&t, &start, e);
+    int failed_at_start = rc != 0;
     long tok_per_step = (long)tc->batch_size * tc->grad_accum * cfg->model.seq_len;
     double t0 = now_s(), train_time = 0;
     long step = start;
@@ -544,6 +568,8 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
     res->step = step;
     res->final_val_loss = t.last_val;
     res->tok_per_s = train_time > 0 ? (double)(step - start) * tok_per_step / train_time : 0;
+    if (failed_at_start)
+        undo_run_dir(&t); /* before teardown: while the lock is held */
     teardown(&t);
     return rc;
 }

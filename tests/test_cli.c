@@ -1053,3 +1053,33 @@ Test(cli, cuda_without_a_cuda_build)
     struct stat sb;
     cr_assert_neq(stat(tu_path(dir, "r"), &sb), 0, "train made its run directory before failing");
 }
+
+/* ---- short runs (attnres-train(1), SHORT RUNS) ---- */
+
+/* A shipped config cut below its warmup trains, with a warning; the same
+ * cut under ablate, sweep and bench runs too. */
+Test(cli, a_run_shorter_than_its_warmup_trains, .timeout = 300)
+{
+    const char *dir = tu_tmpdir();
+    tu_write_corpus_text(tu_path(dir, "corpus.txt"));
+    int st;
+    char *out = run_in(dir, 0, &st,
+                       "train '%s/configs/quickstart.yaml' --set train.steps=3 --set data.train=corpus.txt "
+                       "--set train.eval_windows=2 --out run",
+                       srcdir());
+    cr_assert(strstr(out, "done: 3 steps"), "%s", out);
+    expect(out, st, 0, "attnres: warning: 'train.warmup' (100) exceeds 'train.steps' (3)");
+    const char *small = "--set model.d_model=32 --set model.n_head=2 --set model.d_ff=64 --set model.seq_len=16 "
+                        "--set train.batch_size=2 --set train.eval_windows=2 --set train.threads=1";
+    out = run_in(dir, 0, &st,
+                 "ablate '%s/configs/quickstart.yaml' --variant baseline,block --seeds 1 --set train.steps=2 "
+                 "--set data.train=corpus.txt %s --out ab",
+                 srcdir(), small);
+    cr_assert(strstr(out, "and 1 other:"), "one warning for both runs:\n%s", out);
+    expect(out, st, 0, "'train.warmup' (100) exceeds 'train.steps' (2)");
+    out = run_in(dir, 0, &st, "sweep '%s/configs/scaling.yaml' --dry-run --set train.warmup=100000 --set data.train=corpus.txt",
+                 srcdir());
+    expect(out, st, 0, "'train.warmup' (100000) exceeds 'train.steps'");
+    out = run_in(dir, 0, &st, "bench '%s/configs/quickstart.yaml' " BENCH_TINY " --set train.steps=2", srcdir());
+    expect(out, st, 0, "tok/s");
+}

@@ -661,8 +661,6 @@ Test(config, validate_failures)
     c.train.eval_windows = -1;
     assert_has(validate_err(&c), "'train.eval_windows' expects a non-negative integer, got -1");
     FRESH();
-    c.train.warmup = 2000;
-    assert_has(validate_err(&c), "'train.warmup' (2000) exceeds 'train.steps' (1000)");
     FRESH();
     c.train.min_lr = 0.01;
     assert_has(validate_err(&c), "'train.min_lr' (0.01) exceeds 'train.lr' (0.003)");
@@ -687,6 +685,26 @@ Test(config, validate_ignores_block_keys_for_other_kinds)
     c.model.residual.block_size = 99;
     cr_assert_eq(ar_config_validate(&c, &e), 0, "%s", e.msg);
     c.model.residual.kind = AR_RES_BASELINE;
+    cr_assert_eq(ar_config_validate(&c, &e), 0, "%s", e.msg);
+}
+
+/* A run shorter than its warmup is valid, with a warning that gives the
+ * learning rate it ends at; a run as long as its warmup gets none. */
+Test(config, warmup_beyond_steps_warns_and_validates)
+{
+    ar_config c;
+    ar_err e = {{0}};
+    char msg[512];
+    ar_config_defaults(&c);
+    c.train.steps = 40;
+    c.train.warmup = 100;
+    c.train.lr = 3e-3;
+    cr_assert_eq(ar_config_validate(&c, &e), 0, "%s", e.msg);
+    cr_assert_eq(ar_config_warning(&c, msg, sizeof msg), 1);
+    cr_assert(strstr(msg, "'train.warmup' (100) exceeds 'train.steps' (40)"), "%s", msg);
+    cr_assert(strstr(msg, "0.0012"), "the last step's rate 3e-3 x 40/100 is not given: %s", msg);
+    c.train.warmup = 40;
+    cr_assert_eq(ar_config_warning(&c, msg, sizeof msg), 0);
     cr_assert_eq(ar_config_validate(&c, &e), 0, "%s", e.msg);
 }
 

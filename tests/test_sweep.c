@@ -252,7 +252,7 @@ Test(sweep, tiny_grid_writes_results_and_reuses_finished_runs)
         double N = cell_num(c, i, "nonembed_params"), pfd = cell_num(c, i, "pflops_days");
         int d = i < 2 ? 16 : 24, nl = i < 2 ? 1 : 2;
         cr_assert_float_eq(tokens, i < 2 ? 384 : 512, 0);
-        /* DESIGN.md: 6N + 12 n_layer d T per token; PFLOP/s-days = FLOPs / 8.64e19 */
+        /* docs/reference.md §6: 6N + 12 n_layer d T per token; PFLOP/s-days = FLOPs / 8.64e19 */
         double want = (6 * N + 12.0 * nl * d * 16) * tokens;
         cr_assert(fabs(flops - want) <= 0.5, "flops %.1f, want %.1f", flops, want);
         cr_assert(fabs(pfd - flops / 8.64e19) <= 1e-9 * pfd, "pflops_days %g vs %g", pfd, flops / 8.64e19);

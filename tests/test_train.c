@@ -2,10 +2,13 @@
  * learning on a tiny corpus, exact resume, and the evaluation protocol on a
  * model whose loss can be computed by hand. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "formats/config.h"
 #include "formats/json.h"
@@ -40,6 +43,22 @@ Test(schedule, warmup_is_linear)
     cr_expect_float_eq(ar_lr_at(&t, 0), 0.1, 1e-12);
     cr_expect_float_eq(ar_lr_at(&t, 4), 0.5, 1e-12);
     cr_expect_float_eq(ar_lr_at(&t, 9), 1.0, 1e-12);
+}
+
+/* steps < warmup: every step is a warmup step, under every schedule, the
+ * same rates as the first steps of a longer run */
+Test(schedule, run_shorter_than_warmup_stays_in_warmup)
+{
+    ar_sched_kind kinds[] = {AR_SCHED_COSINE, AR_SCHED_WSD, AR_SCHED_CONSTANT};
+    for (int k = 0; k < 3; k++) {
+        ar_train_cfg t = sched(kinds[k]);
+        ar_train_cfg longer = t;
+        t.steps = 4; /* warmup 10 */
+        for (long s = 0; s < t.steps; s++) {
+            cr_expect_float_eq(ar_lr_at(&t, s), 0.1 * (double)(s + 1), 1e-12, "schedule %d step %ld", k, s);
+            cr_expect_eq(ar_lr_at(&t, s), ar_lr_at(&longer, s));
+        }
+    }
 }
 
 Test(schedule, cosine_reaches_min_lr)
@@ -179,6 +198,57 @@ Test(train, refuses_to_overwrite_a_run, .timeout = 120)
     cr_expect(n0 == n1 && memcmp(before, after, n0) == 0, "the saved model changed");
     free(before);
     free(after);
+}
+
+/* A run that fails before its first step leaves the file system as it
+ * was: the directories it made are gone, a directory that was there holds
+ * what it held (no lock file, no probe). */
+static int entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    cr_assert(d, "'%s' is gone", dir);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+Test(train, failure_at_start_leaves_nothing_behind, .timeout = 60)
+{
+    const char *dir = tu_tmpdir();
+    char empty[2048], tiny[2048], nested[2200], top[2200], there[2200];
+    snprintf(empty, sizeof empty, "%s/empty.txt", dir);
+    snprintf(tiny, sizeof tiny, "%s/tiny.txt", dir);
+    tu_write_file(empty, "", 0);
+    tu_write_file(tiny, "abc", 3);
+    snprintf(top, sizeof top, "%s/new", dir);
+    snprintf(nested, sizeof nested, "%s/new/deeper/run", dir);
+    snprintf(there, sizeof there, "%s/there", dir);
+    cr_assert_eq(mkdir(there, 0777), 0);
+    const char *data[] = {empty, tiny};
+    for (int i = 0; i < 2; i++) {
+        ar_config c = tiny_run(data[i], AR_RES_BLOCK);
+        ar_train_result r;
+        ar_err e = {{0}};
+        ar_train_opts o = {.out_dir = nested};
+        cr_expect_neq(ar_train(&c, &o, &r, &e), 0, "training on '%s' should fail", data[i]);
+        cr_expect(strstr(e.msg, data[i]), "the message names the data file: %s", e.msg);
+        cr_expect_neq(access(top, F_OK), 0, "'%s' was made and left behind", top);
+        o.out_dir = there;
+        cr_expect_neq(ar_train(&c, &o, &r, &e), 0);
+        cr_expect_eq(entries(there), 0, "'%s' holds %d new entries", there, entries(there));
+    }
+    /* a lock file that was there before stays */
+    tu_write_file(tu_path(there, ".attnres.lock"), "", 0);
+    ar_config c = tiny_run(empty, AR_RES_BLOCK);
+    ar_train_result r;
+    ar_err e = {{0}};
+    ar_train_opts o = {.out_dir = there};
+    cr_expect_neq(ar_train(&c, &o, &r, &e), 0);
+    cr_expect_eq(access(tu_path(there, ".attnres.lock"), F_OK), 0, "the existing lock file was removed");
+    cr_expect_eq(entries(there), 1);
 }
 
 /* ---------- exact resume ---------- */

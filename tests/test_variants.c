@@ -1,4 +1,4 @@
-/* The ablation variants (DESIGN.md "Ablation variants"): their ops against
+/* The ablation variants (docs/reference.md §2.5-2.11): their ops against
  * double-precision references, finite differences through the whole model
  * for every variant, and the identities between variants. */
 #include <criterion/criterion.h>

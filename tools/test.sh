@@ -3,7 +3,9 @@
 # suite; then the whole suite again under AddressSanitizer, LeakSanitizer and
 # UBSan (tools/lsan.supp lists the caches fontconfig never frees); then a
 # short bounded fuzz run of every fuzz harness (tools/fuzz.sh, clang and
-# libFuzzer, 10 seconds each).  The main build compiles the CUDA backend
+# libFuzzer, 10 seconds each); then the README's first command,
+# tools/quickstart.sh, shortened to 60 steps, into build-test/quickstart,
+# checking that it leaves every file it promises.  The main build compiles the CUDA backend
 # where the toolkit is installed (its tests skip without a GPU); the
 # sanitizer build leaves it out (nvcc does not take -fsanitize).
 set -eu
@@ -24,6 +26,17 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     LSAN_OPTIONS="suppressions=$(pwd)/tools/lsan.supp:print_suppressions=0" \
     meson test -C build-asan --print-errorlogs --num-processes 2
 tools/fuzz.sh 10
+# The README's first command, as a user runs it but shorter.
+qs=build-test/quickstart
+QUICKSTART_STEPS=60 QUICKSTART_OUT=$qs tools/quickstart.sh
+for f in model.safetensors optimizer.safetensors config.yaml metrics.jsonl loss.png dynamics.png depth_attn.png eval.txt; do
+    if [ ! -s "$qs/$f" ]; then
+        echo "tools/test.sh: tools/quickstart.sh left no $qs/$f" >&2
+        exit 1
+    fi
+done
+grep -q '^bits/byte' "$qs/eval.txt" || { echo "tools/test.sh: $qs/eval.txt holds no evaluation" >&2; exit 1; }
+echo "quick start: every output present in $qs"
 # One closing tally of the Criterion test cases of the main run.
 grep -h 'Synthesis: Tested' build-test/meson-logs/testlog.txt |
     sed -E 's/.*Passing: ([0-9]+) \| Failing: ([0-9]+) \| Crashing: ([0-9]+).*/\1 \2 \3/' |

@@ -7,10 +7,12 @@
  *   depth_attn.png  (AttnRes kinds) the token-averaged depth-attention
  *                   weights of the last evaluation, pre-attention and
  *                   pre-MLP sublayers side by side (viz/depth_figure.h) */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../formats/config.h"
 #include "../formats/run_record.h"
@@ -82,6 +84,10 @@ int ar_train_figures(const char *run_dir, ar_err *e)
 {
     char mpath[AR_PATH_MAX + 32], path[AR_PATH_MAX + 32], name[256], step[32];
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", run_dir);
+    /* a checkpoint can fall due before the first logged step: nothing to
+     * draw yet */
+    if (access(mpath, F_OK) != 0 && errno == ENOENT)
+        return 0;
     ar_run_record r;
     if (ar_run_record_read(&r, mpath, e) != 0)
         return -1;
