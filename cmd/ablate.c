@@ -1,5 +1,5 @@
 /* attnres ablate: parse the command line, plan the variant x seed runs
- * (lib/ablate.c), train them with the sweep machinery (reusing finished
+ * (study/ablate.c), train them with the sweep machinery (reusing finished
  * runs, resuming interrupted ones) and write the report. */
 #include <math.h>
 #include <signal.h>
@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "../formats/config.h"
-#include "../lib/ablate.h"
+#include "../study/ablate.h"
 #include "cmds.h"
 #include "sweep_view.h"
 

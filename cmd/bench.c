@@ -14,10 +14,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../formats/atomic.h"
+#include "../core/atomic.h"
 #include "../formats/config.h"
 #include "../formats/json.h"
-#include "../lib/bench.h"
+#include "../study/bench.h"
 #include "cmds.h"
 
 static const char *usage = "attnres bench [CONFIG] [--set KEY=VALUE]... [--steps N] [--warmup N] [--repeat R] "

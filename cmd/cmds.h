@@ -4,8 +4,8 @@
 
 #include <stdio.h>
 
-#include "../lib/config.h"
-#include "../lib/error.h"
+#include "../core/config.h"
+#include "../core/error.h"
 #include "../viz/canvas.h"
 
 int cmd_train(int argc, char **argv);

@@ -7,8 +7,8 @@
 
 #include "../formats/json.h"
 #include "../formats/tokens.h"
-#include "../lib/checkpoint.h"
-#include "../lib/eval.h"
+#include "../study/checkpoint.h"
+#include "../study/eval.h"
 #include "cmds.h"
 
 static const char *usage =

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/scaling.h"
-#include "../viz/scaling_plot.h"
+#include "../study/scaling.h"
+#include "../study/scaling_plot.h"
 #include "cmds.h"
 
 static const char *usage =

@@ -5,8 +5,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../core/config.h"
 #include "../formats/run_record.h"
-#include "../lib/config.h"
 #include "../viz/dynamics.h"
 #include "cmds.h"
 

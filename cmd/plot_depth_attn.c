@@ -1,6 +1,6 @@
 /* attnres plot-depth-attn (also plot-attn): what depth attention learned.
  * Loads each run, averages its depth-attention weights over the evaluation
- * windows (lib/depth_stats.h), and draws them (viz/depth_figure.h): the
+ * windows (study/depth_stats.h), and draws them (viz/depth_figure.h): the
  * report's Figure 8, or with --matrix the depth mixing matrix M of any
  * residual kind (lib/mixing.h). */
 #include <limits.h>
@@ -10,10 +10,11 @@
 
 #include "../formats/run_record.h"
 #include "../formats/tokens.h"
-#include "../lib/checkpoint.h"
-#include "../lib/data.h"
-#include "../lib/depth_stats.h"
 #include "../lib/mixing.h"
+#include "../study/checkpoint.h"
+#include "../study/data.h"
+#include "../study/depth_csv.h"
+#include "../study/depth_stats.h"
 #include "../viz/depth_figure.h"
 #include "cmds.h"
 

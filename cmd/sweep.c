@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "../formats/sweep.h"
-#include "../lib/sweep.h"
+#include "../study/sweep.h"
 #include "cmds.h"
 #include "sweep_view.h"
 

@@ -6,7 +6,7 @@
 #include <signal.h>
 #include <stddef.h>
 
-#include "../lib/sweep.h"
+#include "../study/sweep.h"
 
 typedef struct {
     const ar_sweep *s;

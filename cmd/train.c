@@ -9,9 +9,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../formats/atomic.h"
+#include "../core/atomic.h"
 #include "../formats/config.h"
-#include "../lib/train.h"
+#include "../study/train.h"
 #include "cmds.h"
 
 static const char *usage =

@@ -1,7 +1,7 @@
 /* YAML configuration: one key table drives parsing, --set, validation of
  * single values, the "expected one of" lists and the resolved YAML.
  *
- * To add a key: add a field to lib/config.h, a default in lib/config.c, a
+ * To add a key: add a field to core/config.h, a default in core/config.c, a
  * row in KEYS below (in the order it should be written) and a paragraph in
  * man/attnres-config.5.  Sections ("model", "model.residual") are not listed
  * anywhere: they are the prefixes of the dotted keys. */

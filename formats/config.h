@@ -6,8 +6,8 @@
 
 #include <stddef.h>
 
-#include "../lib/config.h"
-#include "../lib/error.h"
+#include "../core/config.h"
+#include "../core/error.h"
 
 /* Overlays the YAML document in `text` on c (which the caller has filled,
  * usually with ar_config_defaults).  `name` is used in messages:

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "../lib/error.h"
+#include "../core/error.h"
 
 typedef struct {
     char *name;      /* file name used in messages */

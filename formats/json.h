@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../lib/error.h"
+#include "../core/error.h"
 
 typedef enum { AR_JSON_NULL, AR_JSON_BOOL, AR_JSON_NUM, AR_JSON_STR, AR_JSON_ARR, AR_JSON_OBJ } ar_json_type;
 

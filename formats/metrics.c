@@ -1,7 +1,7 @@
 /* metrics.jsonl: durable appends, tolerant reads, atomic cut-back on resume. */
 #include "metrics.h"
 
-#include "atomic.h"
+#include "../core/atomic.h"
 
 #include <errno.h>
 #include <fcntl.h>

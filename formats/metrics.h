@@ -7,7 +7,7 @@
 #ifndef AR_METRICS_H
 #define AR_METRICS_H
 
-#include "../lib/error.h"
+#include "../core/error.h"
 #include "json.h"
 
 /* Appends json_line (one JSON object, no newline inside) plus '\n' to path,

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "../lib/error.h"
+#include "../core/error.h"
 
 typedef struct {
     int n;                    /* records with a training loss */

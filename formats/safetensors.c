@@ -4,7 +4,7 @@
  * bytes. */
 #include "safetensors.h"
 
-#include "atomic.h"
+#include "../core/atomic.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../lib/error.h"
+#include "../core/error.h"
 
 #define AR_ST_MAX_DIMS 8
 #define AR_ST_MAX_HEADER (100u << 20) /* 100 MiB, as the reference implementation */

@@ -17,8 +17,27 @@
 
 #include <stddef.h>
 
-#include "../lib/error.h"
-#include "../lib/sweep.h"
+#include "../core/config.h"
+#include "../core/error.h"
+
+/* The grid as plain data: one resolved config per run. */
+#define AR_SWEEP_NAME_MAX 64
+
+typedef struct {
+    char name[2 * AR_SWEEP_NAME_MAX + 2]; /* "<size>-<variant>": the run directory's name */
+    char size[AR_SWEEP_NAME_MAX];
+    char variant[AR_SWEEP_NAME_MAX];
+    ar_config cfg;   /* resolved and validated */
+    long tokens;     /* planned training tokens = steps * batch_size * grad_accum * seq_len */
+} ar_sweep_run;
+
+typedef struct {
+    int nsizes, nvariants;
+    int nruns;           /* nsizes * nvariants, size-major: every variant of size 0 first */
+    ar_sweep_run *runs;
+} ar_sweep;
+
+void ar_sweep_free(ar_sweep *s);
 
 /* Parses a sweep document.  name is used in messages; base_dir resolves a
  * relative `base:` path (NULL: the working directory).  sets are

@@ -8,7 +8,7 @@
  * tokens cannot make us allocate for them. */
 #include "tokens.h"
 
-#include "atomic.h"
+#include "../core/atomic.h"
 
 #include <errno.h>
 #include <limits.h>

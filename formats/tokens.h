@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../lib/error.h"
+#include "../core/error.h"
 
 #define AR_LLMC_MAGIC_U16 20240520
 #define AR_LLMC_MAGIC_U32 20240801

@@ -27,7 +27,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../lib/error.h"
+#include "../core/error.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,9 +1,9 @@
 /* The results-CSV reader: formats/csv.c and the table loading and fitting
- * of `attnres fit-scaling` (lib/scaling.c), with its default columns. */
+ * of `attnres fit-scaling` (study/scaling.c), with its default columns. */
 #include "fuzz.h"
 
 #include "../formats/csv.h"
-#include "../lib/scaling.h"
+#include "../study/scaling.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -1,8 +1,8 @@
 /* The backend a config or command line names (train.device, --device). */
 #include <string.h>
 
+#include "../core/error.h"
 #include "backend.h"
-#include "error.h"
 
 const ar_backend *ar_backend_open(const char *device, int bf16, ar_err *e)
 {

@@ -9,6 +9,24 @@
 
 #include "residual_ablate.h"
 
+void ar_depth_attn_alloc(ar_depth_attn *a, int L)
+{
+    a->L = L;
+    a->tokens = 0;
+    a->n = ar_xcalloc((size_t)L + 1, sizeof(int));
+    a->w = ar_xmalloc((size_t)(L + 1) * (size_t)(L + 1) * sizeof(double));
+    for (size_t i = 0; i < (size_t)(L + 1) * (size_t)(L + 1); i++)
+        a->w[i] = NAN;
+}
+
+void ar_depth_attn_free(ar_depth_attn *a)
+{
+    free(a->n);
+    free(a->w);
+    a->n = NULL;
+    a->w = NULL;
+}
+
 int ar_res_has_depth_attn(ar_res_kind k)
 {
     /* static and rescaled weigh Full's sources (S = 1) */

@@ -9,10 +9,28 @@
 #ifndef AR_MIXING_H
 #define AR_MIXING_H
 
-#include "config.h"
-#include "depth_stats.h"
-#include "error.h"
+#include <stddef.h>
+
+#include "../core/config.h"
+#include "../core/error.h"
 #include "model.h"
+
+/* Token-averaged depth-attention weights, abar_{l,i} for each mixer
+ * l = 1..L+1 over its sources i (study/depth_stats.h measures them). */
+typedef struct {
+    int L;         /* sublayers; mixers are 1..L+1 */
+    int *n;        /* n[l-1]: number of sources of mixer l */
+    double *w;     /* (L+1) x (L+1), row l-1 = abar_l over its n[l-1] sources, NaN after them */
+    long tokens;   /* tokens averaged over (0 when filled from elsewhere) */
+} ar_depth_attn;
+
+/* An empty table for L sublayers: every n 0, every weight NaN. */
+void ar_depth_attn_alloc(ar_depth_attn *a, int L);
+void ar_depth_attn_free(ar_depth_attn *a);
+static inline double *ar_depth_attn_row(const ar_depth_attn *a, int l)
+{
+    return a->w + (size_t)(l - 1) * (size_t)(a->L + 1);
+}
 
 /* Whether a residual kind mixes its sources with per-token weights that
  * can be averaged and drawn over Full's or Block's source lists: full,
@@ -47,7 +65,7 @@ int ar_mixer_sources(const ar_model_cfg *cfg, int l, ar_source *out);
  *     static, rescaled   as full (their weights are measured too)
  *     mhc           M[l][i] = p_l^T R_{l-1} .. R_{i+1} q_i from its parameters
  *     denseformer   from its DWA coefficients (lib/residual_denseformer.c)
- * w holds the token-averaged weights (depth_stats.h) for the kinds that
+ * w holds the token-averaged weights (ar_depth_attn above) for the kinds that
  * have them, else may be NULL; m is the model, for schemes whose M comes
  * from their parameters (mHC: M[l][i] = beta_i^T A alpha_l), else may be
  * NULL.  A kind with no M yet is an error. */

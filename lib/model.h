@@ -8,9 +8,9 @@
 
 #include <stdint.h>
 
+#include "../core/config.h"
+#include "../core/error.h"
 #include "backend.h"
-#include "config.h"
-#include "error.h"
 #include "params.h"
 #include "residual.h"
 

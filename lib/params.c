@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
+#include "../core/error.h"
 
 int ar_params_add(ar_param_table *t, const char *name, int64_t d0, int64_t d1, ar_init_kind init,
                   float std, int group)

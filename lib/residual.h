@@ -40,8 +40,8 @@
 #ifndef AR_RESIDUAL_H
 #define AR_RESIDUAL_H
 
+#include "../core/config.h"
 #include "backend.h"
-#include "config.h"
 #include "params.h"
 
 typedef struct ar_residual ar_residual;

@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "error.h"
+#include "../core/error.h"
 #include "residual.h"
 #include "residual_ablate.h"
 

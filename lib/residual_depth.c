@@ -21,7 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "error.h"
+#include "../core/error.h"
 #include "residual.h"
 
 /* Schedule (two-phase, the report's Algorithm 1 generalised): mixers

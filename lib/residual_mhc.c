@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
+#include "../core/error.h"
 #include "residual.h"
 #include "residual_ablate.h"
 

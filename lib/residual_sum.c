@@ -7,7 +7,7 @@
  * the sublayer adds its dL/dh_l into it last. */
 #include <stdlib.h>
 
-#include "error.h"
+#include "../core/error.h"
 #include "residual.h"
 
 typedef struct {

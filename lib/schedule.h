@@ -2,7 +2,7 @@
 #ifndef AR_SCHEDULE_H
 #define AR_SCHEDULE_H
 
-#include "config.h"
+#include "../core/config.h"
 
 /* Learning rate for optimizer step `step` (0-based, < steps):
  *   warmup (all):  lr * (step+1)/warmup                      for step < warmup

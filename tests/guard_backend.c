@@ -9,7 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "formats/atomic.h"
+#include "core/atomic.h"
 
 /* One allocation: `map` pages of which the last is the fence; the caller's
  * `bytes` end where the fence begins (rounded up to 64, so `user` keeps the

@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 
 #include "formats/config.h"
-#include "lib/ablate.h"
-#include "lib/train.h"
+#include "study/ablate.h"
+#include "study/train.h"
 #include "testutil.h"
 
 Test(ablate, welch_matches_a_reference)

@@ -39,8 +39,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/error.h"
 #include "lib/backend.h"
-#include "lib/error.h"
 #include "testutil.h"
 
 static const ar_backend *A, *B;

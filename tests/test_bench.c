@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "formats/config.h"
-#include "lib/bench.h"
+#include "study/bench.h"
 
 static ar_config tiny(void)
 {

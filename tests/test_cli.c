@@ -12,7 +12,7 @@
 
 #include "formats/json.h"
 #include "lib/backend.h"
-#include "lib/checkpoint.h"
+#include "study/checkpoint.h"
 #include "testutil.h"
 
 /* ---- helpers ---- */

@@ -1,5 +1,5 @@
 /* Config parsing, --set, validation and the resolved YAML
- * (formats/config.c, lib/config.c). */
+ * (formats/config.c, core/config.c). */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -74,7 +74,7 @@ static void assert_same(const ar_config *a, const ar_config *b)
     cr_assert_eq(ar_cfg_block_size(&a->model), ar_cfg_block_size(&b->model));
 }
 
-/* ---- defaults and lib/config.c ---- */
+/* ---- defaults and core/config.c ---- */
 
 Test(config, defaults)
 {

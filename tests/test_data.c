@@ -8,7 +8,7 @@
 
 #include "formats/metrics.h"
 #include "formats/tokens.h"
-#include "lib/data.h"
+#include "study/data.h"
 #include "testutil.h"
 
 static const char *dir;

@@ -1,6 +1,6 @@
 /* Host code never touches device memory: every residual kind trains,
  * evaluates, saves, resumes and measures its depth statistics through
- * lib/train.h and friends, and bench times its steps, on the guard backend
+ * study/train.h and friends, and bench times its steps, on the guard backend
  * (guard_backend.h), whose buffers are unreadable outside its own ops.  A
  * direct access anywhere in lib/ (or a host pointer handed to an op) ends
  * the test with a message naming it.  The guard computes with the CPU
@@ -17,13 +17,13 @@
 #include "formats/config.h"
 #include "formats/tokens.h"
 #include "guard_backend.h"
-#include "lib/bench.h"
-#include "lib/checkpoint.h"
-#include "lib/data.h"
-#include "lib/depth_stats.h"
-#include "lib/eval.h"
 #include "lib/mixing.h"
-#include "lib/train.h"
+#include "study/bench.h"
+#include "study/checkpoint.h"
+#include "study/data.h"
+#include "study/depth_stats.h"
+#include "study/eval.h"
+#include "study/train.h"
 #include "testutil.h"
 
 /* A model small enough that the guard's mprotect calls, not the math,

@@ -8,9 +8,9 @@
 
 #include "formats/json.h"
 #include "formats/safetensors.h"
-#include "lib/checkpoint.h"
 #include "lib/model.h"
 #include "modelutil.h"
+#include "study/checkpoint.h"
 #include "testutil.h"
 
 static const ar_backend *cpu(void)

@@ -27,9 +27,9 @@
 #include "formats/json.h"
 #include "formats/metrics.h"
 #include "formats/safetensors.h"
-#include "lib/checkpoint.h"
 #include "lib/model.h"
-#include "lib/train.h"
+#include "study/checkpoint.h"
+#include "study/train.h"
 #include "testutil.h"
 
 /* ---------------------------------------------------------------- fixtures */

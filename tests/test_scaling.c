@@ -13,9 +13,9 @@
 #include <sys/stat.h>
 
 #include "formats/json.h"
-#include "lib/scaling.h"
+#include "study/scaling.h"
+#include "study/scaling_plot.h"
 #include "testutil.h"
-#include "viz/scaling_plot.h"
 
 /* n compute values spread evenly in log space over [lo, hi]. */
 static void logspace(double *x, int n, double lo, double hi)

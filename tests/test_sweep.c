@@ -13,8 +13,8 @@
 
 #include "formats/csv.h"
 #include "formats/sweep.h"
-#include "lib/checkpoint.h"
-#include "lib/sweep.h"
+#include "study/checkpoint.h"
+#include "study/sweep.h"
 #include "testutil.h"
 
 static void write_text(const char *path, const char *text)

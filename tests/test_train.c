@@ -14,12 +14,12 @@
 #include "formats/json.h"
 #include "formats/metrics.h"
 #include "formats/safetensors.h"
-#include "lib/checkpoint.h"
-#include "lib/data.h"
-#include "lib/eval.h"
 #include "lib/optim.h"
 #include "lib/schedule.h"
-#include "lib/train.h"
+#include "study/checkpoint.h"
+#include "study/data.h"
+#include "study/eval.h"
+#include "study/train.h"
 #include "testutil.h"
 
 /* ---------- schedules ---------- */

@@ -3,7 +3,7 @@
 #ifndef AR_VIZ_BAR_CHART_H
 #define AR_VIZ_BAR_CHART_H
 
-#include "../lib/error.h"
+#include "../core/error.h"
 #include "canvas.h"
 
 typedef struct {

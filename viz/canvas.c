@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../formats/atomic.h"
+#include "../core/atomic.h"
 #include "png.h"
 
 #ifndef AR_VERSION

@@ -1,6 +1,6 @@
 /* Where a figure is drawn and how it is written: a cairo surface for PNG
  * (encoded by libpng, viz/png.h, with text chunks), SVG or PDF (cairo's own
- * vector surfaces), always written atomically (formats/atomic.h).
+ * vector surfaces), always written atomically (core/atomic.h).
  *
  * Every figure records what it shows:
  *   PNG  tEXt chunks  Title, Software ("attnres VERSION"), attnres:run and
@@ -15,7 +15,7 @@
 #include <cairo.h>
 #include <stddef.h>
 
-#include "../lib/error.h"
+#include "../core/error.h"
 
 typedef enum { AR_FIG_AUTO = 0, AR_FIG_PNG, AR_FIG_SVG, AR_FIG_PDF } ar_fig_format;
 

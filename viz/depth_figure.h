@@ -9,13 +9,13 @@
  *                           Block AttnRes, the partial sum outlined)
  *   ar_depth_matrix_figure  the depth mixing matrix M of each run (report
  *                           section 6.2; lib/mixing.h), one heatmap per run
- *   ar_depth_csv, ar_depth_matrix_csv   the same numbers as CSV */
+ * (the same numbers as CSV: study/depth_csv.h) */
 #ifndef AR_DEPTH_FIGURE_H
 #define AR_DEPTH_FIGURE_H
 
-#include "../lib/config.h"
-#include "../lib/depth_stats.h"
-#include "../lib/error.h"
+#include "../core/config.h"
+#include "../core/error.h"
+#include "../lib/mixing.h"
 #include "plot.h"
 
 typedef struct {
@@ -37,15 +37,5 @@ int ar_depth_figure(const char *path, const ar_depth_run *runs, int nr, const ar
 /* geom: nr entries, or NULL. */
 int ar_depth_matrix_figure(const char *path, const ar_depth_run *runs, int nr, const ar_fig_meta *meta,
                            ar_heat_geom *geom, ar_err *e);
-
-/* CSV, one row per (mixer, source):
- *   run,step,kind,mixer,role,source,block,first,last,partial,weight
- * mixer l = 1..L+1; role attn, mlp or output; source = its index in the
- * mixer's list; it sums v_first..v_last of block `block`; partial 1 for a
- * partial sum; weight = the token-averaged alpha. */
-int ar_depth_csv(const char *path, const ar_depth_run *runs, int nr, ar_err *e);
-/* CSV, one row per entry of M below the diagonal:
- *   run,step,kind,mixer,role,source,m        (source = i of v_i) */
-int ar_depth_matrix_csv(const char *path, const ar_depth_run *runs, int nr, ar_err *e);
 
 #endif

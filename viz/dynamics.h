@@ -9,8 +9,8 @@
 #ifndef AR_DYNAMICS_H
 #define AR_DYNAMICS_H
 
+#include "../core/error.h"
 #include "../formats/run_record.h"
-#include "../lib/error.h"
 #include "canvas.h"
 
 #define AR_DYNAMICS_WIDTH 1650

@@ -3,7 +3,7 @@
 #ifndef AR_PLOT_H
 #define AR_PLOT_H
 
-#include "../lib/error.h"
+#include "../core/error.h"
 #include "canvas.h"
 
 typedef struct {

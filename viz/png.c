@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../formats/atomic.h"
+#include "../core/atomic.h"
 
 typedef struct {
     const unsigned char *px;

@@ -1,11 +1,11 @@
 /* PNG encoding with libpng: 8-bit RGB, text chunks, written atomically
- * (formats/atomic.h: temporary file, fsync, rename). */
+ * (core/atomic.h: temporary file, fsync, rename). */
 #ifndef AR_VIZ_PNG_H
 #define AR_VIZ_PNG_H
 
 #include <stdint.h>
 
-#include "../lib/error.h"
+#include "../core/error.h"
 
 typedef struct {
     const char *key;  /* 1..79 Latin-1 characters, e.g. "Title", "attnres:run" */

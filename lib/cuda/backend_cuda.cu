@@ -48,8 +48,8 @@
  * fixed two-level partials, dwte adds repeated tokens in token order after
  * a stable sort; cuBLAS is run-to-run reproducible on one stream with its
  * atomics disallowed (the default). */
+#include "../../core/error.h"
 #include "../backend.h"
-#include "../error.h"
 #include "cuda_util.h"
 #include "depth_cuda.h"
 #include "ops_cuda.h"

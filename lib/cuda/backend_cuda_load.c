@@ -17,8 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../../core/error.h"
 #include "../backend.h"
-#include "../error.h"
 
 #ifndef AR_HAVE_CUDA
 #define AR_HAVE_CUDA 0
@@ -74,7 +74,7 @@ const ar_backend *ar_backend_cuda(ar_err *e)
         if (access(cand[i], F_OK) != 0)
             continue;
         tried = cand[i];
-        /* RTLD_LOCAL: the module's copy of lib/error.c stays its own */
+        /* RTLD_LOCAL: the module's copy of core/error.c stays its own */
         if (!(h = dlopen(cand[i], RTLD_NOW | RTLD_LOCAL)))
             why = dlerror();
     }

@@ -5,9 +5,9 @@
 
 #include <signal.h>
 
-#include "backend.h"
-#include "config.h"
-#include "error.h"
+#include "../core/config.h"
+#include "../core/error.h"
+#include "../lib/backend.h"
 
 typedef struct {
     long step, steps;     /* optimizer steps completed / planned */
@@ -66,9 +66,5 @@ typedef struct {
  *    uninterrupted run with the same thread count, and warns where the
  *    settings, the training data or the thread count differ. */
 int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res, ar_err *e);
-
-/* Writes the run's figures from metrics.jsonl: loss.png, dynamics.png and,
- * for AttnRes kinds, depth_attn.png (viz/run_figures.c). */
-int ar_train_figures(const char *run_dir, ar_err *e);
 
 #endif

@@ -7,6 +7,8 @@
  *   depth_attn.png  (AttnRes kinds) the token-averaged depth-attention
  *                   weights of the last evaluation, pre-attention and
  *                   pre-MLP sublayers side by side (viz/depth_figure.h) */
+#include "run_figures.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,14 +16,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../core/config.h"
 #include "../formats/config.h"
 #include "../formats/run_record.h"
-#include "../lib/config.h"
 #include "../lib/mixing.h"
-#include "../lib/train.h"
-#include "depth_figure.h"
-#include "dynamics.h"
-#include "plot.h"
+#include "../viz/depth_figure.h"
+#include "../viz/dynamics.h"
+#include "../viz/plot.h"
 
 static int plot_losses(const char *path, const ar_run_record *r, const ar_fig_meta *m, ar_err *e)
 {

@@ -19,27 +19,11 @@
 
 #include <signal.h>
 
-#include "config.h"
-#include "error.h"
+#include "../core/config.h"
+#include "../core/error.h"
+#include "../formats/sweep.h"
 #include "train.h"
 
-#define AR_SWEEP_NAME_MAX 64
-
-typedef struct {
-    char name[2 * AR_SWEEP_NAME_MAX + 2]; /* "<size>-<variant>": the run directory's name */
-    char size[AR_SWEEP_NAME_MAX];
-    char variant[AR_SWEEP_NAME_MAX];
-    ar_config cfg;   /* resolved and validated */
-    long tokens;     /* planned training tokens = steps * batch_size * grad_accum * seq_len */
-} ar_sweep_run;
-
-typedef struct {
-    int nsizes, nvariants;
-    int nruns;           /* nsizes * nvariants, size-major: every variant of size 0 first */
-    ar_sweep_run *runs;
-} ar_sweep;
-
-void ar_sweep_free(ar_sweep *s);
 
 /* The results table's header. */
 #define AR_SWEEP_COLUMNS "variant,size,nonembed_params,tokens,flops,pflops_days,val_loss,wall_s,steps,run"

@@ -14,17 +14,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../formats/atomic.h"
+#include "../core/atomic.h"
 #include "../formats/config.h"
 #include "../formats/json.h"
 #include "../formats/metrics.h"
 #include "../formats/safetensors.h"
+#include "../lib/model.h"
+#include "../lib/optim.h"
+#include "../lib/schedule.h"
 #include "checkpoint.h"
 #include "data.h"
 #include "eval.h"
-#include "model.h"
-#include "optim.h"
-#include "schedule.h"
+#include "run_figures.h"
 
 static double now_s(void)
 {

@@ -4,8 +4,8 @@
 #ifndef AR_SCALING_PLOT_H
 #define AR_SCALING_PLOT_H
 
-#include "../lib/error.h"
-#include "../lib/scaling.h"
+#include "../core/error.h"
+#include "scaling.h"
 
 int ar_scaling_plot(const char *path, const ar_scaling *s, ar_err *e);
 

@@ -12,9 +12,9 @@
 
 #include <stddef.h>
 
-#include "backend.h"
-#include "config.h"
-#include "error.h"
+#include "../core/config.h"
+#include "../core/error.h"
+#include "../lib/backend.h"
 
 /* ---- the variants a bench compares ---- */
 

@@ -2,31 +2,17 @@
  * draws): for each mixer l = 1..L+1 (L+1 = the final state h_out), the mean
  * over every evaluated token of its weights alpha_i over its sources,
  *     abar_{l,i} = (1 / #tokens) sum_tokens alpha_{l,i}(token),
- * on the windows of the evaluation protocol (lib/eval.h). */
+ * on the windows of the evaluation protocol (study/eval.h). */
 #ifndef AR_DEPTH_STATS_H
 #define AR_DEPTH_STATS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h"
+#include "../core/error.h"
+#include "../lib/mixing.h"
+#include "../lib/model.h"
 #include "eval.h"
-#include "model.h"
-
-typedef struct {
-    int L;         /* sublayers; mixers are 1..L+1 */
-    int *n;        /* n[l-1]: number of sources of mixer l */
-    double *w;     /* (L+1) x (L+1), row l-1 = abar_l over its n[l-1] sources, NaN after them */
-    long tokens;   /* tokens averaged over (0 when filled from elsewhere) */
-} ar_depth_attn;
-
-/* An empty table for L sublayers: every n 0, every weight NaN. */
-void ar_depth_attn_alloc(ar_depth_attn *a, int L);
-void ar_depth_attn_free(ar_depth_attn *a);
-static inline double *ar_depth_attn_row(const ar_depth_attn *a, int l)
-{
-    return a->w + (size_t)(l - 1) * (size_t)(a->L + 1);
-}
 
 /* Runs m on the evaluation windows of x[0..n) (max_windows <= 0: all) and
  * averages every mixer's weights over all their tokens (each batch's mean

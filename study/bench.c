@@ -10,8 +10,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "model.h"
-#include "optim.h"
+#include "../lib/model.h"
+#include "../lib/optim.h"
 
 const ar_bench_variant_def ar_bench_variants[] = {
     {"baseline", "baseline", AR_RES_BASELINE, 0, 0},

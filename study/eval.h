@@ -7,9 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../core/error.h"
 #include "../formats/tokens.h"
-#include "error.h"
-#include "model.h"
+#include "../lib/model.h"
 
 typedef struct {
     double loss;     /* mean nats/token */

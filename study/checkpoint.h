@@ -20,10 +20,10 @@
 #ifndef AR_CHECKPOINT_H
 #define AR_CHECKPOINT_H
 
-#include "config.h"
-#include "error.h"
-#include "model.h"
-#include "optim.h"
+#include "../core/config.h"
+#include "../core/error.h"
+#include "../lib/model.h"
+#include "../lib/optim.h"
 
 /* What a checkpoint holds besides weights and optimizer moments: all a
  * resumed run needs to continue exactly as an uninterrupted one.  The

@@ -4,26 +4,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "config.h"
-#include "mixing.h"
-
-void ar_depth_attn_alloc(ar_depth_attn *a, int L)
-{
-    a->L = L;
-    a->tokens = 0;
-    a->n = ar_xcalloc((size_t)L + 1, sizeof(int));
-    a->w = ar_xmalloc((size_t)(L + 1) * (size_t)(L + 1) * sizeof(double));
-    for (size_t i = 0; i < (size_t)(L + 1) * (size_t)(L + 1); i++)
-        a->w[i] = NAN;
-}
-
-void ar_depth_attn_free(ar_depth_attn *a)
-{
-    free(a->n);
-    free(a->w);
-    a->n = NULL;
-    a->w = NULL;
-}
+#include "../core/config.h"
+#include "../lib/mixing.h"
 
 typedef struct {
     ar_depth_attn *a;

@@ -1,4 +1,4 @@
-/* Ablation studies (lib/ablate.h). */
+/* Ablation studies (study/ablate.h). */
 #include "ablate.h"
 
 #include <gsl/gsl_cdf.h>
@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../formats/atomic.h"
+#include "../core/atomic.h"
 #include "../formats/config.h"
 #include "../formats/csv.h"
 #include "../viz/bar_chart.h"

@@ -8,7 +8,7 @@
 
 #include <stdio.h>
 
-#include "../lib/error.h"
+#include "error.h"
 
 /* Writes the content into f; returns 0, or -1 with errno set. */
 typedef int (*ar_atomic_fill)(FILE *f, void *ud);

@@ -2,7 +2,7 @@
  * residual variant x seed, every run with the same hyperparameters, token
  * budget, evaluation set and, for seed index k, the same train.seed (so the
  * same data order and the same initial transformer weights) — only
- * model.residual differs.  The runs are an ar_sweep (lib/sweep.h), so a
+ * model.residual differs.  The runs are an ar_sweep (study/sweep.h), so a
  * rerun reuses finished runs and resumes interrupted ones exactly as
  * `attnres sweep` does.
  *
@@ -18,8 +18,8 @@
 #ifndef AR_ABLATE_H
 #define AR_ABLATE_H
 
-#include "config.h"
-#include "error.h"
+#include "../core/config.h"
+#include "../core/error.h"
 #include "sweep.h"
 
 #define AR_ABLATE_COLUMNS "variant,seed,nonembed_params,tokens,flops,val_loss,tok_per_s,wall_s,run"

@@ -1,12 +1,13 @@
-/* The numbers behind the depth figures, as CSV (depth_figure.h). */
+/* The numbers behind the depth figures, as CSV. */
+#include "depth_csv.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../formats/atomic.h"
+#include "../core/atomic.h"
 #include "../formats/csv.h"
 #include "../lib/mixing.h"
-#include "depth_figure.h"
 
 typedef struct {
     const ar_depth_run *runs;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plot.h"
+#include "../viz/plot.h"
 
 #define CURVE_N 200
 

@@ -6,9 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../core/config.h"
+#include "../core/error.h"
 #include "../formats/tokens.h"
-#include "config.h"
-#include "error.h"
 
 typedef struct {
     ar_tokens all;   /* owns the training file's tokens */

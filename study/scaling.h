@@ -31,7 +31,7 @@
 
 #include <stdio.h>
 
-#include "error.h"
+#include "../core/error.h"
 
 typedef enum { AR_FIT_POWER = 0, AR_FIT_OFFSET } ar_fit_form;
 

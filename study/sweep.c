@@ -11,13 +11,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../formats/atomic.h"
+#include "../core/atomic.h"
 #include "../formats/config.h"
 #include "../formats/csv.h"
 #include "../formats/json.h"
 #include "../formats/metrics.h"
+#include "../lib/model.h"
 #include "checkpoint.h"
-#include "model.h"
 
 int ar_sweep_compute_of(const ar_sweep_run *r, ar_sweep_compute *c, ar_err *e)
 {
