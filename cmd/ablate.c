@@ -2,7 +2,6 @@
  * (study/ablate.c), train them with the sweep machinery (reusing finished
  * runs, resuming interrupted ones) and write the report. */
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +10,8 @@
 #include "../formats/config.h"
 #include "../study/ablate.h"
 #include "cmds.h"
+#include "options.h"
+#include "signals.h"
 #include "sweep_view.h"
 
 static const char *usage =
@@ -38,85 +39,55 @@ static int parse_ints(const char *s, int **out, int *n)
 
 int cmd_ablate(int argc, char **argv)
 {
-    const char *config = NULL, *out = NULL, *variants = NULL, *bs = NULL;
+    const char *config = NULL, *variants = NULL, *bs = NULL;
     long jobs = 1, seeds = 1;
-    const char **sets = calloc((size_t)argc, sizeof *sets);
-    int nsets = 0, rc = AR_EXIT_FAIL, dev = -1, prec = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int takes = !strcmp(a, "--set") || !strcmp(a, "--out") || !strcmp(a, "--jobs") || !strcmp(a, "--variant") ||
-                    !strcmp(a, "--seeds") || !strcmp(a, "--block-sizes") || !strcmp(a, "--device") ||
-                    !strcmp(a, "--precision");
-        if (takes && i + 1 >= argc) {
-            free(sets);
-            return cli_usage_error(usage, "'%s' needs a value", a);
-        }
-        if (!strcmp(a, "--set"))
-            sets[nsets++] = argv[++i];
-        else if (!strncmp(a, "--set=", 6))
-            sets[nsets++] = a + 6;
-        else if (!strcmp(a, "--out"))
-            out = argv[++i];
-        else if (!strcmp(a, "--variant"))
-            variants = argv[++i];
+    int rc = AR_EXIT_USAGE, planned = 0, *bsz = NULL, nbs = 0;
+    ar_ablation ab;
+    ar_ablate_stat *stat = NULL;
+    static const char *const own[] = {"--variant", "--block-sizes", "--jobs", "--seeds", NULL};
+    cli_opts so;
+    cli_opts_init(&so, usage, CLI_SET | CLI_OUT | CLI_DEVICE | CLI_PRECISION, own, argc, argv);
+    for (const char *a, *v; (a = cli_opts_next(&so, &v));) {
+        if (!strcmp(a, "--variant"))
+            variants = v;
         else if (!strncmp(a, "--variant=", 10))
             variants = a + 10;
         else if (!strcmp(a, "--block-sizes"))
-            bs = argv[++i];
-        else if (!strcmp(a, "--device") || !strcmp(a, "--precision")) {
-            if (cli_device_option(usage, a, argv[++i], &dev, &prec) != 0) {
-                free(sets);
-                return AR_EXIT_USAGE;
-            }
-        }
+            bs = v;
         else if (!strcmp(a, "--jobs") || !strcmp(a, "--seeds")) {
-            if (cli_parse_long(a, argv[++i], 1, !strcmp(a, "--jobs") ? &jobs : &seeds) != 0) {
-                free(sets);
+            if (cli_parse_long(a, v, 1, !strcmp(a, "--jobs") ? &jobs : &seeds) != 0) {
                 fprintf(stderr, "usage: %s\n", usage);
-                return AR_EXIT_USAGE;
+                goto done;
             }
-        } else if (a[0] == '-' && a[1]) {
-            free(sets);
-            return cli_usage_error(usage, "unknown option '%s'", a);
-        } else if (!config)
-            config = a;
-        else {
-            free(sets);
-            return cli_usage_error(usage, "unexpected argument '%s'", a);
-        }
+        } else if (cli_opts_argument(&so, a, &config) != 0)
+            goto done;
     }
+    if (so.bad)
+        goto done;
     if (!variants && !bs) {
-        free(sets);
-        return cli_usage_error(usage, "'--variant' is required (one of: %s, or all)", ar_ablate_variant_list());
+        cli_usage_error(usage, "'--variant' is required (one of: %s, or all)", ar_ablate_variant_list());
+        goto done;
     }
-    int *bsz = NULL, nbs = 0;
     if (bs && parse_ints(bs, &bsz, &nbs) != 0) {
-        free(bsz);
-        free(sets);
-        return cli_usage_error(usage, "'--block-sizes' expects a comma-separated list of positive integers, got '%s'",
-                               bs);
+        cli_usage_error(usage, "'--block-sizes' expects a comma-separated list of positive integers, got '%s'", bs);
+        goto done;
     }
+    rc = AR_EXIT_FAIL;
     ar_err e = {{0}};
     ar_config cfg;
     ar_config_defaults(&cfg);
-    int bad = config && ar_config_load(&cfg, config, &e) != 0;
-    for (int i = 0; !bad && i < nsets; i++)
-        bad = ar_config_set(&cfg, sets[i], &e) != 0;
-    free(sets);
-    cli_apply_device(&cfg, dev, prec);
-    if (bad || ar_config_validate(&cfg, &e) != 0 || cli_check_device(&cfg, &e) != 0) {
-        free(bsz);
+    if ((config && ar_config_load(&cfg, config, &e) != 0) || cli_opts_apply(&so, &cfg, &e) != 0 ||
+        ar_config_validate(&cfg, &e) != 0 || cli_check_device(&cfg, &e) != 0) {
         cli_error("%s", e.msg);
-        return AR_EXIT_FAIL;
+        goto done;
     }
-    ar_ablation ab;
     if (ar_ablate_plan(&ab, &cfg, variants ? variants : "baseline", (int)seeds, bsz, nbs, &e) != 0) {
-        free(bsz);
         cli_error("%s", e.msg);
         /* a wrong variant name is a wrong command line */
-        return strstr(e.msg, "unknown variant") ? AR_EXIT_USAGE : AR_EXIT_FAIL;
+        rc = strstr(e.msg, "unknown variant") ? AR_EXIT_USAGE : AR_EXIT_FAIL;
+        goto done;
     }
-    free(bsz);
+    planned = 1;
     if (access(cfg.data.train, R_OK) != 0) {
         if (strcmp(cfg.data.train, AR_DEFAULT_CORPUS) == 0)
             cli_error("training data '%s' not found: run 'tools/get-data.sh' to install the King James Bible "
@@ -124,10 +95,10 @@ int cmd_ablate(int argc, char **argv)
                       AR_DEFAULT_CORPUS);
         else
             cli_error("training data '%s' not found", cfg.data.train);
-        ar_ablate_free(&ab);
-        return AR_EXIT_FAIL;
+        goto done;
     }
     char outbuf[AR_PATH_MAX], runs[AR_PATH_MAX + 8];
+    const char *out = so.out;
     if (!out) {
         sweep_default_out(config, "ablate-", "default", outbuf, sizeof outbuf);
         out = outbuf;
@@ -140,14 +111,14 @@ int cmd_ablate(int argc, char **argv)
     printf("\n");
     fflush(stdout);
     sweep_warn_configs(&ab.sweep);
-    sweep_catch_signals();
+    cli_catch_signals(NULL, NULL);
     sweep_view vw = {.s = &ab.sweep, .tty = jobs == 1 && isatty(STDOUT_FILENO)};
     ar_sweep_opts o = {.out_dir = runs, .jobs = (int)jobs, .event = sweep_view_event,
-                       .progress = sweep_view_progress, .ud = &vw, .interrupt = &sweep_interrupted};
+                       .progress = sweep_view_progress, .ud = &vw, .interrupt = &cli_interrupted};
     ar_sweep_result res;
     int st = ar_sweep_run_all(&ab.sweep, &o, &res, &e);
     sweep_view_end(&vw);
-    ar_ablate_stat *stat = calloc((size_t)ab.nvariants, sizeof *stat);
+    stat = ar_xcalloc((size_t)ab.nvariants, sizeof *stat);
     ar_err re = {{0}};
     /* the report of whatever has finished, also after an interruption or failure */
     int rep = ar_ablate_report(&ab, out, stat, &re);
@@ -159,7 +130,7 @@ int cmd_ablate(int argc, char **argv)
         printf("interrupted: %d of %d runs finished, the others keep their checkpoints; run the same command "
                "again to continue\n",
                res.finished, ab.sweep.nruns);
-        rc = 130;
+        rc = cli_interrupt_status();
     } else {
         printf("%-20s %5s %10s %8s %10s %10s\n", "variant", "seeds", "val_loss", "std", "diff", "p");
         for (int v = 0; v < ab.nvariants; v++) {
@@ -176,7 +147,11 @@ int cmd_ablate(int argc, char **argv)
                ab.nblock ? "/block_sizes.png'" : "");
         rc = AR_EXIT_OK;
     }
+done:
     free(stat);
-    ar_ablate_free(&ab);
+    if (planned)
+        ar_ablate_free(&ab);
+    free(bsz);
+    cli_opts_free(&so);
     return rc;
 }

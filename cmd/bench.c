@@ -4,21 +4,18 @@
  * config.  Each variant runs in a forked child (so its peak RSS is its own)
  * that sends its numbers back through a pipe; the parent allocates no model
  * and runs no compute, so the children start from a clean process. */
-#include <errno.h>
-#include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include "../core/atomic.h"
 #include "../formats/config.h"
 #include "../formats/json.h"
 #include "../study/bench.h"
+#include "../study/child.h"
 #include "cmds.h"
+#include "options.h"
 
 static const char *usage = "attnres bench [CONFIG] [--set KEY=VALUE]... [--steps N] [--warmup N] [--repeat R] "
                            "[--threads N] [--variants LIST] [--device cpu|cuda] [--precision fp32|bf16] "
@@ -42,19 +39,6 @@ typedef struct {
     double train_ovh, infer_ovh; /* percent, median over paired rounds; NaN without a baseline */
     double train_nm, infer_nm;   /* the same outside the matrix products (cpu only, else NaN) */
 } variant_run;
-
-static int parse_int(const char *opt, const char *s, long min, int *out)
-{
-    long v;
-    if (cli_parse_long(opt, s, min, &v) != 0)
-        return -1;
-    if (v > INT_MAX) {
-        cli_error("'%s' expects an integer <= %d, got '%s'", opt, INT_MAX, s);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
 
 static void valid_names(char *buf, size_t n)
 {
@@ -97,60 +81,13 @@ static int parse_variants(const char *list, int *sel)
     }
 }
 
-static int read_all(int fd, void *buf, size_t n)
-{
-    size_t got = 0;
-    while (got < n) {
-        ssize_t k = read(fd, (char *)buf + got, n - got);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            break;
-        got += (size_t)k;
-    }
-    return got == n ? 0 : -1;
-}
-
-/* Runs work(ud, buf) in a forked child, which fills n bytes of buf (a
- * report first) and sends them back through a pipe; the child leaves with
- * _exit, without the parent's atexit handlers or stdio buffers.  what names
- * the process in errors. */
+/* Runs work(ud, buf) in a child process (study/child.h), which fills the
+ * n bytes of buf, a report first; what names the process in errors. */
 static int run_child(void (*work)(void *ud, void *buf), void *ud, void *buf, size_t n, const char *what,
                      ar_err *e)
 {
-    int fds[2];
-    if (pipe(fds) != 0)
-        return ar_fail(e, "cannot create a pipe: %s", strerror(errno));
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(fds[0]);
-        close(fds[1]);
-        return ar_fail(e, "cannot fork the process for %s: %s", what, strerror(errno));
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        memset(buf, 0, n);
-        work(ud, buf);
-        (void)ar_write_all(fds[1], buf, n);
-        close(fds[1]);
-        _exit(0);
-    }
-    close(fds[1]);
-    int have = read_all(fds[0], buf, n) == 0;
-    close(fds[0]);
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR)
-            return ar_fail(e, "waiting for %s: %s", what, strerror(errno));
-    if (WIFSIGNALED(st)) {
-        int sig = WTERMSIG(st);
-        return ar_fail(e, "%s was killed by signal %d (%s)%s", what, sig, strsignal(sig),
-                       sig == SIGKILL ? ": out of memory?" : "");
-    }
-    if (!have || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        return ar_fail(e, "%s exited with status %d without a result", what,
-                       WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    if (ar_child_run(work, ud, buf, n, what, e) != 0)
+        return -1;
     const report *rep = buf;
     if (!rep->ok)
         return ar_fail(e, "%s: %s", what, rep->msg);
@@ -539,57 +476,34 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
 int cmd_bench(int argc, char **argv)
 {
     const char *config = NULL, *variants = NULL;
-    int json = 0, threads = -1, dev = -1, prec = -1;
+    int json = 0, rc = AR_EXIT_USAGE;
     double peak_tflops = 0;
     ar_bench_opts o = {.be = NULL, .threads = 0, .steps = 5, .warmup = 2, .repeat = 3};
-    const char **sets = calloc((size_t)argc, sizeof *sets);
-    int nsets = 0, rc = AR_EXIT_USAGE;
     variant_run *runs = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int takes = !strcmp(a, "--set") || !strcmp(a, "--steps") || !strcmp(a, "--warmup") ||
-                    !strcmp(a, "--repeat") || !strcmp(a, "--threads") || !strcmp(a, "--variants") ||
-                    !strcmp(a, "--device") || !strcmp(a, "--precision") || !strcmp(a, "--peak-tflops");
-        if (takes && i + 1 >= argc) {
-            cli_usage_error(usage, "'%s' needs a value", a);
-            goto out;
-        }
-        if (!strcmp(a, "--set"))
-            sets[nsets++] = argv[++i];
-        else if (!strncmp(a, "--set=", 6))
-            sets[nsets++] = a + 6;
-        else if (!strcmp(a, "--steps")) {
-            if (parse_int(a, argv[++i], 1, &o.steps) != 0)
-                goto out;
-        } else if (!strcmp(a, "--warmup")) {
-            if (parse_int(a, argv[++i], 0, &o.warmup) != 0)
-                goto out;
-        } else if (!strcmp(a, "--repeat")) {
-            if (parse_int(a, argv[++i], 1, &o.repeat) != 0)
-                goto out;
-        } else if (!strcmp(a, "--threads")) {
-            if (parse_int(a, argv[++i], 0, &threads) != 0)
-                goto out;
-        } else if (!strcmp(a, "--device") || !strcmp(a, "--precision")) {
-            if (cli_device_option(usage, a, argv[++i], &dev, &prec) != 0)
-                goto out;
-        } else if (!strcmp(a, "--peak-tflops")) {
-            if (cli_parse_positive(usage, a, argv[++i], &peak_tflops) != 0)
-                goto out;
-        } else if (!strcmp(a, "--variants"))
-            variants = argv[++i];
+    static const char *const own[] = {"--steps", "--warmup", "--repeat", "--peak-tflops", "--variants", NULL};
+    cli_opts so;
+    cli_opts_init(&so, usage, CLI_SET | CLI_THREADS | CLI_DEVICE | CLI_PRECISION, own, argc, argv);
+    for (const char *a, *v; (a = cli_opts_next(&so, &v));) {
+        int bad = 0;
+        if (!strcmp(a, "--variants"))
+            variants = v;
+        else if (!strcmp(a, "--peak-tflops"))
+            bad = cli_parse_positive(usage, a, v, &peak_tflops) != 0;
+        else if (!strcmp(a, "--steps"))
+            bad = cli_parse_int(a, v, 1, &o.steps) != 0;
+        else if (!strcmp(a, "--warmup"))
+            bad = cli_parse_int(a, v, 0, &o.warmup) != 0;
+        else if (!strcmp(a, "--repeat"))
+            bad = cli_parse_int(a, v, 1, &o.repeat) != 0;
         else if (!strcmp(a, "--json"))
             json = 1;
-        else if (a[0] == '-' && a[1]) {
-            cli_usage_error(usage, "unknown option '%s'", a);
+        else
+            bad = cli_opts_argument(&so, a, &config) != 0;
+        if (bad)
             goto out;
-        } else if (!config)
-            config = a;
-        else {
-            cli_usage_error(usage, "unexpected argument '%s'", a);
-            goto out;
-        }
     }
+    if (so.bad)
+        goto out;
     int sel[AR_BENCH_MAX_VARIANTS];
     for (int i = 0; i < ar_bench_n_variants; i++)
         sel[i] = 1;
@@ -600,15 +514,9 @@ int cmd_bench(int argc, char **argv)
     ar_err e = {{0}};
     ar_config cfg;
     ar_config_defaults(&cfg);
-    if (config && ar_config_load(&cfg, config, &e) != 0)
+    if ((config && ar_config_load(&cfg, config, &e) != 0) || cli_opts_apply(&so, &cfg, &e) != 0)
         goto fail;
-    for (int i = 0; i < nsets; i++)
-        if (ar_config_set(&cfg, sets[i], &e) != 0)
-            goto fail;
-    if (threads >= 0)
-        cfg.train.threads = threads;
     o.threads = cfg.train.threads;
-    cli_apply_device(&cfg, dev, prec);
     /* the backend is opened in the children, which fork from a process
      * without a CUDA context */
     if (cli_check_device(&cfg, &e) != 0)
@@ -676,6 +584,6 @@ fail:
     cli_error("%s", e.msg);
 out:
     free(runs);
-    free(sets);
+    cli_opts_free(&so);
     return rc;
 }

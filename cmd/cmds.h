@@ -20,6 +20,10 @@ int cmd_plot(int argc, char **argv);
 /* Exit statuses: 0 ok, 1 the work failed, 2 the command line was wrong. */
 enum { AR_EXIT_OK = 0, AR_EXIT_FAIL = 1, AR_EXIT_USAGE = 2 };
 
+/* Set on ranks other than 0 of an mpirun launch: rank 0 alone speaks
+ * (the ranks agree on every error, study/comm.h). */
+extern int cli_quiet;
+
 /* "attnres: error: <msg>" on stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints "usage: <usage>" and a hint to stderr, returns AR_EXIT_USAGE. */
@@ -30,19 +34,12 @@ int cli_show_man(const char *page);
 int cli_wants_help(int argc, char **argv);
 /* Parses a positive/non-negative long option value. */
 int cli_parse_long(const char *opt, const char *s, long min, long *out);
+/* The same for an int: also an error above INT_MAX. */
+int cli_parse_int(const char *opt, const char *s, long min, int *out);
 /* A finite number > 0 from option opt's value s: 0, or AR_EXIT_USAGE after
  * the usage error (cli_usage_error). */
 int cli_parse_positive(const char *usage, const char *opt, const char *s, double *out);
 
-/* --device cpu|cuda: the value, or a usage error (-1) naming the option. */
-int cli_parse_device(const char *usage, const char *v, ar_device *out);
-/* opt "--device" or "--precision" (fp32|bf16) with value v: the enum into
- * *dev or *prec (as int); -1 after a usage error. */
-int cli_device_option(const char *usage, const char *opt, const char *v, int *dev, int *prec);
-/* Applies the options given (dev, prec < 0: not given) over c's
- * train.device and train.precision; --device cpu without --precision also
- * selects fp32, the only precision of the CPU backend. */
-void cli_apply_device(ar_config *c, int dev, int prec);
 /* A config on a device this build lacks (cuda without the CUDA backend)
  * fails before any work, with ar_backend_open's message: -1 with e set.
  * With the backend built this opens nothing (the device is opened where

@@ -1,15 +1,15 @@
 /* attnres eval: the evaluation protocol (docs/reference.md §5) on a checkpoint. */
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "../formats/json.h"
 #include "../formats/tokens.h"
 #include "../study/checkpoint.h"
 #include "../study/eval.h"
+#include "../study/comm.h"
 #include "cmds.h"
+#include "options.h"
 
 static const char *usage =
     "attnres eval RUN_OR_SAFETENSORS --data FILE [--max-windows N] [--threads N] [--device cpu|cuda] [--json] "
@@ -58,78 +58,75 @@ static void print_result(const ar_eval_result *r, const ar_config *cfg, long ste
 int cmd_eval(int argc, char **argv)
 {
     const char *ckpt = NULL, *data = NULL, *grads = NULL;
-    long max_windows = 0, threads = 0;
-    int json = 0;
-    ar_device dev = AR_DEVICE_CPU;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int has_val = i + 1 < argc;
-        if (!strcmp(a, "--data") || !strcmp(a, "--max-windows") || !strcmp(a, "--grads") ||
-            !strcmp(a, "--threads") || !strcmp(a, "--device")) {
-            if (!has_val)
-                return cli_usage_error(usage, "'%s' needs a value", a);
-            const char *v = argv[++i];
-            if (!strcmp(a, "--data"))
-                data = v;
-            else if (!strcmp(a, "--grads"))
-                grads = v;
-            else if (!strcmp(a, "--device")) {
-                if (cli_parse_device(usage, v, &dev) != 0)
-                    return AR_EXIT_USAGE;
-            } else if (!strcmp(a, "--threads")) {
-                if (cli_parse_long(a, v, 0, &threads) != 0)
-                    return AR_EXIT_USAGE;
-                if (threads > INT_MAX) {
-                    cli_error("'%s' expects an integer <= %d, got '%s'", a, INT_MAX, v);
-                    return AR_EXIT_USAGE;
-                }
-            } else if (cli_parse_long(a, v, 1, &max_windows) != 0)
-                return AR_EXIT_USAGE;
-        } else if (!strcmp(a, "--json"))
-            json = 1;
-        else if (a[0] == '-' && a[1])
-            return cli_usage_error(usage, "unknown option '%s'", a);
-        else if (!ckpt)
-            ckpt = a;
-        else
-            return cli_usage_error(usage, "unexpected argument '%s'", a);
-    }
-    if (!ckpt)
-        return cli_usage_error(usage, "missing the checkpoint (a run directory or a .safetensors file)");
-    if (!data)
-        return cli_usage_error(usage, "missing '--data FILE'");
+    long max_windows = 0;
+    int json = 0, rc = AR_EXIT_USAGE;
     ar_err e = {{0}};
-    ar_config cfg;
     ar_model *m = NULL;
     ar_tokens t = {0};
-    long step = 0;
-    int rc = AR_EXIT_FAIL;
-    const ar_backend *be = dev == AR_DEVICE_CUDA ? ar_backend_cuda(&e) : ar_backend_cpu();
-    if (!be) {
-        ar_wrap(&e, "'--device cuda'");
+    static const char *const own[] = {"--data", "--max-windows", "--grads", NULL};
+    cli_opts so;
+    cli_opts_init(&so, usage, CLI_THREADS | CLI_DEVICE, own, argc, argv);
+    for (const char *a, *v; (a = cli_opts_next(&so, &v));) {
+        if (!strcmp(a, "--data"))
+            data = v;
+        else if (!strcmp(a, "--grads"))
+            grads = v;
+        else if (!strcmp(a, "--max-windows")) {
+            if (cli_parse_long(a, v, 1, &max_windows) != 0)
+                goto done;
+        } else if (!strcmp(a, "--json"))
+            json = 1;
+        else if (cli_opts_argument(&so, a, &ckpt) != 0)
+            goto done;
+    }
+    if (so.bad)
+        goto done;
+    if (!ckpt) {
+        cli_usage_error(usage, "missing the checkpoint (a run directory or a .safetensors file)");
         goto done;
     }
-    be->set_bf16(0); /* evaluation is always fp32: its numbers are the reference */
-    be->set_threads((int)threads);
-    if (ar_ckpt_load_model(ckpt, be, 8, &cfg, &m, &step, &e) != 0)
+    if (!data) {
+        cli_usage_error(usage, "missing '--data FILE'");
         goto done;
-    if (ar_tokens_load(&t, data, &e) != 0)
+    }
+    rc = AR_EXIT_FAIL;
+    /* under mpirun the windows are split over the ranks (the same number) */
+    ar_comm *comm = ar_comm_world();
+    if (grads && comm->size > 1) {
+        cli_usage_error(usage, "'--grads' runs in one process: start it without mpirun");
+        rc = AR_EXIT_USAGE;
         goto done;
-    if (ar_eval_check_tokens(&t, &cfg.model, data, &e) != 0)
-        goto done;
+    }
+    ar_config cfg;
+    long step = 0;
+    const ar_backend *be = so.dev == AR_DEVICE_CUDA ? ar_backend_cuda(&e) : ar_backend_cpu();
+    int loaded = be ? 0 : ar_wrap(&e, "'--device cuda'");
+    if (loaded == 0) {
+        be->set_bf16(0); /* evaluation is always fp32: its numbers are the reference */
+        be->set_threads(so.threads >= 0 ? so.threads : 0);
+        if (ar_ckpt_load_model(ckpt, be, 8, &cfg, &m, &step, &e) != 0 || ar_tokens_load(&t, data, &e) != 0 ||
+            ar_eval_check_tokens(&t, &cfg.model, data, &e) != 0)
+            loaded = -1;
+    }
+    if (ar_comm_agree(comm, loaded, &e) != 0)
+        goto fail;
     ar_eval_result r;
-    if (ar_evaluate(m, t.tok, t.n, max_windows, grads != NULL, &r, &e) != 0) {
+    int evaluated = grads ? ar_evaluate(m, t.tok, t.n, max_windows, 1, &r, &e)
+                          : ar_evaluate_ranks(m, comm, t.tok, t.n, max_windows, &r, &e);
+    if (evaluated != 0) {
         ar_wrap(&e, "'%s'", data);
-        goto done;
+        goto fail;
     }
     if (grads && ar_ckpt_save_grads(grads, m, &e) != 0)
-        goto done;
+        goto fail;
     print_result(&r, &cfg, step, ckpt, data, json);
     rc = AR_EXIT_OK;
+    goto done;
+fail:
+    cli_error("%s", e.msg);
 done:
-    if (rc != AR_EXIT_OK)
-        cli_error("%s", e.msg);
     ar_model_free(m);
     ar_tokens_free(&t);
+    cli_opts_free(&so);
     return rc;
 }

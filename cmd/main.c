@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../study/comm.h"
 #include "cmds.h"
 
 #ifndef AR_VERSION
@@ -74,6 +75,34 @@ static int cmd_help(int argc, char **argv)
     return cli_show_man(page);
 }
 
+/* Under mpirun: every rank runs the command; rank 0 alone prints.  The
+ * commands that use ranks are train (data parallelism) and eval (its
+ * windows split over the ranks); any other refuses more than one. */
+static int run_ranks(const command *c, int argc, char **argv)
+{
+    ar_err e = {{0}};
+    ar_comm *w = ar_comm_mpi_init(&argc, &argv, &e);
+    if (!w) {
+        cli_error("%s", e.msg);
+        return AR_EXIT_FAIL;
+    }
+    if (w->rank != 0) {
+        cli_quiet = 1;
+        (void)!freopen("/dev/null", "w", stdout);
+    }
+    int rc;
+    if (w->size > 1 && strcmp(c->name, "train") != 0 && strcmp(c->name, "eval") != 0) {
+        cli_error("'attnres %s' runs in one process: start it without mpirun (train and eval use the ranks "
+                  "of an mpirun launch)",
+                  c->name);
+        rc = AR_EXIT_USAGE;
+    } else {
+        rc = c->fn(argc, argv);
+    }
+    w->ops->finalize(w);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -99,5 +128,7 @@ int main(int argc, char **argv)
         snprintf(page, sizeof page, "attnres-%s", c->name); /* an alias shows its command's page */
         return cli_show_man(page);
     }
-    return c->fn(argc - 1, argv + 1);
+    if (!ar_comm_launched())
+        return c->fn(argc - 1, argv + 1);
+    return run_ranks(c, argc - 1, argv + 1);
 }

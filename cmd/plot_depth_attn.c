@@ -3,7 +3,6 @@
  * windows (study/depth_stats.h), and draws them (viz/depth_figure.h): the
  * report's Figure 8, or with --matrix the depth mixing matrix M of any
  * residual kind (lib/mixing.h). */
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +16,7 @@
 #include "../study/depth_stats.h"
 #include "../viz/depth_figure.h"
 #include "cmds.h"
+#include "options.h"
 
 static const char *usage =
     "attnres plot-depth-attn RUN... [--data FILE] [--max-windows N] [--matrix] [--out FILE] "
@@ -24,7 +24,7 @@ static const char *usage =
 
 typedef struct {
     const char *data, *out, *csv;
-    long max_windows, threads;
+    long max_windows;
     int matrix;
     ar_fig_format format;
 } opts;
@@ -144,31 +144,19 @@ static int draw(run *r, int nr, const opts *o, ar_err *e)
     return rc;
 }
 
-static int parse(int argc, char **argv, opts *o, const char **runs, int *nr)
+static int parse(cli_opts *so, opts *o, const char **runs, int *nr)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--data") || !strcmp(a, "--max-windows") || !strcmp(a, "--out") || !strcmp(a, "--csv") ||
-            !strcmp(a, "--format") || !strcmp(a, "--threads")) {
-            if (i + 1 >= argc)
-                return cli_usage_error(usage, "'%s' needs a value", a);
-            const char *v = argv[++i];
-            if (!strcmp(a, "--data"))
-                o->data = v;
-            else if (!strcmp(a, "--out"))
-                o->out = v;
-            else if (!strcmp(a, "--csv"))
-                o->csv = v;
-            else if (!strcmp(a, "--format")) {
-                if (cli_parse_format(usage, v, &o->format) != 0)
-                    return AR_EXIT_USAGE;
-            } else if (cli_parse_long(a, v, !strcmp(a, "--threads") ? 0 : 1,
-                                      !strcmp(a, "--threads") ? &o->threads : &o->max_windows) != 0)
+    for (const char *a, *v; (a = cli_opts_next(so, &v));) {
+        if (!strcmp(a, "--data"))
+            o->data = v;
+        else if (!strcmp(a, "--csv"))
+            o->csv = v;
+        else if (!strcmp(a, "--format")) {
+            if (cli_parse_format(usage, v, &o->format) != 0)
                 return AR_EXIT_USAGE;
-            if (o->threads > INT_MAX) {
-                cli_error("'--threads' expects an integer <= %d, got '%s'", INT_MAX, v);
+        } else if (!strcmp(a, "--max-windows")) {
+            if (cli_parse_long(a, v, 1, &o->max_windows) != 0)
                 return AR_EXIT_USAGE;
-            }
         } else if (!strcmp(a, "--matrix"))
             o->matrix = 1;
         else if (a[0] == '-' && a[1])
@@ -176,6 +164,9 @@ static int parse(int argc, char **argv, opts *o, const char **runs, int *nr)
         else
             runs[(*nr)++] = a;
     }
+    if (so->bad)
+        return AR_EXIT_USAGE;
+    o->out = so->out;
     if (*nr == 0)
         return cli_usage_error(usage, "missing the run (a run directory or a .safetensors file)");
     if (*nr > 1 && !o->out)
@@ -188,14 +179,16 @@ static int parse(int argc, char **argv, opts *o, const char **runs, int *nr)
 int cmd_plot_depth_attn(int argc, char **argv)
 {
     opts o = {0};
+    cli_opts so;
+    static const char *const own[] = {"--data", "--max-windows", "--csv", "--format", NULL};
+    cli_opts_init(&so, usage, CLI_OUT | CLI_THREADS, own, argc, argv);
     const char **args = ar_xcalloc((size_t)argc + 1, sizeof *args);
-    int nr = 0, st = parse(argc, argv, &o, args, &nr);
-    if (st != 0) {
-        free(args);
-        return st;
-    }
-    ar_backend_cpu()->set_threads((int)o.threads);
-    run *r = ar_xcalloc((size_t)nr, sizeof *r);
+    run *r = NULL;
+    int nr = 0, st = parse(&so, &o, args, &nr);
+    if (st != 0)
+        goto done;
+    ar_backend_cpu()->set_threads(so.threads >= 0 ? so.threads : 0);
+    r = ar_xcalloc((size_t)nr, sizeof *r);
     ar_err e = {{0}};
     int rc = 0;
     for (int k = 0; k < nr && rc == 0; k++) {
@@ -208,12 +201,15 @@ int cmd_plot_depth_attn(int argc, char **argv)
     }
     if (rc != 0)
         cli_error("%s", e.msg);
+    st = rc == 0 ? AR_EXIT_OK : AR_EXIT_FAIL;
     for (int k = 0; k < nr; k++) {
         if (r[k].has_w)
             ar_depth_attn_free(&r[k].w);
         free(r[k].M);
     }
+done:
     free(r);
     free(args);
-    return rc == 0 ? AR_EXIT_OK : AR_EXIT_FAIL;
+    cli_opts_free(&so);
+    return st;
 }

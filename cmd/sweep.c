@@ -1,15 +1,15 @@
 /* attnres sweep: parse the command line, load the grid, call
  * ar_sweep_run_all, show what happens. */
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../formats/sweep.h"
 #include "../study/sweep.h"
 #include "cmds.h"
+#include "options.h"
+#include "signals.h"
 #include "sweep_view.h"
 
 static const char *usage = "attnres sweep [CONFIG] [--set KEY=VALUE]... [--out DIR] [--jobs J] [--dry-run] "
@@ -38,69 +38,42 @@ static void print_plan(const ar_sweep *s, const char *out, int jobs)
 
 int cmd_sweep(int argc, char **argv)
 {
-    const char *config = NULL, *out = NULL;
+    const char *config = NULL;
     long jobs = 1;
-    int dry = 0;
-    /* --device and --precision become the last --set of every run */
-    const char **sets = calloc((size_t)argc + 2, sizeof *sets);
-    int nsets = 0, rc = AR_EXIT_FAIL, dev = -1, prec = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if ((!strcmp(a, "--set") || !strcmp(a, "--out") || !strcmp(a, "--jobs") || !strcmp(a, "--device") ||
-             !strcmp(a, "--precision")) &&
-            i + 1 >= argc) {
-            free(sets);
-            return cli_usage_error(usage, "'%s' needs a value", a);
-        }
-        if (!strcmp(a, "--set"))
-            sets[nsets++] = argv[++i];
-        else if (!strncmp(a, "--set=", 6))
-            sets[nsets++] = a + 6;
-        else if (!strcmp(a, "--out"))
-            out = argv[++i];
-        else if (!strcmp(a, "--jobs")) {
-            if (cli_parse_long("--jobs", argv[++i], 1, &jobs) != 0) {
-                free(sets);
+    int dry = 0, rc = AR_EXIT_USAGE, loaded = 0;
+    ar_sweep s;
+    static const char *const own[] = {"--jobs", NULL};
+    cli_opts so;
+    cli_opts_init(&so, usage, CLI_SET | CLI_OUT | CLI_DEVICE | CLI_PRECISION, own, argc, argv);
+    for (const char *a, *v; (a = cli_opts_next(&so, &v));) {
+        if (!strcmp(a, "--jobs")) {
+            if (cli_parse_long(a, v, 1, &jobs) != 0) {
                 fprintf(stderr, "usage: %s\n", usage);
-                return AR_EXIT_USAGE;
-            }
-        } else if (!strcmp(a, "--device") || !strcmp(a, "--precision")) {
-            if (cli_device_option(usage, a, argv[++i], &dev, &prec) != 0) {
-                free(sets);
-                return AR_EXIT_USAGE;
+                goto done;
             }
         } else if (!strcmp(a, "--dry-run"))
             dry = 1;
-        else if (a[0] == '-' && a[1]) {
-            free(sets);
-            return cli_usage_error(usage, "unknown option '%s'", a);
-        } else if (!config)
-            config = a;
-        else {
-            free(sets);
-            return cli_usage_error(usage, "unexpected argument '%s'", a);
-        }
+        else if (cli_opts_argument(&so, a, &config) != 0)
+            goto done;
     }
-    if (dev >= 0)
-        sets[nsets++] = dev == AR_DEVICE_CUDA ? "train.device=cuda" : "train.device=cpu";
-    if (prec >= 0 || dev == AR_DEVICE_CPU)
-        sets[nsets++] = prec == AR_PREC_BF16 ? "train.precision=bf16" : "train.precision=fp32";
-    ar_sweep s;
+    if (so.bad)
+        goto done;
+    rc = AR_EXIT_FAIL;
+    /* --device and --precision override every run's config */
+    cli_opts_device_as_sets(&so);
     ar_err e = {{0}};
-    int loaded = config ? ar_sweep_load(&s, config, sets, nsets, &e)
-                        : ar_sweep_parse(&s, ar_sweep_builtin_yaml, strlen(ar_sweep_builtin_yaml),
-                                         AR_SWEEP_BUILTIN_NAME, NULL, sets, nsets, &e);
-    free(sets);
-    if (loaded != 0) {
+    loaded = (config ? ar_sweep_load(&s, config, so.sets, so.nsets, &e)
+                     : ar_sweep_parse(&s, ar_sweep_builtin_yaml, strlen(ar_sweep_builtin_yaml), AR_SWEEP_BUILTIN_NAME,
+                                      NULL, so.sets, so.nsets, &e)) == 0;
+    if (!loaded) {
         cli_error("%s", e.msg);
-        return AR_EXIT_FAIL;
+        goto done;
     }
     /* A missing device or data fails now, not after the first run's setup. */
     for (int i = 0; i < s.nruns; i++) {
         if (cli_check_device(&s.runs[i].cfg, &e) != 0) {
             cli_error("run '%s': %s", s.runs[i].name, e.msg);
-            ar_sweep_free(&s);
-            return AR_EXIT_FAIL;
+            goto done;
         }
         const char *train = s.runs[i].cfg.data.train;
         if (access(train, R_OK) == 0)
@@ -111,10 +84,10 @@ int cmd_sweep(int argc, char **argv)
                       AR_DEFAULT_CORPUS);
         else
             cli_error("training data '%s' of run '%s' not found", train, s.runs[i].name);
-        ar_sweep_free(&s);
-        return AR_EXIT_FAIL;
+        goto done;
     }
     char outbuf[AR_PATH_MAX];
+    const char *out = so.out;
     if (!out) {
         sweep_default_out(config, "", "scaling", outbuf, sizeof outbuf);
         out = outbuf;
@@ -122,13 +95,13 @@ int cmd_sweep(int argc, char **argv)
     print_plan(&s, out, (int)jobs);
     sweep_warn_configs(&s);
     if (dry) {
-        ar_sweep_free(&s);
-        return AR_EXIT_OK;
+        rc = AR_EXIT_OK;
+        goto done;
     }
-    sweep_catch_signals();
+    cli_catch_signals(NULL, NULL);
     sweep_view v = {.s = &s, .tty = jobs == 1 && isatty(STDOUT_FILENO)};
     ar_sweep_opts o = {.out_dir = out, .jobs = (int)jobs, .event = sweep_view_event,
-                       .progress = sweep_view_progress, .ud = &v, .interrupt = &sweep_interrupted};
+                       .progress = sweep_view_progress, .ud = &v, .interrupt = &cli_interrupted};
     ar_sweep_result res;
     int st = ar_sweep_run_all(&s, &o, &res, &e);
     sweep_view_end(&v);
@@ -138,13 +111,16 @@ int cmd_sweep(int argc, char **argv)
         printf("interrupted: %d of %d runs finished, the others keep their checkpoints; run the same "
                "command again to continue\n",
                res.finished, s.nruns);
-        rc = 130;
+        rc = cli_interrupt_status();
     } else {
         printf("sweep done: %d runs (%d reused, %d trained); results in '%s/results.csv'\n"
                "fit the scaling laws with: attnres fit-scaling %s --out %s/scaling.png\n",
                res.finished, res.skipped, res.trained, out, out, out);
         rc = AR_EXIT_OK;
     }
-    ar_sweep_free(&s);
+done:
+    if (loaded)
+        ar_sweep_free(&s);
+    cli_opts_free(&so);
     return rc;
 }

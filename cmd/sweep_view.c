@@ -5,23 +5,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
-
-volatile sig_atomic_t sweep_interrupted;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    if (sweep_interrupted)
-        _exit(130);
-    sweep_interrupted = 1;
-}
-
-void sweep_catch_signals(void)
-{
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-}
 
 void sweep_view_end(sweep_view *v)
 {

@@ -1,9 +1,8 @@
 /* What attnres sweep and attnres ablate share: showing a grid of runs as it
- * trains, stopping it on a signal, and where its runs go by default. */
+ * trains, and where its runs go by default. */
 #ifndef AR_CMD_SWEEP_VIEW_H
 #define AR_CMD_SWEEP_VIEW_H
 
-#include <signal.h>
 #include <stddef.h>
 
 #include "../study/sweep.h"
@@ -13,11 +12,6 @@ typedef struct {
     int tty;  /* live progress line (one job, stdout a terminal) */
     int live; /* a live line is showing */
 } sweep_view;
-
-/* Set by the first SIGINT/SIGTERM (ar_sweep_opts.interrupt); a second one
- * exits at once with 130. */
-extern volatile sig_atomic_t sweep_interrupted;
-void sweep_catch_signals(void);
 
 /* ar_sweep_opts.event / .progress with ud = a sweep_view. */
 void sweep_view_event(const ar_sweep_run *r, ar_sweep_event ev, const char *detail, void *ud);

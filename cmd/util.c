@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,8 +11,12 @@
 #include "../lib/backend.h"
 #include "cmds.h"
 
+int cli_quiet;
+
 void cli_error(const char *fmt, ...)
 {
+    if (cli_quiet)
+        return;
     va_list ap;
     va_start(ap, fmt);
     fputs("attnres: error: ", stderr);
@@ -22,6 +27,8 @@ void cli_error(const char *fmt, ...)
 
 int cli_usage_error(const char *usage, const char *fmt, ...)
 {
+    if (cli_quiet)
+        return AR_EXIT_USAGE;
     va_list ap;
     va_start(ap, fmt);
     fputs("attnres: error: ", stderr);
@@ -56,6 +63,19 @@ int cli_parse_long(const char *opt, const char *s, long min, long *out)
     return 0;
 }
 
+int cli_parse_int(const char *opt, const char *s, long min, int *out)
+{
+    long v;
+    if (cli_parse_long(opt, s, min, &v) != 0)
+        return -1;
+    if (v > INT_MAX) {
+        cli_error("'%s' expects an integer <= %d, got '%s'", opt, INT_MAX, s);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
 int cli_parse_positive(const char *usage, const char *opt, const char *s, double *out)
 {
     char *end;
@@ -65,54 +85,6 @@ int cli_parse_positive(const char *usage, const char *opt, const char *s, double
         return cli_usage_error(usage, "'%s' expects a positive number, got '%s'", opt, s);
     *out = v;
     return 0;
-}
-
-int cli_parse_device(const char *usage, const char *v, ar_device *out)
-{
-    for (int i = AR_DEVICE_CPU; i <= AR_DEVICE_CUDA; i++)
-        if (strcmp(v, ar_device_name((ar_device)i)) == 0) {
-            *out = (ar_device)i;
-            return 0;
-        }
-    cli_usage_error(usage, "'--device' expects cpu or cuda, got '%s'", v);
-    return -1;
-}
-
-static int parse_precision(const char *usage, const char *v, ar_precision *out)
-{
-    for (int i = AR_PREC_FP32; i <= AR_PREC_BF16; i++)
-        if (strcmp(v, ar_precision_name((ar_precision)i)) == 0) {
-            *out = (ar_precision)i;
-            return 0;
-        }
-    cli_usage_error(usage, "'--precision' expects fp32 or bf16, got '%s'", v);
-    return -1;
-}
-
-int cli_device_option(const char *usage, const char *opt, const char *v, int *dev, int *prec)
-{
-    if (strcmp(opt, "--device") == 0) {
-        ar_device d;
-        if (cli_parse_device(usage, v, &d) != 0)
-            return -1;
-        *dev = (int)d;
-    } else {
-        ar_precision p;
-        if (parse_precision(usage, v, &p) != 0)
-            return -1;
-        *prec = (int)p;
-    }
-    return 0;
-}
-
-void cli_apply_device(ar_config *c, int dev, int prec)
-{
-    if (dev >= 0)
-        c->train.device = (ar_device)dev;
-    if (prec >= 0)
-        c->train.precision = (ar_precision)prec;
-    else if (dev == AR_DEVICE_CPU)
-        c->train.precision = AR_PREC_FP32;
 }
 
 int cli_check_device(const ar_config *c, ar_err *e)

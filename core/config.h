@@ -12,7 +12,7 @@ typedef enum {
     AR_RES_BASELINE = 0, /* PreNorm residual: h_l = v_0 + ... + v_{l-1} */
     AR_RES_FULL,         /* depth attention over every earlier sublayer output (S = 1) */
     AR_RES_BLOCK,        /* depth attention over block summaries (S = block_size) */
-    /* Ablation variants (docs/reference.md §2.5-2.11; lib/residual_ablate.c,
+    /* Ablation variants (docs/reference.md §2.5-2.11; lib/residual_mixer.c,
      * residual_denseformer.c, residual_mhc.c) */
     AR_RES_STATIC,       /* alpha = softmax(theta_l), one learned scalar per source (Full's sources) */
     AR_RES_DENSEFORMER,  /* DenseFormer depth-weighted average after each transformer block */
@@ -93,10 +93,17 @@ typedef struct {
     ar_precision precision; /* fp32 | bf16 (bf16 needs cuda) */
 } ar_train_cfg;
 
+/* How a run is spread over processes (study/dp.h).  It does not change
+ * what the run computes: the same bits for any number of ranks. */
+typedef struct {
+    int shard_optimizer; /* ZeRO-1: each rank keeps 1/P of the AdamW moments */
+} ar_parallel_cfg;
+
 typedef struct {
     ar_model_cfg model;
     ar_data_cfg data;
     ar_train_cfg train;
+    ar_parallel_cfg parallel;
 } ar_config;
 
 /* Fills c with the built-in defaults (the quick start's model and training
@@ -112,7 +119,7 @@ int ar_cfg_block_size(const ar_model_cfg *m);
 
 /* Whether the config's depth-attention flags (score, key_norm, query,
  * heads) differ from plain AttnRes: such full/block models run on the
- * general one-phase mixer of lib/residual_ablate.c. */
+ * general one-phase mixer of lib/residual_mixer.c. */
 int ar_cfg_depth_flags(const ar_model_cfg *m);
 
 /* Effective depth-attention heads (1 when not given) and mHC streams (4). */

@@ -71,6 +71,8 @@ static const char *key_norm_at(int i) { return ar_key_norm_name((ar_key_norm)i);
 static const char *query_at(int i) { return ar_query_name((ar_query_kind)i); }
 static const char *device_at(int i) { return ar_device_name((ar_device)i); }
 static const char *precision_at(int i) { return ar_precision_name((ar_precision)i); }
+static const char *bool_at(int i) { return i == 0 ? "false" : i == 1 ? "true" : "unknown"; }
+static int emit_shard(const ar_config *c) { return c->parallel.shard_optimizer != 0; }
 
 /* The ablation flags are written only where they differ from their
  * defaults, so configs written before they existed resolve unchanged. */
@@ -148,6 +150,9 @@ static const key_def KEYS[] = {
     KEY("train.threads", KT_INT, RG_NONNEG, train.threads),
     KEY("train.device", KT_ENUM, RG_ANY, train.device, .enum_name = device_at),
     KEY("train.precision", KT_ENUM, RG_ANY, train.precision, .enum_name = precision_at),
+
+    KEY("parallel.shard_optimizer", KT_ENUM, RG_ANY, parallel.shard_optimizer, .enum_name = bool_at,
+        .emit_if = emit_shard),
 };
 
 enum { N_KEYS = sizeof KEYS / sizeof KEYS[0] };
@@ -594,7 +599,7 @@ static int apply_section(pctx *p, const char *prefix, const yaml_node_t *node)
         return 0;
     if (node->type != YAML_MAPPING_NODE) {
         if (!*prefix)
-            return fail_at(p, node->start_mark, "expected a mapping of sections (model, data, train) at the top level, got %s",
+            return fail_at(p, node->start_mark, "expected a mapping of sections (model, data, train, parallel) at the top level, got %s",
                            describe(node, got, sizeof got));
         return fail_at(p, node->start_mark, "'%s' expects a mapping, got %s", prefix, describe(node, got, sizeof got));
     }
@@ -1044,7 +1049,9 @@ int ar_config_diff(const ar_config *a, const ar_config *b, char *buf, size_t n)
         buf[0] = '\0';
     for (int i = 0; i < N_KEYS; i++) {
         const key_def *k = &KEYS[i];
-        if (strcmp(k->key, "train.threads") == 0 || strcmp(k->key, "train.device") == 0)
+        /* how the run is spread over threads, devices and ranks, not what it trains */
+        if (strcmp(k->key, "train.threads") == 0 || strcmp(k->key, "train.device") == 0 ||
+            strncmp(k->key, "parallel.", 9) == 0)
             continue;
         char va[96], vb[96];
         value_text(a, k, va, sizeof va);

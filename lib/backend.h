@@ -1,7 +1,16 @@
 /* The compute backend: one table of operations over device buffers.
  *
  * The model, optimizer and trainer call only these entries; lib/cpu/ fills
- * the table with CBLAS + OpenMP code, a CUDA backend fills it with kernels.
+ * the table with CBLAS + OpenMP code, lib/cuda/ with CUDA kernels and
+ * cuBLAS.  Each family of ops has one file per backend, of the same name:
+ *     backend_cpu.c    backend_cuda.cu    memory, device, the table
+ *     kernels_cpu.c    kernels_cuda.cu    elementwise, embedding, RMSNorm,
+ *                                         rotary, SwiGLU, cross-entropy, AdamW
+ *     matmul_cpu.c     matmul_cuda.cu     linear
+ *     attention_cpu.c  attention_cuda.cu  causal attention
+ *     depth_cpu.c      depth_cuda.cu      depth attention, one- and two-phase
+ *     mixer_cpu.c      mixer_cuda.cu      general one-phase depth mixing
+ *     wsum_cpu.c       wsum_cuda.cu       weighted sum of buffers
  * Pointers passed to ops are device pointers obtained from be->alloc (for the
  * CPU backend these are ordinary host pointers).  Arrays of pointers (the
  * depth-attention source lists) are host arrays holding device pointers.
@@ -194,8 +203,8 @@ typedef struct ar_backend {
                             const float *const *w, const float *const *g, int C,
                             int overwrite, int N, int d);
 
-    /* ---- general one-phase depth mixing (the ablation variants;
-     * lib/cpu/ablate_cpu.c) ----
+    /* ---- general one-phase depth mixing (the general depth mixer,
+     * lib/residual_mixer.c) ----
      * n sources src[s] (N x d), H heads over channel groups G_a of e = d/H
      * channels; per token i, with q = w (wstride 0: one query for all
      * tokens) or w + i*wstride (per-token queries, wstride = d):
@@ -224,7 +233,7 @@ typedef struct ar_backend {
                           int sigmoid, int H, int N, int d);
 
     /* ---- weighted sum of buffers with learned coefficients (DenseFormer,
-     * mHC; lib/cpu/ablate_cpu.c) ----
+     * mHC) ----
      * y = sum_s c[s] x[s]   ((=), or += when accumulate)   c: n floats (device)
      * bwd: dx[s] += c[s] dy (dx or dx[s] NULL: skipped);  dc[s] += dy . x[s]
      *      (dc NULL: skipped) */
@@ -255,7 +264,7 @@ const ar_backend *ar_backend_cpu(void);
 
 /* The CUDA backend on the current CUDA device (lib/cuda/), created on first
  * use.  NULL with e set where attnres was built without CUDA
- * (lib/cuda/backend_cuda_none.c) or no CUDA device can be used. */
+ * (lib/cuda/backend_cuda_load.c) or no CUDA device can be used. */
 struct ar_err;
 const ar_backend *ar_backend_cuda(struct ar_err *e);
 /* 1 when this build has the CUDA backend compiled in. */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "residual_ablate.h"
+#include "residual_mhc.h"
 
 void ar_depth_attn_alloc(ar_depth_attn *a, int L)
 {
@@ -33,37 +33,11 @@ int ar_res_has_depth_attn(ar_res_kind k)
     return k == AR_RES_FULL || k == AR_RES_BLOCK || k == AR_RES_STATIC || k == AR_RES_RESCALED;
 }
 
-/* Last sublayer of block n (>= 1): end(n) = min(n*S, L). */
-static int block_end(int n, int S, int L)
-{
-    return n * S < L ? n * S : L;
-}
-
 int ar_mixer_sources(const ar_model_cfg *cfg, int l, ar_source *out)
 {
     if (!ar_res_has_depth_attn(cfg->residual.kind))
         return 0;
-    int L = ar_cfg_sublayers(cfg), S = ar_cfg_block_size(cfg);
-    int nblk, partial_last; /* complete blocks b_0..b_{nblk-1}, then maybe a partial one */
-    if (l == L + 1) {
-        nblk = (L + S - 1) / S + 1;
-        partial_last = L % S != 0;
-        if (partial_last)
-            nblk--; /* b_{ceil(L/S)} is the trailing, incomplete block */
-    } else {
-        nblk = (l - 1) / S + 1;        /* l is in block nblk: b_0 .. b_{nblk-1} are complete */
-        partial_last = (l - 1) % S >= 1; /* i >= 2: b_nblk^{i-1} */
-    }
-    int n = nblk + partial_last;
-    if (!out)
-        return n;
-    for (int b = 0; b < nblk; b++)
-        out[b] = (ar_source){.first = b == 0 ? 0 : (b - 1) * S + 1, .last = block_end(b, S, L), .block = b};
-    if (partial_last) {
-        int first = nblk == 0 ? 0 : (nblk - 1) * S + 1; /* block nblk opens at (nblk-1)S + 1 */
-        out[nblk] = (ar_source){.first = first, .last = l == L + 1 ? L : l - 1, .block = nblk, .partial = 1};
-    }
-    return n;
+    return ar_depth_sources(ar_cfg_sublayers(cfg), ar_cfg_block_size(cfg), 0, l, out);
 }
 
 /* ------------------------------------------------------------ matrices */

@@ -4,8 +4,8 @@
  *     h_l = sum_{i=0}^{l-1} M[l][i] v_i      l = 1..L,  and l = L+1 for h_out
  * (for AttnRes, M holds the token-averaged weights).  M is what lets every
  * scheme be drawn on one picture; each scheme provides its own M in one
- * table in mixing.c.  Also here: what each source of an AttnRes mixer sums,
- * so that figures can name and mark them. */
+ * table in mixing.c.  Also here: which sources each mixer of an AttnRes
+ * scheme reads, so that figures can name and mark them. */
 #ifndef AR_MIXING_H
 #define AR_MIXING_H
 
@@ -13,6 +13,7 @@
 
 #include "../core/config.h"
 #include "../core/error.h"
+#include "depth_sources.h"
 #include "model.h"
 
 /* Token-averaged depth-attention weights, abar_{l,i} for each mixer
@@ -38,22 +39,11 @@ static inline double *ar_depth_attn_row(const ar_depth_attn *a, int l)
  * not drawn yet). */
 int ar_res_has_depth_attn(ar_res_kind k);
 
-/* Source i of an AttnRes mixer: the sum v_first + ... + v_last of the
- * sublayer outputs of one block (v_0 alone is block 0, the embedding). */
-typedef struct {
-    int first, last;
-    int block;   /* the block n it belongs to (0 = the embedding) */
-    int partial; /* 1: the block is not complete here: the partial sum b_n^{i-1}
-                    of the current block, or the final mixer's trailing block
-                    when S does not divide L */
-} ar_source;
-
-/* The sources of mixer l (1..L+1) under cfg's AttnRes scheme, with block
- * size S = ar_cfg_block_size(cfg) (Full: S = 1):
- *     sublayer l, the i-th of block n:  [b_0, ..., b_{n-1}] (+ b_n^{i-1} if i >= 2)
- *     h_out:                            [b_0, ..., b_{ceil(L/S)}]
- * Returns their number (0 for kinds without depth attention) and fills
- * out[0..n) when out is non-NULL (at most L+1 entries). */
+/* The sources of mixer l (1..L+1) under cfg's AttnRes scheme: those of
+ * ar_depth_sources (depth_sources.h) with block size S =
+ * ar_cfg_block_size(cfg) (Full: S = 1) and no window.  Returns their number
+ * (0 for kinds without depth attention) and fills out[0..n) when out is
+ * non-NULL (at most L+1 entries). */
 int ar_mixer_sources(const ar_model_cfg *cfg, int l, ar_source *out);
 
 /* Fills M ((L+1) x (L+1), row l-1 = mixer l, column i = v_i; NaN for

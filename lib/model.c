@@ -47,6 +47,37 @@ static void plan_params(ar_model *m)
 
 static float *falloc(const ar_backend *be, size_t n) { return be->alloc(n * sizeof(float)); }
 
+/* The gradient buckets (model.h) from the parameter layout: every tensor of
+ * block k, then final_norm with lm_head, are contiguous; the residual
+ * scheme's tensors come after lm_head. */
+static void plan_buckets(ar_model *m)
+{
+    int n = m->cfg.n_layer;
+    const ar_param *p = m->pt.p;
+    m->nbuckets = n + 3;
+    m->bucket_off = ar_xcalloc((size_t)m->nbuckets, sizeof(size_t));
+    m->bucket_len = ar_xcalloc((size_t)m->nbuckets, sizeof(size_t));
+    size_t head_end = p[m->lm_head].offset + p[m->lm_head].numel;
+    m->bucket_off[0] = p[m->final_norm].offset;
+    m->bucket_len[0] = head_end - m->bucket_off[0];
+    for (int k = n - 1; k >= 0; k--) {
+        size_t lo = p[m->blk[k].attn_norm].offset;
+        size_t hi = k + 1 < n ? p[m->blk[k + 1].attn_norm].offset : p[m->final_norm].offset;
+        m->bucket_off[n - k] = lo;
+        m->bucket_len[n - k] = hi - lo;
+    }
+    m->bucket_off[n + 1] = head_end;
+    m->bucket_len[n + 1] = m->pt.total - head_end;
+    m->bucket_off[n + 2] = p[m->embed].offset;
+    m->bucket_len[n + 2] = p[m->embed].numel;
+}
+
+static void bucket_ready(ar_model *m, int b)
+{
+    if (m->grad_ready)
+        m->grad_ready(m, b, m->grad_ready_ud);
+}
+
 static void alloc_activations(ar_model *m)
 {
     const ar_backend *be = m->be;
@@ -109,6 +140,7 @@ int ar_model_create(ar_model **out, const ar_model_cfg *cfg, const ar_backend *b
     m->hd = cfg->d_model / cfg->n_head;
     plan_params(m);
     m->res = ar_residual_create(cfg, be, max_batch * m->T, &m->pt);
+    plan_buckets(m);
     m->params = falloc(be, m->pt.total);
     m->grads = falloc(be, m->pt.total);
     alloc_activations(m);
@@ -143,6 +175,8 @@ void ar_model_free(ar_model *m)
     be->free(m->tgt);
     free(m->act);
     free(m->blk);
+    free(m->bucket_off);
+    free(m->bucket_len);
     free(m->out_rms);
     free(m->depth_w);
     free(m->res_in);
@@ -297,6 +331,7 @@ void ar_model_backward(ar_model *m, float scale)
     be->rmsnorm_bwd(r->vt->final_grad_buf(r), G(m->final_norm), m->dhn, m->res_hout,
                     P(m->final_norm), m->frstd, r->final_grad_overwrite, N, d);
     r->vt->final_bwd(r, N);
+    bucket_ready(m, 0);
     for (int l = m->L; l >= 1; l--) {
         const float *dout = r->vt->output_grad(r, l, N);
         int k = (l - 1) / 2, attn = l % 2;
@@ -313,15 +348,20 @@ void ar_model_backward(ar_model *m, float scale)
             ar_norm_grad ng = {P(ni), G(ni), m->dxn, attn ? a->xn : a->mxn,
                                attn ? a->rstd : a->mrstd};
             r->vt->input_norm_bwd(r, l, N, &ng);
-            continue;
+        } else {
+            const float *h = r->vt->input_saved(r, l, N);
+            float *dh = r->vt->input_grad_buf(r, l, N, m->dy);
+            be->rmsnorm_bwd(dh, G(ni), m->dxn, h, P(ni), attn ? a->rstd : a->mrstd,
+                            r->input_grad_overwrite, N, d);
+            r->vt->input_bwd(r, l, N);
         }
-        const float *h = r->vt->input_saved(r, l, N);
-        float *dh = r->vt->input_grad_buf(r, l, N, m->dy);
-        be->rmsnorm_bwd(dh, G(ni), m->dxn, h, P(ni), attn ? a->rstd : a->mrstd,
-                        r->input_grad_overwrite, N, d);
-        r->vt->input_bwd(r, l, N);
+        if (attn) /* block k's tensors are all final */
+            bucket_ready(m, m->cfg.n_layer - k);
     }
-    be->embedding_bwd(G(m->embed), r->vt->embed_grad(r), m->tok, N, d);
+    const float *demb = r->vt->embed_grad(r); /* after any deferred pass */
+    bucket_ready(m, m->cfg.n_layer + 1);      /* the residual scheme's tensors */
+    be->embedding_bwd(G(m->embed), demb, m->tok, N, d);
+    bucket_ready(m, m->cfg.n_layer + 2);
 }
 
 void ar_model_zero_grad(ar_model *m) { m->be->zero(m->grads, m->pt.total * sizeof(float)); }

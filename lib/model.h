@@ -45,6 +45,17 @@ typedef struct ar_model {
     /* backward scratch */
     float *dxn, *dq, *dk, *dv, *datt, *dy, *dgate, *dup, *dact, *dhn;
 
+    /* Gradient buckets: contiguous ranges of grads, in the order the
+     * backward finishes them: lm_head with final_norm, then each block from
+     * the last to the first, then the residual scheme's tensors, then the
+     * embedding (a range may be empty).  ar_model_backward calls
+     * grad_ready(m, b, ud) once bucket b's gradients are final, so data
+     * parallelism can start reducing it while the backward goes on. */
+    int nbuckets;
+    size_t *bucket_off, *bucket_len; /* floats */
+    void (*grad_ready)(struct ar_model *m, int bucket, void *ud);
+    void *grad_ready_ud;
+
     /* diagnostics of the last forward/backward when collect_stats is set */
     int collect_stats;
     double *out_rms;       /* L: RMS of each sublayer's output v_l */

@@ -1,6 +1,8 @@
-/* AdamW with global-norm gradient clipping.  Moments live in two buffers with
- * the parameter table's layout; weight decay applies to the tensors the table
- * marks (2-D weight matrices). */
+/* AdamW with global-norm gradient clipping.  The moments cover a set of
+ * ranges of the flat parameter array, stored one after another: all of it
+ * ([0, pt.total), the moments then have the parameter table's layout), or,
+ * with a sharded optimizer (ZeRO-1), the ranges one rank updates.  Weight
+ * decay applies to the tensors the table marks (2-D weight matrices). */
 #ifndef AR_OPTIM_H
 #define AR_OPTIM_H
 
@@ -8,19 +10,40 @@
 
 typedef struct {
     const ar_backend *be;
-    float *m, *v; /* device, pt.total floats */
-    size_t n;
-    long t;       /* optimizer steps taken (bias correction) */
+    float *m, *v;     /* device, n floats each */
+    size_t n;         /* the ranges' total length */
+    int nranges;
+    size_t *lo, *hi;  /* range r covers parameters [lo[r], hi[r]) */
+    long t;           /* optimizer steps taken (bias correction) */
 } ar_adamw;
 
+/* Moments for every parameter. */
 void ar_adamw_init(ar_adamw *o, const ar_model *model);
+/* Moments for the given ranges only (ascending, disjoint). */
+void ar_adamw_init_ranges(ar_adamw *o, const ar_model *model, int n, const size_t *lo, const size_t *hi);
 void ar_adamw_free(ar_adamw *o);
 
-/* Global L2 norm of the gradient buffer. */
+/* The gradient's global L2 norm is summed in a fixed grid of chunks that
+ * does not depend on how the gradient is spread over processes: chunks of
+ * AR_NORM_CHUNK floats from the start of each gradient bucket (model.h), in
+ * bucket order.  Each chunk's sum of squares is a double; the norm is
+ * sqrt of their sum in chunk order. */
+#define AR_NORM_CHUNK 16384
+/* Number of chunks of bucket b, and of all buckets before it (first). */
+size_t ar_norm_chunks(const ar_model *model, int b, size_t *first);
+/* Sums of squares of chunks [c0, c1) of bucket b into out[0 .. c1-c0). */
+void ar_norm_chunk_sumsq(const ar_model *model, int b, size_t c0, size_t c1, double *out);
+/* sqrt of the sum, in order, of n chunk sums. */
+double ar_norm_from_chunks(const double *sums, size_t n);
+/* Global L2 norm of the gradient buffer (the chunk grid above). */
 double ar_grad_norm(const ar_model *model);
 
-/* One step: clips to grad_clip (if > 0) using `gnorm`, then updates every
- * parameter with learning rate lr. */
+/* The clipping factor min(1, clip / (||g|| + 1e-6)), as
+ * torch.nn.utils.clip_grad_norm_. */
+double ar_clip_scale(const ar_train_cfg *tc, double gnorm);
+
+/* One step: clips to grad_clip (if > 0) using `gnorm`, then updates the
+ * parameters of o's ranges with learning rate lr. */
 void ar_adamw_step(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, double lr, double gnorm);
 
 #endif

@@ -1,5 +1,4 @@
 #include "residual.h"
-#include "residual_ablate.h"
 
 ar_residual *ar_residual_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN,
                                 ar_param_table *pt)
@@ -10,14 +9,14 @@ ar_residual *ar_residual_create(const ar_model_cfg *cfg, const ar_backend *be, i
     case AR_RES_FULL:
     case AR_RES_BLOCK:
         /* flags that change scores, keys, queries or heads need the general
-         * one-phase mixer; plain AttnRes keeps the optimised two-phase one */
+         * depth mixer; plain AttnRes keeps the optimised two-phase one */
         if (ar_cfg_depth_flags(cfg) || ar_depth_general)
-            return ar_residual_ablate_create(cfg, be, maxN, pt);
+            return ar_residual_mixer_create(cfg, be, maxN, pt);
         return ar_residual_depth_create(cfg, be, maxN, pt);
     case AR_RES_STATIC:
     case AR_RES_SWA:
     case AR_RES_RESCALED:
-        return ar_residual_ablate_create(cfg, be, maxN, pt);
+        return ar_residual_mixer_create(cfg, be, maxN, pt);
     case AR_RES_DENSEFORMER:
         return ar_residual_denseformer_create(cfg, be, maxN, pt);
     case AR_RES_MHC:

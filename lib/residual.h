@@ -1,5 +1,5 @@
 /* How sublayer inputs are formed from earlier outputs: the one interface
- * behind which baseline residuals, AttnRes and (later) the ablations live.
+ * behind which baseline residuals, AttnRes and the other depth mixers live.
  *
  * Notation (docs/reference.md §1.1): v_0 is the embedding, v_l the output of
  * sublayer l = 1..L, h_l the input of sublayer l, h_out the final state.
@@ -123,9 +123,26 @@ ar_residual *ar_residual_create(const ar_model_cfg *cfg, const ar_backend *be, i
  * chunk (one phase); tests vary it to check that results do not depend on it. */
 extern int ar_depth_chunk;
 
-/* The implementations (one file per family). */
+/* 1: plain full/block also run on the general depth mixer of
+ * lib/residual_mixer.c instead of lib/residual_depth.c (tests compare the
+ * two).  Read at creation; default 0. */
+extern int ar_depth_general;
+
+/* The implementations (one file per family; docs/reference.md §2). */
+/* baseline (lib/residual_sum.c) */
 ar_residual *ar_residual_sum_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN);
+/* plain full/block, two-phase (lib/residual_depth.c) */
 ar_residual *ar_residual_depth_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN,
                                       ar_param_table *pt);
+/* the general depth mixer (lib/residual_mixer.c): full/block with flags,
+ * swa, static, rescaled */
+ar_residual *ar_residual_mixer_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN,
+                                      ar_param_table *pt);
+/* lib/residual_denseformer.c */
+ar_residual *ar_residual_denseformer_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN,
+                                            ar_param_table *pt);
+/* lib/residual_mhc.c */
+ar_residual *ar_residual_mhc_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN,
+                                    ar_param_table *pt);
 
 #endif

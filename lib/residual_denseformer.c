@@ -20,7 +20,6 @@
 
 #include "../core/error.h"
 #include "residual.h"
-#include "residual_ablate.h"
 
 typedef struct {
     ar_residual base;

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 
 #include "../core/error.h"
+#include "depth_sources.h"
 #include "residual.h"
 
 /* Schedule (two-phase, the report's Algorithm 1 generalised): mixers
@@ -95,27 +96,13 @@ typedef struct {
 
 #define D(r) ((depth_res *)(r))
 
-static int block_end(int n, int S, int L) { return n * S < L ? n * S : L; }
 static int block_of(depth_res *s, int l) { return l == 0 ? 0 : (l - 1) / s->S + 1; }
 
-/* Source list for mixer m (sublayer m, or the final state when m = L+1). */
+/* Source list for mixer m (sublayer m, or the final state when m = L+1):
+ * b_0 .. b_{n-1} (+ P_{m-1}) as indices into P (lib/depth_sources.h). */
 static void plan_sources(mixer *x, int m, int S, int L)
 {
-    int nblk, partial;
-    if (m == L + 1) {
-        nblk = (L + S - 1) / S + 1; /* b_0 .. b_{ceil(L/S)} */
-        partial = 0;
-    } else {
-        int blk = (m - 1) / S + 1, pos = (m - 1) % S + 1;
-        nblk = blk;                 /* b_0 .. b_{blk-1} */
-        partial = pos >= 2;
-    }
-    x->n = nblk + partial;
-    x->src = ar_xcalloc((size_t)x->n, sizeof(int));
-    for (int b = 0; b < nblk; b++)
-        x->src[b] = block_end(b, S, L);
-    if (partial)
-        x->src[nblk] = m - 1;
+    x->src = ar_depth_source_rows(L, S, 0, m, &x->n);
     x->sp = ar_xcalloc((size_t)x->n, sizeof *x->sp);
     x->dsp = ar_xcalloc((size_t)x->n, sizeof *x->dsp);
     x->rsp = ar_xcalloc((size_t)x->n, sizeof *x->rsp);

@@ -27,7 +27,7 @@
 
 #include "../core/error.h"
 #include "residual.h"
-#include "residual_ablate.h"
+#include "residual_mhc.h"
 
 typedef struct {
     int pre, post, res; /* parameter indices */

@@ -262,7 +262,8 @@ int ar_bench_paired(const ar_config *cfgs, int nv, const ar_bench_opts *o, doubl
 double ar_bench_overhead_outside_mm(double v_tok_per_s, double v_frac, double b_tok_per_s,
                                     double b_frac)
 {
-    return 100.0 * ((1.0 - v_frac) - (1.0 - b_frac) * v_tok_per_s / b_tok_per_s);
+    /* the ratio first: the baseline against itself is then exactly 0 */
+    return 100.0 * ((1.0 - v_frac) - (1.0 - b_frac) * (v_tok_per_s / b_tok_per_s));
 }
 
 double ar_bench_mfu(const ar_bench_result *r, double peak)

@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include "comm.h"
 #include "data.h"
 
 int ar_evaluate(ar_model *m, const int32_t *x, size_t n, long max_windows, int want_grads,
@@ -54,6 +55,51 @@ int ar_evaluate_with(ar_model *m, const int32_t *x, size_t n, long max_windows, 
     m->collect_stats = stats;
     free(in);
     free(tg);
+    r->windows = (long)nw;
+    r->tokens = (long)nw * T;
+    r->sum_nats = total;
+    r->loss = total / (double)r->tokens;
+    return 0;
+}
+
+int ar_evaluate_ranks(ar_model *m, ar_comm *c, const int32_t *x, size_t n, long max_windows, ar_eval_result *r,
+                      ar_err *e)
+{
+    if (!c || c->size == 1)
+        return ar_evaluate(m, x, n, max_windows, 0, r, e);
+    int T = m->T;
+    size_t nw = ar_eval_window_count(n, T);
+    if (nw == 0)
+        return ar_fail(e, "evaluation data holds %zu tokens, fewer than one window of seq_len+1 = %d",
+                       n, T + 1);
+    if (max_windows > 0 && (size_t)max_windows < nw)
+        nw = (size_t)max_windows;
+    /* batch i of maxB windows runs on rank i mod P; its sum goes to slot i,
+     * zero elsewhere, so summing the slots over ranks is exact and the
+     * total adds them in batch order, as one process does */
+    size_t nb = (nw + (size_t)m->maxB - 1) / (size_t)m->maxB;
+    double *sums = ar_xcalloc(nb, sizeof(double));
+    int32_t *in = ar_xmalloc((size_t)m->maxB * T * sizeof(int32_t));
+    int32_t *tg = ar_xmalloc((size_t)m->maxB * T * sizeof(int32_t));
+    int stats = m->collect_stats;
+    for (size_t i = (size_t)c->rank; i < nb; i += (size_t)c->size) {
+        size_t w0 = i * (size_t)m->maxB;
+        int B = (int)(nw - w0 < (size_t)m->maxB ? nw - w0 : (size_t)m->maxB);
+        for (int b = 0; b < B; b++)
+            ar_eval_window(x, w0 + b, T, in + (size_t)b * T, tg + (size_t)b * T);
+        ar_model_forward(m, in, tg, B, &sums[i]);
+        m->collect_stats = 0;
+    }
+    m->collect_stats = stats;
+    free(in);
+    free(tg);
+    int rc = c->ops->sum_doubles(c, sums, nb, e);
+    double total = 0;
+    for (size_t i = 0; i < nb; i++)
+        total += sums[i];
+    free(sums);
+    if (rc != 0)
+        return -1;
     r->windows = (long)nw;
     r->tokens = (long)nw * T;
     r->sum_nats = total;

@@ -32,6 +32,14 @@ typedef void (*ar_eval_hook)(ar_model *m, int B, void *ud);
 int ar_evaluate_with(ar_model *m, const int32_t *x, size_t n, long max_windows, int want_grads,
                      ar_eval_hook hook, void *ud, ar_eval_result *r, ar_err *e);
 
+/* ar_evaluate without gradients, its batches spread over the ranks of c
+ * (NULL: this process): the same result, bit for bit, on every rank and
+ * for any number of ranks.  collect_stats describes the first batch, which
+ * rank 0 evaluates. */
+struct ar_comm;
+int ar_evaluate_ranks(ar_model *m, struct ar_comm *c, const int32_t *x, size_t n, long max_windows,
+                      ar_eval_result *r, ar_err *e);
+
 /* Checks that a token stream suits model config mc: a byte vocabulary needs
  * a text file, and every id lies below the vocabulary size.  Errors name
  * the file ("'PATH': token 12 has id 300, outside the model's vocabulary

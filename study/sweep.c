@@ -1,11 +1,10 @@
 #include "sweep.h"
 
-#include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -18,6 +17,7 @@
 #include "../formats/metrics.h"
 #include "../lib/model.h"
 #include "checkpoint.h"
+#include "child.h"
 
 int ar_sweep_compute_of(const ar_sweep_run *r, ar_sweep_compute *c, ar_err *e)
 {
@@ -209,11 +209,30 @@ static int train_one(const ar_sweep_run *r, const char *dir, int resume, int thr
     return res.interrupted ? 130 : 0;
 }
 
+/* A run trained in a child process (jobs > 1). */
 typedef struct {
-    pid_t pid;
+    ar_child c;
     int run;
-    int fd; /* read end of the pipe carrying the child's error message */
-} child;
+} kid;
+
+typedef struct {
+    const ar_sweep_run *r;
+    const char *dir;
+    int resume, threads;
+    const ar_sweep_opts *o;
+} kid_job;
+
+/* The child's work: train_one's status as the exit status; the message of
+ * a failure through the pipe. */
+static int train_kid(void *ud, int fd)
+{
+    const kid_job *j = ud;
+    ar_err te = {{0}};
+    int st = train_one(j->r, j->dir, j->resume, j->threads, j->o, &te);
+    if (st == 1)
+        (void)ar_write_all(fd, te.msg, strlen(te.msg));
+    return st;
+}
 
 static void emit(const ar_sweep_opts *o, const ar_sweep_run *r, ar_sweep_event ev, const char *detail)
 {
@@ -232,6 +251,33 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL); /* returns early on a signal: what we want */
 }
 
+/* Records how run idx ended: code 0 finished, 130 interrupted, else failed
+ * with msg (the first failure goes into first_fail). */
+static int settle(const ar_sweep *s, int idx, int code, const char *msg, const ar_sweep_opts *o, row *rows,
+                  ar_sweep_result *res, ar_err *first_fail, ar_err *e)
+{
+    const ar_sweep_run *r = &s->runs[idx];
+    char dir[AR_PATH_MAX + 2 * AR_SWEEP_NAME_MAX + 8], detail[64];
+    snprintf(dir, sizeof dir, "%s/%s", o->out_dir, r->name);
+    if (code == 0) {
+        if (collect(r, dir, &rows[idx], e) != 0 || write_results(s, rows, o->out_dir, e) != 0)
+            return -1;
+        res->trained++;
+        res->finished++;
+        snprintf(detail, sizeof detail, "val_loss %.4f", rows[idx].val_loss);
+        emit(o, r, AR_SWEEP_FINISHED, detail);
+    } else if (code == 130) {
+        res->interrupted = 1;
+        emit(o, r, AR_SWEEP_INTERRUPTED, NULL);
+    } else {
+        if (!res->failed)
+            ar_fail(first_fail, "run '%s': %s", r->name, msg);
+        res->failed++;
+        emit(o, r, AR_SWEEP_FAILED, msg);
+    }
+    return 0;
+}
+
 int ar_sweep_run_all(const ar_sweep *s, const ar_sweep_opts *o, ar_sweep_result *res, ar_err *e)
 {
     memset(res, 0, sizeof *res);
@@ -239,7 +285,7 @@ int ar_sweep_run_all(const ar_sweep *s, const ar_sweep_opts *o, ar_sweep_result 
     if (ar_mkdir_p(o->out_dir, e) != 0)
         return -1;
     row *rows = ar_xcalloc((size_t)s->nruns, sizeof *rows);
-    child *kids = ar_xcalloc((size_t)jobs, sizeof *kids);
+    kid *kids = ar_xcalloc((size_t)jobs, sizeof *kids);
     int nkids = 0, next = 0, rc = 0, forwarded = 0;
     ar_err first_fail = {{0}};
     char dir[AR_PATH_MAX + 2 * AR_SWEEP_NAME_MAX + 8], detail[64];
@@ -276,120 +322,58 @@ int ar_sweep_run_all(const ar_sweep *s, const ar_sweep_opts *o, ar_sweep_result 
             }
             if (jobs == 1) {
                 ar_err te;
-                int st2 = train_one(r, dir, st == RUN_RESUME, threads, o, &te);
-                if (st2 == 0) {
-                    if (collect(r, dir, &rows[idx], e) != 0 || write_results(s, rows, o->out_dir, e) != 0) {
-                        rc = -1;
-                        goto out;
-                    }
-                    res->trained++;
-                    res->finished++;
-                    snprintf(detail, sizeof detail, "val_loss %.4f", rows[idx].val_loss);
-                    emit(o, r, AR_SWEEP_FINISHED, detail);
-                } else if (st2 == 130) {
-                    res->interrupted = 1;
-                    emit(o, r, AR_SWEEP_INTERRUPTED, NULL);
-                } else {
-                    res->failed++;
-                    ar_fail(&first_fail, "run '%s': %s", r->name, te.msg);
-                    emit(o, r, AR_SWEEP_FAILED, te.msg);
+                int code = train_one(r, dir, st == RUN_RESUME, threads, o, &te);
+                if (settle(s, idx, code, te.msg, o, rows, res, &first_fail, e) != 0) {
+                    rc = -1;
+                    goto out;
                 }
                 continue;
             }
-            int pfd[2];
-            if (pipe(pfd) != 0) {
-                rc = ar_fail(e, "cannot create a pipe: %s", strerror(errno));
+            kid_job j = {r, dir, st == RUN_RESUME, threads, o};
+            if (ar_child_start(&kids[nkids].c, train_kid, &j, AR_CHILD_OWN_GROUP, "the training process", e) != 0) {
+                rc = -1;
                 goto out;
             }
-            fflush(NULL);
-            pid_t parent = getpid(), pid = fork();
-            if (pid < 0) {
-                close(pfd[0]);
-                close(pfd[1]);
-                rc = ar_fail(e, "cannot start a training process: %s", strerror(errno));
-                goto out;
-            }
-            if (pid == 0) {
-                /* The child: its own process group, so a Ctrl-C reaches
-                 * the parent only and is forwarded once; and an interrupt
-                 * if the parent dies. */
-                close(pfd[0]);
-                setpgid(0, 0);
-                prctl(PR_SET_PDEATHSIG, SIGTERM);
-                if (getppid() != parent)
-                    _exit(1);
-                ar_err te = {{0}};
-                int st2 = train_one(r, dir, st == RUN_RESUME, threads, o, &te);
-                if (st2 == 1) {
-                    size_t n = strlen(te.msg);
-                    if (write(pfd[1], te.msg, n) != (ssize_t)n)
-                        st2 = 1;
-                }
-                close(pfd[1]);
-                fflush(NULL);
-                _exit(st2);
-            }
-            close(pfd[1]);
-            kids[nkids++] = (child){pid, idx, pfd[0]};
+            kids[nkids++].run = idx;
         }
         if (nkids == 0)
             break;
 
         /* Wait for a child, forwarding an interrupt once. */
-        int status;
-        pid_t pid = 0;
-        while (pid == 0) {
+        int k = -1;
+        while (k < 0) {
             if (interrupted(o) && !forwarded) {
-                for (int k = 0; k < nkids; k++)
-                    kill(kids[k].pid, SIGINT);
+                for (int i = 0; i < nkids; i++)
+                    kill(kids[i].c.pid, SIGINT);
                 forwarded = 1;
             }
-            pid = waitpid(-1, &status, WNOHANG);
-            if (pid == 0)
+            for (int i = 0; i < nkids && k < 0; i++) {
+                int ended = ar_child_ended(&kids[i].c, e);
+                if (ended < 0) {
+                    rc = -1;
+                    goto out;
+                }
+                if (ended)
+                    k = i;
+            }
+            if (k < 0)
                 sleep_ms(100);
-            else if (pid < 0 && errno == EINTR)
-                pid = 0;
         }
-        if (pid < 0) {
-            rc = ar_fail(e, "waiting for the training processes: %s", strerror(errno));
+        kid c = kids[k];
+        kids[k] = kids[--nkids];
+        ar_err te = {{0}};
+        size_t got;
+        if (ar_child_finish(&c.c, te.msg, sizeof te.msg - 1, &got, e) != 0) {
+            rc = -1;
             goto out;
         }
-        int k = 0;
-        while (k < nkids && kids[k].pid != pid)
-            k++;
-        if (k == nkids)
-            continue;
-        child c = kids[k];
-        kids[k] = kids[--nkids];
-        char msg[sizeof first_fail.msg];
-        ssize_t got = 0, n;
-        while ((size_t)got < sizeof msg - 1 && (n = read(c.fd, msg + got, sizeof msg - 1 - (size_t)got)) > 0)
-            got += n;
-        msg[got > 0 ? got : 0] = '\0';
-        close(c.fd);
-        const ar_sweep_run *r = &s->runs[c.run];
-        int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        snprintf(dir, sizeof dir, "%s/%s", o->out_dir, r->name);
-        if (code == 0) {
-            if (collect(r, dir, &rows[c.run], e) != 0 || write_results(s, rows, o->out_dir, e) != 0) {
-                rc = -1;
-                goto out;
-            }
-            res->trained++;
-            res->finished++;
-            snprintf(detail, sizeof detail, "val_loss %.4f", rows[c.run].val_loss);
-            emit(o, r, AR_SWEEP_FINISHED, detail);
-        } else if (code == 130) {
-            res->interrupted = 1;
-            emit(o, r, AR_SWEEP_INTERRUPTED, NULL);
-        } else {
-            if (!msg[0])
-                snprintf(msg, sizeof msg, "the training process %s %d", WIFSIGNALED(status) ? "was killed by signal" : "exited with status",
-                         WIFSIGNALED(status) ? WTERMSIG(status) : code);
-            if (!res->failed)
-                ar_fail(&first_fail, "run '%s': %s", r->name, msg);
-            res->failed++;
-            emit(o, r, AR_SWEEP_FAILED, msg);
+        te.msg[got] = '\0';
+        int code = WIFEXITED(c.c.status) ? WEXITSTATUS(c.c.status) : -1;
+        if (code != 0 && code != 130 && !te.msg[0])
+            ar_child_check(&c.c, &te);
+        if (settle(s, c.run, code, te.msg, o, rows, res, &first_fail, e) != 0) {
+            rc = -1;
+            goto out;
         }
     }
     if (interrupted(o))
@@ -400,11 +384,8 @@ int ar_sweep_run_all(const ar_sweep *s, const ar_sweep_opts *o, ar_sweep_result 
         rc = ar_fail(e, "%s", first_fail.msg);
 out:
     /* Only reached early on an error of the parent: stop the children. */
-    for (int k = 0; k < nkids; k++) {
-        kill(kids[k].pid, SIGINT);
-        waitpid(kids[k].pid, NULL, 0);
-        close(kids[k].fd);
-    }
+    for (int k = 0; k < nkids; k++)
+        ar_child_stop(&kids[k].c, SIGINT);
     free(kids);
     free(rows);
     return rc;

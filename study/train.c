@@ -23,7 +23,9 @@
 #include "../lib/optim.h"
 #include "../lib/schedule.h"
 #include "checkpoint.h"
+#include "comm.h"
 #include "data.h"
+#include "dp.h"
 #include "eval.h"
 #include "run_figures.h"
 
@@ -71,12 +73,16 @@ typedef struct {
     int lock_fd;
     int made_dir;       /* ar_mkdir_p_new's first_new for the run directory */
     int made_lock;      /* this process created .attnres.lock */
+    ar_comm *comm;      /* the ranks of a data-parallel run (self: one) */
+    ar_dp *dp;
+    int lead;           /* rank 0: reads the checkpoint, writes every file */
+    int opt_ready;      /* opt is allocated */
 } trainer;
 
 static void warnf(const trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void warnf(const trainer *t, const char *fmt, ...)
 {
-    if (!t->o->warn)
+    if (!t->o->warn || !t->lead)
         return;
     char msg[1024];
     va_list ap;
@@ -86,23 +92,37 @@ static void warnf(const trainer *t, const char *fmt, ...)
     t->o->warn(msg, t->o->ud);
 }
 
-/* One step's gradient: grad_accum micro-batches at the data position. */
-static double forward_backward(trainer *t)
+/* One step's gradient: grad_accum micro-batches at the data position, this
+ * rank's share of them (dp.h), summed over the ranks; the loss is the mean
+ * of every micro-batch's, summed in micro-batch order on every rank. */
+static int forward_backward(trainer *t, double *loss, ar_err *e)
 {
     const ar_train_cfg *tc = &t->cfg->train;
     ar_model *m = t->m;
-    int B = tc->batch_size, T = m->T;
-    double loss = 0;
-    float scale = (float)(1.0 / ((double)B * T * tc->grad_accum));
-    ar_model_zero_grad(m);
-    for (int a = 0; a < tc->grad_accum; a++) {
+    int B = tc->batch_size, T = m->T, A = tc->grad_accum, first;
+    int k = ar_dp_local(t->dp, &first);
+    float scale = (float)(1.0 / ((double)B * T * A));
+    double *l = ar_xcalloc((size_t)A, sizeof(double));
+    int rc = 0;
+    for (int i = 0; i < k && rc == 0; i++) {
+        int a = first + i;
         gsl_rng_set(t->rng, mix_seed(tc->seed, (uint64_t)t->pos + (uint64_t)a));
         ar_sample_batch(t->ds.train, t->ds.ntrain, B, T, t->rng, t->in, t->tg);
-        loss += ar_model_forward(m, t->in, t->tg, B, NULL) / tc->grad_accum;
+        ar_dp_begin(t->dp, i);
+        l[a] = ar_model_forward(m, t->in, t->tg, B, NULL);
         ar_model_backward(m, scale);
+        rc = ar_dp_end(t->dp, i, e);
     }
-    t->pos += tc->grad_accum;
-    return loss;
+    if (rc == 0)
+        rc = ar_dp_finish(t->dp, e);
+    if (rc == 0)
+        rc = t->comm->ops->allgather(t->comm, l + first, l, (size_t)k * sizeof(double), e);
+    *loss = 0;
+    for (int a = 0; a < A; a++)
+        *loss += l[a] / A;
+    free(l);
+    t->pos += A;
+    return rc;
 }
 
 /* The first parameter holding a non-finite value, or -1. */
@@ -160,10 +180,15 @@ static int evaluate(trainer *t, ar_jw *w, ar_err *e)
 {
     ar_model *m = t->m;
     double *grms = ar_xcalloc((size_t)m->L, sizeof(double));
-    grad_rms_by_sublayer(m, grms); /* before eval: eval does not touch grads */
+    /* before eval: eval does not touch grads */
+    if (ar_dp_gather_grads(t->dp, e) != 0) {
+        free(grms);
+        return -1;
+    }
+    grad_rms_by_sublayer(m, grms);
     ar_eval_result r;
-    m->collect_stats = 1;
-    int rc = ar_evaluate(m, t->ds.val, t->ds.nval, t->cfg->train.eval_windows, 0, &r, e);
+    m->collect_stats = 1; /* rank 0 evaluates the first batch: the diagnostics are its */
+    int rc = ar_evaluate_ranks(m, t->comm, t->ds.val, t->ds.nval, t->cfg->train.eval_windows, &r, e);
     m->collect_stats = 0;
     if (rc != 0) {
         free(grms);
@@ -301,7 +326,7 @@ static int clear_old_run(const char *dir, ar_err *e)
 
 /* Loads the checkpoint of a resumed run and says where this invocation
  * will not reproduce the uninterrupted run. */
-static int load_resume(trainer *t, long *start, ar_err *e)
+static int load_resume(trainer *t, long *start, ar_adamw *full, ar_err *e)
 {
     const ar_config *cfg = t->cfg;
     const char *dir = t->o->out_dir;
@@ -316,7 +341,7 @@ static int load_resume(trainer *t, long *start, ar_err *e)
                           "must keep its model",
                        dir);
     *start = st.step;
-    if (ar_ckpt_load_weights(file, t->m, e) != 0 || ar_ckpt_load_optim(dir, t->m, &t->opt, st.step, e) != 0 ||
+    if (ar_ckpt_load_weights(file, t->m, e) != 0 || ar_ckpt_load_optim(dir, t->m, full, st.step, e) != 0 ||
         ar_metrics_truncate_after(t->metrics, st.step, e) != 0)
         return -1;
     t->pos = st.data_position;
@@ -340,13 +365,57 @@ static int load_resume(trainer *t, long *start, ar_err *e)
     return 0;
 }
 
+/* What rank 0 set up (fresh or resumed weights, moments, counters) to
+ * every rank, and the check that every rank reads the same data. */
+static int share_state(trainer *t, long *start, ar_adamw *full, int resumed, ar_err *e)
+{
+    ar_comm *c = t->comm;
+    ar_model *m = t->m;
+    size_t n = m->pt.total;
+    long st[5] = {*start, t->pos, t->bad, t->saved_step, full ? full->t : 0};
+    if (c->ops->bcast(c, st, sizeof st, 0, e) != 0 || ar_comm_bcast_floats(c, m->be, m->params, n, 0, e) != 0)
+        return -1;
+    *start = st[0];
+    t->pos = st[1];
+    t->bad = st[2];
+    t->saved_step = st[3];
+    if (resumed) {
+        float *hm = ar_xmalloc(n * sizeof(float)), *hv = ar_xmalloc(n * sizeof(float));
+        if (t->lead) {
+            m->be->download(hm, full->m, n * sizeof(float));
+            m->be->download(hv, full->v, n * sizeof(float));
+        }
+        int rc = c->ops->bcast(c, hm, n * sizeof(float), 0, e);
+        if (rc == 0)
+            rc = c->ops->bcast(c, hv, n * sizeof(float), 0, e);
+        if (rc == 0)
+            ar_dp_take_moments(t->dp, &t->opt, hm, hv);
+        t->opt.t = st[4];
+        free(hm);
+        free(hv);
+        if (rc != 0)
+            return -1;
+    }
+    /* every rank samples its micro-batches from its own copy of the data */
+    unsigned long mine[2] = {(unsigned long)t->ds.ntrain, t->data_crc};
+    unsigned long *all = ar_xcalloc(2 * (size_t)c->size, sizeof *all);
+    int rc = c->ops->allgather(c, mine, all, sizeof mine, e);
+    for (int r = 1; rc == 0 && r < c->size; r++)
+        if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
+            rc = ar_fail(e, "rank %d reads other training data than rank 0 ('%s': %lu tokens, crc32 %08lx on rank "
+                            "%d; %lu tokens, crc32 %08lx on rank 0): every rank needs the same file",
+                         r, t->cfg->data.train, all[2 * r], all[2 * r + 1], r, all[0], all[1]);
+    free(all);
+    return rc;
+}
+
 static int setup(trainer *t, long *start, ar_err *e)
 {
     const ar_config *cfg = t->cfg;
     const ar_train_opts *o = t->o;
     t->lock_fd = -1;
     t->saved_step = -1;
-    if (ar_config_validate(cfg, e) != 0)
+    if (ar_config_validate(cfg, e) != 0 || ar_dp_check(t->comm, &cfg->train, e) != 0)
         return -1;
     char note[512];
     if (!o->resume && ar_config_warning(cfg, note, sizeof note))
@@ -361,36 +430,68 @@ static int setup(trainer *t, long *start, ar_err *e)
         }
         return -1;
     }
+    if (t->comm->size > 1 && cfg->train.device != AR_DEVICE_CPU)
+        return ar_fail(e, "data-parallel training on '%s' needs NCCL, which this build does not have yet: run "
+                          "it with --device cpu, or in one process",
+                       ar_device_name(cfg->train.device));
     be->set_threads(cfg->train.threads);
     t->threads = omp_get_max_threads();
     if (o->resume && o->force)
         return ar_fail(e, "'force' starts a new run and cannot be combined with 'resume'");
-    if (o->resume) {
-        if (!file_exists(o->out_dir, "model.safetensors"))
-            return ar_fail(e, "'%s' holds no checkpoint to resume (no model.safetensors)", o->out_dir);
-    } else if (check_new_run_dir(cfg, o, e) != 0) {
-        return -1;
+    int rc = 0;
+    if (t->lead) {
+        if (o->resume) {
+            if (!file_exists(o->out_dir, "model.safetensors"))
+                rc = ar_fail(e, "'%s' holds no checkpoint to resume (no model.safetensors)", o->out_dir);
+        } else {
+            rc = check_new_run_dir(cfg, o, e);
+        }
     }
+    if (ar_comm_agree(t->comm, rc, e) != 0)
+        return -1;
     /* what can fail without touching the run directory, first */
     if (ar_dataset_open(&t->ds, &cfg->data, &cfg->model, e) != 0)
-        return -1;
-    t->data_crc = ar_st_crc32(t->ds.train, (uint64_t)t->ds.ntrain * sizeof(int32_t));
-    if (ar_model_create(&t->m, &cfg->model, be, cfg->train.batch_size, e) != 0)
-        return -1;
-    ar_adamw_init(&t->opt, t->m);
-    if (open_run_dir(t, e) != 0)
+        rc = -1;
+    if (rc == 0) {
+        t->data_crc = ar_st_crc32(t->ds.train, (uint64_t)t->ds.ntrain * sizeof(int32_t));
+        rc = ar_model_create(&t->m, &cfg->model, be, cfg->train.batch_size, e);
+    }
+    if (rc == 0 && !(t->dp = ar_dp_create(t->comm, t->m, cfg->train.grad_accum, cfg->parallel.shard_optimizer, e)))
+        rc = -1;
+    if (rc == 0) {
+        int nr;
+        const size_t *lo, *hi;
+        ar_dp_opt_ranges(t->dp, &nr, &lo, &hi);
+        ar_adamw_init_ranges(&t->opt, t->m, nr, lo, hi);
+        t->opt_ready = 1;
+    }
+    if (rc == 0 && t->lead)
+        rc = open_run_dir(t, e);
+    if (ar_comm_agree(t->comm, rc, e) != 0)
         return -1;
     snprintf(t->metrics, sizeof t->metrics, "%s/metrics.jsonl", o->out_dir);
     *start = 0;
-    if (o->resume) {
-        if (load_resume(t, start, e) != 0)
-            return -1;
-    } else {
-        if (o->force && file_exists(o->out_dir, "model.safetensors") && clear_old_run(o->out_dir, e) != 0)
-            return -1;
-        ar_model_init(t->m, cfg->train.seed);
-        unlink(t->metrics);
+    ar_adamw full = {0};
+    if (t->lead) {
+        if (o->resume) {
+            ar_adamw_init(&full, t->m);
+            rc = load_resume(t, start, &full, e);
+        } else {
+            if (o->force && file_exists(o->out_dir, "model.safetensors"))
+                rc = clear_old_run(o->out_dir, e);
+            if (rc == 0) {
+                ar_model_init(t->m, cfg->train.seed);
+                unlink(t->metrics);
+            }
+        }
     }
+    rc = ar_comm_agree(t->comm, rc, e);
+    if (rc == 0)
+        rc = share_state(t, start, o->resume ? &full : NULL, o->resume, e);
+    if (full.m)
+        ar_adamw_free(&full);
+    if (rc != 0)
+        return -1;
     t->rng = gsl_rng_alloc(gsl_rng_mt19937);
     size_t N = (size_t)cfg->train.batch_size * cfg->model.seq_len;
     t->in = ar_xmalloc(N * sizeof(int32_t));
@@ -413,10 +514,11 @@ static void undo_run_dir(trainer *t)
 
 static void teardown(trainer *t)
 {
-    if (t->m) {
+    if (t->opt_ready)
         ar_adamw_free(&t->opt);
+    ar_dp_free(t->dp);
+    if (t->m)
         ar_model_free(t->m);
-    }
     if (t->rng)
         gsl_rng_free(t->rng);
     free(t->in);
@@ -428,24 +530,53 @@ static void teardown(trainer *t)
 
 static int due(long done, long every, long steps) { return done == steps || (every > 0 && done % every == 0); }
 
-static int save(trainer *t, long step, ar_err *e)
+/* Rank 0 writes the checkpoint: with a sharded optimizer, of the moments
+ * gathered from every rank, so the files are those of one process. */
+static int write_checkpoint(trainer *t, long step, const ar_adamw *opt, ar_err *e)
 {
     const ar_config *cfg = t->cfg;
     ar_ckpt_state st = {.step = step, .rng_seed = cfg->train.seed, .data_position = t->pos,
                         .bad_steps = t->bad, .threads = t->threads, .data_tokens = (long)t->ds.ntrain,
                         .data_crc32 = t->data_crc};
     char kept[AR_PATH_MAX + 128];
-    if (ar_ckpt_save_state(t->o->out_dir, cfg, t->m, &t->opt, &st, e) != 0) {
+    if (ar_ckpt_save_state(t->o->out_dir, cfg, t->m, opt, &st, e) != 0) {
         /* The files are replaced one by one, each atomically: the message
          * says what was kept. */
         if (strstr(e->msg, "is kept") == NULL)
             ar_wrap(e, "checkpoint of step %ld not saved (%s)", step, kept_text(t, kept, sizeof kept));
         return -1;
     }
-    t->saved_step = step;
     if (ar_ckpt_keep(t->o->out_dir, step, cfg->train.keep_checkpoints, e) != 0)
         return -1;
     return ar_train_figures(t->o->out_dir, e);
+}
+
+static int save(trainer *t, long step, ar_err *e)
+{
+    int rc = 0;
+    if (!ar_dp_sharded(t->dp)) {
+        if (t->lead)
+            rc = write_checkpoint(t, step, &t->opt, e);
+    } else {
+        size_t n = t->m->pt.total;
+        float *hm = ar_xmalloc(n * sizeof(float)), *hv = ar_xmalloc(n * sizeof(float));
+        rc = ar_dp_full_moments(t->dp, &t->opt, hm, hv, e);
+        if (rc == 0 && t->lead) {
+            ar_adamw full;
+            ar_adamw_init(&full, t->m);
+            t->m->be->upload(full.m, hm, n * sizeof(float));
+            t->m->be->upload(full.v, hv, n * sizeof(float));
+            full.t = t->opt.t;
+            rc = write_checkpoint(t, step, &full, e);
+            ar_adamw_free(&full);
+        }
+        free(hm);
+        free(hv);
+    }
+    if (ar_comm_agree(t->comm, rc, e) != 0)
+        return -1;
+    t->saved_step = step;
+    return 0;
 }
 
 /* The metrics line of a step (every logged step, and every skipped one). */
@@ -477,12 +608,12 @@ static int log_step(trainer *t, long step, long tok_per_step, double loss, doubl
         ar_jw_key(&w, "warning");
         ar_jw_str(&w, warning);
     }
-    int rc = do_eval ? evaluate(t, &w, e) : 0;
+    int rc = do_eval ? evaluate(t, &w, e) : 0; /* every rank evaluates */
     ar_jw_obj_end(&w);
-    if (rc == 0)
+    if (rc == 0 && t->lead)
         rc = ar_metrics_append(t->metrics, w.s, e);
     ar_jw_free(&w);
-    return rc;
+    return ar_comm_agree(t->comm, rc, e);
 }
 
 int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res, ar_err *e)
@@ -491,6 +622,8 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
     memset(&t, 0, sizeof t);
     t.cfg = cfg;
     t.o = o;
+    t.comm = o->comm ? o->comm : ar_comm_self();
+    t.lead = t.comm->rank == 0;
     long start = 0;
     const ar_train_cfg *tc = &cfg->train;
     memset(res, 0, sizeof *res);
@@ -507,10 +640,14 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
          * clock read, so a step's time is its own */
         t.m->be->sync();
         double lr = ar_lr_at(tc, step), ts = now_s();
-        double loss = forward_backward(&t);
-        if (o->grad_hook)
+        double loss, gnorm = NAN;
+        rc = forward_backward(&t, &loss, e);
+        if (rc == 0 && o->grad_hook)
             o->grad_hook(t.m, step + 1, o->ud);
-        double gnorm = ar_grad_norm(t.m);
+        if (rc == 0)
+            rc = ar_dp_grad_norm(t.dp, &gnorm, e);
+        if (rc != 0)
+            break;
         char warning[256];
         int bad = !isfinite(loss) || !isfinite(gnorm);
         if (bad) {
@@ -524,9 +661,11 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
             warnf(&t, "%s", warning);
         } else {
             t.bad = 0;
-            ar_adamw_step(&t.opt, t.m, tc, lr, gnorm);
-            int p = nonfinite_param(t.m);
-            if (p >= 0)
+            ar_adamw_step(&t.opt, t.m, tc, lr, gnorm); /* this rank's shard, when sharded */
+            int p = ar_dp_gather_params(t.dp, e) != 0 ? -2 : nonfinite_param(t.m);
+            if (p == -2)
+                rc = -1;
+            else if (p >= 0)
                 rc = ar_fail(e, "step %ld: the update made tensor '%s' non-finite (train.lr %g too high?); training "
                                 "stopped; %s",
                              step + 1, t.m->pt.p[p].name, lr, kept_text(&t, kept, sizeof kept));
@@ -538,6 +677,12 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
         if (rc != 0)
             break;
         int interrupted = o->interrupt && *o->interrupt;
+        if (t.comm->size > 1) { /* a signal to any rank stops every rank after this step */
+            double any = interrupted;
+            if ((rc = t.comm->ops->sum_doubles(t.comm, &any, 1, e)) != 0)
+                break;
+            interrupted = any > 0;
+        }
         int give_up = bad && t.bad >= tc->max_bad_steps;
         int do_eval = !give_up && (due(step, tc->eval_every, tc->steps) || interrupted);
         int do_log = due(step, tc->log_every, tc->steps) || do_eval || bad;
@@ -551,7 +696,7 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
                          step - t.bad + 1, step, t.bad, tc->max_bad_steps, kept_text(&t, kept, sizeof kept));
         if (rc == 0 && do_save)
             rc = save(&t, step, e);
-        if (rc == 0 && o->progress && (do_log || step == start + 1)) {
+        if (rc == 0 && o->progress && t.lead && (do_log || step == start + 1)) {
             double el = now_s() - t0;
             ar_progress p = {.step = step, .steps = tc->steps, .tokens = step * tok_per_step,
                              .loss = loss, .lr = lr, .grad_norm = gnorm,

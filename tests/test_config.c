@@ -343,7 +343,7 @@ Test(config, err_unknown_key)
     m = parse_err("model:\n  residual:\n    kind: full\n    size: 2\n");
     assert_has(m, "t.yaml:4:5: unknown key 'model.residual.size' (expected one of: kind, block_size, num_blocks, score, key_norm, query, heads, window, streams)");
     m = parse_err("modle:\n  d_model: 8\n");
-    assert_has(m, "t.yaml:1:1: unknown key 'modle' (expected one of: model, data, train)");
+    assert_has(m, "t.yaml:1:1: unknown key 'modle' (expected one of: model, data, train, parallel)");
     m = parse_err("train:\n  lr: 0.1\n  schedul: wsd\n");
     assert_has(m, "t.yaml:3:3: unknown key 'train.schedul'");
     assert_has(m, "lr, min_lr, schedule, warmup, decay_frac");
@@ -432,7 +432,7 @@ Test(config, err_syntax)
 
 Test(config, err_not_a_mapping)
 {
-    assert_has(parse_err("- model\n- data\n"), "t.yaml:1:1: expected a mapping of sections (model, data, train) "
+    assert_has(parse_err("- model\n- data\n"), "t.yaml:1:1: expected a mapping of sections (model, data, train, parallel) "
                                                 "at the top level, got a sequence");
     assert_has(parse_err("just text\n"), "t.yaml:1:1: expected a mapping");
     assert_has(parse_err("model:\n  d_model: 8\n---\ntrain:\n  steps: 1\n"),
@@ -614,7 +614,7 @@ Test(config, set_bad)
                                              "vocab, d_model, n_layer, n_head, d_ff, seq_len, residual)");
     cr_assert_str_eq(set_err("model.d_model"), "--set 'model.d_model': expected KEY=VALUE");
     cr_assert_str_eq(set_err("=5"), "--set '=5': expected KEY=VALUE");
-    assert_has(set_err("modle.d_model=8"), "unknown key 'modle.d_model' (expected one of: model, data, train)");
+    assert_has(set_err("modle.d_model=8"), "unknown key 'modle.d_model' (expected one of: model, data, train, parallel)");
     assert_has(set_err("model.d_model.x=8"), "'model.d_model' takes a value, not sub-keys");
     assert_has(set_err("model.residual.foo=8"), "(expected one of: kind, block_size, num_blocks, score, key_norm, query, heads, window, streams)");
     assert_has(set_err("train.schedule=linear"), "'train.schedule' expects one of cosine|wsd|constant, got 'linear'");

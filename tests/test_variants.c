@@ -10,7 +10,8 @@
 #include "formats/config.h"
 #include "lib/mixing.h"
 #include "lib/model.h"
-#include "lib/residual_ablate.h"
+#include "lib/residual.h"
+#include "lib/residual_mhc.h"
 #include "modelutil.h"
 #include "testutil.h"
 

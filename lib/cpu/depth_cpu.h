@@ -1,7 +1,14 @@
-/* The CPU backend's two-phase depth-attention ops (lib/cpu/depth_cpu.c);
- * their math is in lib/backend.h, which they fill in for the CPU table. */
+/* The CPU backend's depth-attention ops (lib/cpu/depth_cpu.c): one-phase
+ * and two-phase; their math is in lib/backend.h, which they fill in for the
+ * CPU table.  The CUDA versions are in lib/cuda/depth_cuda.cu. */
 #ifndef AR_CPU_DEPTH_H
 #define AR_CPU_DEPTH_H
+
+void cpu_depth_attn_fwd(float *h, float *alpha, float *rstd, const float *const *src, int n,
+                        const float *w, const float *g, int N, int d);
+void cpu_depth_attn_bwd(float *const *dsrc, float *dw, float *dg, const float *dh,
+                        const float *alpha, const float *rstd, const float *const *src, int n,
+                        const float *w, const float *g, int N, int d);
 
 void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha, const int *n,
                          float *const *rs, const float *const *src, int k, const float *const *w,

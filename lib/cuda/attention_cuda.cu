@@ -1,5 +1,5 @@
 /* Causal multi-head attention on the GPU: the four products per head on
- * cuBLAS (strided-batched, see the mapping in backend_cuda.cu), the causal
+ * cuBLAS (strided-batched, see the mapping in matmul_cuda.cu), the causal
  * softmax and its backward as warp-per-row kernels.
  *
  * q,k,v,y: B x T x C (C = nh*hd); att, datt: B x nh x T x T.  Head (b,h)
@@ -12,7 +12,10 @@
  * diagonal are computed and then discarded by the softmax, which writes
  * exact zeros there, so att v and the backward products add only zero
  * terms for the masked positions. */
-#include "ops_cuda.h"
+#include "attention_cuda.h"
+
+#include "cuda_util.h"
+#include "matmul_cuda.h"
 
 #include <math.h>
 
@@ -92,8 +95,8 @@ __global__ static void causal_softmax_bwd_kernel(float *D, const float *att, siz
 static unsigned row_blocks(size_t rows) { return (unsigned)((rows + ROWS - 1) / ROWS); }
 
 /* s = q k^T / sqrt(hd) (causal), att = softmax(s), y = att v        (=) */
-void ar_cu_attention_fwd(float *y, float *att, const float *q, const float *k, const float *v,
-                         int B, int T, int nh, int hd)
+void cuda_attention_fwd(float *y, float *att, const float *q, const float *k, const float *v,
+                        int B, int T, int nh, int hd)
 {
     if (B <= 0 || T <= 0 || nh <= 0 || hd <= 0)
         return;
@@ -116,9 +119,9 @@ void ar_cu_attention_fwd(float *y, float *att, const float *q, const float *k, c
 /* (=, overwrites dq dk dv; datt is scratch):
  *   dv = att^T dy;  dA = dy v^T;  ds = att*(dA - rowsum(dA*att)) / sqrt(hd);
  *   dq = ds k;  dk = ds^T q */
-void ar_cu_attention_bwd(float *dq, float *dk, float *dv, float *datt, const float *dy,
-                         const float *att, const float *q, const float *k, const float *v, int B,
-                         int T, int nh, int hd)
+void cuda_attention_bwd(float *dq, float *dk, float *dv, float *datt, const float *dy,
+                        const float *att, const float *q, const float *k, const float *v, int B,
+                        int T, int nh, int hd)
 {
     if (B <= 0 || T <= 0 || nh <= 0 || hd <= 0)
         return;

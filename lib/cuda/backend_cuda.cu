@@ -1,10 +1,18 @@
 /* The CUDA backend: the op table of lib/backend.h on one NVIDIA GPU.
  *
- * This file: the shared stream and cuBLAS handle (cuda_util.h), memory and
- * device queries, the matrix products, and ar_cuda_module_open() (the entry
- * point lib/cuda/backend_cuda_load.c calls after dlopen), which fills
- * the table.  The fused kernels are in kernels_cuda.cu, causal attention in
- * attention_cuda.cu, depth mixing in depth_cuda.cu.
+ * This file: the shared stream and cuBLAS handle (cuda_util.h), memory, the
+ * workspace and device queries, and ar_cuda_module_open() (the entry point
+ * lib/cuda/backend_cuda_load.c calls after dlopen), which fills the table.
+ * The ops are in one file per family, each mirroring lib/cpu/<family>_cpu.c:
+ *   kernels_cuda.cu     elementwise, embedding, RMSNorm, rotary, SwiGLU,
+ *                       cross-entropy, AdamW
+ *   matmul_cuda.cu      linear layers, and the cuBLAS products of all ops
+ *                       (its mapping of row-major products and precision)
+ *   attention_cuda.cu   causal multi-head attention
+ *   depth_cuda.cu       depth attention: one-phase and two-phase (Full/Block AttnRes)
+ *   mixer_cuda.cu       the general depth mixer (lib/residual_mixer.c)
+ *   wsum_cuda.cu        weighted sums of buffers (DenseFormer, mHC)
+ * with rows_cuda.cu/.h the row-block layout the last three share.
  *
  * Ordering.  Every op is enqueued on one stream (created blocking, so it
  * also orders after any legacy default-stream call); cuBLAS is bound to it.
@@ -14,45 +22,20 @@
  * before it releases memory queued ops may use.  Everything else is
  * asynchronous.
  *
- * cuBLAS mapping.  cuBLAS is column-major; our buffers are row-major.  A
- * row-major M x N matrix with leading dimension ld is, byte for byte, the
- * column-major N x M matrix of its transpose with the same ld.  So the
- * row-major product
- *     C = alpha op(A) op(B) + beta C          (C: M x N)
- * is the column-major product C^T = op(B)^T op(A)^T, i.e.
- *     cublasGemmEx(opB, opA, N, M, K, alpha, B, ldb, A, lda, beta, C, ldc)
- * with the operands swapped, the op flags passed through unchanged and the
- * leading dimensions those of the row-major storage.  ar_cu_gemm takes
- * cblas_sgemm's row-major arguments (ta, tb: 1 = transposed), so every call
- * reads like the CPU backend's cblas_sgemm call it mirrors (N tokens):
- *     out = x W^T      gemm(0, 1, N, outd, in, 1, x, in, W, in, 0, out, outd)
- *     dx += dout W     gemm(0, 0, N, in, outd, 1, dout, outd, W, in, 1, dx, in)
- *     dW += dout^T x   gemm(1, 0, outd, in, N, 1, dout, outd, x, in, 1, dW, in)
- * Attention uses the strided-batched form over heads (or over the batch):
- * head h of q (B x T x nh*hd) is the T x hd matrix at q + b*T*C + h*hd with
- * leading dimension C = nh*hd, so consecutive heads are hd floats apart.
- *
- * Precision.  Buffers are always fp32 (parameters are the fp32 master
- * weights; the optimizer state and every reduction stay fp32 or double).
- *   fp32 (default): compute type CUBLAS_COMPUTE_32F under
- *     CUBLAS_DEFAULT_MATH, i.e. true fp32 FMA products, no TF32: results
- *     agree with the CPU backend to ~1e-5 relative (summation order only).
- *   bf16 (set_bf16(1)): compute type CUBLAS_COMPUTE_32F_FAST_16BF on the
- *     same fp32 buffers: cuBLAS rounds A and B to bf16 inside the product
- *     and runs it on tensor cores with fp32 accumulation and fp32 output.
- *     This applies to every product (linear layers, and attention's q k^T,
- *     att v and their backward products); norms, softmaxes, cross-entropy
- *     and AdamW stay fp32.
- *
  * Determinism.  No float atomics: RMSNorm's dg and the double sums use
  * fixed two-level partials, dwte adds repeated tokens in token order after
  * a stable sort; cuBLAS is run-to-run reproducible on one stream with its
  * atomics disallowed (the default). */
 #include "../../core/error.h"
 #include "../backend.h"
+#include "attention_cuda.h"
 #include "cuda_util.h"
 #include "depth_cuda.h"
-#include "ops_cuda.h"
+#include "kernels_cuda.h"
+#include "matmul_cuda.h"
+#include "mixer_cuda.h"
+#include "workspace_cuda.h"
+#include "wsum_cuda.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,6 +139,7 @@ static void cu_sync(void) { AR_CUDA_CHECK(cudaStreamSynchronize(ar_cuda_stream()
 /* the GPU schedules itself */
 static void cu_set_threads(int n) { (void)n; }
 
+/* Grow-only scratch (workspace_cuda.h). */
 void *ar_cu_ws(int slot, size_t bytes)
 {
     static void *buf[CU_WS_NSLOTS];
@@ -172,14 +156,6 @@ void *ar_cu_ws(int slot, size_t bytes)
         cap[slot] = n;
     }
     return buf[slot];
-}
-
-/* y = x (a device-to-device copy on the stream; y == x is a no-op) */
-static void cu_copy(float *y, const float *x, size_t n)
-{
-    if (n && y != x)
-        AR_CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice,
-                                      ar_cuda_stream()));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -212,53 +188,6 @@ static int bf16_flops_per_clock_per_sm(int major, int minor)
 }
 
 /* ------------------------------------------------------------------------ */
-/* matrix products (the mapping is in the comment at the top)                */
-
-static cublasComputeType_t compute_type(void)
-{
-    return g_bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
-}
-
-static cublasOperation_t op(int t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
-
-void ar_cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                const float *B, int ldb, float beta, float *C, int ldc)
-{
-    if (M <= 0 || N <= 0)
-        return;
-    AR_CUBLAS_CHECK(cublasGemmEx(ar_cuda_cublas(), op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_32F,
-                                 ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc,
-                                 compute_type(), CUBLAS_GEMM_DEFAULT));
-}
-
-void ar_cu_gemm_batched(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                        long long sA, const float *B, int ldb, long long sB, float beta, float *C,
-                        int ldc, long long sC, int batch)
-{
-    if (M <= 0 || N <= 0 || batch <= 0)
-        return;
-    AR_CUBLAS_CHECK(cublasGemmStridedBatchedEx(ar_cuda_cublas(), op(tb), op(ta), N, M, K, &alpha,
-                                               B, CUDA_R_32F, ldb, sB, A, CUDA_R_32F, lda, sA,
-                                               &beta, C, CUDA_R_32F, ldc, sC, batch,
-                                               compute_type(), CUBLAS_GEMM_DEFAULT));
-}
-
-/* out = x W^T     x: N x in, W: outd x in, out: N x outd   (=) */
-static void cu_matmul_fwd(float *out, const float *x, const float *W, int N, int in, int outd)
-{
-    ar_cu_gemm(0, 1, N, outd, in, 1.0f, x, in, W, in, 0.0f, out, outd);
-}
-
-/* dx += dout W   (skipped when dx is NULL);   dW += dout^T x */
-static void cu_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, const float *W,
-                          int N, int in, int outd)
-{
-    if (dx)
-        ar_cu_gemm(0, 0, N, in, outd, 1.0f, dout, outd, W, in, 1.0f, dx, in);
-    ar_cu_gemm(1, 0, outd, in, N, 1.0f, dout, outd, x, in, 1.0f, dW, in);
-}
-
-/* ------------------------------------------------------------------------ */
 /* the table                                                                 */
 
 static ar_backend cuda_backend;
@@ -276,22 +205,22 @@ static void fill_table(ar_backend *b)
     b->set_bf16 = cu_set_bf16;
     b->device_name = cu_device_name;
     b->peak_bf16_flops = cu_peak_bf16_flops;
-    b->copy = cu_copy;
-    b->add = ar_cu_add;
-    b->scale = ar_cu_scale;
-    b->sumsq = ar_cu_sumsq;
-    b->embedding_fwd = ar_cu_embedding_fwd;
-    b->embedding_bwd = ar_cu_embedding_bwd;
-    b->rmsnorm_fwd = ar_cu_rmsnorm_fwd;
-    b->rmsnorm_bwd = ar_cu_rmsnorm_bwd;
-    b->matmul_fwd = cu_matmul_fwd;
-    b->matmul_bwd = cu_matmul_bwd;
-    b->rope_fwd = ar_cu_rope_fwd;
-    b->rope_bwd = ar_cu_rope_bwd;
-    b->attention_fwd = ar_cu_attention_fwd;
-    b->attention_bwd = ar_cu_attention_bwd;
-    b->swiglu_fwd = ar_cu_swiglu_fwd;
-    b->swiglu_bwd = ar_cu_swiglu_bwd;
+    b->copy = cuda_copy;
+    b->add = cuda_add;
+    b->scale = cuda_scale;
+    b->sumsq = cuda_sumsq;
+    b->embedding_fwd = cuda_embedding_fwd;
+    b->embedding_bwd = cuda_embedding_bwd;
+    b->rmsnorm_fwd = cuda_rmsnorm_fwd;
+    b->rmsnorm_bwd = cuda_rmsnorm_bwd;
+    b->matmul_fwd = cuda_matmul_fwd;
+    b->matmul_bwd = cuda_matmul_bwd;
+    b->rope_fwd = cuda_rope_fwd;
+    b->rope_bwd = cuda_rope_bwd;
+    b->attention_fwd = cuda_attention_fwd;
+    b->attention_bwd = cuda_attention_bwd;
+    b->swiglu_fwd = cuda_swiglu_fwd;
+    b->swiglu_bwd = cuda_swiglu_bwd;
     b->depth_attn_fwd = cuda_depth_attn_fwd;
     b->depth_attn_bwd = cuda_depth_attn_bwd;
     b->depth_fwd_inter = cuda_depth_fwd_inter;
@@ -302,9 +231,9 @@ static void fill_table(ar_backend *b)
     b->depth_mix_bwd = cuda_depth_mix_bwd;
     b->wsum_fwd = cuda_wsum_fwd;
     b->wsum_bwd = cuda_wsum_bwd;
-    b->xent_fwd = ar_cu_xent_fwd;
-    b->xent_bwd = ar_cu_xent_bwd;
-    b->adamw = ar_cu_adamw;
+    b->xent_fwd = cuda_xent_fwd;
+    b->xent_bwd = cuda_xent_bwd;
+    b->adamw = cuda_adamw;
 }
 
 /* The module's one entry point (lib/cuda/backend_cuda_load.c dlopens
@@ -377,4 +306,3 @@ extern "C" __attribute__((visibility("default"))) const ar_backend *ar_cuda_modu
     ready = 1;
     return &cuda_backend;
 }
-

@@ -49,4 +49,28 @@ void ar_cuda_die(const char *what, const char *detail, const char *file, int lin
  * execution errors at the next synchronising call. */
 #define AR_CUDA_LAUNCHED() AR_CUDA_CHECK(cudaGetLastError())
 
+/* ---- device helpers for the kernels (warp = 32 lanes, full mask) ---- */
+#ifdef __CUDACC__
+__device__ static inline float ar_warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ static inline double ar_warp_sum_d(double v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ static inline float ar_warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+#endif
+
 #endif

@@ -1,202 +1,22 @@
-/* The CUDA depth-mixing ops: depth attention (one-phase and two-phase),
- * the ablation variants' general mixer, and the weighted sum of buffers.
- * The math of each op is in lib/backend.h; the CPU reference is
- * lib/cpu/backend_cpu.c (depth_attn_*), lib/cpu/depth_cpu.c and
- * lib/cpu/ablate_cpu.c.
+/* Depth attention on the GPU: the one-phase ops (depth_attn_fwd/bwd) and
+ * the two-phase ops of a chunk of mixers (depth_fwd_inter, depth_fwd_merge,
+ * depth_bwd_intra, depth_bwd_inter; the schedule is in
+ * lib/residual_depth.c).  The math of each op is in lib/backend.h; the CPU
+ * versions are in lib/cpu/depth_cpu.c; the row-block layout is rows_cuda.h.
  *
- * Layout of the work: one thread block per token row (a chunk of rows in
- * the backward ops), blockDim.x = T threads, thread t owning the channels
- * j = t + q T (q < MAXV), so a row's values live in registers between the
- * block reductions that give its dot products and norms.  The depth
- * attention forward ops so read each source once per pass: they mix by
- * online softmax (running max m, l = sum exp(z - m), acc = sum exp(z - m) x,
+ * The forward ops read each source once per pass: they mix by online
+ * softmax (running max m, l = sum exp(z - m), acc = sum exp(z - m) x,
  * rescaled when m grows), which equals the CPU's two sweeps to rounding.
- *
- * Source lists arrive as host arrays of device pointers; they are passed to
- * kernels by value (structs of at most MAXP pointers; a kernel taking two or
- * three lists has more than 4 KiB of parameters, which CUDA 12.1+ allows on
- * sm_70 and later).  Mixers of a chunk are processed CG at a time, their
- * per-channel accumulators in registers.
- *
- * Determinism: block reductions add in a fixed order; parameter gradients
- * that sum over tokens go through one partial per block of a fixed token
- * count (a function of N only), added in block order by a second kernel
- * into the accumulating output.  No float atomics. */
-#include <math.h>
-#include <stdio.h>
-#include <string.h>
-
-#include "../backend.h"
-#include "cuda_util.h"
+ * Mixers of a chunk are processed CG at a time, their per-channel
+ * accumulators in registers. */
 #include "depth_cuda.h"
 
-#define MAXV 8          /* channels per thread */
-#define MAXT 512        /* threads per row block, so rows up to MAXV * MAXT = 4096 */
-#define MAXP 256        /* pointers in one source list */
+#include <math.h>
+
+#include "../backend.h"
+#include "rows_cuda.h"
+
 #define CG 4            /* mixers per kernel pass */
-#define RED_WARPS 8192  /* warps of a token reduction (about) */
-#define RED_BLOCKS 2048 /* blocks of a token reduction (at most) */
-#define SMEM_DEFAULT 49152 /* dynamic shared memory without opt-in */
-
-struct clist {
-    const float *p[MAXP];
-};
-struct mlist {
-    float *p[MAXP];
-};
-
-/* ------------------------------------------------------------------------ */
-/* host helpers                                                              */
-
-static void die(const char *op, const char *fmt, long a, long b)
-{
-    char msg[160];
-    snprintf(msg, sizeof msg, fmt, a, b);
-    ar_cuda_die(op, msg, __FILE__, __LINE__);
-}
-
-static clist make_clist(const float *const *a, int n, const char *op)
-{
-    clist l;
-    memset(&l, 0, sizeof l);
-    if (n > MAXP)
-        die(op, "'sources' (%ld in one list) exceed the limit of %ld", n, MAXP);
-    for (int s = 0; s < n; s++)
-        l.p[s] = a[s];
-    return l;
-}
-
-/* a may be NULL (every entry NULL) */
-static mlist make_mlist(float *const *a, int n, const char *op)
-{
-    mlist l;
-    memset(&l, 0, sizeof l);
-    if (n > MAXP)
-        die(op, "'sources' (%ld in one list) exceed the limit of %ld", n, MAXP);
-    for (int s = 0; a && s < n; s++)
-        l.p[s] = a[s];
-    return l;
-}
-
-/* Threads of a row block: ceil(d / MAXV) rounded up to whole warps. */
-static int row_threads(int d, const char *op)
-{
-    if (d > MAXV * MAXT)
-        die(op, "'d' = %ld exceeds the limit of %ld channels", d, MAXV * MAXT);
-    int t = (d + MAXV - 1) / MAXV;
-    return (t + 31) / 32 * 32;
-}
-
-/* Dynamic shared memory beyond the default 48 KiB needs an opt-in per kernel
- * (H100: up to 227 KiB; the depth_mix scratch grows with heads x sources). */
-static void smem_opt_in(const void *kernel, size_t bytes, long hn, const char *op)
-{
-    if (bytes <= SMEM_DEFAULT)
-        return;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) !=
-        cudaSuccess)
-        die(op, "'shared memory' of %ld bytes (%ld heads x sources) exceeds the device limit",
-            (long)bytes, hn);
-}
-
-/* depth_mix: d splits into H channel groups of e = d/H */
-static void check_heads(int H, int d, const char *op)
-{
-    if (H < 1 || d % H)
-        die(op, "'d' = %ld is not a multiple of the %ld heads", d, H);
-}
-
-/* Tokens per block of a token reduction, and the block count: a function of
- * N and the block size T only, so the summation order does not depend on the
- * device.  About RED_WARPS warps in all (small rows: more, smaller blocks),
- * at most RED_BLOCKS partials. */
-static int red_tokens(int N, int T)
-{
-    int target = RED_WARPS / (T / 32);
-    target = target < RED_BLOCKS ? target : RED_BLOCKS;
-    return (N + target - 1) / target;
-}
-static int red_nblk(int N, int tpb) { return (N + tpb - 1) / tpb; }
-
-/* Device scratch for per-block partials, grown only when too small (the
- * stream is drained first: queued kernels may still read the old one). */
-static void *ws_ptr;
-static size_t ws_cap;
-
-static void *workspace(size_t bytes)
-{
-    if (bytes <= ws_cap)
-        return ws_ptr;
-    if (ws_ptr) {
-        AR_CUDA_CHECK(cudaStreamSynchronize(ar_cuda_stream()));
-        AR_CUDA_CHECK(cudaFree(ws_ptr));
-        ws_ptr = NULL;
-        ws_cap = 0;
-    }
-    AR_CUDA_CHECK(cudaMalloc(&ws_ptr, bytes));
-    ws_cap = bytes;
-    return ws_ptr;
-}
-
-/* ------------------------------------------------------------------------ */
-/* device helpers                                                            */
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-__device__ __forceinline__ double warp_sum_d(double v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-/* v[k] = sum over the block's threads of v[k], k < NV: warps by butterfly
- * (every lane gets the same bits), then the warp sums in warp order, so
- * every thread returns the same value.  Called by all threads of the block;
- * the trailing barrier lets the next call reuse the shared array. */
-template <int NV> __device__ __forceinline__ void block_sum(float (&v)[NV])
-{
-    __shared__ float sred[NV * (MAXT / 32)];
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-#pragma unroll
-    for (int k = 0; k < NV; k++)
-        v[k] = warp_sum(v[k]);
-    if (lane == 0) {
-#pragma unroll
-        for (int k = 0; k < NV; k++)
-            sred[wid * NV + k] = v[k];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < NV; k++) {
-        float t = 0.0f;
-        for (int w = 0; w < nw; w++)
-            t += sred[w * NV + k];
-        v[k] = t;
-    }
-    __syncthreads();
-}
-
-/* The same for one double (any block size that is a multiple of 32, up to 1024). */
-__device__ __forceinline__ double block_sum_d(double v)
-{
-    __shared__ double sred[32];
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_sum_d(v);
-    if (lane == 0)
-        sred[wid] = v;
-    __syncthreads();
-    double t = 0.0;
-    for (int w = 0; w < nw; w++)
-        t += sred[w];
-    __syncthreads();
-    return t;
-}
 
 /* This thread's channels of row x into xv, and block-wide the key's
  * r = 1/sqrt(mean x^2 + eps) (returned) and logit *z = r (u.x). */
@@ -253,109 +73,6 @@ __device__ __forceinline__ void online_add(float z, const float *xv, float *m, f
     *m = mn;
 }
 
-/* Per-head sums over the channel groups G_a = [a e, (a+1) e):
- *   out[k*H + a] = sum_{j in G_a} f[k][j]   (k < NF; f[k][q] is channel t + q T)
- * 8 sums per block reduction (8/NF heads at a time).  out is shared memory,
- * written by thread 0 and readable by all on return. */
-template <int NF>
-__device__ void head_sums(const float (&f)[NF][MAXV], int H, int e, int d, float *out)
-{
-    constexpr int HG = 8 / NF;
-    int T = blockDim.x, tid = threadIdx.x;
-    for (int a0 = 0; a0 < H; a0 += HG) {
-        float v[NF * HG];
-#pragma unroll
-        for (int x = 0; x < NF * HG; x++)
-            v[x] = 0.0f;
-#pragma unroll
-        for (int q = 0; q < MAXV; q++) {
-            int j = tid + q * T;
-            int hh = j < d ? j / e - a0 : -1;
-#pragma unroll
-            for (int b = 0; b < HG; b++)
-                if (hh == b) {
-#pragma unroll
-                    for (int k = 0; k < NF; k++)
-                        v[k * HG + b] += f[k][q];
-                }
-        }
-        block_sum<NF * HG>(v);
-        if (tid == 0)
-            for (int b = 0; b < HG && a0 + b < H; b++)
-                for (int k = 0; k < NF; k++)
-                    out[k * H + a0 + b] = v[k * HG + b];
-    }
-    __syncthreads();
-}
-
-/* Column sums of the per-block partials, acc_j = sum_b part[b*stride + j]:
- * thread (x, y) = (t % 32, t / 32) of a block of RED_TY warps adds rows
- * b = y, y + RED_TY, ... of channel j = 32 blockIdx + x, then warp 0 adds the
- * RED_TY sums in order (fixed order: deterministic).  The result is valid
- * in warp 0 only. */
-#define RED_TY 16
-__device__ __forceinline__ float column_sum(const float *part, int nb, size_t stride, int len)
-{
-    __shared__ float sh[RED_TY][32];
-    int tx = threadIdx.x & 31, ty = threadIdx.x >> 5, j = blockIdx.x * 32 + tx;
-    float acc = 0.0f;
-    if (j < len)
-        for (int b = ty; b < nb; b += RED_TY)
-            acc += part[(size_t)b * stride + j];
-    sh[ty][tx] = acc;
-    __syncthreads();
-    acc = 0.0f;
-    if (ty == 0)
-        for (int y = 0; y < RED_TY; y++)
-            acc += sh[y][tx];
-    return acc;
-}
-
-/* dw[j] += g[j] acc_j;  dg[j] += w[j] acc_j  (the query and key-gain
- * gradients of depth attention, whose logit depends on w and g through
- * u = w*g) */
-__global__ void reduce_wg_kernel(float *dw, float *dg, const float *part, int nb, size_t stride,
-                                 const float *w, const float *g, int d)
-{
-    float acc = column_sum(part, nb, stride, d);
-    int j = blockIdx.x * 32 + threadIdx.x;
-    if (threadIdx.x >= 32 || j >= d)
-        return;
-    if (dw)
-        dw[j] += g[j] * acc;
-    if (dg)
-        dg[j] += w[j] * acc;
-}
-
-/* y[j] += acc_j, j < len */
-__global__ void reduce_add_kernel(float *y, const float *part, int nb, size_t stride, int len)
-{
-    float acc = column_sum(part, nb, stride, len);
-    int j = blockIdx.x * 32 + threadIdx.x;
-    if (threadIdx.x >= 32 || j >= len)
-        return;
-    y[j] += acc;
-}
-
-static void reduce_wg(float *dw, float *dg, const float *part, int nb, size_t stride,
-                      const float *w, const float *g, int d)
-{
-    if (!dw && !dg)
-        return;
-    reduce_wg_kernel<<<(d + 31) / 32, 32 * RED_TY, 0, ar_cuda_stream()>>>(dw, dg, part, nb, stride,
-                                                                            w, g, d);
-    AR_CUDA_LAUNCHED();
-}
-
-static void reduce_add(float *y, const float *part, int nb, size_t stride, int len)
-{
-    if (len <= 0)
-        return;
-    reduce_add_kernel<<<(len + 31) / 32, 32 * RED_TY, 0, ar_cuda_stream()>>>(y, part, nb, stride,
-                                                                              len);
-    AR_CUDA_LAUNCHED();
-}
-
 /* ------------------------------------------------------------------------ */
 /* depth attention, one phase                                                */
 
@@ -402,7 +119,7 @@ attn_fwd_kernel(float *h, float *alpha, float *rstd, clist src, int n, const flo
  *   da_s = dh.x_s, ux_s = u.x_s (shared, n each), cbar = sum_s alpha_s da_s
  *   dl_s = alpha_s (da_s - cbar)
  *   dsrc[s] += alpha_s dh + dl_s r_s u - dl_s ux_s r_s^3 x_s / d
- *   part[b,:] = sum over tokens and s of dl_s r_s x_s   (then reduce_wg)
+ *   part[b,:] = sum over tokens and s of dl_s r_s x_s   (then ar_cu_reduce_wg)
  * dh is held in registers before any dsrc row is written, so dh may be one
  * of the dsrc; repeated dsrc pointers add in source order (one thread per
  * channel). */
@@ -501,11 +218,11 @@ extern "C" void cuda_depth_attn_bwd(float *const *dsrc, float *dw, float *dg, co
     int T = row_threads(d, op), tpb = red_tokens(N, T), nb = red_nblk(N, tpb);
     clist sl = make_clist(src, n, op);
     mlist dl = make_mlist(dsrc, n, op);
-    float *part = (float *)workspace((size_t)nb * d * sizeof(float));
+    float *part = (float *)ar_cu_ws(CU_WS_ROWS, (size_t)nb * d * sizeof(float));
     attn_bwd_kernel<<<nb, T, (size_t)2 * n * sizeof(float), ar_cuda_stream()>>>(
         dl, part, dh, alpha, rstd, sl, n, w, g, N, d, tpb);
     AR_CUDA_LAUNCHED();
-    reduce_wg(dw, dg, part, nb, (size_t)d, w, g, d);
+    ar_cu_reduce_wg(dw, dg, part, nb, (size_t)d, w, g, d);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -701,13 +418,13 @@ extern "C" void cuda_depth_fwd_merge(float *h, float *lse, float *alpha, int n, 
  * src lists all n sources, the intra ones from k:
  *   dxn given (h NULL): xh = xn / ng (where ng_j = 0: nr sum_s alpha_s src[s]),
  *              dh = nr (ng dxn - xh m), m = (ng dxn).xh / d, written to dh
- *              (=);  npart[b,:] = sum of dxn xh  (then reduce_add into dng);
+ *              (=);  npart[b,:] = sum of dxn xh  (then ar_cu_reduce_add into dng);
  *              cdot = dh.xh / nr
  *   else:      cdot[i] = dh.h (=)
  *   for t < n-k with a = alpha[i,k+t] != 0, r = rsi[t][i], x = src[k+t]:
  *     dl = a (dh.x - cdot) (0 where n = 1);  ux = (log a + lse[i]) / r   (phase 2's lse)
  *     dintra[t] += a dh + dl r u - dl ux r^3 x / d
- *   part[b,:] = sum of dl r x   (then reduce_wg)
+ *   part[b,:] = sum of dl r x   (then ar_cu_reduce_wg)
  * Each thread reads and writes only its own columns of a row. */
 __global__ void __launch_bounds__(MAXT)
 intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh, const float *h,
@@ -826,16 +543,16 @@ extern "C" void cuda_depth_bwd_intra(float *const *dintra, float *dw, float *dg,
     clist sl = make_clist(src, n, op), rl = make_clist(rsi, nj, op);
     mlist dl = make_mlist(dintra, nj, op);
     /* partials: nb x d for dw/dg, then nb x d for dng */
-    float *part = (float *)workspace((size_t)2 * nb * d * sizeof(float));
+    float *part = (float *)ar_cu_ws(CU_WS_ROWS, (size_t)2 * nb * d * sizeof(float));
     float *npart = part + (size_t)nb * d;
     intra_bwd_kernel<<<nb, T, 0, ar_cuda_stream()>>>(dl, part, npart, cdot, dh, h, dxn, xn,
                                                       ng, nrstd, alpha, lse, n, k, rl, sl, w, g,
                                                       N, d, tpb);
     AR_CUDA_LAUNCHED();
     if (nj > 0)
-        reduce_wg(dw, dg, part, nb, (size_t)d, w, g, d);
+        ar_cu_reduce_wg(dw, dg, part, nb, (size_t)d, w, g, d);
     if (dxn)
-        reduce_add(dng, npart, nb, (size_t)d, d);
+        ar_cu_reduce_add(dng, npart, nb, (size_t)d, d);
 }
 
 /* Up to CG mixers of a chunk, for one backward pass. */
@@ -849,7 +566,7 @@ struct bwd_grp {
  *   dl_c = alpha_c[i,s] (dh_c.x - cdot_c[i]) (0 where n_c = 1);  ux_c = (log alpha_c + lse_c[i]) / r
  *   dsrc[s] = (overwrite ? 0 : dsrc[s]) + sum_c alpha_c dh_c + sum_c dl_c r u_c
  *             - (sum_{c: alpha_c != 0} dl_c ux_c) r^3 x / d
- *   part[b,c,:] = sum of dl_c r x   (then reduce_wg per mixer)
+ *   part[b,c,:] = sum of dl_c r x   (then ar_cu_reduce_wg per mixer)
  * The dh_c rows of a token stay in registers for all its sources; repeated
  * dsrc pointers are handled in source order (one thread per channel). */
 __global__ void __launch_bounds__(MAXT)
@@ -951,7 +668,7 @@ extern "C" void cuda_depth_bwd_inter(float *const *dsrc, float *const *dw, float
     int T = row_threads(d, op), tpb = red_tokens(N, T), nb = red_nblk(N, tpb);
     clist sl = make_clist(src, k, op), rl = make_clist(rs, k, op);
     mlist dl = make_mlist(dsrc, k, op);
-    float *part = (float *)workspace((size_t)nb * CG * d * sizeof(float));
+    float *part = (float *)ar_cu_ws(CU_WS_ROWS, (size_t)nb * CG * d * sizeof(float));
     for (int c0 = 0; c0 < C; c0 += CG) {
         int G = C - c0 < CG ? C - c0 : CG;
         bwd_grp p;
@@ -970,377 +687,7 @@ extern "C" void cuda_depth_bwd_inter(float *const *dsrc, float *const *dw, float
                                                           overwrite && c0 == 0, N, d, tpb);
         AR_CUDA_LAUNCHED();
         for (int c = 0; c < G; c++)
-            reduce_wg(dw[c0 + c], dg[c0 + c], part + (size_t)c * d, nb, (size_t)CG * d,
-                      w[c0 + c], g[c0 + c], d);
-    }
-}
-
-/* ------------------------------------------------------------------------ */
-/* general one-phase depth mixing (the ablation variants)                    */
-
-/* Token i (one block), H heads over channel groups of e = d/H, q = w +
- * i*wstride (NULL without w):
- *   g: r_s = rstd(x_s) (= rstd[i,s]), key k_s = x_s r_s g; else k_s = x_s
- *   logit[a,s] = theta[s] | sum_{j in G_a} q_j k_s[j] | 0   (sa, shared H x n)
- *   alpha[i,a,:] = softmax (sum in double, as the CPU) or sigmoid
- *   h[i,j] = sum_s alpha[i,a(j),s] x_s[j]
- * Scratch (shared): sa (H*n), hs (H). */
-__global__ void __launch_bounds__(MAXT)
-mix_fwd_kernel(float *h, float *alpha, float *rstd, clist src, int n, const float *w,
-               int wstride, const float *g, const float *theta, int sigmoid, int H, int d)
-{
-    extern __shared__ float sm[];
-    float *sa = sm, *hs = sm + (size_t)H * n;
-    size_t i = blockIdx.x;
-    int T = blockDim.x, tid = threadIdx.x, e = d / H;
-    const float *q = w ? w + i * wstride : NULL;
-    int dot = q && !theta;
-    float qg[MAXV];
-#pragma unroll
-    for (int v = 0; v < MAXV; v++) {
-        int j = tid + v * T;
-        qg[v] = dot && j < d ? (g ? q[j] * g[j] : q[j]) : 0.0f;
-    }
-    for (int s = 0; s < n; s++) {
-        const float *x = src.p[s] + i * d;
-        float f[1][MAXV], ss[1] = {0.0f};
-#pragma unroll
-        for (int v = 0; v < MAXV; v++) {
-            int j = tid + v * T;
-            float xv = j < d ? x[j] : 0.0f;
-            ss[0] += xv * xv;
-            f[0][v] = qg[v] * xv;
-        }
-        float r = 1.0f;
-        if (g) {
-            block_sum<1>(ss);
-            r = 1.0f / sqrtf(ss[0] / d + AR_RMS_EPS);
-            if (tid == 0)
-                rstd[i * n + s] = r;
-        }
-        if (dot)
-            head_sums<1>(f, H, e, d, hs);
-        for (int a = tid; a < H; a += T)
-            sa[a * n + s] = theta ? theta[s] : dot ? hs[a] * r : 0.0f;
-    }
-    __syncthreads(); /* sa complete */
-    for (int a = tid; a < H; a += T) {
-        float *ah = sa + a * n, *out = alpha + i * H * n + (size_t)a * n;
-        if (sigmoid) {
-            for (int s = 0; s < n; s++)
-                out[s] = ah[s] = 1.0f / (1.0f + expf(-ah[s]));
-            continue;
-        }
-        float mx = ah[0];
-        for (int s = 1; s < n; s++)
-            mx = ah[s] > mx ? ah[s] : mx;
-        double sum = 0.0;
-        for (int s = 0; s < n; s++) {
-            ah[s] = expf(ah[s] - mx);
-            sum += ah[s];
-        }
-        for (int s = 0; s < n; s++)
-            out[s] = ah[s] = (float)(ah[s] / sum);
-    }
-    __syncthreads(); /* weights complete */
-    float acc[MAXV];
-#pragma unroll
-    for (int v = 0; v < MAXV; v++)
-        acc[v] = 0.0f;
-    for (int s = 0; s < n; s++) {
-        const float *x = src.p[s] + i * d;
-#pragma unroll
-        for (int v = 0; v < MAXV; v++) {
-            int j = tid + v * T;
-            if (j < d)
-                acc[v] += sa[(j / e) * n + s] * x[j];
-        }
-    }
-#pragma unroll
-    for (int v = 0; v < MAXV; v++) {
-        int j = tid + v * T;
-        if (j < d)
-            h[i * d + j] = acc[v];
-    }
-}
-
-/* Backward, tokens [b tpb, (b+1) tpb) of block b; per token, q as forward
- * (NULL with theta), r_s = rstd[i,s] with g (else 1), a = a(j):
- *   da[a,s] = sum_{j in G_a} dh_j x_s[j];  ux[a,s] = sum_{j in G_a} q_j g_j x_s[j]
- *   dl = alpha (da - sum_s alpha da) (softmax, sum in double) | da alpha (1 - alpha)
- *   dsrc[s][j] += alpha[a,s] dh_j + dl[a,s] r_s q_j g_j - (sum_a dl ux) r_s^3 x_s[j] / d
- *                 (the last two terms only as far as q and g exist)
- *   dw: shared_w: part[b, j] += dl r_s g_j x_s[j];  per token: dw[i,j] += (same)
- *   dg: part[b, d+j] += dl r_s q_j x_s[j];  dtheta: part[b, 2d+s] += sum_a dl[a,s]
- * Scratch (shared): al, da, ux, dl (H*n each), pt (n), hs (2H). */
-__global__ void __launch_bounds__(MAXT)
-mix_bwd_kernel(mlist dsrc, float *part, float *dw, int shared_w, int want_dg, int want_dt,
-               const float *dh, const float *alpha, const float *rstd, clist src, int n,
-               const float *w, int wstride, const float *g, const float *theta, int sigmoid, int H,
-               int N, int d, int tpb)
-{
-    extern __shared__ float sm[];
-    size_t hn = (size_t)H * n;
-    float *al = sm, *da = al + hn, *ux = da + hn, *dl = ux + hn, *pt = dl + hn, *hs = pt + n;
-    int T = blockDim.x, tid = threadIdx.x, e = d / H;
-    float gv[MAXV], pw[MAXV], pg[MAXV];
-#pragma unroll
-    for (int v = 0; v < MAXV; v++) {
-        int j = tid + v * T;
-        gv[v] = g && j < d ? g[j] : 1.0f;
-        pw[v] = pg[v] = 0.0f;
-    }
-    for (int s = tid; s < n; s += T)
-        pt[s] = 0.0f;
-    int i0 = blockIdx.x * tpb, i1 = min(N, i0 + tpb);
-    for (int ii = i0; ii < i1; ii++) {
-        size_t i = ii;
-        const float *q = w && !theta ? w + i * wstride : NULL;
-        float gy[MAXV], qv[MAXV];
-#pragma unroll
-        for (int v = 0; v < MAXV; v++) {
-            int j = tid + v * T;
-            gy[v] = j < d ? dh[i * d + j] : 0.0f;
-            qv[v] = q && j < d ? q[j] : 0.0f;
-        }
-        for (size_t x = tid; x < hn; x += T)
-            al[x] = alpha[i * hn + x];
-        for (int s = 0; s < n; s++) {
-            const float *x = src.p[s] + i * d;
-            float f[2][MAXV];
-#pragma unroll
-            for (int v = 0; v < MAXV; v++) {
-                int j = tid + v * T;
-                float xv = j < d ? x[j] : 0.0f;
-                f[0][v] = gy[v] * xv;
-                f[1][v] = g ? qv[v] * gv[v] * xv : qv[v] * xv;
-            }
-            head_sums<2>(f, H, e, d, hs);
-            for (int a = tid; a < H; a += T) {
-                da[a * n + s] = hs[a];
-                ux[a * n + s] = hs[H + a];
-            }
-        }
-        __syncthreads(); /* al, da, ux complete */
-        for (int a = tid; a < H; a += T) {
-            const float *ah = al + a * n, *dah = da + a * n;
-            float *dlh = dl + a * n;
-            if (sigmoid) {
-                for (int s = 0; s < n; s++)
-                    dlh[s] = dah[s] * ah[s] * (1.0f - ah[s]);
-                continue;
-            }
-            double cd = 0.0;
-            for (int s = 0; s < n; s++)
-                cd += (double)ah[s] * dah[s];
-            for (int s = 0; s < n; s++)
-                dlh[s] = ah[s] * (float)(dah[s] - cd);
-        }
-        __syncthreads(); /* dl complete */
-        if (want_dt && tid == 0)
-            for (int s = 0; s < n; s++)
-                for (int a = 0; a < H; a++)
-                    pt[s] += dl[a * n + s];
-        for (int s = 0; s < n; s++) {
-            const float *x = src.p[s] + i * d;
-            float *dx = dsrc.p[s] ? dsrc.p[s] + i * d : NULL;
-            float r = g ? rstd[i * n + s] : 1.0f;
-            float cross = 0.0f;
-            for (int a = 0; a < H; a++)
-                cross += dl[a * n + s] * ux[a * n + s];
-            float c3 = cross * r * r * r / d;
-#pragma unroll
-            for (int v = 0; v < MAXV; v++) {
-                int j = tid + v * T;
-                if (j >= d)
-                    continue;
-                int a = j / e;
-                float as = al[a * n + s], ca = dl[a * n + s] * r, xv = x[j];
-                if (dx) {
-                    if (q && g)
-                        dx[j] += as * gy[v] + ca * qv[v] * gv[v] - c3 * xv;
-                    else if (q)
-                        dx[j] += as * gy[v] + ca * qv[v];
-                    else
-                        dx[j] += as * gy[v];
-                }
-                if (!q)
-                    continue;
-                float t = g ? ca * gv[v] * xv : ca * xv;
-                if (shared_w)
-                    pw[v] += t;
-                else if (dw)
-                    dw[i * d + j] += t;
-                if (g && want_dg)
-                    pg[v] += ca * qv[v] * xv;
-            }
-        }
-        __syncthreads(); /* scratch read by all before the next token */
-    }
-    size_t stride = (size_t)2 * d + n;
-    float *pb = part + blockIdx.x * stride;
-#pragma unroll
-    for (int v = 0; v < MAXV; v++) {
-        int j = tid + v * T;
-        if (j < d) {
-            pb[j] = pw[v];
-            pb[d + j] = pg[v];
-        }
-    }
-    for (int s = tid; s < n; s += T)
-        pb[2 * d + s] = pt[s];
-}
-
-static size_t mix_smem(int H, int n, int bwd)
-{
-    size_t hn = (size_t)H * n;
-    return (bwd ? 4 * hn + n + 2 * (size_t)H : hn + H) * sizeof(float);
-}
-
-extern "C" void cuda_depth_mix_fwd(float *h, float *alpha, float *rstd, const float *const *src,
-                                   int n, const float *w, int wstride, const float *g,
-                                   const float *theta, int sigmoid, int H, int N, int d)
-{
-    const char *op = "depth_mix_fwd";
-    if (N <= 0 || d <= 0 || n <= 0)
-        return;
-    check_heads(H, d, op);
-    int T = row_threads(d, op);
-    size_t smem = mix_smem(H, n, 0);
-    smem_opt_in((const void *)mix_fwd_kernel, smem, (long)H * n, op);
-    clist sl = make_clist(src, n, op);
-    mix_fwd_kernel<<<N, T, smem, ar_cuda_stream()>>>(h, alpha, rstd, sl, n, w, wstride, g, theta,
-                                                      sigmoid, H, d);
-    AR_CUDA_LAUNCHED();
-}
-
-extern "C" void cuda_depth_mix_bwd(float *const *dsrc, float *dw, float *dg, float *dtheta,
-                                   const float *dh, const float *alpha, const float *rstd,
-                                   const float *const *src, int n, const float *w, int wstride,
-                                   const float *g, const float *theta, int sigmoid, int H, int N,
-                                   int d)
-{
-    const char *op = "depth_mix_bwd";
-    if (N <= 0 || d <= 0 || n <= 0)
-        return;
-    check_heads(H, d, op);
-    int T = row_threads(d, op), tpb = red_tokens(N, T), nb = red_nblk(N, tpb);
-    size_t smem = mix_smem(H, n, 1);
-    smem_opt_in((const void *)mix_bwd_kernel, smem, (long)H * n, op);
-    int shared_w = w && !theta && wstride == 0 && dw;
-    int want_dg = g && dg && w && !theta;
-    int want_dt = theta && dtheta;
-    clist sl = make_clist(src, n, op);
-    mlist dl = make_mlist(dsrc, n, op);
-    size_t stride = (size_t)2 * d + n;
-    float *part = (float *)workspace((size_t)nb * stride * sizeof(float));
-    mix_bwd_kernel<<<nb, T, smem, ar_cuda_stream()>>>(dl, part, dw, shared_w, want_dg, want_dt, dh,
-                                                       alpha, rstd, sl, n, w, wstride, g, theta,
-                                                       sigmoid, H, N, d, tpb);
-    AR_CUDA_LAUNCHED();
-    if (shared_w)
-        reduce_add(dw, part, nb, stride, d);
-    if (want_dg)
-        reduce_add(dg, part + d, nb, stride, d);
-    if (want_dt)
-        reduce_add(dtheta, part + 2 * (size_t)d, nb, stride, n);
-}
-
-/* ------------------------------------------------------------------------ */
-/* weighted sum of buffers                                                   */
-
-#define WSUM_T 256
-#define WSUM_BLOCKS 1024
-
-/* y[k] = (accumulate ? y[k] : 0) + sum_s c[s] x_s[k]  (s in order) */
-__global__ void wsum_fwd_kernel(float *y, clist x, const float *c, int n, int accumulate,
-                                size_t len)
-{
-    __shared__ float cs[MAXP];
-    for (int s = threadIdx.x; s < n; s += blockDim.x)
-        cs[s] = c[s];
-    __syncthreads();
-    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < len;
-         k += (size_t)gridDim.x * blockDim.x) {
-        float v = accumulate ? y[k] : 0.0f;
-        for (int s = 0; s < n; s++)
-            v += cs[s] * x.p[s][k];
-        y[k] = v;
-    }
-}
-
-/* Block b covers elements [b per, (b+1) per); per source s:
- *   part[b*n + s] = sum_k dy[k] x_s[k]  (double; part NULL: skipped)
- *   dx[s][k] += c[s] dy[k]               (dx[s] NULL: skipped) */
-__global__ void wsum_bwd_kernel(mlist dx, double *part, const float *dy, clist x, const float *c,
-                                int n, size_t len, size_t per)
-{
-    size_t k0 = (size_t)blockIdx.x * per, k1 = k0 + per < len ? k0 + per : len;
-    for (int s = 0; s < n; s++) {
-        const float *xs = x.p[s];
-        float *dxs = dx.p[s];
-        float cs = c[s];
-        double acc = 0.0;
-        for (size_t k = k0 + threadIdx.x; k < k1; k += blockDim.x) {
-            float gy = dy[k];
-            if (part)
-                acc += (double)gy * xs[k];
-            if (dxs)
-                dxs[k] += cs * gy;
-        }
-        if (part) {
-            acc = block_sum_d(acc);
-            if (threadIdx.x == 0)
-                part[(size_t)blockIdx.x * n + s] = acc;
-        }
-    }
-}
-
-/* dc[s] += (float) sum_b part[b*n + s]  (one block per s, fixed order) */
-__global__ void wsum_dc_kernel(float *dc, const double *part, int nb, int n)
-{
-    int s = blockIdx.x;
-    double acc = 0.0;
-    for (int b = threadIdx.x; b < nb; b += blockDim.x)
-        acc += part[(size_t)b * n + s];
-    acc = block_sum_d(acc);
-    if (threadIdx.x == 0)
-        dc[s] += (float)acc;
-}
-
-extern "C" void cuda_wsum_fwd(float *y, const float *const *x, const float *c, int n,
-                              int accumulate, size_t len)
-{
-    const char *op = "wsum_fwd";
-    if (len == 0)
-        return;
-    clist xl = make_clist(x, n, op);
-    size_t nb = (len + WSUM_T - 1) / WSUM_T;
-    if (nb > 4 * WSUM_BLOCKS)
-        nb = 4 * WSUM_BLOCKS;
-    wsum_fwd_kernel<<<(unsigned)nb, WSUM_T, 0, ar_cuda_stream()>>>(y, xl, c, n, accumulate, len);
-    AR_CUDA_LAUNCHED();
-}
-
-extern "C" void cuda_wsum_bwd(float *const *dx, float *dc, const float *dy, const float *const *x,
-                              const float *c, int n, size_t len)
-{
-    const char *op = "wsum_bwd";
-    if (len == 0 || n <= 0)
-        return;
-    clist xl = make_clist(x, n, op);
-    mlist dl = make_mlist(dx, n, op);
-    size_t nb = (len + 8 * WSUM_T - 1) / (8 * WSUM_T);
-    if (nb > WSUM_BLOCKS)
-        nb = WSUM_BLOCKS;
-    size_t per = (len + nb - 1) / nb;
-    nb = (len + per - 1) / per;
-    double *part = dc ? (double *)workspace(nb * n * sizeof(double)) : NULL;
-    wsum_bwd_kernel<<<(unsigned)nb, WSUM_T, 0, ar_cuda_stream()>>>(dl, part, dy, xl, c, n, len,
-                                                                   per);
-    AR_CUDA_LAUNCHED();
-    if (dc) {
-        wsum_dc_kernel<<<n, WSUM_T, 0, ar_cuda_stream()>>>(dc, part, (int)nb, n);
-        AR_CUDA_LAUNCHED();
+            ar_cu_reduce_wg(dw[c0 + c], dg[c0 + c], part + (size_t)c * d, nb, (size_t)CG * d,
+                            w[c0 + c], g[c0 + c], d);
     }
 }

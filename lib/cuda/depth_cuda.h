@@ -1,10 +1,9 @@
-/* The CUDA depth-mixing ops (lib/cuda/depth_cuda.cu): the entries of the
- * backend table from depth_attn_fwd to wsum_bwd, with the semantics stated
- * in lib/backend.h.  Source lists are host arrays of device pointers. */
-#ifndef AR_DEPTH_CUDA_H
-#define AR_DEPTH_CUDA_H
-
-#include <stddef.h>
+/* The CUDA backend's depth-attention ops (lib/cuda/depth_cuda.cu): one-phase
+ * and two-phase, with the semantics stated in lib/backend.h.  Source lists
+ * are host arrays of device pointers.  The CPU versions are in
+ * lib/cpu/depth_cpu.c. */
+#ifndef AR_CUDA_DEPTH_H
+#define AR_CUDA_DEPTH_H
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,17 +32,6 @@ void cuda_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg
                           const float *const *rs, const float *const *src, int k,
                           const float *const *w, const float *const *g, int C, int overwrite,
                           int N, int d);
-void cuda_depth_mix_fwd(float *h, float *alpha, float *rstd, const float *const *src, int n,
-                        const float *w, int wstride, const float *g, const float *theta,
-                        int sigmoid, int H, int N, int d);
-void cuda_depth_mix_bwd(float *const *dsrc, float *dw, float *dg, float *dtheta, const float *dh,
-                        const float *alpha, const float *rstd, const float *const *src, int n,
-                        const float *w, int wstride, const float *g, const float *theta,
-                        int sigmoid, int H, int N, int d);
-void cuda_wsum_fwd(float *y, const float *const *x, const float *c, int n, int accumulate,
-                   size_t len);
-void cuda_wsum_bwd(float *const *dx, float *dc, const float *dy, const float *const *x,
-                   const float *c, int n, size_t len);
 
 #ifdef __cplusplus
 }

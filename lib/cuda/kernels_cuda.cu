@@ -1,6 +1,6 @@
 /* The CUDA backend's fused kernels: elementwise ops, sums, embedding,
  * RMSNorm, rotary, SwiGLU, cross-entropy and AdamW, each with the math of
- * its lib/backend.h entry (and of lib/cpu/backend_cpu.c) above it.
+ * its lib/backend.h entry (and of lib/cpu/kernels_cpu.c) above it.
  *
  * Shapes: rows of d up to 4096 floats are handled one warp per row (RMSNorm)
  * or one block per row (embedding); rows of V up to 50304 logits one block
@@ -12,8 +12,11 @@
  * the partials); a column sum over tokens (dg of RMSNorm) is per-chunk
  * partials of a fixed row chunking, then added in chunk order; dwte sums
  * repeated tokens in token order after a stable sort. */
+#include "kernels_cuda.h"
+
 #include "../backend.h"
-#include "ops_cuda.h"
+#include "cuda_util.h"
+#include "workspace_cuda.h"
 
 #include <cub/device/device_radix_sort.cuh>
 #include <math.h>
@@ -83,6 +86,14 @@ __device__ static float block_max(float v)
 /* ------------------------------------------------------------------------ */
 /* elementwise                                                               */
 
+/* y = x (a device-to-device copy on the stream; y == x is a no-op) */
+void cuda_copy(float *y, const float *x, size_t n)
+{
+    if (n && y != x)
+        AR_CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                      ar_cuda_stream()));
+}
+
 /* y += x */
 __global__ static void add_kernel(float *y, const float *x, size_t n)
 {
@@ -97,7 +108,7 @@ __global__ static void scale_kernel(float *y, float a, size_t n)
     y[i] *= a;
 }
 
-void ar_cu_add(float *y, const float *x, size_t n)
+void cuda_add(float *y, const float *x, size_t n)
 {
     if (!n)
         return;
@@ -105,7 +116,7 @@ void ar_cu_add(float *y, const float *x, size_t n)
     AR_CUDA_LAUNCHED();
 }
 
-void ar_cu_scale(float *y, float a, size_t n)
+void cuda_scale(float *y, float a, size_t n)
 {
     if (!n)
         return;
@@ -163,7 +174,7 @@ static double sum_double(const float *x, size_t n, int sq)
 }
 
 /* returns sum_i x_i^2 (accumulated in double) */
-double ar_cu_sumsq(const float *x, size_t n) { return sum_double(x, n, 1); }
+double cuda_sumsq(const float *x, size_t n) { return sum_double(x, n, 1); }
 
 /* ------------------------------------------------------------------------ */
 /* embedding                                                                 */
@@ -179,7 +190,7 @@ __global__ static void embedding_fwd_kernel(float *out, const int32_t *tok, cons
         dst[j] = src[j];
 }
 
-void ar_cu_embedding_fwd(float *out, const int32_t *tok, const float *wte, int N, int d)
+void cuda_embedding_fwd(float *out, const int32_t *tok, const float *wte, int N, int d)
 {
     if (N <= 0 || d <= 0)
         return;
@@ -219,7 +230,7 @@ static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
  * repeated tokens next to each other in position order, then one block per
  * distinct token sums its rows.  Workspace: sorted keys, positions in and
  * out, cub's scratch. */
-void ar_cu_embedding_bwd(float *dwte, const float *dout, const int32_t *tok, int N, int d)
+void cuda_embedding_bwd(float *dwte, const float *dout, const int32_t *tok, int N, int d)
 {
     if (N <= 0 || d <= 0)
         return;
@@ -263,7 +274,7 @@ __global__ static void rmsnorm_fwd_kernel(float *out, float *rstd, const float *
         oi[j] = xi[j] * r * g[j];
 }
 
-void ar_cu_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *g, int N, int d)
+void cuda_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *g, int N, int d)
 {
     if (N <= 0 || d <= 0)
         return;
@@ -327,8 +338,8 @@ __global__ static void rmsnorm_dg_final_kernel(float *dg, const double *part, in
 }
 
 /* dx first, then dg (the CPU backend's order) */
-void ar_cu_rmsnorm_bwd(float *dx, float *dg, const float *dout, const float *x, const float *g,
-                       const float *rstd, int overwrite, int N, int d)
+void cuda_rmsnorm_bwd(float *dx, float *dg, const float *dout, const float *x, const float *g,
+                      const float *rstd, int overwrite, int N, int d)
 {
     if (N <= 0 || d <= 0)
         return;
@@ -408,10 +419,10 @@ static void rope_apply(float *x, int B, int T, int nh, int hd, float dir)
     AR_CUDA_LAUNCHED();
 }
 
-void ar_cu_rope_fwd(float *x, int B, int T, int nh, int hd) { rope_apply(x, B, T, nh, hd, 1.0f); }
+void cuda_rope_fwd(float *x, int B, int T, int nh, int hd) { rope_apply(x, B, T, nh, hd, 1.0f); }
 
 /* the rotation is orthogonal: its inverse (angle -a) is the backward */
-void ar_cu_rope_bwd(float *dx, int B, int T, int nh, int hd)
+void cuda_rope_bwd(float *dx, int B, int T, int nh, int hd)
 {
     rope_apply(dx, B, T, nh, hd, -1.0f);
 }
@@ -443,7 +454,7 @@ __global__ static void swiglu_bwd_kernel(float *dgate, float *dup, const float *
     }
 }
 
-void ar_cu_swiglu_fwd(float *out, const float *gate, const float *up, size_t n)
+void cuda_swiglu_fwd(float *out, const float *gate, const float *up, size_t n)
 {
     if (!n)
         return;
@@ -451,8 +462,8 @@ void ar_cu_swiglu_fwd(float *out, const float *gate, const float *up, size_t n)
     AR_CUDA_LAUNCHED();
 }
 
-void ar_cu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
-                      const float *up, size_t n)
+void cuda_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
+                     const float *up, size_t n)
 {
     if (!n)
         return;
@@ -492,8 +503,8 @@ __global__ static void xent_fwd_kernel(float *losses, float *probs, const float 
 }
 
 /* returns sum_i losses[i] (double), after the stream has run */
-double ar_cu_xent_fwd(float *losses, float *probs, const float *logits, const int32_t *targets,
-                      int N, int V)
+double cuda_xent_fwd(float *losses, float *probs, const float *logits, const int32_t *targets,
+                     int N, int V)
 {
     if (N <= 0 || V <= 0)
         return 0.0;
@@ -518,8 +529,8 @@ __global__ static void xent_bwd_kernel(float *dlogits, const float *probs, const
     }
 }
 
-void ar_cu_xent_bwd(float *dlogits, const float *probs, const int32_t *targets, float scale, int N,
-                    int V)
+void cuda_xent_bwd(float *dlogits, const float *probs, const int32_t *targets, float scale, int N,
+                   int V)
 {
     if (N <= 0 || V <= 0)
         return;
@@ -552,8 +563,8 @@ __global__ static void adamw_kernel(float *p, const float *g, float *m, float *v
 }
 
 /* bias corrections in double on the host, rounded to float (as the CPU) */
-void ar_cu_adamw(float *p, const float *g, float *m, float *v, size_t n, float gscale, float lr,
-                 float b1, float b2, float eps, float wd, long t)
+void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float gscale, float lr,
+                float b1, float b2, float eps, float wd, long t)
 {
     if (!n)
         return;

@@ -1,5 +1,5 @@
-/* The depth-attention ablation variants (docs/reference.md §2.5-2.11):
- * one general one-phase mixer with a per-mixer source list, used for
+/* The general depth mixer (docs/reference.md §2.5-2.11): one one-phase
+ * mixer with a per-mixer source list (lib/depth_sources.h), used for
  *   full / block with any of  score: sigmoid,  key_norm: false,  query: input,
  *                             heads: H > 1
  *   swa      sources v_0 and the last `window` sublayer outputs
@@ -29,8 +29,8 @@
 #include <stdlib.h>
 
 #include "../core/error.h"
+#include "depth_sources.h"
 #include "residual.h"
-#include "residual_ablate.h"
 
 int ar_depth_general = 0;
 
@@ -43,61 +43,41 @@ typedef struct {
     float *alpha, *rstd; /* N x H x n, N x n */
     float *h;            /* the mixed input (N x d) */
     float *qn, *qrs, *wq; /* query: input: RMSNorm(last), its rstd, W qn */
-} amixer;
+} mixer;
 
 typedef struct {
     ar_residual base;
     ar_res_kind kind;
     int S, H, W, sigmoid, key_norm, qinput;
     float **P, **dP;
-    amixer *mx;
+    mixer *mx;
     float *fgrad, *dH, *dwq, *dqn, *ones, *dgdump;
     const ar_param_table *pt;
     float *params, *grads;
-} abl_res;
+} mixer_res;
 
-#define A(r) ((abl_res *)(r))
+#define MR(r) ((mixer_res *)(r))
 
-static int opens(abl_res *s, int l) { return (l - 1) % s->S == 0; }
-static int block_end(int n, int S, int L) { return n * S < L ? n * S : L; }
+static int opens(mixer_res *s, int l) { return (l - 1) % s->S == 0; }
 
-static void plan(abl_res *s, amixer *x, int m)
+/* Sources of mixer m as indices into P: Block's (Full's: S = 1), or for
+ * swa v_0 and the last W outputs. */
+static void plan(mixer_res *s, mixer *x, int m)
 {
-    int L = s->base.L, S = s->S;
-    int cap = L + 2, n = 0;
-    x->src = ar_xcalloc((size_t)cap, sizeof(int));
-    if (s->kind == AR_RES_SWA) {
-        int last = m - 1, first = m - s->W < 1 ? 1 : m - s->W;
-        x->src[n++] = 0;
-        for (int i = first; i <= last; i++)
-            x->src[n++] = i;
-    } else {
-        int nblk, partial;
-        if (m == L + 1) {
-            nblk = (L + S - 1) / S + 1;
-            partial = 0;
-        } else {
-            nblk = (m - 1) / S + 1;
-            partial = (m - 1) % S + 1 >= 2;
-        }
-        for (int b = 0; b < nblk; b++)
-            x->src[n++] = block_end(b, S, L);
-        if (partial)
-            x->src[n++] = m - 1;
-    }
-    x->n = n;
-    x->sp = ar_xcalloc((size_t)n, sizeof *x->sp);
-    x->dsp = ar_xcalloc((size_t)n, sizeof *x->dsp);
+    int W = s->kind == AR_RES_SWA ? s->W : 0;
+    x->src = ar_depth_source_rows(s->base.L, s->S, W, m, &x->n);
+    x->sp = ar_xcalloc((size_t)x->n, sizeof *x->sp);
+    x->dsp = ar_xcalloc((size_t)x->n, sizeof *x->dsp);
 }
 
-static const float *pp(abl_res *s, int idx) { return idx < 0 ? NULL : s->params + s->pt->p[idx].offset; }
-static float *gp(abl_res *s, int idx) { return idx < 0 ? NULL : s->grads + s->pt->p[idx].offset; }
+static const float *pp(mixer_res *s, int idx) { return idx < 0 ? NULL : s->params + s->pt->p[idx].offset; }
+static float *gp(mixer_res *s, int idx) { return idx < 0 ? NULL : s->grads + s->pt->p[idx].offset; }
 
-static void abl_bind(ar_residual *r, float *params, float *grads, float *const *scratch, int nscratch)
+static void mixer_bind(ar_residual *r, float *params, float *grads, float *const *scratch, int nscratch)
 {
     (void)scratch;
     (void)nscratch;
-    abl_res *s = A(r);
+    mixer_res *s = MR(r);
     const ar_backend *be = r->be;
     size_t nd = (size_t)r->maxN * r->d * sizeof(float);
     s->params = params;
@@ -120,7 +100,7 @@ static void abl_bind(ar_residual *r, float *params, float *grads, float *const *
         free(o);
     }
     for (int m = 1; m <= r->L + 1; m++) {
-        amixer *x = &s->mx[m];
+        mixer *x = &s->mx[m];
         x->alpha = be->alloc((size_t)r->maxN * s->H * x->n * sizeof(float));
         if (s->key_norm)
             x->rstd = be->alloc((size_t)r->maxN * x->n * sizeof(float));
@@ -137,10 +117,10 @@ static void abl_bind(ar_residual *r, float *params, float *grads, float *const *
     }
 }
 
-static const float *mix_fwd(abl_res *s, int m, int N)
+static const float *mix_fwd(mixer_res *s, int m, int N)
 {
     const ar_backend *be = s->base.be;
-    amixer *x = &s->mx[m];
+    mixer *x = &s->mx[m];
     int d = s->base.d;
     const float *w = pp(s, x->q_idx);
     int wstride = 0;
@@ -155,10 +135,10 @@ static const float *mix_fwd(abl_res *s, int m, int N)
     return x->h;
 }
 
-static void mix_bwd(abl_res *s, int m, const float *dh, int N)
+static void mix_bwd(mixer_res *s, int m, const float *dh, int N)
 {
     const ar_backend *be = s->base.be;
-    amixer *x = &s->mx[m];
+    mixer *x = &s->mx[m];
     int d = s->base.d;
     size_t nd = (size_t)N * d * sizeof(float);
     if (s->qinput) {
@@ -178,60 +158,60 @@ static void mix_bwd(abl_res *s, int m, const float *dh, int N)
                       d);
 }
 
-static float *abl_embed_out(ar_residual *r) { return A(r)->P[0]; }
-static const float *abl_input_fwd(ar_residual *r, int l, int N, const ar_norm_out *nf)
+static float *mixer_embed_out(ar_residual *r) { return MR(r)->P[0]; }
+static const float *mixer_input_fwd(ar_residual *r, int l, int N, const ar_norm_out *nf)
 {
     (void)nf;
-    return mix_fwd(A(r), l, N);
+    return mix_fwd(MR(r), l, N);
 }
-static float *abl_output_buf(ar_residual *r, int l) { return A(r)->P[l]; }
-static void abl_accept_fwd(ar_residual *r, int l, int N)
+static float *mixer_output_buf(ar_residual *r, int l) { return MR(r)->P[l]; }
+static void mixer_accept_fwd(ar_residual *r, int l, int N)
 {
-    if (!opens(A(r), l))
-        r->be->add(A(r)->P[l], A(r)->P[l - 1], (size_t)N * r->d);
+    if (!opens(MR(r), l))
+        r->be->add(MR(r)->P[l], MR(r)->P[l - 1], (size_t)N * r->d);
 }
-static const float *abl_final_fwd(ar_residual *r, int N) { return mix_fwd(A(r), r->L + 1, N); }
+static const float *mixer_final_fwd(ar_residual *r, int N) { return mix_fwd(MR(r), r->L + 1, N); }
 
-static void abl_zero_grads(ar_residual *r, int N)
+static void mixer_zero_grads(ar_residual *r, int N)
 {
     size_t nd = (size_t)N * r->d * sizeof(float);
     for (int l = 0; l <= r->L; l++)
-        r->be->zero(A(r)->dP[l], nd);
+        r->be->zero(MR(r)->dP[l], nd);
     /* fgrad and dH are written, not added into (final_grad_overwrite,
      * input_grad_overwrite) */
 }
-static float *abl_final_grad_buf(ar_residual *r) { return A(r)->fgrad; }
-static void abl_final_bwd(ar_residual *r, int N) { mix_bwd(A(r), r->L + 1, A(r)->fgrad, N); }
+static float *mixer_final_grad_buf(ar_residual *r) { return MR(r)->fgrad; }
+static void mixer_final_bwd(ar_residual *r, int N) { mix_bwd(MR(r), r->L + 1, MR(r)->fgrad, N); }
 
 /* dv_l = dP_l, complete: every mixer above l is done; P_{l-1} feeds P_l. */
-static float *abl_output_grad(ar_residual *r, int l, int N)
+static float *mixer_output_grad(ar_residual *r, int l, int N)
 {
-    abl_res *s = A(r);
+    mixer_res *s = MR(r);
     if (!opens(s, l))
         r->be->add(s->dP[l - 1], s->dP[l], (size_t)N * r->d);
     return s->dP[l];
 }
-static const float *abl_input_saved(ar_residual *r, int l, int N)
+static const float *mixer_input_saved(ar_residual *r, int l, int N)
 {
     (void)N;
-    return A(r)->mx[l].h;
+    return MR(r)->mx[l].h;
 }
-static float *abl_input_grad_buf(ar_residual *r, int l, int N, float *spare)
+static float *mixer_input_grad_buf(ar_residual *r, int l, int N, float *spare)
 {
     (void)l;
     (void)N;
     (void)spare;
-    return A(r)->dH;
+    return MR(r)->dH;
 }
-static void abl_input_bwd(ar_residual *r, int l, int N) { mix_bwd(A(r), l, A(r)->dH, N); }
-static float *abl_embed_grad(ar_residual *r) { return A(r)->dP[0]; }
-static int abl_n_sources(ar_residual *r, int l) { return A(r)->mx[l].n; }
+static void mixer_input_bwd(ar_residual *r, int l, int N) { mix_bwd(MR(r), l, MR(r)->dH, N); }
+static float *mixer_embed_grad(ar_residual *r) { return MR(r)->dP[0]; }
+static int mixer_n_sources(ar_residual *r, int l) { return MR(r)->mx[l].n; }
 
 /* averaged over tokens and heads */
-static void abl_mean_weights(ar_residual *r, int l, int N, float *out)
+static void mixer_mean_weights(ar_residual *r, int l, int N, float *out)
 {
-    abl_res *s = A(r);
-    amixer *x = &s->mx[l];
+    mixer_res *s = MR(r);
+    mixer *x = &s->mx[l];
     size_t cnt = (size_t)N * s->H * x->n;
     float *a = ar_xmalloc(cnt * sizeof(float));
     r->be->download(a, x->alpha, cnt * sizeof(float));
@@ -244,11 +224,11 @@ static void abl_mean_weights(ar_residual *r, int l, int N, float *out)
     free(a);
 }
 
-static const float *abl_source(ar_residual *r, int l, int i) { return A(r)->mx[l].sp[i]; }
+static const float *mixer_source(ar_residual *r, int l, int i) { return MR(r)->mx[l].sp[i]; }
 
-static void abl_destroy(ar_residual *r)
+static void mixer_destroy(ar_residual *r)
 {
-    abl_res *s = A(r);
+    mixer_res *s = MR(r);
     const ar_backend *be = r->be;
     for (int l = 0; l <= r->L; l++) {
         be->free(s->P[l]);
@@ -259,7 +239,7 @@ static void abl_destroy(ar_residual *r)
         if (bufs[i])
             be->free(bufs[i]);
     for (int m = 1; m <= r->L + 1; m++) {
-        amixer *x = &s->mx[m];
+        mixer *x = &s->mx[m];
         float *mb[] = {x->alpha, x->rstd, x->h, x->qn, x->wq, x->qrs};
         for (size_t i = 0; i < sizeof mb / sizeof *mb; i++)
             if (mb[i])
@@ -274,34 +254,34 @@ static void abl_destroy(ar_residual *r)
     free(s);
 }
 
-static const ar_residual_vt abl_vt = {
-    .bind = abl_bind,
-    .embed_out = abl_embed_out,
-    .input_fwd = abl_input_fwd,
-    .output_buf = abl_output_buf,
-    .accept_fwd = abl_accept_fwd,
-    .final_fwd = abl_final_fwd,
-    .zero_grads = abl_zero_grads,
-    .final_grad_buf = abl_final_grad_buf,
-    .final_bwd = abl_final_bwd,
-    .output_grad = abl_output_grad,
-    .input_saved = abl_input_saved,
-    .input_grad_buf = abl_input_grad_buf,
-    .input_bwd = abl_input_bwd,
-    .embed_grad = abl_embed_grad,
-    .n_sources = abl_n_sources,
-    .mean_weights = abl_mean_weights,
-    .source = abl_source,
-    .destroy = abl_destroy,
+static const ar_residual_vt mixer_vt = {
+    .bind = mixer_bind,
+    .embed_out = mixer_embed_out,
+    .input_fwd = mixer_input_fwd,
+    .output_buf = mixer_output_buf,
+    .accept_fwd = mixer_accept_fwd,
+    .final_fwd = mixer_final_fwd,
+    .zero_grads = mixer_zero_grads,
+    .final_grad_buf = mixer_final_grad_buf,
+    .final_bwd = mixer_final_bwd,
+    .output_grad = mixer_output_grad,
+    .input_saved = mixer_input_saved,
+    .input_grad_buf = mixer_input_grad_buf,
+    .input_bwd = mixer_input_bwd,
+    .embed_grad = mixer_embed_grad,
+    .n_sources = mixer_n_sources,
+    .mean_weights = mixer_mean_weights,
+    .source = mixer_source,
+    .destroy = mixer_destroy,
 };
 
-ar_residual *ar_residual_ablate_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN,
-                                       ar_param_table *pt)
+ar_residual *ar_residual_mixer_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN,
+                                      ar_param_table *pt)
 {
-    abl_res *s = ar_xcalloc(1, sizeof *s);
+    mixer_res *s = ar_xcalloc(1, sizeof *s);
     const ar_residual_cfg *rc = &cfg->residual;
     int L = ar_cfg_sublayers(cfg), d = cfg->d_model;
-    s->base.vt = &abl_vt;
+    s->base.vt = &mixer_vt;
     s->base.be = be;
     s->base.L = L;
     s->base.d = d;
@@ -318,9 +298,9 @@ ar_residual *ar_residual_ablate_create(const ar_model_cfg *cfg, const ar_backend
     s->pt = pt;
     s->P = ar_xcalloc((size_t)L + 1, sizeof(float *));
     s->dP = ar_xcalloc((size_t)L + 1, sizeof(float *));
-    s->mx = ar_xcalloc((size_t)L + 2, sizeof(amixer));
+    s->mx = ar_xcalloc((size_t)L + 2, sizeof(mixer));
     for (int m = 1; m <= L + 1; m++) {
-        amixer *x = &s->mx[m];
+        mixer *x = &s->mx[m];
         char pre[80], nm[128];
         if (m == L + 1)
             snprintf(pre, sizeof pre, "final_res");

@@ -1,15 +1,14 @@
-/* The ablation variants' ops on the CPU (math in lib/backend.h):
- * depth_mix_fwd/bwd, the general one-phase depth mixer (sigmoid scores,
- * keys without RMSNorm, per-token queries, static logits, uniform weights,
- * multi-head), and wsum_fwd/bwd, a weighted sum of buffers with learned
- * coefficients (DenseFormer, mHC).
+/* The general depth mixer's ops on the CPU (math in lib/backend.h), for
+ * lib/residual_mixer.c: depth_mix_fwd/bwd, one-phase depth mixing with
+ * sigmoid scores, keys without RMSNorm, per-token queries, static logits,
+ * uniform weights and multiple heads.
  *
  * Determinism as the rest of the CPU backend: tokens are split into fixed
- * chunks of MIX_CHUNK (elements: WSUM_CHUNK); each chunk's parameter
- * gradients go to its own partial, and the partials are summed in chunk
- * order, so results do not depend on the thread count.  Inner loops run in
- * float over contiguous channels so that the compiler vectorises them. */
-#include "ablate_cpu.h"
+ * chunks of MIX_CHUNK; each chunk's parameter gradients go to its own
+ * partial, and the partials are summed in chunk order, so results do not
+ * depend on the thread count.  Inner loops run in float over contiguous
+ * channels so that the compiler vectorises them. */
+#include "mixer_cpu.h"
 
 #include <math.h>
 #include <omp.h>
@@ -17,18 +16,10 @@
 #include <string.h>
 
 #include "../backend.h"
+#include "workspace.h"
 
 #define MIX_CHUNK 32
-#define WSUM_CHUNK 16384
 #define MAX_SRC_HEADS 4096 /* n * H per token on the stack */
-
-static void *xcalloc(size_t n, size_t s)
-{
-    void *p = calloc(n ? n : 1, s);
-    if (!p)
-        abort();
-    return p;
-}
 
 /* logits of token i into a[H*n] (head-major), then scores */
 static void mix_logits(float *a, float *rs, const float *const *src, int n, const float *q,
@@ -116,7 +107,7 @@ void cpu_depth_mix_bwd(float *const *dsrc, float *dw, float *dg, float *dtheta, 
     /* per chunk partials (float within a chunk of MIX_CHUNK tokens):
      * dw (d), dg (d), dtheta (n) */
     size_t stride = (size_t)2 * d + n;
-    float *part = xcalloc((size_t)nch * stride, sizeof(float));
+    float *part = cpu_xcalloc((size_t)nch * stride, sizeof(float));
 #pragma omp parallel for schedule(static)
     for (int c = 0; c < nch; c++) {
         float *pw = part + (size_t)c * stride, *pg = pw + d, *pt = pg + d;
@@ -218,42 +209,5 @@ void cpu_depth_mix_bwd(float *const *dsrc, float *dw, float *dg, float *dtheta, 
             for (int s = 0; s < n; s++)
                 dtheta[s] += pt[s];
     }
-    free(part);
-}
-
-void cpu_wsum_fwd(float *y, const float *const *x, const float *c, int n, int accumulate, size_t len)
-{
-#pragma omp parallel for schedule(static) if (len >= WSUM_CHUNK)
-    for (size_t k = 0; k < len; k++) {
-        float v = accumulate ? y[k] : 0.0f;
-        for (int s = 0; s < n; s++)
-            v += c[s] * x[s][k];
-        y[k] = v;
-    }
-}
-
-void cpu_wsum_bwd(float *const *dx, float *dc, const float *dy, const float *const *x, const float *c,
-                  int n, size_t len)
-{
-    size_t nch = (len + WSUM_CHUNK - 1) / WSUM_CHUNK;
-    double *part = xcalloc(nch * (size_t)n, sizeof(double));
-#pragma omp parallel for schedule(static)
-    for (size_t ch = 0; ch < nch; ch++) {
-        size_t k0 = ch * WSUM_CHUNK, k1 = k0 + WSUM_CHUNK < len ? k0 + WSUM_CHUNK : len;
-        for (int s = 0; s < n; s++) {
-            double acc = 0;
-            const float *xs = x[s];
-            for (size_t k = k0; k < k1; k++)
-                acc += (double)dy[k] * xs[k];
-            part[ch * n + s] = acc;
-            if (dx && dx[s])
-                for (size_t k = k0; k < k1; k++)
-                    dx[s][k] += c[s] * dy[k];
-        }
-    }
-    if (dc)
-        for (size_t ch = 0; ch < nch; ch++)
-            for (int s = 0; s < n; s++)
-                dc[s] += (float)part[ch * n + s];
     free(part);
 }

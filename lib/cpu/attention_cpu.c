@@ -1,0 +1,125 @@
+/* Causal multi-head attention on the CPU: the score and value products on
+ * CBLAS, the causal softmax and its backward as plain loops.  The sgemms
+ * are called per (batch, head) inside an OpenMP parallel region; the
+ * OpenMP build of OpenBLAS runs single-threaded when it is called from
+ * inside a parallel region. */
+#include "attention_cpu.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "loops.h"
+
+/* Row-block size of the causal attention sgemm tiling. */
+#define ATT_BLOCK 64
+
+/* Head bh = b*nh + h of a B x T x (nh*hd) buffer starts at b*T*C + h*hd
+ * (C = nh*hd), its rows C floats apart. */
+static size_t head_offset(int bh, int T, int nh, int hd)
+{
+    int b = bh / nh, h = bh % nh;
+    return (size_t)b * T * nh * hd + (size_t)h * hd;
+}
+
+/* q,k,v,y: B x T x C (C = nh*hd); att: B x nh x T x T.
+ *   s = q k^T / sqrt(hd) (causal), att = softmax(s), y = att v        (=)
+ * Per (b, h), in parallel; heads are strided views (ld = C) of the
+ * interleaved rows.  Rows are tiled in blocks of ATT_BLOCK: row block
+ * [r0, r1) only needs key columns [0, r1), which skips most of the masked
+ * upper triangle in both sgemms.  att is written in full (zeros above the
+ * diagonal). */
+void cpu_attention_fwd(float *y, float *att, const float *q, const float *k,
+                       const float *v, int B, int T, int nh, int hd)
+{
+    int C = nh * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * nh; bh++) {
+        size_t off = head_offset(bh, T, nh, hd);
+        const float *qb = q + off, *kb = k + off, *vb = v + off;
+        float *yb = y + off;
+        float *A = att + (size_t)bh * T * T;
+        for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+            int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+            int M = r1 - r0;
+            /* scores for rows [r0,r1), columns [0,r1) */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, hd, scale,
+                        qb + (size_t)r0 * C, C, kb, C, 0.0f, A + (size_t)r0 * T, T);
+            for (int r = r0; r < r1; r++) {
+                float *ar = A + (size_t)r * T;
+                float mx = ar[0];
+#pragma omp simd reduction(max : mx)
+                for (int c = 1; c <= r; c++)
+                    mx = ar[c] > mx ? ar[c] : mx;
+                for (int c = 0; c <= r; c++)
+                    ar[c] = fast_expf(ar[c] - mx);
+                float inv = 1.0f / sum8(ar, r + 1);
+                for (int c = 0; c <= r; c++)
+                    ar[c] *= inv;
+                if (r + 1 < T)
+                    memset(ar + r + 1, 0, (size_t)(T - r - 1) * sizeof(float));
+            }
+            /* y[r0:r1] = att[r0:r1, 0:r1] v[0:r1] */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, hd, r1, 1.0f,
+                        A + (size_t)r0 * T, T, vb, C, 0.0f, yb + (size_t)r0 * C, C);
+        }
+    }
+}
+
+/* (=, overwrites dq dk dv; datt is B x nh x T x T scratch):
+ *   dv = att^T dy;  dA = dy v^T;  ds = att*(dA - rowsum(dA*att)) / sqrt(hd);
+ *   dq = ds k;  dk = ds^T q
+ * Same row tiling as the forward: for row block [r0,r1) dA, ds and dq use
+ * columns [0,r1); dv and dk are computed per column block [c0,c1) from rows
+ * [c0,T) only (att and ds vanish above the diagonal). */
+void cpu_attention_bwd(float *dq, float *dk, float *dv, float *datt, const float *dy,
+                       const float *att, const float *q, const float *k, const float *v,
+                       int B, int T, int nh, int hd)
+{
+    int C = nh * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * nh; bh++) {
+        size_t off = head_offset(bh, T, nh, hd);
+        const float *qb = q + off, *kb = k + off, *vb = v + off, *dyb = dy + off;
+        float *dqb = dq + off, *dkb = dk + off, *dvb = dv + off;
+        const float *A = att + (size_t)bh * T * T;
+        float *D = datt + (size_t)bh * T * T;
+        for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+            int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+            int M = r1 - r0;
+            /* dA[r0:r1, 0:r1] = dy[r0:r1] v[0:r1]^T */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, hd, 1.0f,
+                        dyb + (size_t)r0 * C, C, vb, C, 0.0f, D + (size_t)r0 * T, T);
+            /* softmax backward, in place: ds */
+            for (int r = r0; r < r1; r++) {
+                const float *ar = A + (size_t)r * T;
+                float *dr = D + (size_t)r * T;
+                float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                for (int c = 0; c <= r; c++)
+                    dot += dr[c] * ar[c];
+                for (int c = 0; c <= r; c++)
+                    dr[c] = ar[c] * (dr[c] - dot) * scale;
+                for (int c = r + 1; c < r1; c++)
+                    dr[c] = 0.0f;
+            }
+            /* dq[r0:r1] = ds[r0:r1, 0:r1] k[0:r1] */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, hd, r1, 1.0f,
+                        D + (size_t)r0 * T, T, kb, C, 0.0f, dqb + (size_t)r0 * C, C);
+        }
+        for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+            int c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
+            int M = c1 - c0, K = T - c0;
+            /* dv[c0:c1] = att[c0:T, c0:c1]^T dy[c0:T] */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, hd, K, 1.0f,
+                        A + (size_t)c0 * T + c0, T, dyb + (size_t)c0 * C, C, 0.0f,
+                        dvb + (size_t)c0 * C, C);
+            /* dk[c0:c1] = ds[c0:T, c0:c1]^T q[c0:T] */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, hd, K, 1.0f,
+                        D + (size_t)c0 * T + c0, T, qb + (size_t)c0 * C, C, 0.0f,
+                        dkb + (size_t)c0 * C, C);
+        }
+    }
+}

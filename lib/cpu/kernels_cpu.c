@@ -1,0 +1,339 @@
+/* The CPU backend's elementwise and row ops: copy, add, scale, sumsq,
+ * embedding, RMSNorm, rotary position embedding, SwiGLU, softmax
+ * cross-entropy and AdamW, each with its math (lib/backend.h) above it.
+ * Determinism as the whole backend (backend_cpu.c): static schedules, and
+ * reductions over tokens through fixed chunks added in order. */
+#include "kernels_cpu.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "loops.h"
+#include "rmsnorm_row.h"
+#include "workspace.h"
+
+/* Fixed chunk of the deterministic sumsq reduction. */
+#define SUMSQ_CHUNK 16384
+
+/* ------------------------------------------------------------------------ */
+/* elementwise                                                               */
+
+/* y = x */
+void cpu_copy(float *y, const float *x, size_t n)
+{
+    if (n && y != x)
+        memmove(y, x, n * sizeof(float));
+}
+
+/* y += x */
+void cpu_add(float *y, const float *x, size_t n)
+{
+    long nn = (long)n;
+#pragma omp parallel for schedule(static) if (nn > PAR_MIN)
+    for (long i = 0; i < nn; i++)
+        y[i] += x[i];
+}
+
+/* y *= a */
+void cpu_scale(float *y, float a, size_t n)
+{
+    long nn = (long)n;
+#pragma omp parallel for schedule(static) if (nn > PAR_MIN)
+    for (long i = 0; i < nn; i++)
+        y[i] *= a;
+}
+
+/* sum_i x_i^2 in double: partial sums over fixed chunks of SUMSQ_CHUNK
+ * elements, added in chunk order (independent of the thread count). */
+double cpu_sumsq(const float *x, size_t n)
+{
+    long nc = (long)((n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK);
+    if (nc <= 1) {
+        double s = 0;
+        for (size_t i = 0; i < n; i++)
+            s += (double)x[i] * x[i];
+        return s;
+    }
+    double *part = cpu_ws(WS_C, (size_t)nc * sizeof(double));
+#pragma omp parallel for schedule(static)
+    for (long c = 0; c < nc; c++) {
+        size_t lo = (size_t)c * SUMSQ_CHUNK;
+        size_t hi = lo + SUMSQ_CHUNK < n ? lo + SUMSQ_CHUNK : n;
+        double s = 0;
+        for (size_t i = lo; i < hi; i++)
+            s += (double)x[i] * x[i];
+        part[c] = s;
+    }
+    double s = 0;
+    for (long c = 0; c < nc; c++)
+        s += part[c];
+    
+    return s;
+}
+
+/* Splits [0, n) into `parts` near-equal contiguous ranges; range k. */
+static void split_range(int n, int parts, int k, int *lo, int *hi)
+{
+    int q = n / parts, r = n % parts;
+    *lo = k * q + (k < r ? k : r);
+    *hi = *lo + q + (k < r ? 1 : 0);
+}
+
+/* Number of column chunks for the column-parallel reductions: one per
+ * thread, but no chunk narrower than 16 floats. */
+static int col_chunks(int d)
+{
+    int t = omp_get_max_threads();
+    int c = d / 16;
+    if (c < 1)
+        c = 1;
+    return c < t ? c : t;
+}
+
+/* ------------------------------------------------------------------------ */
+/* embedding                                                                 */
+
+/* out[i,:] = wte[tok[i],:]    (N x d) */
+void cpu_embedding_fwd(float *out, const int32_t *tok, const float *wte, int N, int d)
+{
+#pragma omp parallel for schedule(static) if ((long)N * d > PAR_MIN)
+    for (int i = 0; i < N; i++)
+        memcpy(out + (size_t)i * d, wte + (size_t)tok[i] * d, (size_t)d * sizeof(float));
+}
+
+/* dwte[tok[i],:] += dout[i,:]
+ * Parallel over column chunks; within a chunk tokens are added in order, so
+ * repeated tokens accumulate deterministically. */
+void cpu_embedding_bwd(float *dwte, const float *dout, const int32_t *tok, int N, int d)
+{
+    int nc = col_chunks(d);
+#pragma omp parallel for schedule(static) num_threads(nc) if (nc > 1 && (long)N * d > PAR_MIN)
+    for (int c = 0; c < nc; c++) {
+        int j0, j1;
+        split_range(d, nc, c, &j0, &j1);
+        for (int i = 0; i < N; i++) {
+            float *dst = dwte + (size_t)tok[i] * d;
+            const float *src = dout + (size_t)i * d;
+            for (int j = j0; j < j1; j++)
+                dst[j] += src[j];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* RMSNorm                                                                   */
+
+/* rstd[i] = 1/sqrt(mean_j x[i,j]^2 + eps);  out[i,j] = x[i,j]*rstd[i]*g[j] */
+void cpu_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *g, int N, int d)
+{
+#pragma omp parallel for schedule(static) if ((long)N * d > PAR_MIN)
+    for (int i = 0; i < N; i++)
+        cpu_rmsnorm_row(out + (size_t)i * d, rstd + i, x + (size_t)i * d, g, d);
+}
+
+/* xh = x*rstd, gy = g*dout:
+ *   dx[i,:] += rstd[i] * (gy - xh * mean_j(gy*xh))
+ *   dg[j]   += sum_i dout[i,j]*xh[i,j]
+ * One pass over the rows: dg through partial sums of RMS_RED rows added in
+ * order (deterministic, thread-count independent), not a second sweep of
+ * dout and x. */
+#define RMS_RED 128
+void cpu_rmsnorm_bwd(float *dx, float *dg, const float *dout, const float *x,
+                     const float *g, const float *rstd, int overwrite, int N, int d)
+{
+    int nch = (N + RMS_RED - 1) / RMS_RED;
+    float *part = cpu_ws(WS_C, (size_t)nch * d * sizeof(float));
+#pragma omp parallel if ((long)N * d > PAR_MIN)
+    {
+        float xh[d];
+#pragma omp for schedule(static)
+        for (int ch = 0; ch < nch; ch++) {
+            float *pp = part + (size_t)ch * d;
+            memset(pp, 0, (size_t)d * sizeof(float));
+            int i1 = (ch + 1) * RMS_RED < N ? (ch + 1) * RMS_RED : N;
+            for (int i = ch * RMS_RED; i < i1; i++) {
+                const float *xi = x + (size_t)i * d;
+                for (int j = 0; j < d; j++)
+                    xh[j] = xi[j] * rstd[i];
+                cpu_rmsnorm_bwd_row(dx + (size_t)i * d, pp, dout + (size_t)i * d, xh, g, rstd[i],
+                                    overwrite, d);
+            }
+        }
+    }
+    for (int j = 0; j < d; j++) {
+        double acc = 0.0;
+        for (int ch = 0; ch < nch; ch++)
+            acc += part[(size_t)ch * d + j];
+        dg[j] += (float)acc;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* rotary position embedding (rotate-half, theta 10000)                      */
+
+/* cos/sin table T x hd/2: angle t*10000^(-2j/hd) in double, rounded to
+ * float; kept in the workspace and rebuilt only when (T, hd) changes. */
+static float *rope_table(int T, int hd)
+{
+    static int cT = -1, chd = -1;
+    int h2 = hd / 2;
+    float *tab = cpu_ws(WS_ROPE, (size_t)T * h2 * 2 * sizeof(float) + (size_t)h2 * sizeof(double));
+    if (T == cT && hd == chd)
+        return tab;
+    cT = T, chd = hd;
+    double *freq = (double *)(tab + (size_t)T * h2 * 2);
+    for (int j = 0; j < h2; j++)
+        freq[j] = pow(10000.0, -2.0 * j / hd);
+#pragma omp parallel for schedule(static) if ((long)T * h2 > 4096)
+    for (int t = 0; t < T; t++) {
+        for (int j = 0; j < h2; j++) {
+            double a = (double)t * freq[j];
+            tab[((size_t)t * h2 + j) * 2] = (float)cos(a);
+            tab[((size_t)t * h2 + j) * 2 + 1] = (float)sin(a);
+        }
+    }
+    return tab;
+}
+
+/* Rotates every (j, j+hd/2) pair of every head of x (B x T x nh x hd) by the
+ * angle +a (dir = +1, forward) or -a (dir = -1, inverse = transpose). */
+static void rope_apply(float *x, int B, int T, int nh, int hd, float dir)
+{
+    int h2 = hd / 2;
+    if (h2 == 0)
+        return;
+    float *tab = rope_table(T, hd);
+    long BT = (long)B * T;
+#pragma omp parallel for schedule(static) if (BT * nh * hd > PAR_MIN)
+    for (long bt = 0; bt < BT; bt++) {
+        int t = (int)(bt % T);
+        const float *cs = tab + (size_t)t * h2 * 2;
+        for (int h = 0; h < nh; h++) {
+            float *xh = x + ((size_t)bt * nh + h) * hd;
+            for (int j = 0; j < h2; j++) {
+                float c = cs[2 * j], s = dir * cs[2 * j + 1];
+                float x0 = xh[j], x1 = xh[j + h2];
+                xh[j] = x0 * c - x1 * s;
+                xh[j + h2] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+/* x'_j = x_j cos a - x_{j+hd/2} sin a ;  x'_{j+hd/2} = x_j sin a + x_{j+hd/2} cos a
+ * a = t * 10000^(-2j/hd), in place. */
+void cpu_rope_fwd(float *x, int B, int T, int nh, int hd)
+{
+    rope_apply(x, B, T, nh, hd, 1.0f);
+}
+
+/* The rotation is orthogonal: the backward is the inverse rotation (angle -a)
+ * applied to dx in place. */
+void cpu_rope_bwd(float *dx, int B, int T, int nh, int hd)
+{
+    rope_apply(dx, B, T, nh, hd, -1.0f);
+}
+
+/* ------------------------------------------------------------------------ */
+/* SwiGLU gate                                                               */
+
+/* out = silu(gate) * up,  silu(a) = a*sigmoid(a)     (=) */
+void cpu_swiglu_fwd(float *out, const float *gate, const float *up, size_t n)
+{
+    long nn = (long)n;
+#pragma omp parallel for schedule(static) if (nn > PAR_MIN)
+    for (long i = 0; i < nn; i++) {
+        float a = gate[i];
+        float sg = 1.0f / (1.0f + fast_expf(-a));
+        out[i] = a * sg * up[i];
+    }
+}
+
+/* (=) dgate = dout*up*sigmoid(a)*(1 + a*(1-sigmoid(a))),  dup = dout*silu(a) */
+void cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
+                    const float *up, size_t n)
+{
+    long nn = (long)n;
+#pragma omp parallel for schedule(static) if (nn > PAR_MIN)
+    for (long i = 0; i < nn; i++) {
+        float a = gate[i], u = up[i], go = dout[i];
+        float sg = 1.0f / (1.0f + fast_expf(-a));
+        dgate[i] = go * u * sg * (1.0f + a * (1.0f - sg));
+        dup[i] = go * a * sg;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* softmax cross-entropy                                                     */
+
+/* probs = softmax(logits) (N x V, =); losses[i] = -log probs[i, targets[i]];
+ * returns sum_i losses[i] (double, summed in row order).
+ * Stable: subtract the row max; the loss is log(sum exp) - (z_t - max). */
+double cpu_xent_fwd(float *losses, float *probs, const float *logits,
+                    const int32_t *targets, int N, int V)
+{
+#pragma omp parallel for schedule(static) if ((long)N * V > PAR_MIN)
+    for (int i = 0; i < N; i++) {
+        const float *z = logits + (size_t)i * V;
+        float *p = probs + (size_t)i * V;
+        float mx = z[0];
+#pragma omp simd reduction(max : mx)
+        for (int c = 1; c < V; c++)
+            mx = z[c] > mx ? z[c] : mx;
+        for (int c = 0; c < V; c++)
+            p[c] = fast_expf(z[c] - mx);
+        double sum = sum8d(p, V);
+        float inv = (float)(1.0 / sum);
+        for (int c = 0; c < V; c++)
+            p[c] *= inv;
+        losses[i] = (float)(log(sum) - ((double)z[targets[i]] - mx));
+    }
+    double tot = 0.0;
+    for (int i = 0; i < N; i++)
+        tot += losses[i];
+    return tot;
+}
+
+/* (=) dlogits = scale * (probs - onehot(targets)); dlogits may be probs
+ * itself (the model turns its probabilities into dlogits in place). */
+void cpu_xent_bwd(float *dlogits, const float *probs, const int32_t *targets,
+                  float scale, int N, int V)
+{
+#pragma omp parallel for schedule(static) if ((long)N * V > PAR_MIN)
+    for (int i = 0; i < N; i++) {
+        const float *p = probs + (size_t)i * V;
+        float *dz = dlogits + (size_t)i * V;
+        float pt = p[targets[i]];
+        for (int c = 0; c < V; c++)
+            dz[c] = scale * p[c];
+        dz[targets[i]] = scale * (pt - 1.0f);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* AdamW                                                                     */
+
+/* g' = gscale * g
+ * m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2
+ * p -= lr * ( (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps) + wd * p )
+ * bias corrections 1-b^t computed in double. */
+void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float gscale,
+               float lr, float b1, float b2, float eps, float wd, long t)
+{
+    float bc1 = (float)(1.0 - pow((double)b1, (double)t));
+    float bc2 = (float)(1.0 - pow((double)b2, (double)t));
+    long nn = (long)n;
+#pragma omp parallel for schedule(static) if (nn > PAR_MIN)
+    for (long i = 0; i < nn; i++) {
+        float gi = g[i] * gscale;
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float mh = mi / bc1;
+        float vh = vi / bc2;
+        p[i] -= lr * (mh / (sqrtf(vh) + eps) + wd * p[i]);
+    }
+}

@@ -1,0 +1,72 @@
+/* Shared by the CPU backend's op files: when a loop is worth its threads
+ * (PAR_MIN), and scalar helpers written so that the loops calling them
+ * vectorise without -ffast-math (fast_expf, sum8, sum8d). */
+#ifndef AR_CPU_LOOPS_H
+#define AR_CPU_LOOPS_H
+
+#include <stdint.h>
+
+/* Below this many elements an elementwise loop runs on one thread: the
+ * fork/join costs more than the work. */
+#define PAR_MIN 32768
+
+/* exp(x) in float, written so that loops calling it vectorise (no libm
+ * call, no branches): Cephes expf.  n = round(x/ln2) by the 1.5*2^23 trick,
+ * r = x - n ln2 (two-part ln2), e^r by a degree-6 polynomial on
+ * [-ln2/2, ln2/2], times 2^n built in the exponent bits.  Relative error
+ * about 1e-7 (a couple of ulp).  x is clamped to [-87.3, 88.3] so 2^n stays
+ * a normal float: exp(-inf..-87.3) returns ~1.2e-38 instead of 0, which is
+ * harmless wherever it is added to a sum containing exp(0) = 1. */
+static inline float fast_expf(float x)
+{
+    /* clamp with bit masks: a ternary here gets turned into a branch (the
+     * clamped path is constant-folded) and the calling loop no longer
+     * vectorises */
+    union {
+        float f;
+        int32_t i;
+    } ux = {x}, ulo = {-87.3f}, uhi = {88.3f};
+    int32_t mlo = -(int32_t)(x < -87.3f), mhi = -(int32_t)(x > 88.3f);
+    ux.i = (ux.i & ~(mlo | mhi)) | (ulo.i & mlo) | (uhi.i & mhi);
+    x = ux.f;
+    float fn = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - fn * 0.693359375f;
+    r = r + fn * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union {
+        uint32_t u;
+        float f;
+    } e;
+    e.u = (uint32_t)((int32_t)fn + 127) << 23;
+    return p * e.f;
+}
+
+/* sum of x[0..n) in T with 8 interleaved partial sums (vectorises without
+ * -ffast-math; the order is fixed, so the result is deterministic):
+ * sum8 in float, sum8d in double */
+#define SUM8(name, T)                                                          \
+    static inline T name(const float *x, int n)                                \
+    {                                                                          \
+        T acc[8] = {0};                                                        \
+        int i = 0;                                                             \
+        for (; i + 8 <= n; i += 8)                                             \
+            for (int l = 0; l < 8; l++)                                        \
+                acc[l] += x[i + l];                                            \
+        T s = 0;                                                               \
+        for (; i < n; i++)                                                     \
+            s += x[i];                                                         \
+        for (int l = 0; l < 8; l++)                                            \
+            s += acc[l];                                                       \
+        return s;                                                              \
+    }
+SUM8(sum8, float)
+SUM8(sum8d, double)
+#undef SUM8
+
+#endif

@@ -1,0 +1,24 @@
+/* The CPU backend's linear layers (no bias): CBLAS sgemm (OpenBLAS, whose
+ * OpenMP build splits only the output among its threads, so products are
+ * reproducible for a given thread count). */
+#include "matmul_cpu.h"
+
+#include <cblas.h>
+
+/* out = x W^T     x: N x in, W: outd x in, out: N x outd   (=) */
+void cpu_matmul_fwd(float *out, const float *x, const float *W, int N, int in, int outd)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, outd, in, 1.0f, x, in, W, in, 0.0f,
+                out, outd);
+}
+
+/* dx += dout W   (skipped when dx is NULL);   dW += dout^T x */
+void cpu_matmul_bwd(float *dx, float *dW, const float *dout, const float *x,
+                    const float *W, int N, int in, int outd)
+{
+    if (dx)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, outd, 1.0f, dout, outd, W,
+                    in, 1.0f, dx, in);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, outd, in, N, 1.0f, dout, outd, x, in,
+                1.0f, dW, in);
+}

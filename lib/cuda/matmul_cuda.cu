@@ -1,0 +1,78 @@
+/* Linear layers and every matrix product of the CUDA backend, on cuBLAS.
+ *
+ * cuBLAS mapping.  cuBLAS is column-major; our buffers are row-major.  A
+ * row-major M x N matrix with leading dimension ld is, byte for byte, the
+ * column-major N x M matrix of its transpose with the same ld.  So the
+ * row-major product
+ *     C = alpha op(A) op(B) + beta C          (C: M x N)
+ * is the column-major product C^T = op(B)^T op(A)^T, i.e.
+ *     cublasGemmEx(opB, opA, N, M, K, alpha, B, ldb, A, lda, beta, C, ldc)
+ * with the operands swapped, the op flags passed through unchanged and the
+ * leading dimensions those of the row-major storage.  ar_cu_gemm takes
+ * cblas_sgemm's row-major arguments (ta, tb: 1 = transposed), so every call
+ * reads like the CPU backend's cblas_sgemm call it mirrors (N tokens):
+ *     out = x W^T      gemm(0, 1, N, outd, in, 1, x, in, W, in, 0, out, outd)
+ *     dx += dout W     gemm(0, 0, N, in, outd, 1, dout, outd, W, in, 1, dx, in)
+ *     dW += dout^T x   gemm(1, 0, outd, in, N, 1, dout, outd, x, in, 1, dW, in)
+ * Attention uses the strided-batched form over heads (or over the batch):
+ * head h of q (B x T x nh*hd) is the T x hd matrix at q + b*T*C + h*hd with
+ * leading dimension C = nh*hd, so consecutive heads are hd floats apart.
+ *
+ * Precision.  Buffers are always fp32 (parameters are the fp32 master
+ * weights; the optimizer state and every reduction stay fp32 or double).
+ *   fp32 (default): compute type CUBLAS_COMPUTE_32F under
+ *     CUBLAS_DEFAULT_MATH, i.e. true fp32 FMA products, no TF32: results
+ *     agree with the CPU backend to ~1e-5 relative (summation order only).
+ *   bf16 (set_bf16(1)): compute type CUBLAS_COMPUTE_32F_FAST_16BF on the
+ *     same fp32 buffers: cuBLAS rounds A and B to bf16 inside the product
+ *     and runs it on tensor cores with fp32 accumulation and fp32 output.
+ *     This applies to every product (linear layers, and attention's q k^T,
+ *     att v and their backward products); norms, softmaxes, cross-entropy
+ *     and AdamW stay fp32. */
+#include "matmul_cuda.h"
+
+#include "cuda_util.h"
+
+static cublasComputeType_t compute_type(void)
+{
+    return ar_cuda_bf16() ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+}
+
+static cublasOperation_t op(int t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+void ar_cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    AR_CUBLAS_CHECK(cublasGemmEx(ar_cuda_cublas(), op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_32F,
+                                 ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc,
+                                 compute_type(), CUBLAS_GEMM_DEFAULT));
+}
+
+void ar_cu_gemm_batched(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                        long long sA, const float *B, int ldb, long long sB, float beta, float *C,
+                        int ldc, long long sC, int batch)
+{
+    if (M <= 0 || N <= 0 || batch <= 0)
+        return;
+    AR_CUBLAS_CHECK(cublasGemmStridedBatchedEx(ar_cuda_cublas(), op(tb), op(ta), N, M, K, &alpha,
+                                               B, CUDA_R_32F, ldb, sB, A, CUDA_R_32F, lda, sA,
+                                               &beta, C, CUDA_R_32F, ldc, sC, batch,
+                                               compute_type(), CUBLAS_GEMM_DEFAULT));
+}
+
+/* out = x W^T     x: N x in, W: outd x in, out: N x outd   (=) */
+void cuda_matmul_fwd(float *out, const float *x, const float *W, int N, int in, int outd)
+{
+    ar_cu_gemm(0, 1, N, outd, in, 1.0f, x, in, W, in, 0.0f, out, outd);
+}
+
+/* dx += dout W   (skipped when dx is NULL);   dW += dout^T x */
+void cuda_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, const float *W,
+                     int N, int in, int outd)
+{
+    if (dx)
+        ar_cu_gemm(0, 0, N, in, outd, 1.0f, dout, outd, W, in, 1.0f, dx, in);
+    ar_cu_gemm(1, 0, outd, in, N, 1.0f, dout, outd, x, in, 1.0f, dW, in);
+}

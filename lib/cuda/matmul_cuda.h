@@ -1,0 +1,30 @@
+/* The CUDA backend's matrix products (lib/cuda/matmul_cuda.cu): the linear
+ * layers of lib/backend.h, and the row-major cuBLAS products that
+ * attention_cuda.cu uses too.  The CPU versions are in lib/cpu/matmul_cpu.c. */
+#ifndef AR_CUDA_MATMUL_H
+#define AR_CUDA_MATMUL_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void cuda_matmul_fwd(float *out, const float *x, const float *W, int N, int in, int outd);
+void cuda_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, const float *W,
+                     int N, int in, int outd);
+
+/* Row-major products on cuBLAS, with cblas_sgemm's row-major meaning:
+ *   C (M x N, ldc) = alpha op(A) op(B) + beta C,  op(A) M x K, op(B) K x N
+ * (ta: A is stored K x M and transposed).  In bf16 or fp32 as set_bf16
+ * says.  The batched form repeats it `batch` times, the i-th product on
+ * A + i*sA, B + i*sB, C + i*sC. */
+void ar_cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc);
+void ar_cu_gemm_batched(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                        long long sA, const float *B, int ldb, long long sB, float beta, float *C,
+                        int ldc, long long sC, int batch);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

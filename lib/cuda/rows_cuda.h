@@ -1,0 +1,135 @@
+/* Row blocks: the thread layout, source lists and token reductions shared
+ * by the CUDA depth-mixing ops (depth_cuda.cu, mixer_cuda.cu, wsum_cuda.cu;
+ * the math of each op is in lib/backend.h).
+ *
+ * Layout of the work: one thread block per token row (a chunk of rows in
+ * the backward ops), blockDim.x = T threads, thread t owning the channels
+ * j = t + q T (q < MAXV), so a row's values live in registers between the
+ * block reductions that give its dot products and norms.
+ *
+ * Source lists arrive as host arrays of device pointers; they are passed to
+ * kernels by value (structs of at most MAXP pointers; a kernel taking two or
+ * three lists has more than 4 KiB of parameters, which CUDA 12.1+ allows on
+ * sm_70 and later).
+ *
+ * Determinism: block reductions add in a fixed order; parameter gradients
+ * that sum over tokens go through one partial per block of a fixed token
+ * count (a function of N only), in the CU_WS_ROWS workspace, added in block
+ * order by a second kernel (ar_cu_reduce_wg, ar_cu_reduce_add) into the
+ * accumulating output.  No float atomics. */
+#ifndef AR_CUDA_ROWS_H
+#define AR_CUDA_ROWS_H
+
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_util.h"
+#include "workspace_cuda.h"
+
+#define MAXV 8          /* channels per thread */
+#define MAXT 512        /* threads per row block, so rows up to MAXV * MAXT = 4096 */
+#define MAXP 256        /* pointers in one source list */
+#define RED_WARPS 8192  /* warps of a token reduction (about) */
+#define RED_BLOCKS 2048 /* blocks of a token reduction (at most) */
+
+struct clist {
+    const float *p[MAXP];
+};
+struct mlist {
+    float *p[MAXP];
+};
+
+/* ------------------------------------------------------------------------ */
+/* host helpers                                                              */
+
+static inline void die(const char *op, const char *fmt, long a, long b)
+{
+    char msg[160];
+    snprintf(msg, sizeof msg, fmt, a, b);
+    ar_cuda_die(op, msg, __FILE__, __LINE__);
+}
+
+static inline clist make_clist(const float *const *a, int n, const char *op)
+{
+    clist l;
+    memset(&l, 0, sizeof l);
+    if (n > MAXP)
+        die(op, "'sources' (%ld in one list) exceed the limit of %ld", n, MAXP);
+    for (int s = 0; s < n; s++)
+        l.p[s] = a[s];
+    return l;
+}
+
+/* a may be NULL (every entry NULL) */
+static inline mlist make_mlist(float *const *a, int n, const char *op)
+{
+    mlist l;
+    memset(&l, 0, sizeof l);
+    if (n > MAXP)
+        die(op, "'sources' (%ld in one list) exceed the limit of %ld", n, MAXP);
+    for (int s = 0; a && s < n; s++)
+        l.p[s] = a[s];
+    return l;
+}
+
+/* Threads of a row block: ceil(d / MAXV) rounded up to whole warps. */
+static inline int row_threads(int d, const char *op)
+{
+    if (d > MAXV * MAXT)
+        die(op, "'d' = %ld exceeds the limit of %ld channels", d, MAXV * MAXT);
+    int t = (d + MAXV - 1) / MAXV;
+    return (t + 31) / 32 * 32;
+}
+
+/* Tokens per block of a token reduction, and the block count: a function of
+ * N and the block size T only, so the summation order does not depend on the
+ * device.  About RED_WARPS warps in all (small rows: more, smaller blocks),
+ * at most RED_BLOCKS partials. */
+static inline int red_tokens(int N, int T)
+{
+    int target = RED_WARPS / (T / 32);
+    target = target < RED_BLOCKS ? target : RED_BLOCKS;
+    return (N + target - 1) / target;
+}
+static inline int red_nblk(int N, int tpb) { return (N + tpb - 1) / tpb; }
+
+/* Column sums over the nb per-block partials part[b*stride + j] (blocks in
+ * order), added into the accumulating output (rows_cuda.cu):
+ *   ar_cu_reduce_wg:  dw[j] += g[j] acc_j;  dg[j] += w[j] acc_j, j < d
+ *                     (dw or dg NULL: skipped)
+ *   ar_cu_reduce_add: y[j] += acc_j, j < len */
+void ar_cu_reduce_wg(float *dw, float *dg, const float *part, int nb, size_t stride, const float *w,
+                     const float *g, int d);
+void ar_cu_reduce_add(float *y, const float *part, int nb, size_t stride, int len);
+
+/* ------------------------------------------------------------------------ */
+/* device helpers                                                            */
+
+/* v[k] = sum over the block's threads of v[k], k < NV: warps by butterfly
+ * (every lane gets the same bits), then the warp sums in warp order, so
+ * every thread returns the same value.  Called by all threads of the block;
+ * the trailing barrier lets the next call reuse the shared array. */
+template <int NV> __device__ __forceinline__ void block_sum(float (&v)[NV])
+{
+    __shared__ float sred[NV * (MAXT / 32)];
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+        v[k] = ar_warp_sum(v[k]);
+    if (lane == 0) {
+#pragma unroll
+        for (int k = 0; k < NV; k++)
+            sred[wid * NV + k] = v[k];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        float t = 0.0f;
+        for (int w = 0; w < nw; w++)
+            t += sred[w * NV + k];
+        v[k] = t;
+    }
+    __syncthreads();
+}
+
+#endif

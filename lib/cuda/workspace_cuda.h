@@ -1,0 +1,25 @@
+/* Grow-only device scratch of the CUDA backend's ops (ar_cu_ws, in
+ * backend_cuda.cu; the CPU backend's is lib/cpu/workspace.h): at least
+ * `bytes` bytes, 256-byte aligned, contents undefined.  A slot is
+ * reallocated (after a stream sync) only when a call asks for more than it
+ * holds, so the training loop allocates nothing in steady state.  Ops are
+ * ordered on the one stream, so an op may reuse a slot an earlier op used;
+ * within one op, areas in use at the same time need distinct slots. */
+#ifndef AR_CUDA_WORKSPACE_H
+#define AR_CUDA_WORKSPACE_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CU_WS_ROWS: the per-block partials of the row-block ops (rows_cuda.h) */
+enum { CU_WS_RED, CU_WS_PART, CU_WS_ROPE, CU_WS_SORT, CU_WS_ROWS, CU_WS_NSLOTS };
+void *ar_cu_ws(int slot, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

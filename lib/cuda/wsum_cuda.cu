@@ -1,0 +1,123 @@
+/* The weighted sum of buffers with learned coefficients on the GPU:
+ * wsum_fwd/bwd, the mixing of DenseFormer (lib/residual_denseformer.c) and
+ * mHC (lib/residual_mhc.c).  The math is in lib/backend.h; the CPU versions
+ * are in lib/cpu/wsum_cpu.c.  Buffer lists travel as rows_cuda.h's source
+ * lists.  Determinism: the coefficient gradients are per-block partials in
+ * double, added in block order. */
+#include "wsum_cuda.h"
+
+#include "rows_cuda.h"
+
+#define WSUM_T 256
+#define WSUM_BLOCKS 1024
+
+/* Sum of one double over the block's threads: warps by butterfly, then the
+ * warp sums in warp order, so every thread returns the same value (any
+ * block size that is a multiple of 32, up to 1024). */
+__device__ static __forceinline__ double block_sum_d(double v)
+{
+    __shared__ double sred[32];
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = ar_warp_sum_d(v);
+    if (lane == 0)
+        sred[wid] = v;
+    __syncthreads();
+    double t = 0.0;
+    for (int w = 0; w < nw; w++)
+        t += sred[w];
+    __syncthreads();
+    return t;
+}
+
+/* y[k] = (accumulate ? y[k] : 0) + sum_s c[s] x_s[k]  (s in order) */
+__global__ void wsum_fwd_kernel(float *y, clist x, const float *c, int n, int accumulate,
+                                size_t len)
+{
+    __shared__ float cs[MAXP];
+    for (int s = threadIdx.x; s < n; s += blockDim.x)
+        cs[s] = c[s];
+    __syncthreads();
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < len;
+         k += (size_t)gridDim.x * blockDim.x) {
+        float v = accumulate ? y[k] : 0.0f;
+        for (int s = 0; s < n; s++)
+            v += cs[s] * x.p[s][k];
+        y[k] = v;
+    }
+}
+
+/* Block b covers elements [b per, (b+1) per); per source s:
+ *   part[b*n + s] = sum_k dy[k] x_s[k]  (double; part NULL: skipped)
+ *   dx[s][k] += c[s] dy[k]               (dx[s] NULL: skipped) */
+__global__ void wsum_bwd_kernel(mlist dx, double *part, const float *dy, clist x, const float *c,
+                                int n, size_t len, size_t per)
+{
+    size_t k0 = (size_t)blockIdx.x * per, k1 = k0 + per < len ? k0 + per : len;
+    for (int s = 0; s < n; s++) {
+        const float *xs = x.p[s];
+        float *dxs = dx.p[s];
+        float cs = c[s];
+        double acc = 0.0;
+        for (size_t k = k0 + threadIdx.x; k < k1; k += blockDim.x) {
+            float gy = dy[k];
+            if (part)
+                acc += (double)gy * xs[k];
+            if (dxs)
+                dxs[k] += cs * gy;
+        }
+        if (part) {
+            acc = block_sum_d(acc);
+            if (threadIdx.x == 0)
+                part[(size_t)blockIdx.x * n + s] = acc;
+        }
+    }
+}
+
+/* dc[s] += (float) sum_b part[b*n + s]  (one block per s, fixed order) */
+__global__ void wsum_dc_kernel(float *dc, const double *part, int nb, int n)
+{
+    int s = blockIdx.x;
+    double acc = 0.0;
+    for (int b = threadIdx.x; b < nb; b += blockDim.x)
+        acc += part[(size_t)b * n + s];
+    acc = block_sum_d(acc);
+    if (threadIdx.x == 0)
+        dc[s] += (float)acc;
+}
+
+extern "C" void cuda_wsum_fwd(float *y, const float *const *x, const float *c, int n,
+                              int accumulate, size_t len)
+{
+    const char *op = "wsum_fwd";
+    if (len == 0)
+        return;
+    clist xl = make_clist(x, n, op);
+    size_t nb = (len + WSUM_T - 1) / WSUM_T;
+    if (nb > 4 * WSUM_BLOCKS)
+        nb = 4 * WSUM_BLOCKS;
+    wsum_fwd_kernel<<<(unsigned)nb, WSUM_T, 0, ar_cuda_stream()>>>(y, xl, c, n, accumulate, len);
+    AR_CUDA_LAUNCHED();
+}
+
+extern "C" void cuda_wsum_bwd(float *const *dx, float *dc, const float *dy, const float *const *x,
+                              const float *c, int n, size_t len)
+{
+    const char *op = "wsum_bwd";
+    if (len == 0 || n <= 0)
+        return;
+    clist xl = make_clist(x, n, op);
+    mlist dl = make_mlist(dx, n, op);
+    size_t nb = (len + 8 * WSUM_T - 1) / (8 * WSUM_T);
+    if (nb > WSUM_BLOCKS)
+        nb = WSUM_BLOCKS;
+    size_t per = (len + nb - 1) / nb;
+    nb = (len + per - 1) / per;
+    double *part = dc ? (double *)ar_cu_ws(CU_WS_ROWS, nb * n * sizeof(double)) : NULL;
+    wsum_bwd_kernel<<<(unsigned)nb, WSUM_T, 0, ar_cuda_stream()>>>(dl, part, dy, xl, c, n, len,
+                                                                   per);
+    AR_CUDA_LAUNCHED();
+    if (dc) {
+        wsum_dc_kernel<<<n, WSUM_T, 0, ar_cuda_stream()>>>(dc, part, (int)nb, n);
+        AR_CUDA_LAUNCHED();
+    }
+}

@@ -1,0 +1,23 @@
+/* The CUDA backend's weighted sum of buffers with learned coefficients
+ * (lib/cuda/wsum_cuda.cu; DenseFormer, mHC); its math is in lib/backend.h.
+ * Buffer lists are host arrays of device pointers.  The CPU version is in
+ * lib/cpu/wsum_cpu.c. */
+#ifndef AR_CUDA_WSUM_H
+#define AR_CUDA_WSUM_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void cuda_wsum_fwd(float *y, const float *const *x, const float *c, int n, int accumulate,
+                   size_t len);
+void cuda_wsum_bwd(float *const *dx, float *dc, const float *dy, const float *const *x,
+                   const float *c, int n, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

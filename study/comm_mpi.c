@@ -1,0 +1,164 @@
+/* The MPI communicator (comm.h): MPI_COMM_WORLD of an mpirun launch, with
+ * errors returned (MPI_ERRORS_RETURN) and reported with the rank. */
+#ifdef AR_HAVE_MPI
+#include <limits.h>
+#include <stdio.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+
+void ar_comm_set_world(ar_comm *c);
+
+static int mpi_fail(ar_comm *c, int code, const char *what, ar_err *e)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS)
+        snprintf(msg, sizeof msg, "MPI error %d", code);
+    return ar_fail(e, "rank %d of %d: %s failed: %s", c->rank, c->size, what, msg);
+}
+
+/* MPI counts are ints: larger messages go as multiples of a 1 MiB type */
+static int counted(size_t bytes, int *count, MPI_Datatype *type)
+{
+    static MPI_Datatype mib = MPI_DATATYPE_NULL;
+    if (bytes <= INT_MAX) {
+        *count = (int)bytes;
+        *type = MPI_BYTE;
+        return 0;
+    }
+    if (bytes % (1u << 20) || bytes / (1u << 20) > INT_MAX)
+        return -1;
+    if (mib == MPI_DATATYPE_NULL) {
+        MPI_Type_contiguous(1 << 20, MPI_BYTE, &mib);
+        MPI_Type_commit(&mib);
+    }
+    *count = (int)(bytes >> 20);
+    *type = mib;
+    return 0;
+}
+
+static int too_big(ar_comm *c, size_t bytes, ar_err *e)
+{
+    return ar_fail(e, "rank %d: a message of %zu bytes is more than MPI counts (2 GiB, or whole MiB beyond)",
+                   c->rank, bytes);
+}
+
+static int mpi_isend(ar_comm *c, const void *buf, size_t bytes, int peer, int tag, ar_comm_req *r, ar_err *e)
+{
+    int n;
+    MPI_Datatype t;
+    if (counted(bytes, &n, &t) != 0)
+        return too_big(c, bytes, e);
+    MPI_Request *q = malloc(sizeof *q);
+    int rc = MPI_Isend(buf, n, t, peer, tag, MPI_COMM_WORLD, q);
+    if (rc != MPI_SUCCESS) {
+        free(q);
+        return mpi_fail(c, rc, "MPI_Isend", e);
+    }
+    r->h = q;
+    return 0;
+}
+
+static int mpi_irecv(ar_comm *c, void *buf, size_t bytes, int peer, int tag, ar_comm_req *r, ar_err *e)
+{
+    int n;
+    MPI_Datatype t;
+    if (counted(bytes, &n, &t) != 0)
+        return too_big(c, bytes, e);
+    MPI_Request *q = malloc(sizeof *q);
+    int rc = MPI_Irecv(buf, n, t, peer, tag, MPI_COMM_WORLD, q);
+    if (rc != MPI_SUCCESS) {
+        free(q);
+        return mpi_fail(c, rc, "MPI_Irecv", e);
+    }
+    r->h = q;
+    return 0;
+}
+
+static int mpi_test(ar_comm *c, ar_comm_req *r, int *done, ar_err *e)
+{
+    *done = 1;
+    if (!r->h)
+        return 0;
+    int rc = MPI_Test(r->h, done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(c, rc, "MPI_Test", e);
+    if (*done) {
+        free(r->h);
+        r->h = NULL;
+    }
+    return 0;
+}
+
+static int mpi_bcast(ar_comm *c, void *buf, size_t bytes, int root, ar_err *e)
+{
+    int n;
+    MPI_Datatype t;
+    if (counted(bytes, &n, &t) != 0)
+        return too_big(c, bytes, e);
+    int rc = MPI_Bcast(buf, n, t, root, MPI_COMM_WORLD);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(c, rc, "MPI_Bcast", e);
+}
+
+static int mpi_allgather(ar_comm *c, const void *in, void *out, size_t bytes, ar_err *e)
+{
+    if (bytes > INT_MAX)
+        return too_big(c, bytes, e);
+    int rc = MPI_Allgather(in == out ? MPI_IN_PLACE : in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE,
+                           MPI_COMM_WORLD);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(c, rc, "MPI_Allgather", e);
+}
+
+/* Only ever used where each entry is non-zero on one rank at most, so the
+ * order MPI adds in cannot change a bit (x + 0 = x). */
+static int mpi_sum(ar_comm *c, double *x, size_t n, ar_err *e)
+{
+    if (n > INT_MAX)
+        return too_big(c, n * sizeof(double), e);
+    int rc = MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(c, rc, "MPI_Allreduce", e);
+}
+
+static void mpi_finalize(ar_comm *c)
+{
+    (void)c;
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done)
+        MPI_Finalize();
+}
+
+static const ar_comm_ops mpi_ops = {
+    .name = "mpi",
+    .isend = mpi_isend,
+    .irecv = mpi_irecv,
+    .test = mpi_test,
+    .bcast = mpi_bcast,
+    .allgather = mpi_allgather,
+    .sum_doubles = mpi_sum,
+    .finalize = mpi_finalize,
+};
+
+ar_comm *ar_comm_mpi_init(int *argc, char ***argv, ar_err *e)
+{
+    static ar_comm world;
+    int provided, rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    if (rc != MPI_SUCCESS) {
+        ar_fail(e, "MPI_Init failed (error %d)", rc);
+        return NULL;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world.size);
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &local);
+    MPI_Comm_rank(local, &world.local_rank);
+    MPI_Comm_free(&local);
+    world.ops = &mpi_ops;
+    ar_comm_set_world(&world);
+    return &world;
+}
+#endif

@@ -1,0 +1,274 @@
+/* Data-parallel training under mpirun (study/dp.h): the bytes of
+ * model.safetensors from 2 and 4 ranks against one process with the same
+ * grad_accum, for baseline, Full and Block AttnRes; ZeRO-1 against
+ * unsharded; a resume with another number of ranks; a grad_accum the ranks
+ * do not divide; a rank killed mid-run.  Every rank and the one process run
+ * 1 thread, since the thread count changes how sums are split.  Skips where
+ * this build has no MPI or mpirun is missing. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "formats/safetensors.h"
+#include "study/checkpoint.h"
+#include "testutil.h"
+
+static const char *bin(void)
+{
+    const char *b = tu_bin();
+    if (!b)
+        cr_skip_test("AR_BIN is not set");
+    return b;
+}
+
+static void need_mpi(void)
+{
+    const char *m = getenv("AR_MPI");
+    if (!m || strcmp(m, "1") != 0)
+        cr_skip_test("this build has no MPI (meson -Dmpi)");
+    int st;
+    free(tu_run("command -v mpirun", &st));
+    if (st != 0)
+        cr_skip_test("mpirun is not installed (tools/install-deps.sh installs Open MPI)");
+}
+
+/* mpirun as root needs the first two; --oversubscribe lets 4 ranks share 2
+ * cores.  Under AddressSanitizer the ranks skip the leak check: Open MPI
+ * keeps what it allocates until exit, from code LeakSanitizer cannot unwind
+ * (attnres's own leaks are checked by every one-process test). */
+#define MPIRUN                                                                                           \
+    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "     \
+    "mpirun --oversubscribe -x OMP_NUM_THREADS=1 -x ASAN_OPTIONS=detect_leaks=0 -np "
+
+#define TINY                                                                                             \
+    "--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set model.d_ff=64 "             \
+    "--set model.seq_len=16 --set train.batch_size=2 --set train.grad_accum=4 --set train.steps=6 "      \
+    "--set train.warmup=2 --set train.log_every=1 --set train.eval_every=3 --set train.eval_windows=6 "  \
+    "--set train.save_every=3 --set train.threads=1 --set data.train=corpus.txt"
+
+/* Runs a shell command in dir; returns its output (malloc'd). */
+static char *sh(const char *dir, int *st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static char *sh(const char *dir, int *st, const char *fmt, ...)
+{
+    char body[4096], cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "cd '%s' || exit 1; %s", dir, body);
+    return tu_run(cmd, st);
+}
+
+static void train(const char *dir, int ranks, const char *kind, const char *extra, const char *out)
+{
+    int st;
+    char *o = ranks > 0 ? sh(dir, &st, MPIRUN "%d '%s' train " TINY " %s %s --out %s", ranks, bin(), kind, extra, out)
+                        : sh(dir, &st, "OMP_NUM_THREADS=1 '%s' train " TINY " %s %s --out %s", bin(), kind, extra, out);
+    cr_assert_eq(st, 0, "%s ranks, %s %s: exit %d\n%s", ranks > 0 ? "mpirun" : "1 process", kind, extra, st, o);
+    free(o);
+}
+
+/* The tensors' bytes of two safetensors files are the same. */
+static void same_tensors(const char *a, const char *b, const char *what)
+{
+    ar_st_file fa, fb;
+    ar_err e;
+    cr_assert_eq(ar_st_read(&fa, a, &e), 0, "%s", e.msg);
+    cr_assert_eq(ar_st_read(&fb, b, &e), 0, "%s", e.msg);
+    cr_assert_eq(fa.n, fb.n, "%s: %d and %d tensors", what, fa.n, fb.n);
+    for (int i = 0; i < fa.n; i++) {
+        const ar_st_tensor *ta = &fa.t[i], *tb = ar_st_find(&fb, ta->name);
+        cr_assert(tb, "%s: '%s' missing", what, ta->name);
+        uint64_t n = ta->end - ta->begin;
+        cr_assert_eq(n, tb->end - tb->begin);
+        cr_expect(memcmp(fa.data + ta->begin, fb.data + tb->begin, n) == 0,
+                  "%s: tensor '%s' differs between %s and %s", what, ta->name, a, b);
+    }
+    ar_st_free(&fa);
+    ar_st_free(&fb);
+}
+
+static const char *setup_dir(void)
+{
+    const char *dir = tu_tmpdir();
+    tu_write_corpus_text(tu_path(dir, "corpus.txt"));
+    return dir;
+}
+
+static void ranks_match_one_process(const char *kind, const char *name)
+{
+    need_mpi();
+    const char *dir = setup_dir();
+    train(dir, 0, kind, "", "one");
+    train(dir, 2, kind, "", "two");
+    char a[4200], b[4200];
+    snprintf(a, sizeof a, "%s/one/model.safetensors", dir);
+    snprintf(b, sizeof b, "%s/two/model.safetensors", dir);
+    same_tensors(a, b, name);
+    snprintf(a, sizeof a, "%s/one/optimizer.safetensors", dir);
+    snprintf(b, sizeof b, "%s/two/optimizer.safetensors", dir);
+    same_tensors(a, b, name);
+    /* the same losses, evaluations included, logged once by rank 0 */
+    size_t na, nb;
+    char *ma = tu_read_file(tu_path(tu_path(dir, "one"), "metrics.jsonl"), &na);
+    char *mb = tu_read_file(tu_path(tu_path(dir, "two"), "metrics.jsonl"), &nb);
+    int la = 0, lb = 0;
+    for (size_t i = 0; i < na; i++)
+        la += ma[i] == '\n';
+    for (size_t i = 0; i < nb; i++)
+        lb += mb[i] == '\n';
+    cr_expect_eq(la, lb, "%s: %d metrics lines from one process, %d from two ranks", name, la, lb);
+    const char *keys[] = {"\"loss\":", "\"val_loss\":", "\"grad_norm\":"};
+    for (int k = 0; k < 3; k++) {
+        const char *pa = ma, *pb = mb;
+        while ((pa = strstr(pa, keys[k])) && (pb = strstr(pb, keys[k]))) {
+            size_t n = strcspn(pa, ",}");
+            cr_expect(strncmp(pa, pb, n) == 0, "%s: %.*s against %.*s", name, (int)n, pa, (int)strcspn(pb, ",}"),
+                      pb);
+            pa += n;
+            pb += n;
+        }
+    }
+    free(ma);
+    free(mb);
+}
+
+Test(mpi, two_ranks_baseline_bit_identical, .timeout = 300)
+{
+    ranks_match_one_process("--set model.residual.kind=baseline", "baseline");
+}
+Test(mpi, two_ranks_full_bit_identical, .timeout = 300)
+{
+    ranks_match_one_process("--set model.residual.kind=full", "full");
+}
+Test(mpi, two_ranks_block_bit_identical, .timeout = 300)
+{
+    ranks_match_one_process("--set model.residual.kind=block --set model.residual.block_size=2", "block");
+}
+
+/* 4 ranks of one micro-batch each, and ZeRO-1 on 2 and 4 ranks: the bytes
+ * of one process. */
+Test(mpi, four_ranks_and_sharded_optimizer_bit_identical, .timeout = 300)
+{
+    need_mpi();
+    const char *dir = setup_dir();
+    const char *kind = "--set model.residual.kind=block --set model.residual.block_size=2";
+    train(dir, 0, kind, "", "one");
+    train(dir, 4, kind, "", "four");
+    train(dir, 2, kind, "--set parallel.shard_optimizer=true", "zero2");
+    train(dir, 4, kind, "--set parallel.shard_optimizer=true", "zero4");
+    const char *runs[] = {"four", "zero2", "zero4"};
+    for (int i = 0; i < 3; i++)
+        for (int f = 0; f < 2; f++) {
+            const char *file = f ? "optimizer.safetensors" : "model.safetensors";
+            char a[4200], b[4200];
+            snprintf(a, sizeof a, "%s/one/%s", dir, file);
+            snprintf(b, sizeof b, "%s/%s/%s", dir, runs[i], file);
+            same_tensors(a, b, runs[i]);
+        }
+}
+
+/* Stopped after 3 steps on 2 sharded ranks, resumed in one process: the
+ * bytes of 6 steps straight (constant rate, so the cut changes no lr). */
+Test(mpi, resume_with_another_number_of_ranks, .timeout = 300)
+{
+    need_mpi();
+    const char *dir = setup_dir();
+    const char *kind = "--set model.residual.kind=full --set train.schedule=constant";
+    train(dir, 0, kind, "", "straight");
+    train(dir, 2, kind, "--set parallel.shard_optimizer=true --set train.steps=3", "cut");
+    int st;
+    char *o = sh(dir, &st, "OMP_NUM_THREADS=1 '%s' train --resume cut --set train.steps=6", bin());
+    cr_assert_eq(st, 0, "%s", o);
+    free(o);
+    char a[4200], b[4200];
+    snprintf(a, sizeof a, "%s/straight/model.safetensors", dir);
+    snprintf(b, sizeof b, "%s/cut/model.safetensors", dir);
+    same_tensors(a, b, "resumed");
+    /* and back: 1 process for 3 steps, 4 ranks for the rest */
+    train(dir, 0, kind, "--set train.steps=3", "cut1");
+    o = sh(dir, &st, MPIRUN "4 '%s' train --resume cut1 --set train.steps=6", bin());
+    cr_assert_eq(st, 0, "%s", o);
+    free(o);
+    snprintf(b, sizeof b, "%s/cut1/model.safetensors", dir);
+    same_tensors(a, b, "resumed on 4 ranks");
+}
+
+Test(mpi, grad_accum_the_ranks_do_not_divide_is_refused, .timeout = 120)
+{
+    need_mpi();
+    const char *dir = setup_dir();
+    int st;
+    char *o = sh(dir, &st, MPIRUN "2 '%s' train " TINY " --set train.grad_accum=3 --out odd 2>&1", bin());
+    cr_expect_neq(st, 0, "%s", o);
+    cr_expect(strstr(o, "attnres: error: 'train.grad_accum' (3) is not a multiple of the 2 ranks"), "%s", o);
+    /* said once, by rank 0 */
+    const char *first = strstr(o, "is not a multiple");
+    cr_expect(first && !strstr(first + 1, "is not a multiple"), "the error is printed more than once:\n%s", o);
+    cr_expect_neq(access(tu_path(dir, "odd"), F_OK), 0, "a refused run left its directory");
+    free(o);
+}
+
+/* A rank killed mid-run: mpirun ends the job within seconds, naming the
+ * rank; the checkpoint already saved is intact and the run resumes. */
+Test(mpi, a_killed_rank_ends_the_job_and_the_run_resumes, .timeout = 300)
+{
+    need_mpi();
+    const char *dir = setup_dir();
+    int st;
+    char *o = sh(dir, &st,
+                 "(" MPIRUN "2 '%s' train " TINY " --set train.steps=1000000 --set train.save_every=2 "
+                 "--set model.d_model=128 --set model.seq_len=64 --out k "
+                 "> k.log 2>&1; echo $? > k.status) & "
+                 "for i in $(seq 600); do [ -f k/model.safetensors ] && break; sleep 0.1; done; "
+                 "sleep 0.5; victim=$(pgrep -f -n \"^[^ ]*attnres train\"); kill -9 $victim; "
+                 "for i in $(seq 300); do [ -f k.status ] && break; sleep 0.1; done; "
+                 "cat k.status; cat k.log",
+                 bin());
+    cr_assert_eq(st, 0, "%s", o);
+    cr_expect(access(tu_path(dir, "k.status"), F_OK) == 0, "the job did not end within 30 s of the kill:\n%s", o);
+    cr_expect(strstr(o, "rank") && (strstr(o, "signal 9") || strstr(o, "Killed")),
+              "mpirun does not say which rank died:\n%s", o);
+    free(o);
+    ar_config saved;
+    long step = 0;
+    ar_err e = {{0}};
+    cr_assert_eq(ar_ckpt_read_config(tu_path(dir, "k"), &saved, &step, &e), 0, "the checkpoint: %s", e.msg);
+    o = sh(dir, &st, "OMP_NUM_THREADS=1 '%s' train --resume k --set train.steps=%ld", bin(), step + 2);
+    cr_expect_eq(st, 0, "resuming after the kill (checkpoint of step %ld) failed:\n%s", step, o);
+    cr_expect(strstr(o, "done:"), "%s", o);
+    free(o);
+}
+
+/* Ctrl-C to mpirun: every rank stops after the same step, rank 0 saves
+ * once, and the run resumes from that checkpoint. */
+Test(mpi, sigint_to_mpirun_saves_once_and_stops_every_rank, .timeout = 300)
+{
+    need_mpi();
+    const char *dir = setup_dir();
+    int st;
+    char *o = sh(dir, &st,
+                 "(" MPIRUN "2 '%s' train " TINY " --set train.steps=1000000 --set train.save_every=0 "
+                 "--set train.eval_every=0 --set model.d_model=128 --set model.seq_len=64 --out s "
+                 "> s.log 2>&1; echo $? > s.status) & "
+                 "for i in $(seq 600); do [ -s s/metrics.jsonl ] && break; sleep 0.1; done; sleep 0.5; "
+                 "kill -INT $(pgrep -x mpirun | tail -1); "
+                 "for i in $(seq 600); do [ -f s.status ] && break; sleep 0.1; done; cat s.log",
+                 bin());
+    cr_assert_eq(st, 0, "%s", o);
+    cr_expect(access(tu_path(dir, "s.status"), F_OK) == 0, "the job did not stop within 60 s:\n%s", o);
+    cr_expect(strstr(o, "checkpoint saved; continue with: attnres train --resume s"), "%s", o);
+    const char *first = strstr(o, "interrupted at step");
+    cr_expect(first && !strstr(first + 1, "interrupted at step"), "not said once, by rank 0:\n%s", o);
+    free(o);
+    ar_config saved;
+    long step = 0;
+    ar_err e = {{0}};
+    cr_assert_eq(ar_ckpt_read_config(tu_path(dir, "s"), &saved, &step, &e), 0, "%s", e.msg);
+    o = sh(dir, &st, MPIRUN "2 '%s' train --resume s --set train.steps=%ld", bin(), step + 2);
+    cr_expect_eq(st, 0, "%s", o);
+    cr_expect(strstr(o, "done:"), "%s", o);
+    free(o);
+}
