@@ -9,6 +9,7 @@
 
 #include "../formats/config.h"
 #include "../study/ablate.h"
+#include "../study/comm.h"
 #include "cmds.h"
 #include "options.h"
 #include "signals.h"
@@ -111,17 +112,24 @@ int cmd_ablate(int argc, char **argv)
     printf("\n");
     fflush(stdout);
     sweep_warn_configs(&ab.sweep);
+    if (ar_comm_world()->size > 1 && jobs > 1) {
+        /* forking beside MPI is unsafe: under mpirun each rank is one job */
+        cli_usage_error(usage, "'--jobs' runs runs side by side in one process; under mpirun each rank trains "
+                               "one run at a time: drop '--jobs'");
+        rc = AR_EXIT_USAGE;
+        goto done;
+    }
     cli_catch_signals(NULL, NULL);
     sweep_view vw = {.s = &ab.sweep, .tty = jobs == 1 && isatty(STDOUT_FILENO)};
     ar_sweep_opts o = {.out_dir = runs, .jobs = (int)jobs, .event = sweep_view_event,
                        .progress = sweep_view_progress, .ud = &vw, .interrupt = &cli_interrupted};
     ar_sweep_result res;
-    int st = ar_sweep_run_all(&ab.sweep, &o, &res, &e);
+    int st = ar_sweep_run_ranks(&ab.sweep, &o, ar_comm_world(), &res, &e);
     sweep_view_end(&vw);
     stat = ar_xcalloc((size_t)ab.nvariants, sizeof *stat);
     ar_err re = {{0}};
     /* the report of whatever has finished, also after an interruption or failure */
-    int rep = ar_ablate_report(&ab, out, stat, &re);
+    int rep = ar_comm_world()->rank == 0 ? ar_ablate_report(&ab, out, stat, &re) : 0;
     if (st != 0) {
         cli_error("%s", e.msg);
     } else if (rep != 0) {

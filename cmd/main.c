@@ -76,8 +76,9 @@ static int cmd_help(int argc, char **argv)
 }
 
 /* Under mpirun: every rank runs the command; rank 0 alone prints.  The
- * commands that use ranks are train (data parallelism) and eval (its
- * windows split over the ranks); any other refuses more than one. */
+ * commands that use ranks are train (data parallelism), eval (its windows
+ * split over the ranks), sweep and ablate (their runs spread over the
+ * ranks); any other refuses more than one. */
 static int run_ranks(const command *c, int argc, char **argv)
 {
     ar_err e = {{0}};
@@ -91,9 +92,13 @@ static int run_ranks(const command *c, int argc, char **argv)
         (void)!freopen("/dev/null", "w", stdout);
     }
     int rc;
-    if (w->size > 1 && strcmp(c->name, "train") != 0 && strcmp(c->name, "eval") != 0) {
-        cli_error("'attnres %s' runs in one process: start it without mpirun (train and eval use the ranks "
-                  "of an mpirun launch)",
+    const char *ranked[] = {"train", "eval", "sweep", "ablate"};
+    int uses_ranks = 0;
+    for (size_t i = 0; i < sizeof ranked / sizeof *ranked; i++)
+        uses_ranks |= strcmp(c->name, ranked[i]) == 0;
+    if (w->size > 1 && !uses_ranks) {
+        cli_error("'attnres %s' runs in one process: start it without mpirun (train, eval, sweep and ablate "
+                  "use the ranks of an mpirun launch)",
                   c->name);
         rc = AR_EXIT_USAGE;
     } else {

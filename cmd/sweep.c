@@ -7,6 +7,7 @@
 
 #include "../formats/sweep.h"
 #include "../study/sweep.h"
+#include "../study/comm.h"
 #include "cmds.h"
 #include "options.h"
 #include "signals.h"
@@ -98,12 +99,19 @@ int cmd_sweep(int argc, char **argv)
         rc = AR_EXIT_OK;
         goto done;
     }
+    if (ar_comm_world()->size > 1 && jobs > 1) {
+        /* forking beside MPI is unsafe: under mpirun each rank is one job */
+        cli_usage_error(usage, "'--jobs' runs runs side by side in one process; under mpirun each rank trains "
+                               "one run at a time: drop '--jobs'");
+        rc = AR_EXIT_USAGE;
+        goto done;
+    }
     cli_catch_signals(NULL, NULL);
     sweep_view v = {.s = &s, .tty = jobs == 1 && isatty(STDOUT_FILENO)};
     ar_sweep_opts o = {.out_dir = out, .jobs = (int)jobs, .event = sweep_view_event,
                        .progress = sweep_view_progress, .ud = &v, .interrupt = &cli_interrupted};
     ar_sweep_result res;
-    int st = ar_sweep_run_all(&s, &o, &res, &e);
+    int st = ar_sweep_run_ranks(&s, &o, ar_comm_world(), &res, &e);
     sweep_view_end(&v);
     if (st != 0) {
         cli_error("%s", e.msg);

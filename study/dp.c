@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* One gradient bucket's reduction.  Its floats are cut into P parts at
  * AR_NORM_CHUNK boundaries (so the norm's chunks are whole on one rank),
@@ -35,6 +36,8 @@ struct ar_dp {
     size_t *olo, *ohi; /* the optimizer's ranges */
     ar_err err;        /* the first failure of a grad_ready callback */
     int failed;
+    double wait_s;     /* the last step's wait in ar_dp_finish: reduction not hidden */
+    double reduce_s;   /* one whole-gradient reduction, blocking (ar_dp_measure) */
 };
 
 static int bitrev(int x, int bits)
@@ -343,6 +346,13 @@ int ar_dp_end(ar_dp *d, int i, ar_err *e)
     return 0;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 int ar_dp_finish(ar_dp *d, ar_err *e)
 {
     d->m->grad_ready = NULL;
@@ -350,7 +360,29 @@ int ar_dp_finish(ar_dp *d, ar_err *e)
         *e = d->err;
         return -1;
     }
-    return progress(d, 1, e);
+    double t0 = now_s();
+    int rc = progress(d, 1, e);
+    d->wait_s = now_s() - t0;
+    return rc;
+}
+
+int ar_dp_measure(ar_dp *d, ar_err *e)
+{
+    if (d->P == 1)
+        return 0;
+    /* the same exchanges as a step's, on a scratch copy of the gradient */
+    float *x = d->be->alloc(d->m->pt.total * sizeof(float));
+    double t0 = now_s();
+    int rc = exchange_all(d, x, 0, 2 * d->L2, e);
+    d->reduce_s = now_s() - t0;
+    d->be->free(x);
+    return rc;
+}
+
+void ar_dp_times(const ar_dp *d, double *wait_s, double *reduce_s)
+{
+    *wait_s = d->wait_s;
+    *reduce_s = d->reduce_s;
 }
 
 int ar_dp_grad_norm(ar_dp *d, double *norm, ar_err *e)

@@ -54,6 +54,13 @@ int ar_dp_end(ar_dp *d, int i, ar_err *e);
  * shard: exactly on this rank's shard). */
 int ar_dp_finish(ar_dp *d, ar_err *e);
 
+/* Timing, for metrics.jsonl: ar_dp_measure times one blocking reduction
+ * of the whole gradient (all ranks call it together); ar_dp_times gives
+ * that and the last step's wait in ar_dp_finish, the part of the
+ * reduction the backward did not hide. */
+int ar_dp_measure(ar_dp *d, ar_err *e);
+void ar_dp_times(const ar_dp *d, double *wait_s, double *reduce_s);
+
 /* The step's global gradient norm (ar_grad_norm's chunk grid). */
 int ar_dp_grad_norm(ar_dp *d, double *norm, ar_err *e);
 

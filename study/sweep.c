@@ -18,6 +18,7 @@
 #include "../lib/model.h"
 #include "checkpoint.h"
 #include "child.h"
+#include "comm.h"
 
 int ar_sweep_compute_of(const ar_sweep_run *r, ar_sweep_compute *c, ar_err *e)
 {
@@ -295,6 +296,8 @@ int ar_sweep_run_all(const ar_sweep *s, const ar_sweep_opts *o, ar_sweep_result 
         while (nkids < jobs && next < s->nruns && !interrupted(o) && !res->failed) {
             const ar_sweep_run *r = &s->runs[next];
             int idx = next++;
+            if (o->nranks > 1 && idx % o->nranks != o->rank)
+                continue; /* another rank's */
             snprintf(dir, sizeof dir, "%s/%s", o->out_dir, r->name);
             run_state st;
             long step;
@@ -389,4 +392,35 @@ out:
     free(kids);
     free(rows);
     return rc;
+}
+
+int ar_sweep_run_ranks(const ar_sweep *s, const ar_sweep_opts *o, ar_comm *c, ar_sweep_result *res, ar_err *e)
+{
+    if (!c || c->size == 1)
+        return ar_sweep_run_all(s, o, res, e);
+    ar_sweep_opts mine = *o;
+    mine.rank = c->rank;
+    mine.nranks = c->size;
+    int rc = ar_sweep_run_all(s, &mine, res, e);
+    if (ar_comm_agree(c, rc, e) != 0)
+        return -1;
+    double counts[4] = {res->finished, res->skipped, res->trained, res->interrupted};
+    double *all = ar_xcalloc(4 * (size_t)c->size, sizeof(double));
+    rc = c->ops->allgather(c, counts, all, sizeof counts, e);
+    memset(res, 0, sizeof *res);
+    for (int r = 0; rc == 0 && r < c->size; r++) {
+        res->finished += (int)all[4 * r];
+        res->skipped += (int)all[4 * r + 1];
+        res->trained += (int)all[4 * r + 2];
+        res->interrupted |= all[4 * r + 3] > 0;
+    }
+    free(all);
+    /* every run has finished: rank 0 reads them all back into results.csv,
+     * quietly (no events: each was reported by the rank that trained it) */
+    if (rc == 0 && c->rank == 0 && !res->interrupted) {
+        ar_sweep_opts collect = {.out_dir = o->out_dir, .jobs = 1};
+        ar_sweep_result all_runs;
+        rc = ar_sweep_run_all(s, &collect, &all_runs, e);
+    }
+    return ar_comm_agree(c, rc, e);
 }

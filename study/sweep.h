@@ -56,6 +56,7 @@ typedef struct {
                                                                              training process */
     void *ud;
     volatile sig_atomic_t *interrupt; /* when set: runs save and stop, no new run starts */
+    int rank, nranks; /* nranks > 1: train only the runs i with i % nranks == rank */
 } ar_sweep_opts;
 
 typedef struct {
@@ -67,6 +68,14 @@ typedef struct {
 /* Trains the grid.  Stops starting new runs after the first failure (runs
  * in progress finish) and then returns -1 with that run's message. */
 int ar_sweep_run_all(const ar_sweep *s, const ar_sweep_opts *o, ar_sweep_result *res, ar_err *e);
+
+/* ar_sweep_run_all over the ranks of an mpirun launch (c NULL or of one
+ * rank: this process alone): run i is trained by rank i mod P, each with
+ * the whole run to itself; then rank 0 collects every run into
+ * results.csv.  res counts the runs of every rank, on every rank. */
+struct ar_comm;
+int ar_sweep_run_ranks(const ar_sweep *s, const ar_sweep_opts *o, struct ar_comm *c, ar_sweep_result *res,
+                       ar_err *e);
 
 /* Sum over the invocations recorded in a run's metrics.jsonl of their last
  * elapsed_s, and the last val_loss (NaN if none). */

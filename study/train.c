@@ -488,6 +488,8 @@ static int setup(trainer *t, long *start, ar_err *e)
     rc = ar_comm_agree(t->comm, rc, e);
     if (rc == 0)
         rc = share_state(t, start, o->resume ? &full : NULL, o->resume, e);
+    if (rc == 0)
+        rc = ar_dp_measure(t->dp, e);
     if (full.m)
         ar_adamw_free(&full);
     if (rc != 0)
@@ -600,6 +602,17 @@ static int log_step(trainer *t, long step, long tok_per_step, double loss, doubl
     ar_jw_num(&w, tok_per_step / dt);
     ar_jw_key(&w, "elapsed_s");
     ar_jw_num(&w, now_s() - t0);
+    if (t->comm->size > 1) {
+        /* the reduction's cost: blocking, and what the backward left waiting */
+        double wait_s, reduce_s;
+        ar_dp_times(t->dp, &wait_s, &reduce_s);
+        ar_jw_key(&w, "ranks");
+        ar_jw_int(&w, t->comm->size);
+        ar_jw_key(&w, "reduce_s");
+        ar_jw_num(&w, reduce_s);
+        ar_jw_key(&w, "reduce_wait_s");
+        ar_jw_num(&w, wait_s);
+    }
     if (warning) {
         ar_jw_key(&w, "skipped");
         ar_jw_bool(&w, 1);

@@ -272,3 +272,31 @@ Test(mpi, sigint_to_mpirun_saves_once_and_stops_every_rank, .timeout = 300)
     cr_expect(strstr(o, "done:"), "%s", o);
     free(o);
 }
+
+/* ablate under mpirun: the runs are spread over the ranks, each trained
+ * whole by one rank, and rank 0 writes the report: the same val_loss
+ * column as one process.  A command that cannot use ranks says so. */
+Test(mpi, ablate_spreads_its_runs_and_other_commands_refuse_ranks, .timeout = 300)
+{
+    need_mpi();
+    const char *dir = setup_dir();
+    int st;
+    const char *args = "ablate --variant baseline,block,full --seeds 1 " TINY;
+    char *o = sh(dir, &st, "OMP_NUM_THREADS=1 '%s' %s --out ab1 2>&1", bin(), args);
+    cr_assert_eq(st, 0, "%s", o);
+    free(o);
+    o = sh(dir, &st, MPIRUN "2 '%s' %s --out ab2 2>&1", bin(), args);
+    cr_assert_eq(st, 0, "%s", o);
+    cr_expect(strstr(o, "ablation done: 3 runs (0 reused, 3 trained)"), "%s", o);
+    free(o);
+    o = sh(dir, &st, "cut -d, -f1,6 ab1/results.csv; echo ==; cut -d, -f1,6 ab2/results.csv");
+    char *sep = strstr(o, "==\n");
+    cr_assert(sep, "%s", o);
+    *sep = 0;
+    cr_expect_str_eq(o, sep + 3, "the variants' results differ between 1 process and 2 ranks");
+    free(o);
+    o = sh(dir, &st, MPIRUN "2 '%s' plot ab1/runs/baseline-seed1 2>&1", bin());
+    cr_expect_neq(st, 0);
+    cr_expect(strstr(o, "attnres: error: 'attnres plot' runs in one process: start it without mpirun"), "%s", o);
+    free(o);
+}
