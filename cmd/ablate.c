@@ -112,10 +112,7 @@ int cmd_ablate(int argc, char **argv)
     printf("\n");
     fflush(stdout);
     sweep_warn_configs(&ab.sweep);
-    if (ar_comm_world()->size > 1 && jobs > 1) {
-        /* forking beside MPI is unsafe: under mpirun each rank is one job */
-        cli_usage_error(usage, "'--jobs' runs runs side by side in one process; under mpirun each rank trains "
-                               "one run at a time: drop '--jobs'");
+    if (sweep_check_jobs(usage, jobs) != 0) {
         rc = AR_EXIT_USAGE;
         goto done;
     }

@@ -6,8 +6,8 @@
 #include "../formats/json.h"
 #include "../formats/tokens.h"
 #include "../study/checkpoint.h"
-#include "../study/eval.h"
 #include "../study/comm.h"
+#include "../study/eval.h"
 #include "cmds.h"
 #include "options.h"
 

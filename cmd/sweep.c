@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include "../formats/sweep.h"
-#include "../study/sweep.h"
 #include "../study/comm.h"
+#include "../study/sweep.h"
 #include "cmds.h"
 #include "options.h"
 #include "signals.h"
@@ -99,10 +99,7 @@ int cmd_sweep(int argc, char **argv)
         rc = AR_EXIT_OK;
         goto done;
     }
-    if (ar_comm_world()->size > 1 && jobs > 1) {
-        /* forking beside MPI is unsafe: under mpirun each rank is one job */
-        cli_usage_error(usage, "'--jobs' runs runs side by side in one process; under mpirun each rank trains "
-                               "one run at a time: drop '--jobs'");
+    if (sweep_check_jobs(usage, jobs) != 0) {
         rc = AR_EXIT_USAGE;
         goto done;
     }

@@ -1,10 +1,12 @@
 #include "sweep_view.h"
 
-#include "../formats/config.h"
-
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "../formats/config.h"
+#include "../study/comm.h"
+#include "cmds.h"
 
 void sweep_view_end(sweep_view *v)
 {
@@ -90,4 +92,12 @@ void sweep_warn_configs(const ar_sweep *s)
         else
             fprintf(stderr, "attnres: warning: run '%s': %s\n", s->runs[i].name, msg);
     }
+}
+
+int sweep_check_jobs(const char *usage, long jobs)
+{
+    if (ar_comm_world()->size == 1 || jobs <= 1)
+        return 0;
+    return cli_usage_error(usage, "'--jobs' trains runs side by side in one process; under mpirun each rank "
+                                  "trains one run at a time: drop '--jobs'");
 }

@@ -23,6 +23,10 @@ void sweep_view_end(sweep_view *v);
  * each distinct one once, naming the first run it applies to. */
 void sweep_warn_configs(const ar_sweep *s);
 
+/* --jobs under mpirun: refused above 1 (forking beside MPI is unsafe, and
+ * each rank is one job), with the usage error; 0 when fine. */
+int sweep_check_jobs(const char *usage, long jobs);
+
 /* runs/<prefix><config stem> (fallback stem without a config): the same on
  * every invocation, so that a rerun finds its runs. */
 void sweep_default_out(const char *config, const char *prefix, const char *fallback, char *out, size_t n);

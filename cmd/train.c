@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include "../formats/config.h"
-#include "../study/train.h"
 #include "../study/comm.h"
 #include "../study/dp.h"
+#include "../study/train.h"
 #include "cmds.h"
 #include "options.h"
 #include "signals.h"

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/module.h"
 #include "../lib/backend.h"
 
 static int self_p2p(ar_comm *c, int peer, ar_err *e)
@@ -148,6 +149,31 @@ ar_comm *ar_comm_mpi_init(int *argc, char ***argv, ar_err *e)
     return NULL;
 }
 #endif
+
+#ifndef AR_NCCL_MODULE_INSTALL
+#define AR_NCCL_MODULE_INSTALL ""
+#endif
+
+ar_comm *ar_comm_nccl(ar_err *e)
+{
+    static ar_comm *nccl;
+    if (nccl)
+        return nccl;
+#ifndef AR_HAVE_NCCL
+    ar_fail(e, "data parallelism on GPUs needs NCCL, and this attnres was built without it (meson finds NCCL "
+               "with the CUDA toolkit and Open MPI): run it with '--device cpu', or in one process");
+    return NULL;
+#else
+    if (!world) {
+        ar_fail(e, "NCCL needs the ranks of an mpirun launch");
+        return NULL;
+    }
+    ar_comm *(*open)(ar_comm *, ar_err *);
+    *(void **)&open = ar_module_entry("libattnres-nccl.so", "ATTNRES_NCCL_MODULE", AR_NCCL_MODULE_INSTALL,
+                                      "ar_nccl_module_open", "nccl communicator", e);
+    return open ? (nccl = open(world, e)) : NULL;
+#endif
+}
 
 /* set by comm_mpi.c */
 void ar_comm_set_world(ar_comm *c);

@@ -6,7 +6,8 @@
  * norms, decisions).  One interface, three implementations:
  *   self   one process, P = 1: nothing to send (the default)
  *   mpi    Open MPI, started by mpirun (study/comm_mpi.c)
- *   nccl   point-to-point between GPUs, control data over MPI (not yet)
+ *   nccl   point-to-point between GPUs, control data over MPI
+ *          (study/comm_nccl.c; compiled, never run: no GPU so far)
  * so that the MPI tests exercise every line of the reduction but the calls
  * that move bytes.  Buffers of isend/irecv live where the model's backend
  * keeps its tensors (host memory for the CPU backend). */
@@ -37,6 +38,14 @@ typedef struct {
     int (*allgather)(ar_comm *c, const void *in, void *out, size_t bytes, ar_err *e);
     int (*sum_doubles)(ar_comm *c, double *x, size_t n, ar_err *e);
     void (*finalize)(ar_comm *c);
+    /* NCCL's way, where MPI's are NULL: the sends, receives and adds of an
+     * exchange queue on the device in order (so an exchange may be queued
+     * before the one it depends on has run; the requests are NULL), a send
+     * and a receive with one peer must be issued as one group, and sync
+     * waits for everything queued. */
+    int (*group)(ar_comm *c, int begin, ar_err *e);
+    void (*add)(ar_comm *c, float *y, const float *x, size_t n); /* y += x in the queue's order */
+    int (*sync)(ar_comm *c, ar_err *e);
 } ar_comm_ops;
 
 struct ar_comm {
@@ -60,6 +69,14 @@ ar_comm *ar_comm_mpi_init(int *argc, char ***argv, ar_err *e);
 /* The communicator of this process: the MPI world once ar_comm_mpi_init
  * has run, else self. */
 ar_comm *ar_comm_world(void);
+
+/* The GPUs of the world's ranks, one each (chosen by local rank), joined
+ * by NCCL (ncclGetUniqueId on rank 0, MPI_Bcast) for the gradient's
+ * exchanges; control data still goes over MPI.  It lives in a module of
+ * its own, libattnres-nccl.so, loaded here on first use, so attnres starts
+ * without the CUDA libraries.  NULL with e set where it was not built or
+ * cannot start. */
+ar_comm *ar_comm_nccl(ar_err *e);
 
 /* Waits for every request (done ones may be passed again: h is NULL). */
 int ar_comm_waitall(ar_comm *c, ar_comm_req *r, int n, ar_err *e);

@@ -142,6 +142,88 @@ static const ar_comm_ops mpi_ops = {
     .finalize = mpi_finalize,
 };
 
+/* The same world in NCCL's way (comm.h: group, add, sync), for the tests:
+ * the send and the receive of a group go out together when it closes, and
+ * complete there, so every request is done at once and an add that follows
+ * a receive finds its data, as NCCL's stream order guarantees on a GPU.
+ * Chosen by ATTNRES_TEST_STREAM_ORDER=1: the MPI tests then run dp.c's
+ * NCCL path, all but the NCCL calls. */
+typedef struct {
+    int n;
+    struct {
+        int send;
+        void *buf;
+        size_t bytes;
+        int peer, tag;
+    } op[2];
+} pending_group;
+static pending_group grp;
+
+static int ord_queue(ar_comm *c, int send, void *buf, size_t bytes, int peer, int tag, ar_comm_req *r, ar_err *e)
+{
+    r->h = NULL;
+    if (grp.n == 2)
+        return ar_fail(e, "rank %d: more than a send and a receive in one exchange", c->rank);
+    grp.op[grp.n].send = send;
+    grp.op[grp.n].buf = buf;
+    grp.op[grp.n].bytes = bytes;
+    grp.op[grp.n].peer = peer;
+    grp.op[grp.n++].tag = tag;
+    return 0;
+}
+
+static int ord_isend(ar_comm *c, const void *buf, size_t bytes, int peer, int tag, ar_comm_req *r, ar_err *e)
+{
+    return ord_queue(c, 1, (void *)buf, bytes, peer, tag, r, e);
+}
+
+static int ord_irecv(ar_comm *c, void *buf, size_t bytes, int peer, int tag, ar_comm_req *r, ar_err *e)
+{
+    return ord_queue(c, 0, buf, bytes, peer, tag, r, e);
+}
+
+static int ord_group(ar_comm *c, int begin, ar_err *e)
+{
+    if (begin) {
+        grp.n = 0;
+        return 0;
+    }
+    ar_comm_req q[2] = {{NULL}, {NULL}};
+    int rc = 0;
+    for (int i = 0; i < grp.n && rc == 0; i++)
+        rc = grp.op[i].send ? mpi_isend(c, grp.op[i].buf, grp.op[i].bytes, grp.op[i].peer, grp.op[i].tag, &q[i], e)
+                            : mpi_irecv(c, grp.op[i].buf, grp.op[i].bytes, grp.op[i].peer, grp.op[i].tag, &q[i], e);
+    grp.n = 0;
+    return rc == 0 ? ar_comm_waitall(c, q, 2, e) : -1;
+}
+
+static void ord_add(ar_comm *c, float *y, const float *x, size_t n)
+{
+    (void)c;
+    for (size_t i = 0; i < n; i++)
+        y[i] += x[i];
+}
+
+static int ord_sync(ar_comm *c, ar_err *e)
+{
+    (void)c, (void)e;
+    return 0;
+}
+
+static const ar_comm_ops ordered_ops = {
+    .name = "mpi-stream-order",
+    .isend = ord_isend,
+    .irecv = ord_irecv,
+    .test = mpi_test,
+    .bcast = mpi_bcast,
+    .allgather = mpi_allgather,
+    .sum_doubles = mpi_sum,
+    .finalize = mpi_finalize,
+    .group = ord_group,
+    .add = ord_add,
+    .sync = ord_sync,
+};
+
 ar_comm *ar_comm_mpi_init(int *argc, char ***argv, ar_err *e)
 {
     static ar_comm world;
@@ -157,7 +239,8 @@ ar_comm *ar_comm_mpi_init(int *argc, char ***argv, ar_err *e)
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &local);
     MPI_Comm_rank(local, &world.local_rank);
     MPI_Comm_free(&local);
-    world.ops = &mpi_ops;
+    const char *order = getenv("ATTNRES_TEST_STREAM_ORDER");
+    world.ops = order && strcmp(order, "1") == 0 ? &ordered_ops : &mpi_ops;
     ar_comm_set_world(&world);
     return &world;
 }

@@ -197,14 +197,16 @@ static int post(ar_dp *d, int i, float *x, int step, ar_err *e)
     plan_step(d, step, &klo, &kn, &glo, &gn, &partner);
     size_t g0 = b->part[glo], g1 = b->part[glo + gn], k0 = b->part[klo], k1 = b->part[klo + kn];
     int tag = (i << 6) | step;
+    const ar_comm_ops *ops = d->c->ops;
     b->req[0].h = b->req[1].h = NULL;
     float *into = step < d->L2 ? b->recv : x + b->off + k0;
-    if (k1 > k0 && d->c->ops->irecv(d->c, into, (k1 - k0) * sizeof(float), partner, tag, &b->req[0], e) != 0)
+    if (ops->group && ops->group(d->c, 1, e) != 0)
         return -1;
-    if (g1 > g0 &&
-        d->c->ops->isend(d->c, x + b->off + g0, (g1 - g0) * sizeof(float), partner, tag, &b->req[1], e) != 0)
+    if (k1 > k0 && ops->irecv(d->c, into, (k1 - k0) * sizeof(float), partner, tag, &b->req[0], e) != 0)
         return -1;
-    return 0;
+    if (g1 > g0 && ops->isend(d->c, x + b->off + g0, (g1 - g0) * sizeof(float), partner, tag, &b->req[1], e) != 0)
+        return -1;
+    return ops->group ? ops->group(d->c, 0, e) : 0;
 }
 
 /* Completes exchange `step` of bucket i if its messages have arrived:
@@ -225,7 +227,9 @@ static int complete(ar_dp *d, int i, float *x, int step, int wait, ar_err *e)
         int klo, kn, glo, gn, partner;
         plan_step(d, step, &klo, &kn, &glo, &gn, &partner);
         size_t k0 = b->part[klo], k1 = b->part[klo + kn];
-        if (k1 > k0)
+        if (k1 > k0 && d->c->ops->add) /* queued after the receive */
+            d->c->ops->add(d->c, x + b->off + k0, b->recv, k1 - k0);
+        else if (k1 > k0)
             d->be->add(x + b->off + k0, b->recv, k1 - k0);
     }
     return 1;
@@ -249,9 +253,14 @@ static int progress(ar_dp *d, int wait, ar_err *e)
     return 0;
 }
 
+/* Waits for what the communicator queued on the device (NCCL). */
+static int comm_sync(ar_dp *d, ar_err *e) { return d->c->ops->sync ? d->c->ops->sync(d->c, e) : 0; }
+
 /* Runs exchanges [from, to) of every bucket over x, blocking. */
 static int exchange_all(ar_dp *d, float *x, int from, int to, ar_err *e)
 {
+    if (d->c->ops->sync)
+        d->be->sync(); /* x is final on the device before the exchanges queue behind it */
     for (int step = from; step < to; step++) {
         for (int i = 0; i < d->nb; i++)
             if (post(d, i, x, step, e) != 0)
@@ -260,7 +269,7 @@ static int exchange_all(ar_dp *d, float *x, int from, int to, ar_err *e)
             if (complete(d, i, x, step, 1, e) < 0)
                 return -1;
     }
-    return 0;
+    return comm_sync(d, e);
 }
 
 /* ---------------------------------------------------------------- the local tree */
@@ -300,6 +309,8 @@ static void bucket_ready(ar_model *m, int i, void *ud)
         d->be->add(m->grads + b->off, d->unit + b->off, b->len);
     for (int s = d->top - 1; s >= 0; s--)
         d->be->add(m->grads + b->off, d->stk[s] + b->off, b->len);
+    if (d->c->ops->sync)
+        d->be->sync(); /* the bucket is final on the device before its exchanges queue */
     b->started = 1;
     b->step = 0;
     if ((b->nsteps > 0 && post(d, i, m->grads, 0, &d->err) != 0) || progress(d, 0, &d->err) != 0)
@@ -362,6 +373,8 @@ int ar_dp_finish(ar_dp *d, ar_err *e)
     }
     double t0 = now_s();
     int rc = progress(d, 1, e);
+    if (rc == 0)
+        rc = comm_sync(d, e);
     d->wait_s = now_s() - t0;
     return rc;
 }
@@ -445,11 +458,18 @@ int ar_dp_full_moments(ar_dp *d, const ar_adamw *o, float *m, float *v, ar_err *
     spread(d, o, o->v, v);
     if (!d->shard)
         return 0;
-    /* the all-gather works on the backend's memory: on the CPU that is host
-     * memory (a GPU run would stage through the device) */
-    if (exchange_all(d, m, d->L2, 2 * d->L2, e) != 0)
-        return -1;
-    return exchange_all(d, v, d->L2, 2 * d->L2, e);
+    /* the all-gather sends the backend's memory (a GPU's, with NCCL) */
+    float *x = d->be->alloc(total * sizeof(float));
+    int rc = 0;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        float *host = k ? v : m;
+        d->be->upload(x, host, total * sizeof(float));
+        rc = exchange_all(d, x, d->L2, 2 * d->L2, e);
+        if (rc == 0)
+            d->be->download(host, x, total * sizeof(float));
+    }
+    d->be->free(x);
+    return rc;
 }
 
 void ar_dp_take_moments(const ar_dp *d, ar_adamw *o, const float *m, const float *v)

@@ -5,6 +5,18 @@
 #include "comm.h"
 #include "data.h"
 
+/* The protocol's windows of n tokens, at most max_windows (<= 0: all). */
+static int windows_of(const ar_model *m, size_t n, long max_windows, size_t *nw, ar_err *e)
+{
+    *nw = ar_eval_window_count(n, m->T);
+    if (*nw == 0)
+        return ar_fail(e, "evaluation data holds %zu tokens, fewer than one window of seq_len+1 = %d", n,
+                       m->T + 1);
+    if (max_windows > 0 && (size_t)max_windows < *nw)
+        *nw = (size_t)max_windows;
+    return 0;
+}
+
 int ar_evaluate(ar_model *m, const int32_t *x, size_t n, long max_windows, int want_grads,
                 ar_eval_result *r, ar_err *e)
 {
@@ -26,12 +38,9 @@ int ar_evaluate_with(ar_model *m, const int32_t *x, size_t n, long max_windows, 
                      ar_eval_hook hook, void *ud, ar_eval_result *r, ar_err *e)
 {
     int T = m->T;
-    size_t nw = ar_eval_window_count(n, T);
-    if (nw == 0)
-        return ar_fail(e, "evaluation data holds %zu tokens, fewer than one window of seq_len+1 = %d",
-                       n, T + 1);
-    if (max_windows > 0 && (size_t)max_windows < nw)
-        nw = (size_t)max_windows;
+    size_t nw;
+    if (windows_of(m, n, max_windows, &nw, e) != 0)
+        return -1;
     int32_t *in = ar_xmalloc((size_t)m->maxB * T * sizeof(int32_t));
     int32_t *tg = ar_xmalloc((size_t)m->maxB * T * sizeof(int32_t));
     int stats = m->collect_stats;
@@ -68,12 +77,9 @@ int ar_evaluate_ranks(ar_model *m, ar_comm *c, const int32_t *x, size_t n, long 
     if (!c || c->size == 1)
         return ar_evaluate(m, x, n, max_windows, 0, r, e);
     int T = m->T;
-    size_t nw = ar_eval_window_count(n, T);
-    if (nw == 0)
-        return ar_fail(e, "evaluation data holds %zu tokens, fewer than one window of seq_len+1 = %d",
-                       n, T + 1);
-    if (max_windows > 0 && (size_t)max_windows < nw)
-        nw = (size_t)max_windows;
+    size_t nw;
+    if (windows_of(m, n, max_windows, &nw, e) != 0)
+        return -1;
     /* batch i of maxB windows runs on rank i mod P; its sum goes to slot i,
      * zero elsewhere, so summing the slots over ranks is exact and the
      * total adds them in batch order, as one process does */

@@ -420,6 +420,14 @@ static int setup(trainer *t, long *start, ar_err *e)
     char note[512];
     if (!o->resume && ar_config_warning(cfg, note, sizeof note))
         warnf(t, "%s", note);
+    /* GPUs exchange over NCCL, which picks each rank's GPU before the
+     * backend starts on it */
+    if (t->comm->size > 1 && cfg->train.device == AR_DEVICE_CUDA) {
+        ar_comm *nccl = ar_comm_nccl(e);
+        if (ar_comm_agree(t->comm, nccl ? 0 : -1, e) != 0)
+            return -1;
+        t->comm = nccl;
+    }
     const ar_backend *be = o->be;
     if (!be && !(be = ar_backend_open(ar_device_name(cfg->train.device), cfg->train.precision == AR_PREC_BF16, e))) {
         if (o->resume && cfg->train.device != AR_DEVICE_CPU) {
@@ -430,10 +438,6 @@ static int setup(trainer *t, long *start, ar_err *e)
         }
         return -1;
     }
-    if (t->comm->size > 1 && cfg->train.device != AR_DEVICE_CPU)
-        return ar_fail(e, "data-parallel training on '%s' needs NCCL, which this build does not have yet: run "
-                          "it with --device cpu, or in one process",
-                       ar_device_name(cfg->train.device));
     be->set_threads(cfg->train.threads);
     t->threads = omp_get_max_threads();
     if (o->resume && o->force)

@@ -300,3 +300,28 @@ Test(mpi, ablate_spreads_its_runs_and_other_commands_refuse_ranks, .timeout = 30
     cr_expect(strstr(o, "attnres: error: 'attnres plot' runs in one process: start it without mpirun"), "%s", o);
     free(o);
 }
+
+/* dp.c's NCCL path (exchanges grouped and queued in order, adds by the
+ * communicator, one sync), run over MPI (ATTNRES_TEST_STREAM_ORDER,
+ * study/comm_mpi.c): the bytes of one process, unsharded and ZeRO-1. */
+Test(mpi, the_nccl_way_over_mpi_is_bit_identical, .timeout = 300)
+{
+    need_mpi();
+    const char *dir = setup_dir();
+    const char *kind = "--set model.residual.kind=block --set model.residual.block_size=2";
+    train(dir, 0, kind, "", "one");
+    int st;
+    char *o = sh(dir, &st, MPIRUN "2 -x ATTNRES_TEST_STREAM_ORDER=1 '%s' train " TINY " %s --out ordered", bin(), kind);
+    cr_assert_eq(st, 0, "%s", o);
+    free(o);
+    o = sh(dir, &st, MPIRUN "4 -x ATTNRES_TEST_STREAM_ORDER=1 '%s' train " TINY " %s --set parallel.shard_optimizer=true "
+                     "--out ordered4", bin(), kind);
+    cr_assert_eq(st, 0, "%s", o);
+    free(o);
+    char a[4200], b[4200];
+    snprintf(a, sizeof a, "%s/one/model.safetensors", dir);
+    snprintf(b, sizeof b, "%s/ordered/model.safetensors", dir);
+    same_tensors(a, b, "stream order, 2 ranks");
+    snprintf(b, sizeof b, "%s/ordered4/model.safetensors", dir);
+    same_tensors(a, b, "stream order, 4 sharded ranks");
+}
