@@ -1,5 +1,6 @@
 /* attnres: the command table (as git's), help and version. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../study/comm.h"
@@ -84,7 +85,10 @@ static int run_ranks(const command *c, int argc, char **argv)
     ar_err e = {{0}};
     ar_comm *w = ar_comm_mpi_init(&argc, &argv, &e);
     if (!w) {
-        cli_error("%s", e.msg);
+        /* no MPI to ask which rank this is: the launcher's variable says */
+        const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+        if (!rank || strcmp(rank, "0") == 0)
+            cli_error("%s", e.msg);
         return AR_EXIT_FAIL;
     }
     if (w->rank != 0) {

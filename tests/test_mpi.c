@@ -325,3 +325,24 @@ Test(mpi, the_nccl_way_over_mpi_is_bit_identical, .timeout = 300)
     snprintf(b, sizeof b, "%s/ordered4/model.safetensors", dir);
     same_tensors(a, b, "stream order, 4 sharded ranks");
 }
+
+/* 3 and 6 micro-batches per rank (grad_accum 6 and 12 over 2 ranks): the
+ * local sums of odd runs and of the counter's levels, against one
+ * process. */
+Test(mpi, several_micro_batches_per_rank_bit_identical, .timeout = 300)
+{
+    need_mpi();
+    const char *dir = setup_dir();
+    const char *kind = "--set model.residual.kind=full";
+    const char *accum[] = {"--set train.grad_accum=6", "--set train.grad_accum=12"};
+    for (int i = 0; i < 2; i++) {
+        char one[16], two[16], a[4200], b[4200];
+        snprintf(one, sizeof one, "one%d", i);
+        snprintf(two, sizeof two, "two%d", i);
+        train(dir, 0, kind, accum[i], one);
+        train(dir, 2, kind, accum[i], two);
+        snprintf(a, sizeof a, "%s/%s/model.safetensors", dir, one);
+        snprintf(b, sizeof b, "%s/%s/model.safetensors", dir, two);
+        same_tensors(a, b, accum[i]);
+    }
+}
