@@ -46,36 +46,32 @@ static int too_big(ar_comm *c, size_t bytes, ar_err *e)
                    c->rank, bytes);
 }
 
-static int mpi_isend(ar_comm *c, const void *buf, size_t bytes, int peer, int tag, ar_comm_req *r, ar_err *e)
+/* A nonblocking send (send) or receive of bytes with peer. */
+static int post(ar_comm *c, int send, void *buf, size_t bytes, int peer, int tag, ar_comm_req *r, ar_err *e)
 {
     int n;
     MPI_Datatype t;
     if (counted(bytes, &n, &t) != 0)
         return too_big(c, bytes, e);
     MPI_Request *q = malloc(sizeof *q);
-    int rc = MPI_Isend(buf, n, t, peer, tag, MPI_COMM_WORLD, q);
+    int rc = send ? MPI_Isend(buf, n, t, peer, tag, MPI_COMM_WORLD, q)
+                  : MPI_Irecv(buf, n, t, peer, tag, MPI_COMM_WORLD, q);
     if (rc != MPI_SUCCESS) {
         free(q);
-        return mpi_fail(c, rc, "MPI_Isend", e);
+        return mpi_fail(c, rc, send ? "MPI_Isend" : "MPI_Irecv", e);
     }
     r->h = q;
     return 0;
 }
 
+static int mpi_isend(ar_comm *c, const void *buf, size_t bytes, int peer, int tag, ar_comm_req *r, ar_err *e)
+{
+    return post(c, 1, (void *)buf, bytes, peer, tag, r, e);
+}
+
 static int mpi_irecv(ar_comm *c, void *buf, size_t bytes, int peer, int tag, ar_comm_req *r, ar_err *e)
 {
-    int n;
-    MPI_Datatype t;
-    if (counted(bytes, &n, &t) != 0)
-        return too_big(c, bytes, e);
-    MPI_Request *q = malloc(sizeof *q);
-    int rc = MPI_Irecv(buf, n, t, peer, tag, MPI_COMM_WORLD, q);
-    if (rc != MPI_SUCCESS) {
-        free(q);
-        return mpi_fail(c, rc, "MPI_Irecv", e);
-    }
-    r->h = q;
-    return 0;
+    return post(c, 0, buf, bytes, peer, tag, r, e);
 }
 
 static int mpi_test(ar_comm *c, ar_comm_req *r, int *done, ar_err *e)
@@ -191,8 +187,7 @@ static int ord_group(ar_comm *c, int begin, ar_err *e)
     ar_comm_req q[2] = {{NULL}, {NULL}};
     int rc = 0;
     for (int i = 0; i < grp.n && rc == 0; i++)
-        rc = grp.op[i].send ? mpi_isend(c, grp.op[i].buf, grp.op[i].bytes, grp.op[i].peer, grp.op[i].tag, &q[i], e)
-                            : mpi_irecv(c, grp.op[i].buf, grp.op[i].bytes, grp.op[i].peer, grp.op[i].tag, &q[i], e);
+        rc = post(c, grp.op[i].send, grp.op[i].buf, grp.op[i].bytes, grp.op[i].peer, grp.op[i].tag, &q[i], e);
     grp.n = 0;
     return rc == 0 ? ar_comm_waitall(c, q, 2, e) : -1;
 }

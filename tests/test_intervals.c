@@ -53,18 +53,6 @@ static ar_config cell_config(const char *corpus, long steps, long log_every, lon
     return c;
 }
 
-static char *weights(const char *run, size_t *n)
-{
-    ar_st_file f;
-    ar_err e;
-    cr_assert_eq(ar_st_read(&f, tu_path(run, "model.safetensors"), &e), 0, "%s", e.msg);
-    char *b = malloc(f.data_size);
-    memcpy(b, f.data, f.data_size);
-    *n = f.data_size;
-    ar_st_free(&f);
-    return b;
-}
-
 static volatile sig_atomic_t stop;
 static long stop_after;
 
@@ -180,7 +168,7 @@ Test(intervals, every_combination_trains_and_resumes_bit_for_bit, .timeout = 600
                     cr_assert_eq(ar_train(&c, &orr, &r, &e), 0, "%s (resumed after step %ld): %s", name, k, e.msg);
                     cr_assert_eq(r.step, S, "%s", name);
                     size_t na, nb;
-                    char *wa = weights(a, &na), *wb = weights(b, &nb);
+                    char *wa = tu_model_bytes(a, &na), *wb = tu_model_bytes(b, &nb);
                     cr_expect(na == nb && memcmp(wa, wb, na) == 0,
                               "%s: %s after step %ld and resuming does not end with the straight run's weights",
                               name, crash ? "crashing" : "stopping", k);

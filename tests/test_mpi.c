@@ -211,35 +211,50 @@ Test(mpi, grad_accum_the_ranks_do_not_divide_is_refused, .timeout = 120)
     free(o);
 }
 
+/* A long run of 2 ranks into RUN, in the background; once RUN/ready has
+ * content, the shell command `signal`; then up to 60 s for the job to end.
+ * The output: "ended" if it did, then the job's log. */
+static char *signalled_run(const char *dir, const char *run, const char *extra, const char *ready,
+                           const char *signal)
+{
+    int st;
+    char *o = sh(dir, &st,
+                 "rm -f %s.status; (" MPIRUN "2 '%s' train " TINY " --set train.steps=1000000 "
+                 "--set model.d_model=128 --set model.seq_len=64 %s --out %s > %s.log 2>&1; echo $? > %s.status) & "
+                 "for i in $(seq 600); do [ -s %s/%s ] && break; sleep 0.1; done; sleep 0.5; %s; "
+                 "for i in $(seq 600); do [ -f %s.status ] && echo ended && break; sleep 0.1; done; cat %s.log",
+                 run, bin(), extra, run, run, run, run, ready, signal, run, run);
+    cr_assert_eq(st, 0, "%s", o);
+    return o;
+}
+
+/* The run resumes from its checkpoint, for two more steps. */
+static void resumes(const char *dir, const char *run, const char *launcher)
+{
+    ar_config saved;
+    long step = 0;
+    ar_err e = {{0}};
+    cr_assert_eq(ar_ckpt_read_config(tu_path(dir, run), &saved, &step, &e), 0, "the checkpoint: %s", e.msg);
+    int st;
+    char *o = sh(dir, &st, "%s '%s' train --resume %s --set train.steps=%ld", launcher, bin(), run, step + 2);
+    cr_expect_eq(st, 0, "resuming from the checkpoint of step %ld failed:\n%s", step, o);
+    cr_expect(strstr(o, "done:"), "%s", o);
+    free(o);
+}
+
 /* A rank killed mid-run: mpirun ends the job within seconds, naming the
  * rank; the checkpoint already saved is intact and the run resumes. */
 Test(mpi, a_killed_rank_ends_the_job_and_the_run_resumes, .timeout = 300)
 {
     need_mpi();
     const char *dir = setup_dir();
-    int st;
-    char *o = sh(dir, &st,
-                 "(" MPIRUN "2 '%s' train " TINY " --set train.steps=1000000 --set train.save_every=2 "
-                 "--set model.d_model=128 --set model.seq_len=64 --out k "
-                 "> k.log 2>&1; echo $? > k.status) & "
-                 "for i in $(seq 600); do [ -f k/model.safetensors ] && break; sleep 0.1; done; "
-                 "sleep 0.5; victim=$(pgrep -f -n \"^[^ ]*attnres train\"); kill -9 $victim; "
-                 "for i in $(seq 300); do [ -f k.status ] && break; sleep 0.1; done; "
-                 "cat k.status; cat k.log",
-                 bin());
-    cr_assert_eq(st, 0, "%s", o);
-    cr_expect(access(tu_path(dir, "k.status"), F_OK) == 0, "the job did not end within 30 s of the kill:\n%s", o);
+    char *o = signalled_run(dir, "k", "--set train.save_every=2", "model.safetensors",
+                            "kill -9 $(pgrep -f -n \"^[^ ]*attnres train\")");
+    cr_expect(strncmp(o, "ended", 5) == 0, "the job did not end within 60 s of the kill:\n%s", o);
     cr_expect(strstr(o, "rank") && (strstr(o, "signal 9") || strstr(o, "Killed")),
               "mpirun does not say which rank died:\n%s", o);
     free(o);
-    ar_config saved;
-    long step = 0;
-    ar_err e = {{0}};
-    cr_assert_eq(ar_ckpt_read_config(tu_path(dir, "k"), &saved, &step, &e), 0, "the checkpoint: %s", e.msg);
-    o = sh(dir, &st, "OMP_NUM_THREADS=1 '%s' train --resume k --set train.steps=%ld", bin(), step + 2);
-    cr_expect_eq(st, 0, "resuming after the kill (checkpoint of step %ld) failed:\n%s", step, o);
-    cr_expect(strstr(o, "done:"), "%s", o);
-    free(o);
+    resumes(dir, "k", "OMP_NUM_THREADS=1");
 }
 
 /* Ctrl-C to mpirun: every rank stops after the same step, rank 0 saves
@@ -248,29 +263,14 @@ Test(mpi, sigint_to_mpirun_saves_once_and_stops_every_rank, .timeout = 300)
 {
     need_mpi();
     const char *dir = setup_dir();
-    int st;
-    char *o = sh(dir, &st,
-                 "(" MPIRUN "2 '%s' train " TINY " --set train.steps=1000000 --set train.save_every=0 "
-                 "--set train.eval_every=0 --set model.d_model=128 --set model.seq_len=64 --out s "
-                 "> s.log 2>&1; echo $? > s.status) & "
-                 "for i in $(seq 600); do [ -s s/metrics.jsonl ] && break; sleep 0.1; done; sleep 0.5; "
-                 "kill -INT $(pgrep -x mpirun | tail -1); "
-                 "for i in $(seq 600); do [ -f s.status ] && break; sleep 0.1; done; cat s.log",
-                 bin());
-    cr_assert_eq(st, 0, "%s", o);
-    cr_expect(access(tu_path(dir, "s.status"), F_OK) == 0, "the job did not stop within 60 s:\n%s", o);
+    char *o = signalled_run(dir, "s", "--set train.save_every=0 --set train.eval_every=0", "metrics.jsonl",
+                            "kill -INT $(pgrep -x mpirun | tail -1)");
+    cr_expect(strncmp(o, "ended", 5) == 0, "the job did not stop within 60 s:\n%s", o);
     cr_expect(strstr(o, "checkpoint saved; continue with: attnres train --resume s"), "%s", o);
     const char *first = strstr(o, "interrupted at step");
     cr_expect(first && !strstr(first + 1, "interrupted at step"), "not said once, by rank 0:\n%s", o);
     free(o);
-    ar_config saved;
-    long step = 0;
-    ar_err e = {{0}};
-    cr_assert_eq(ar_ckpt_read_config(tu_path(dir, "s"), &saved, &step, &e), 0, "%s", e.msg);
-    o = sh(dir, &st, MPIRUN "2 '%s' train --resume s --set train.steps=%ld", bin(), step + 2);
-    cr_expect_eq(st, 0, "%s", o);
-    cr_expect(strstr(o, "done:"), "%s", o);
-    free(o);
+    resumes(dir, "s", MPIRUN "2");
 }
 
 /* ablate under mpirun: the runs are spread over the ranks, each trained

@@ -261,18 +261,6 @@ static void stop_at_9(const ar_progress *p, void *ud)
         stop_flag = 1;
 }
 
-static char *read_tensor_bytes(const char *run, size_t *n)
-{
-    ar_st_file f;
-    ar_err e;
-    cr_assert_eq(ar_st_read(&f, tu_path(run, "model.safetensors"), &e), 0, "%s", e.msg);
-    char *b = malloc(f.data_size);
-    memcpy(b, f.data, f.data_size);
-    *n = f.data_size;
-    ar_st_free(&f);
-    return b;
-}
-
 Test(train, resume_is_bit_exact, .timeout = 180)
 {
     const char *dir = tu_tmpdir();
@@ -302,7 +290,7 @@ Test(train, resume_is_bit_exact, .timeout = 180)
     cr_assert_eq(r.step, 20);
 
     size_t na, nb;
-    char *ta = read_tensor_bytes(a, &na), *tb = read_tensor_bytes(b, &nb);
+    char *ta = tu_model_bytes(a, &na), *tb = tu_model_bytes(b, &nb);
     cr_assert_eq(na, nb);
     cr_expect(memcmp(ta, tb, na) == 0, "resumed weights differ from the uninterrupted run");
     free(ta);

@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "formats/safetensors.h"
+
 const char *tu_tmpdir(void)
 {
     static char buf[4096];
@@ -148,4 +150,16 @@ void tu_write_corpus_text(const char *path)
     }
     tu_write_file(path, buf, k);
     free(buf);
+}
+
+char *tu_model_bytes(const char *run, size_t *n)
+{
+    ar_st_file f;
+    ar_err e;
+    cr_assert_eq(ar_st_read(&f, tu_path(run, "model.safetensors"), &e), 0, "%s", e.msg);
+    char *b = malloc(f.data_size);
+    memcpy(b, f.data, f.data_size);
+    *n = f.data_size;
+    ar_st_free(&f);
+    return b;
 }

@@ -15,6 +15,10 @@ void tu_write_file(const char *path, const void *data, size_t n);
 /* Reads a whole file (malloc'd, NUL-terminated); *n gets the size. */
 char *tu_read_file(const char *path, size_t *n);
 
+/* The data area of RUN/model.safetensors (every tensor's bytes, in the
+ * file's order; malloc'd), for bytewise comparisons of two runs. */
+char *tu_model_bytes(const char *run, size_t *n);
+
 /* Training text a byte model learns quickly: `lines` lines of six words
  * from an 8-word vocabulary, drawn by an LCG seeded with seed. */
 void tu_write_corpus_lines(const char *path, int lines, unsigned seed);
