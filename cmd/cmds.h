@@ -16,6 +16,7 @@ int cmd_fit_scaling(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_plot_depth_attn(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
+int cmd_plot_pipeline(int argc, char **argv);
 
 /* Exit statuses: 0 ok, 1 the work failed, 2 the command line was wrong. */
 enum { AR_EXIT_OK = 0, AR_EXIT_FAIL = 1, AR_EXIT_USAGE = 2 };

@@ -25,6 +25,7 @@ static const command commands[] = {
     {"bench", cmd_bench, "measure speed and memory of the residual variants"},
     {"plot", cmd_plot, "draw the training dynamics of runs"},
     {"plot-depth-attn", cmd_plot_depth_attn, "draw what depth attention learned, or the depth mixing matrix"},
+    {"plot-pipeline", cmd_plot_pipeline, "draw the pipeline-parallel schedule and cross-stage block caching"},
     {"help", NULL, "show the manual page of attnres or of a command"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof *commands)

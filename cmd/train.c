@@ -9,7 +9,7 @@
 
 #include "../formats/config.h"
 #include "../study/comm.h"
-#include "../study/dp.h"
+#include "../study/pipe.h"
 #include "../study/train.h"
 #include "cmds.h"
 #include "options.h"
@@ -97,7 +97,7 @@ static int resolve(cli_opts *so, const char *config, const char *resume, ar_conf
     if (config && ar_config_load(cfg, config, e) != 0)
         return -1;
     if (cli_opts_apply(so, cfg, e) != 0 || ar_config_validate(cfg, e) != 0 ||
-        ar_dp_check(ar_comm_world(), &cfg->train, e) != 0)
+        ar_parallel_check(ar_comm_world(), cfg, e) != 0)
         return -1;
     if (access(cfg->data.train, R_OK) != 0 && strcmp(cfg->data.train, AR_DEFAULT_CORPUS) == 0)
         return ar_fail(e, "training data '%s' not found: run 'tools/get-data.sh' to install the King James "

@@ -50,6 +50,10 @@ void ar_config_defaults(ar_config *c)
     t->threads = 0;
     t->device = AR_DEVICE_CPU;
     t->precision = AR_PREC_FP32;
+    c->parallel.pipeline = 1;
+    c->parallel.virtual_stages = 1;
+    c->parallel.cache_blocks = 1;
+    c->parallel.schedule = AR_PIPE_SCHED_1F1B;
 }
 
 int ar_cfg_sublayers(const ar_model_cfg *m)
@@ -161,6 +165,15 @@ const char *ar_precision_name(ar_precision k)
     switch (k) {
     case AR_PREC_FP32: return "fp32";
     case AR_PREC_BF16: return "bf16";
+    }
+    return "unknown";
+}
+
+const char *ar_pipe_sched_name(ar_pipe_sched_kind k)
+{
+    switch (k) {
+    case AR_PIPE_SCHED_1F1B: return "1f1b";
+    case AR_PIPE_SCHED_GPIPE: return "gpipe";
     }
     return "unknown";
 }

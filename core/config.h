@@ -93,10 +93,17 @@ typedef struct {
     ar_precision precision; /* fp32 | bf16 (bf16 needs cuda) */
 } ar_train_cfg;
 
-/* How a run is spread over processes (study/dp.h).  It does not change
- * what the run computes: the same bits for any number of ranks. */
+typedef enum { AR_PIPE_SCHED_1F1B = 0, AR_PIPE_SCHED_GPIPE } ar_pipe_sched_kind;
+
+/* How a run is spread over processes (study/dp.h, study/pipe.h).  Data
+ * parallelism does not change what the run computes (the same bits for
+ * any number of ranks); a pipeline changes it by rounding only. */
 typedef struct {
     int shard_optimizer; /* ZeRO-1: each rank keeps 1/P of the AdamW moments */
+    int pipeline;        /* P pipeline stages (1: none); the world is P x data-parallel degree */
+    int virtual_stages;  /* V chunks per stage (Megatron's interleaving; 1: none) */
+    int cache_blocks;    /* cross-stage caching of block representations (default 1) */
+    ar_pipe_sched_kind schedule; /* 1f1b (interleaved when V > 1) | gpipe */
 } ar_parallel_cfg;
 
 typedef struct {
@@ -133,5 +140,6 @@ const char *ar_query_name(ar_query_kind k);
 const char *ar_sched_name(ar_sched_kind k);
 const char *ar_device_name(ar_device k);
 const char *ar_precision_name(ar_precision k);
+const char *ar_pipe_sched_name(ar_pipe_sched_kind k);
 
 #endif

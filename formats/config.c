@@ -63,6 +63,7 @@ _Static_assert(sizeof(ar_res_kind) == sizeof(int), "KT_ENUM stores enums as int"
 _Static_assert(sizeof(ar_sched_kind) == sizeof(int), "KT_ENUM stores enums as int");
 _Static_assert(sizeof(ar_device) == sizeof(int), "KT_ENUM stores enums as int");
 _Static_assert(sizeof(ar_precision) == sizeof(int), "KT_ENUM stores enums as int");
+_Static_assert(sizeof(ar_pipe_sched_kind) == sizeof(int), "KT_ENUM stores enums as int");
 
 static const char *res_kind_at(int i) { return ar_res_kind_name((ar_res_kind)i); }
 static const char *sched_at(int i) { return ar_sched_name((ar_sched_kind)i); }
@@ -72,7 +73,14 @@ static const char *query_at(int i) { return ar_query_name((ar_query_kind)i); }
 static const char *device_at(int i) { return ar_device_name((ar_device)i); }
 static const char *precision_at(int i) { return ar_precision_name((ar_precision)i); }
 static const char *bool_at(int i) { return i == 0 ? "false" : i == 1 ? "true" : "unknown"; }
+static const char *pipe_sched_at(int i) { return ar_pipe_sched_name((ar_pipe_sched_kind)i); }
+/* The parallel keys are written only where they differ from one process's
+ * defaults, so a run's config.yaml reads the same on any layout. */
 static int emit_shard(const ar_config *c) { return c->parallel.shard_optimizer != 0; }
+static int emit_pipeline(const ar_config *c) { return c->parallel.pipeline > 1; }
+static int emit_virtual(const ar_config *c) { return c->parallel.virtual_stages > 1; }
+static int emit_cache(const ar_config *c) { return c->parallel.cache_blocks != 1; }
+static int emit_pipe_sched(const ar_config *c) { return c->parallel.schedule != AR_PIPE_SCHED_1F1B; }
 
 /* The ablation flags are written only where they differ from their
  * defaults, so configs written before they existed resolve unchanged. */
@@ -153,6 +161,12 @@ static const key_def KEYS[] = {
 
     KEY("parallel.shard_optimizer", KT_ENUM, RG_ANY, parallel.shard_optimizer, .enum_name = bool_at,
         .emit_if = emit_shard),
+    KEY("parallel.pipeline", KT_INT, RG_POS, parallel.pipeline, .emit_if = emit_pipeline),
+    KEY("parallel.virtual", KT_INT, RG_POS, parallel.virtual_stages, .emit_if = emit_virtual),
+    KEY("parallel.cache_blocks", KT_ENUM, RG_ANY, parallel.cache_blocks, .enum_name = bool_at,
+        .emit_if = emit_cache),
+    KEY("parallel.schedule", KT_ENUM, RG_ANY, parallel.schedule, .enum_name = pipe_sched_at,
+        .emit_if = emit_pipe_sched),
 };
 
 enum { N_KEYS = sizeof KEYS / sizeof KEYS[0] };

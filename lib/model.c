@@ -78,15 +78,21 @@ static void bucket_ready(ar_model *m, int b)
         m->grad_ready(m, b, m->grad_ready_ud);
 }
 
-static void alloc_activations(ar_model *m)
+/* runs (or NULL: everything): which parts this copy of the model runs
+ * (model.h, ar_model_split); share: the model whose backward scratch it
+ * borrows (the buffers no forward state lives in between two calls). */
+static void alloc_activations(ar_model *m, const unsigned char *runs, const ar_model *share)
 {
     const ar_backend *be = m->be;
     size_t N = (size_t)m->maxB * m->T, d = m->d, F = m->F, V = m->V;
     size_t att = (size_t)m->maxB * m->nh * m->T * m->T;
+    int L = m->L;
     m->tok = be->alloc(N * sizeof(int32_t));
     m->tgt = be->alloc(N * sizeof(int32_t));
     m->act = ar_xcalloc((size_t)m->cfg.n_layer, sizeof *m->act);
     for (int k = 0; k < m->cfg.n_layer; k++) {
+        if (runs && !runs[2 * k + 1] && !runs[2 * k + 2])
+            continue;
         ar_block_act *a = &m->act[k];
         a->xn = falloc(be, N * d);
         a->rstd = falloc(be, N);
@@ -101,21 +107,32 @@ static void alloc_activations(ar_model *m)
         a->up = falloc(be, N * F);
         a->act = falloc(be, N * F);
     }
-    m->hn = falloc(be, N * d);
-    m->frstd = falloc(be, N);
-    m->logits = falloc(be, N * V);
-    m->probs = falloc(be, N * V);
-    m->losses = falloc(be, N);
+    if (!runs || runs[L + 1]) {
+        m->hn = falloc(be, N * d);
+        m->frstd = falloc(be, N);
+        m->logits = falloc(be, N * V);
+        m->probs = falloc(be, N * V);
+        m->losses = falloc(be, N);
+    }
+    /* lent to the residual scheme through the forward (model.h): own */
     m->dxn = falloc(be, N * d);
     m->dq = falloc(be, N * d);
     m->dk = falloc(be, N * d);
     m->dv = falloc(be, N * d);
-    m->datt = falloc(be, att);
     m->dy = falloc(be, N * d);
-    m->dgate = falloc(be, N * F);
-    m->dup = falloc(be, N * F);
-    m->dact = falloc(be, N * F);
-    m->dhn = falloc(be, N * d);
+    if (share) {
+        m->datt = share->datt;
+        m->dgate = share->dgate;
+        m->dup = share->dup;
+        m->dact = share->dact;
+        m->dhn = share->dhn;
+    } else {
+        m->datt = falloc(be, att);
+        m->dgate = falloc(be, N * F);
+        m->dup = falloc(be, N * F);
+        m->dact = falloc(be, N * F);
+        m->dhn = falloc(be, N * d);
+    }
     m->out_rms = ar_xcalloc((size_t)m->L, sizeof(double));
     m->depth_w = ar_xcalloc((size_t)(m->L + 1) * (m->L + 1), sizeof(float));
     m->res_in = ar_xcalloc((size_t)m->L + 1, sizeof *m->res_in);
@@ -123,6 +140,12 @@ static void alloc_activations(ar_model *m)
 
 int ar_model_create(ar_model **out, const ar_model_cfg *cfg, const ar_backend *be, int max_batch,
                     ar_err *e)
+{
+    return ar_model_create_split(out, cfg, be, max_batch, NULL, e);
+}
+
+int ar_model_create_split(ar_model **out, const ar_model_cfg *cfg, const ar_backend *be, int max_batch,
+                          const ar_model_split *sp, ar_err *e)
 {
     if (cfg->d_model % cfg->n_head || (cfg->d_model / cfg->n_head) % 2)
         return ar_fail(e, "'model.d_model' %d must split into 'model.n_head' %d heads of even size",
@@ -139,11 +162,17 @@ int ar_model_create(ar_model **out, const ar_model_cfg *cfg, const ar_backend *b
     m->nh = cfg->n_head;
     m->hd = cfg->d_model / cfg->n_head;
     plan_params(m);
-    m->res = ar_residual_create(cfg, be, max_batch * m->T, &m->pt);
+    m->res = ar_residual_create(cfg, be, max_batch * m->T, sp ? sp->nchunks : 1, &m->pt);
     plan_buckets(m);
-    m->params = falloc(be, m->pt.total);
-    m->grads = falloc(be, m->pt.total);
-    alloc_activations(m);
+    const ar_model *share = sp ? sp->share : NULL;
+    m->shared = share != NULL;
+    if (share && (share->pt.total != m->pt.total || share->maxB < max_batch)) {
+        ar_model_free(m);
+        return ar_fail(e, "internal: a model copy must have its model's parameter layout and batch");
+    }
+    m->params = share ? share->params : falloc(be, m->pt.total);
+    m->grads = share ? share->grads : falloc(be, m->pt.total);
+    alloc_activations(m, sp ? sp->runs : NULL, share);
     /* The sublayer backward's N x d scratch is idle through the forward: the
      * residual scheme works there (dy first: it is the spare, idle again
      * from the end of each sublayer's backward to the next one's start). */
@@ -158,21 +187,30 @@ void ar_model_free(ar_model *m)
     if (!m)
         return;
     const ar_backend *be = m->be;
-    m->res->vt->destroy(m->res);
-    for (int k = 0; k < m->cfg.n_layer; k++) {
+    if (m->res)
+        m->res->vt->destroy(m->res);
+    for (int k = 0; m->act && k < m->cfg.n_layer; k++) {
         ar_block_act *a = &m->act[k];
         float *bufs[] = {a->xn, a->rstd, a->q, a->k, a->v, a->att, a->y,
                          a->mxn, a->mrstd, a->gate, a->up, a->act};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-            be->free(bufs[i]);
+            if (bufs[i])
+                be->free(bufs[i]);
     }
-    float *bufs[] = {m->params, m->grads, m->hn, m->frstd, m->logits, m->probs, m->losses,
-                     m->dxn, m->dq, m->dk, m->dv, m->datt, m->dy, m->dgate, m->dup, m->dact,
-                     m->dhn};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-        be->free(bufs[i]);
-    be->free(m->tok);
-    be->free(m->tgt);
+    float *own[] = {m->hn, m->frstd, m->logits, m->probs, m->losses, m->dxn, m->dq, m->dk, m->dv, m->dy};
+    for (size_t i = 0; i < sizeof own / sizeof *own; i++)
+        if (own[i])
+            be->free(own[i]);
+    if (!m->shared) {
+        float *bufs[] = {m->params, m->grads, m->datt, m->dgate, m->dup, m->dact, m->dhn};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+            if (bufs[i])
+                be->free(bufs[i]);
+    }
+    if (m->tok)
+        be->free(m->tok);
+    if (m->tgt)
+        be->free(m->tgt);
     free(m->act);
     free(m->blk);
     free(m->bucket_off);
@@ -273,17 +311,26 @@ static void mlp_backward(ar_model *m, int k, const float *dout)
     be->matmul_bwd(m->dxn, G(b->up), m->dup, a->mxn, P(b->up), N, d, F);
 }
 
-double ar_model_forward(ar_model *m, const int32_t *inputs, const int32_t *targets, int B,
-                        double *sum_nats)
+void ar_model_set_batch(ar_model *m, int B)
+{
+    m->B = B;
+    m->N = B * m->T;
+}
+
+void ar_model_forward_embed(ar_model *m, const int32_t *inputs)
 {
     const ar_backend *be = m->be;
     ar_residual *r = m->res;
-    m->B = B;
-    m->N = B * m->T;
+    be->upload(m->tok, inputs, (size_t)m->N * sizeof(int32_t));
+    be->embedding_fwd(r->vt->embed_out(r), m->tok, P(m->embed), m->N, m->d);
+}
+
+void ar_model_forward_sublayers(ar_model *m, int l0, int l1)
+{
+    const ar_backend *be = m->be;
+    ar_residual *r = m->res;
     int N = m->N, d = m->d;
-    be->upload(m->tok, inputs, (size_t)N * sizeof(int32_t));
-    be->embedding_fwd(r->vt->embed_out(r), m->tok, P(m->embed), N, d);
-    for (int l = 1; l <= m->L; l++) {
+    for (int l = l0; l <= l1; l++) {
         int k = (l - 1) / 2, attn = l % 2;
         ar_block_act *a = &m->act[k];
         ar_norm_out nf = {P(attn ? m->blk[k].attn_norm : m->blk[k].mlp_norm),
@@ -300,6 +347,13 @@ double ar_model_forward(ar_model *m, const int32_t *inputs, const int32_t *targe
             m->out_rms[l - 1] = sqrt(be->sumsq(out, (size_t)N * d) / ((double)N * d));
         r->vt->accept_fwd(r, l, N);
     }
+}
+
+double ar_model_forward_head(ar_model *m, const int32_t *targets, double *sum_nats)
+{
+    const ar_backend *be = m->be;
+    ar_residual *r = m->res;
+    int N = m->N, d = m->d;
     const float *hout = m->res_hout = r->vt->final_fwd(r, N);
     if (m->collect_stats && r->vt->n_sources(r, 1) > 0)
         for (int l = 1; l <= m->L + 1; l++)
@@ -315,7 +369,16 @@ double ar_model_forward(ar_model *m, const int32_t *inputs, const int32_t *targe
     return sum / N;
 }
 
-void ar_model_backward(ar_model *m, float scale)
+double ar_model_forward(ar_model *m, const int32_t *inputs, const int32_t *targets, int B,
+                        double *sum_nats)
+{
+    ar_model_set_batch(m, B);
+    ar_model_forward_embed(m, inputs);
+    ar_model_forward_sublayers(m, 1, m->L);
+    return ar_model_forward_head(m, targets, sum_nats);
+}
+
+void ar_model_backward_head(ar_model *m, float scale)
 {
     const ar_backend *be = m->be;
     ar_residual *r = m->res;
@@ -332,7 +395,14 @@ void ar_model_backward(ar_model *m, float scale)
                     P(m->final_norm), m->frstd, r->final_grad_overwrite, N, d);
     r->vt->final_bwd(r, N);
     bucket_ready(m, 0);
-    for (int l = m->L; l >= 1; l--) {
+}
+
+void ar_model_backward_sublayers(ar_model *m, int l1, int l0)
+{
+    const ar_backend *be = m->be;
+    ar_residual *r = m->res;
+    int N = m->N, d = m->d;
+    for (int l = l1; l >= l0; l--) {
         const float *dout = r->vt->output_grad(r, l, N);
         int k = (l - 1) / 2, attn = l % 2;
         if (attn)
@@ -358,10 +428,22 @@ void ar_model_backward(ar_model *m, float scale)
         if (attn) /* block k's tensors are all final */
             bucket_ready(m, m->cfg.n_layer - k);
     }
+}
+
+void ar_model_backward_embed(ar_model *m)
+{
+    ar_residual *r = m->res;
     const float *demb = r->vt->embed_grad(r); /* after any deferred pass */
     bucket_ready(m, m->cfg.n_layer + 1);      /* the residual scheme's tensors */
-    be->embedding_bwd(G(m->embed), demb, m->tok, N, d);
+    m->be->embedding_bwd(G(m->embed), demb, m->tok, m->N, m->d);
     bucket_ready(m, m->cfg.n_layer + 2);
+}
+
+void ar_model_backward(ar_model *m, float scale)
+{
+    ar_model_backward_head(m, scale);
+    ar_model_backward_sublayers(m, m->L, 1);
+    ar_model_backward_embed(m);
 }
 
 void ar_model_zero_grad(ar_model *m) { m->be->zero(m->grads, m->pt.total * sizeof(float)); }

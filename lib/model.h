@@ -27,6 +27,7 @@ typedef struct ar_model {
     ar_model_cfg cfg;
     const ar_backend *be;
     int maxB, B, T, N, L, d, F, V, nh, hd;
+    int shared;            /* params, grads and backward scratch are another model's */
     ar_param_table pt;
     int embed, final_norm, lm_head;
     ar_block_idx *blk;
@@ -65,6 +66,22 @@ typedef struct ar_model {
 
 int ar_model_create(ar_model **out, const ar_model_cfg *cfg, const ar_backend *be, int max_batch,
                     ar_err *e);
+
+/* How a stage of a pipelined run builds the copies of the model it keeps
+ * a micro-batch's activations in. */
+typedef struct {
+    int nchunks;               /* pipeline chunks (residual.h: ar_chunk_first; 1: none): a residual scheme's
+                                  own schedule (the two-phase depth chunks)
+                                  never spans one */
+    const struct ar_model *share; /* NULL, or the model whose parameters,
+                                  gradients and backward-only scratch this copy
+                                  uses (same config and batch) */
+    const unsigned char *runs; /* NULL (all), or L+2 flags: [0] the embedding,
+                                  [l] sublayer l, [L+1] the head: the parts
+                                  whose activations this copy allocates */
+} ar_model_split;
+int ar_model_create_split(ar_model **out, const ar_model_cfg *cfg, const ar_backend *be, int max_batch,
+                          const ar_model_split *sp, ar_err *e);
 void ar_model_free(ar_model *m);
 
 /* Draws the initial weights (docs/reference.md §1.6: normal(0, 0.02), output projections
@@ -81,6 +98,21 @@ double ar_model_forward(ar_model *m, const int32_t *inputs, const int32_t *targe
 /* Backward of the last forward: grads += d(scale * sum of token losses)/dparams.
  * scale = 1/(B*T) gives the gradient of the mean loss. */
 void ar_model_backward(ar_model *m, float scale);
+
+/* The forward and backward above in pieces, for a stage that runs
+ * sublayers l0..l1 alone (pipeline parallelism):
+ *   forward:  set_batch; [embed (sublayer 0's stage)]; sublayers(l0, l1);
+ *             [head (the last stage): final mixer, norm, lm_head, loss]
+ *   backward: [head]; sublayers(l1, l0) (from l1 down); [embed]
+ * The residual rows a stage does not compute are written into the scheme's
+ * buffers (residual.h: row, row_grad) between the pieces. */
+void ar_model_set_batch(ar_model *m, int B);
+void ar_model_forward_embed(ar_model *m, const int32_t *inputs);
+void ar_model_forward_sublayers(ar_model *m, int l0, int l1);
+double ar_model_forward_head(ar_model *m, const int32_t *targets, double *sum_nats);
+void ar_model_backward_head(ar_model *m, float scale);
+void ar_model_backward_sublayers(ar_model *m, int l1, int l0);
+void ar_model_backward_embed(ar_model *m);
 void ar_model_zero_grad(ar_model *m);
 
 /* Pointers into the parameter / gradient buffers by tensor index. */

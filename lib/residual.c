@@ -1,7 +1,9 @@
 #include "residual.h"
 
+int ar_chunk_first(int L, int C, int c) { return 1 + (int)((long)c * L / C); }
+
 ar_residual *ar_residual_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN,
-                                ar_param_table *pt)
+                                int nchunks, ar_param_table *pt)
 {
     switch (cfg->residual.kind) {
     case AR_RES_BASELINE:
@@ -12,7 +14,7 @@ ar_residual *ar_residual_create(const ar_model_cfg *cfg, const ar_backend *be, i
          * depth mixer; plain AttnRes keeps the optimised two-phase one */
         if (ar_cfg_depth_flags(cfg) || ar_depth_general)
             return ar_residual_mixer_create(cfg, be, maxN, pt);
-        return ar_residual_depth_create(cfg, be, maxN, pt);
+        return ar_residual_depth_create(cfg, be, maxN, nchunks, pt);
     case AR_RES_STATIC:
     case AR_RES_SWA:
     case AR_RES_RESCALED:

@@ -98,6 +98,18 @@ typedef struct {
     void (*mean_weights)(ar_residual *r, int l, int N, float *out);
     /* Device pointer of source i of mixer l (NULL for schemes without). */
     const float *(*source)(ar_residual *r, int l, int i);
+
+    /* Pipeline parallelism (study/pipe_plan.h): row q = P_q, the running
+     * sum of q's block after sublayer q (P_0 = v_0), as stages send and
+     * receive it; row_grad(q) the buffer its gradient accumulates in (the
+     * block's dB, the baseline's one running gradient), complete for the
+     * rows below a chunk once the chunk's backward is done;
+     * zero_row_grads clears every one (a stage's first backward of a
+     * micro-batch, where no final mixer initialises them).  NULL where the
+     * scheme cannot be split into stages. */
+    float *(*row)(ar_residual *r, int q);
+    float *(*row_grad)(ar_residual *r, int q);
+    void (*zero_row_grads)(ar_residual *r, int N);
     void (*destroy)(ar_residual *r);
 } ar_residual_vt;
 
@@ -112,11 +124,15 @@ struct ar_residual {
     int final_grad_overwrite, input_grad_overwrite;
 };
 
+/* Pipeline parallelism (study/pipe_plan.h) cuts the L sublayers into C
+ * contiguous chunks; chunk c starts at sublayer 1 + floor(c L / C). */
+int ar_chunk_first(int L, int C, int c);
+
 /* Creates the scheme named by cfg->residual, registering its parameters in
  * pt (after the transformer's own).  Activation memory for maxN tokens is
  * allocated at bind time. */
 ar_residual *ar_residual_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN,
-                                ar_param_table *pt);
+                                int nchunks, ar_param_table *pt);
 
 /* Most consecutive mixers that AttnRes kinds batch in one two-phase chunk
  * (lib/residual_depth.c; default 4).  Read at creation.  1 = one mixer per
@@ -131,9 +147,10 @@ extern int ar_depth_general;
 /* The implementations (one file per family; docs/reference.md §2). */
 /* baseline (lib/residual_sum.c) */
 ar_residual *ar_residual_sum_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN);
-/* plain full/block, two-phase (lib/residual_depth.c) */
+/* plain full/block, two-phase (lib/residual_depth.c); no two-phase chunk
+ * spans a cut between nchunks pipeline chunks (ar_model_chunk_first) */
 ar_residual *ar_residual_depth_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN,
-                                      ar_param_table *pt);
+                                      int nchunks, ar_param_table *pt);
 /* the general depth mixer (lib/residual_mixer.c): full/block with flags,
  * swa, static, rescaled */
 ar_residual *ar_residual_mixer_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN,

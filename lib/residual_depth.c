@@ -108,8 +108,10 @@ static void plan_sources(mixer *x, int m, int S, int L)
     x->rsp = ar_xcalloc((size_t)x->n, sizeof *x->rsp);
 }
 
-/* Chunks of at most cmax consecutive mixers; k = common source prefix. */
-static void plan_chunks(depth_res *s)
+/* Chunks of at most cmax consecutive mixers, none across a cut between
+ * npipe pipeline chunks (a stage runs its sublayers alone); k = common
+ * source prefix. */
+static void plan_chunks(depth_res *s, int npipe)
 {
     int L = s->base.L;
     s->cmax = ar_depth_chunk < 1 ? 1 : ar_depth_chunk;
@@ -119,6 +121,11 @@ static void plan_chunks(depth_res *s)
         chunk *c = &s->ch[s->nch];
         c->m0 = m;
         c->m1 = m == L + 1 ? m : (m + s->cmax - 1 < L ? m + s->cmax - 1 : L);
+        for (int p = 1; p < npipe && m <= L; p++) {
+            int cut = ar_chunk_first(L, npipe, p);
+            if (cut > m && cut <= c->m1)
+                c->m1 = cut - 1;
+        }
         c->C = c->m1 - c->m0 + 1;
         c->k = s->mx[m].n;
         for (int q = m + 1; q <= c->m1; q++) {
@@ -337,6 +344,14 @@ static void depth_mean_weights(ar_residual *r, int l, int N, float *out)
 
 static const float *depth_source(ar_residual *r, int l, int i) { return D(r)->mx[l].sp[i]; }
 
+static float *depth_row(ar_residual *r, int q) { return D(r)->P[q]; }
+static float *depth_row_grad(ar_residual *r, int q) { return D(r)->dB[block_of(D(r), q)]; }
+static void depth_zero_row_grads(ar_residual *r, int N)
+{
+    for (int b = 0; b <= D(r)->nb; b++)
+        r->be->zero(D(r)->dB[b], (size_t)N * r->d * sizeof(float));
+}
+
 static void depth_destroy(ar_residual *r)
 {
     depth_res *s = D(r);
@@ -394,11 +409,14 @@ static const ar_residual_vt depth_vt = {
     .n_sources = depth_n_sources,
     .mean_weights = depth_mean_weights,
     .source = depth_source,
+    .row = depth_row,
+    .row_grad = depth_row_grad,
+    .zero_row_grads = depth_zero_row_grads,
     .destroy = depth_destroy,
 };
 
 ar_residual *ar_residual_depth_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN,
-                                      ar_param_table *pt)
+                                      int nchunks, ar_param_table *pt)
 {
     depth_res *s = ar_xcalloc(1, sizeof *s);
     int L = ar_cfg_sublayers(cfg), d = cfg->d_model;
@@ -429,7 +447,7 @@ ar_residual *ar_residual_depth_create(const ar_model_cfg *cfg, const ar_backend 
         s->mx[m].q_idx = ar_params_add(pt, qn, d, 0, AR_INIT_ZEROS, 0, m);
         s->mx[m].g_idx = ar_params_add(pt, gn, d, 0, AR_INIT_ONES, 0, m);
     }
-    plan_chunks(s);
+    plan_chunks(s, nchunks);
     s->hb = ar_xcalloc((size_t)s->cmax, sizeof(float *));
     s->cdot = ar_xcalloc((size_t)s->cmax, sizeof(float *));
     return &s->base;

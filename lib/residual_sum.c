@@ -68,6 +68,15 @@ static void sum_mean_weights(ar_residual *r, int l, int N, float *out) { (void)r
 
 static const float *sum_source(ar_residual *r, int l, int i) { (void)r; (void)l; (void)i; return 0; }
 
+/* The state after sublayer q is P_q alone; its gradient is the running dR
+ * (dP_q once the sublayers above q are done). */
+static float *sum_row(ar_residual *r, int q) { return S(r)->P[q]; }
+static float *sum_row_grad(ar_residual *r, int q) { (void)q; return S(r)->dR; }
+static void sum_zero_row_grads(ar_residual *r, int N)
+{
+    r->be->zero(S(r)->dR, (size_t)N * r->d * sizeof(float));
+}
+
 static void sum_destroy(ar_residual *r)
 {
     sum_res *s = S(r);
@@ -97,6 +106,9 @@ static const ar_residual_vt sum_vt = {
     .n_sources = sum_n_sources,
     .mean_weights = sum_mean_weights,
     .source = sum_source,
+    .row = sum_row,
+    .row_grad = sum_row_grad,
+    .zero_row_grads = sum_zero_row_grads,
     .destroy = sum_destroy,
 };
 

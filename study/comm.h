@@ -38,6 +38,14 @@ typedef struct {
     int (*allgather)(ar_comm *c, const void *in, void *out, size_t bytes, ar_err *e);
     int (*sum_doubles)(ar_comm *c, double *x, size_t n, ar_err *e);
     void (*finalize)(ar_comm *c);
+    /* Pipeline parallelism (study/pipe.c): the ranks of this communicator
+     * with the same color as a communicator of their own, ranked by key
+     * (MPI_Comm_split; *out is freed with release); and x (n floats of
+     * the backend's memory) summed over the ranks, in place
+     * (MPI_Allreduce).  NULL where the communicator has no such ways. */
+    int (*split)(ar_comm *c, int color, int key, ar_comm **out, ar_err *e);
+    int (*sum_floats)(ar_comm *c, float *x, size_t n, ar_err *e);
+    void (*release)(ar_comm *c);
     /* NCCL's way, where MPI's are NULL: the sends, receives and adds of an
      * exchange queue on the device in order (so an exchange may be queued
      * before the one it depends on has run; the requests are NULL), a send

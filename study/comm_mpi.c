@@ -11,6 +11,9 @@
 
 void ar_comm_set_world(ar_comm *c);
 
+/* MPI_COMM_WORLD, or a split of it (impl holds its MPI_Comm) */
+static MPI_Comm mc(const ar_comm *c) { return c->impl ? *(MPI_Comm *)c->impl : MPI_COMM_WORLD; }
+
 static int mpi_fail(ar_comm *c, int code, const char *what, ar_err *e)
 {
     char msg[MPI_MAX_ERROR_STRING];
@@ -54,8 +57,8 @@ static int post(ar_comm *c, int send, void *buf, size_t bytes, int peer, int tag
     if (counted(bytes, &n, &t) != 0)
         return too_big(c, bytes, e);
     MPI_Request *q = malloc(sizeof *q);
-    int rc = send ? MPI_Isend(buf, n, t, peer, tag, MPI_COMM_WORLD, q)
-                  : MPI_Irecv(buf, n, t, peer, tag, MPI_COMM_WORLD, q);
+    int rc = send ? MPI_Isend(buf, n, t, peer, tag, mc(c), q)
+                  : MPI_Irecv(buf, n, t, peer, tag, mc(c), q);
     if (rc != MPI_SUCCESS) {
         free(q);
         return mpi_fail(c, rc, send ? "MPI_Isend" : "MPI_Irecv", e);
@@ -95,7 +98,7 @@ static int mpi_bcast(ar_comm *c, void *buf, size_t bytes, int root, ar_err *e)
     MPI_Datatype t;
     if (counted(bytes, &n, &t) != 0)
         return too_big(c, bytes, e);
-    int rc = MPI_Bcast(buf, n, t, root, MPI_COMM_WORLD);
+    int rc = MPI_Bcast(buf, n, t, root, mc(c));
     return rc == MPI_SUCCESS ? 0 : mpi_fail(c, rc, "MPI_Bcast", e);
 }
 
@@ -104,7 +107,7 @@ static int mpi_allgather(ar_comm *c, const void *in, void *out, size_t bytes, ar
     if (bytes > INT_MAX)
         return too_big(c, bytes, e);
     int rc = MPI_Allgather(in == out ? MPI_IN_PLACE : in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE,
-                           MPI_COMM_WORLD);
+                           mc(c));
     return rc == MPI_SUCCESS ? 0 : mpi_fail(c, rc, "MPI_Allgather", e);
 }
 
@@ -114,7 +117,7 @@ static int mpi_sum(ar_comm *c, double *x, size_t n, ar_err *e)
 {
     if (n > INT_MAX)
         return too_big(c, n * sizeof(double), e);
-    int rc = MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    int rc = MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, MPI_SUM, mc(c));
     return rc == MPI_SUCCESS ? 0 : mpi_fail(c, rc, "MPI_Allreduce", e);
 }
 
@@ -127,6 +130,55 @@ static void mpi_finalize(ar_comm *c)
         MPI_Finalize();
 }
 
+static const ar_comm_ops mpi_ops;
+
+static int mpi_split(ar_comm *c, int color, int key, ar_comm **out, ar_err *e)
+{
+    MPI_Comm *sub = malloc(sizeof *sub);
+    int rc = MPI_Comm_split(mc(c), color, key, sub);
+    if (rc != MPI_SUCCESS) {
+        free(sub);
+        return mpi_fail(c, rc, "MPI_Comm_split", e);
+    }
+    MPI_Comm_set_errhandler(*sub, MPI_ERRORS_RETURN);
+    ar_comm *n = calloc(1, sizeof *n);
+    MPI_Comm_rank(*sub, &n->rank);
+    MPI_Comm_size(*sub, &n->size);
+    n->local_rank = c->local_rank;
+    n->ops = &mpi_ops;
+    n->impl = sub;
+    *out = n;
+    return 0;
+}
+
+/* Float sums for the data-parallel replicas of a pipeline stage: MPI's
+ * order of adds is its own (the pipelined run matches one process within
+ * a tolerance, not bit for bit: pipe.h). */
+static int mpi_sum_floats(ar_comm *c, float *x, size_t n, ar_err *e)
+{
+    while (n > 0) {
+        int k = n > (size_t)INT_MAX ? INT_MAX : (int)n;
+        int rc = MPI_Allreduce(MPI_IN_PLACE, x, k, MPI_FLOAT, MPI_SUM, mc(c));
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(c, rc, "MPI_Allreduce", e);
+        x += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static void mpi_release(ar_comm *c)
+{
+    if (!c || !c->impl)
+        return;
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done)
+        MPI_Comm_free((MPI_Comm *)c->impl);
+    free(c->impl);
+    free(c);
+}
+
 static const ar_comm_ops mpi_ops = {
     .name = "mpi",
     .isend = mpi_isend,
@@ -136,6 +188,9 @@ static const ar_comm_ops mpi_ops = {
     .allgather = mpi_allgather,
     .sum_doubles = mpi_sum,
     .finalize = mpi_finalize,
+    .split = mpi_split,
+    .sum_floats = mpi_sum_floats,
+    .release = mpi_release,
 };
 
 /* The same world in NCCL's way (comm.h: group, add, sync), for the tests:
@@ -214,6 +269,9 @@ static const ar_comm_ops ordered_ops = {
     .allgather = mpi_allgather,
     .sum_doubles = mpi_sum,
     .finalize = mpi_finalize,
+    .split = mpi_split,
+    .sum_floats = mpi_sum_floats,
+    .release = mpi_release,
     .group = ord_group,
     .add = ord_add,
     .sync = ord_sync,

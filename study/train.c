@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,6 +28,7 @@
 #include "data.h"
 #include "dp.h"
 #include "eval.h"
+#include "pipe.h"
 #include "run_figures.h"
 
 static double now_s(void)
@@ -74,7 +76,8 @@ typedef struct {
     int made_dir;       /* ar_mkdir_p_new's first_new for the run directory */
     int made_lock;      /* this process created .attnres.lock */
     ar_comm *comm;      /* the ranks of a data-parallel run (self: one) */
-    ar_dp *dp;
+    ar_dp *dp;          /* data parallelism alone, or */
+    ar_pipe *pp;        /* a pipeline (parallel.pipeline > 1) */
     int lead;           /* rank 0: reads the checkpoint, writes every file */
     int opt_ready;      /* opt is allocated */
 } trainer;
@@ -92,22 +95,47 @@ static void warnf(const trainer *t, const char *fmt, ...)
     t->o->warn(msg, t->o->ud);
 }
 
+/* Micro-batch a of the step at the data position (pipe.h's sampler). */
+static void sample_micro(void *ud, int a, int32_t *in, int32_t *tg)
+{
+    trainer *t = ud;
+    const ar_train_cfg *tc = &t->cfg->train;
+    gsl_rng_set(t->rng, mix_seed(tc->seed, (uint64_t)t->pos + (uint64_t)a));
+    ar_sample_batch(t->ds.train, t->ds.ntrain, tc->batch_size, t->m->T, t->rng, in, tg);
+}
+
+/* The pipelined step (pipe.h): the same micro-batches and loss. */
+static int forward_backward_pipe(trainer *t, double *loss, ar_err *e)
+{
+    int A = t->cfg->train.grad_accum;
+    double *l = ar_xcalloc((size_t)A, sizeof(double));
+    int rc = ar_pipe_step(t->pp, sample_micro, t, l, e);
+    *loss = 0;
+    for (int a = 0; a < A; a++)
+        *loss += l[a] / A;
+    free(l);
+    t->pos += A;
+    return rc;
+}
+
 /* One step's gradient: grad_accum micro-batches at the data position, this
  * rank's share of them (dp.h), summed over the ranks; the loss is the mean
  * of every micro-batch's, summed in micro-batch order on every rank. */
 static int forward_backward(trainer *t, double *loss, ar_err *e)
 {
+    if (t->pp)
+        return forward_backward_pipe(t, loss, e);
     const ar_train_cfg *tc = &t->cfg->train;
     ar_model *m = t->m;
     int B = tc->batch_size, T = m->T, A = tc->grad_accum, first;
+    (void)B;
     int k = ar_dp_local(t->dp, &first);
     float scale = (float)(1.0 / ((double)B * T * A));
     double *l = ar_xcalloc((size_t)A, sizeof(double));
     int rc = 0;
     for (int i = 0; i < k && rc == 0; i++) {
         int a = first + i;
-        gsl_rng_set(t->rng, mix_seed(tc->seed, (uint64_t)t->pos + (uint64_t)a));
-        ar_sample_batch(t->ds.train, t->ds.ntrain, B, T, t->rng, t->in, t->tg);
+        sample_micro(t, a, t->in, t->tg);
         ar_dp_begin(t->dp, i);
         l[a] = ar_model_forward(m, t->in, t->tg, B, NULL);
         ar_model_backward(m, scale);
@@ -180,8 +208,10 @@ static int evaluate(trainer *t, ar_jw *w, ar_err *e)
 {
     ar_model *m = t->m;
     double *grms = ar_xcalloc((size_t)m->L, sizeof(double));
-    /* before eval: eval does not touch grads */
-    if (ar_dp_gather_grads(t->dp, e) != 0) {
+    /* before eval: eval does not touch grads; a pipeline's stages hold
+     * their own chunks' parameters and gradients */
+    if (t->pp ? ar_pipe_gather(t->pp, m->grads, e) != 0 || ar_pipe_gather(t->pp, m->params, e) != 0
+              : ar_dp_gather_grads(t->dp, e) != 0) {
         free(grms);
         return -1;
     }
@@ -365,6 +395,18 @@ static int load_resume(trainer *t, long *start, ar_adamw *full, ar_err *e)
     return 0;
 }
 
+/* o's ranges taken from whole moments (host memory). */
+static void take_moments(const ar_backend *be, ar_adamw *o, const float *m, const float *v)
+{
+    size_t at = 0;
+    for (int r = 0; r < o->nranges; r++) {
+        size_t n = o->hi[r] - o->lo[r];
+        be->upload(o->m + at, m + o->lo[r], n * sizeof(float));
+        be->upload(o->v + at, v + o->lo[r], n * sizeof(float));
+        at += n;
+    }
+}
+
 /* What rank 0 set up (fresh or resumed weights, moments, counters) to
  * every rank, and the check that every rank reads the same data. */
 static int share_state(trainer *t, long *start, ar_adamw *full, int resumed, ar_err *e)
@@ -389,7 +431,7 @@ static int share_state(trainer *t, long *start, ar_adamw *full, int resumed, ar_
         if (rc == 0)
             rc = c->ops->bcast(c, hv, n * sizeof(float), 0, e);
         if (rc == 0)
-            ar_dp_take_moments(t->dp, &t->opt, hm, hv);
+            take_moments(m->be, &t->opt, hm, hv);
         t->opt.t = st[4];
         free(hm);
         free(hv);
@@ -415,14 +457,15 @@ static int setup(trainer *t, long *start, ar_err *e)
     const ar_train_opts *o = t->o;
     t->lock_fd = -1;
     t->saved_step = -1;
-    if (ar_config_validate(cfg, e) != 0 || ar_dp_check(t->comm, &cfg->train, e) != 0)
+    int piped = ar_pipelined(cfg);
+    if (ar_config_validate(cfg, e) != 0 || ar_parallel_check(t->comm, cfg, e) != 0)
         return -1;
     char note[512];
     if (!o->resume && ar_config_warning(cfg, note, sizeof note))
         warnf(t, "%s", note);
     /* GPUs exchange over NCCL, which picks each rank's GPU before the
      * backend starts on it */
-    if (t->comm->size > 1 && cfg->train.device == AR_DEVICE_CUDA) {
+    if (t->comm->size > 1 && cfg->train.device == AR_DEVICE_CUDA && !piped) {
         ar_comm *nccl = ar_comm_nccl(e);
         if (ar_comm_agree(t->comm, nccl ? 0 : -1, e) != 0)
             return -1;
@@ -458,14 +501,21 @@ static int setup(trainer *t, long *start, ar_err *e)
         rc = -1;
     if (rc == 0) {
         t->data_crc = ar_st_crc32(t->ds.train, (uint64_t)t->ds.ntrain * sizeof(int32_t));
-        rc = ar_model_create(&t->m, &cfg->model, be, cfg->train.batch_size, e);
+        ar_model_split sp = {.nchunks = ar_pipe_nchunks(cfg)};
+        rc = ar_model_create_split(&t->m, &cfg->model, be, cfg->train.batch_size, &sp, e);
     }
-    if (rc == 0 && !(t->dp = ar_dp_create(t->comm, t->m, cfg->train.grad_accum, cfg->parallel.shard_optimizer, e)))
+    if (rc == 0 && piped && !(t->pp = ar_pipe_create(t->comm, cfg, t->m, e)))
+        rc = -1;
+    else if (rc == 0 && !piped &&
+             !(t->dp = ar_dp_create(t->comm, t->m, cfg->train.grad_accum, cfg->parallel.shard_optimizer, e)))
         rc = -1;
     if (rc == 0) {
         int nr;
         const size_t *lo, *hi;
-        ar_dp_opt_ranges(t->dp, &nr, &lo, &hi);
+        if (t->pp)
+            ar_pipe_opt_ranges(t->pp, &nr, &lo, &hi);
+        else
+            ar_dp_opt_ranges(t->dp, &nr, &lo, &hi);
         ar_adamw_init_ranges(&t->opt, t->m, nr, lo, hi);
         t->opt_ready = 1;
     }
@@ -492,7 +542,7 @@ static int setup(trainer *t, long *start, ar_err *e)
     rc = ar_comm_agree(t->comm, rc, e);
     if (rc == 0)
         rc = share_state(t, start, o->resume ? &full : NULL, o->resume, e);
-    if (rc == 0)
+    if (rc == 0 && t->dp)
         rc = ar_dp_measure(t->dp, e);
     if (full.m)
         ar_adamw_free(&full);
@@ -523,6 +573,7 @@ static void teardown(trainer *t)
     if (t->opt_ready)
         ar_adamw_free(&t->opt);
     ar_dp_free(t->dp);
+    ar_pipe_free(t->pp);
     if (t->m)
         ar_model_free(t->m);
     if (t->rng)
@@ -560,7 +611,26 @@ static int write_checkpoint(trainer *t, long step, const ar_adamw *opt, ar_err *
 static int save(trainer *t, long step, ar_err *e)
 {
     int rc = 0;
-    if (!ar_dp_sharded(t->dp)) {
+    if (t->pp) {
+        /* every stage's parameters and moments to rank 0: the files of one
+         * process */
+        size_t n = t->m->pt.total;
+        float *hm = ar_xmalloc(n * sizeof(float)), *hv = ar_xmalloc(n * sizeof(float));
+        rc = ar_pipe_gather(t->pp, t->m->params, e);
+        if (rc == 0)
+            rc = ar_pipe_full_moments(t->pp, &t->opt, hm, hv, e);
+        if (rc == 0 && t->lead) {
+            ar_adamw full;
+            ar_adamw_init(&full, t->m);
+            t->m->be->upload(full.m, hm, n * sizeof(float));
+            t->m->be->upload(full.v, hv, n * sizeof(float));
+            full.t = t->opt.t;
+            rc = write_checkpoint(t, step, &full, e);
+            ar_adamw_free(&full);
+        }
+        free(hm);
+        free(hv);
+    } else if (!ar_dp_sharded(t->dp)) {
         if (t->lead)
             rc = write_checkpoint(t, step, &t->opt, e);
     } else {
@@ -585,6 +655,43 @@ static int save(trainer *t, long step, ar_err *e)
     return 0;
 }
 
+/* A pipelined step's metrics: the layout, the rows' bytes moved (the
+ * forward's and the gradients'; over the world, and per token), the
+ * schedule's idle fraction and every rank's peak resident memory. */
+static int log_pipe(trainer *t, ar_jw *w, long tok_per_step, ar_err *e)
+{
+    ar_pipe_stats st;
+    const ar_pipe_plan *pl = ar_pipe_plan_of(t->pp);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double *rss = ar_xcalloc((size_t)t->comm->size, sizeof(double));
+    rss[t->comm->rank] = (double)ru.ru_maxrss / 1024.0; /* KiB -> MiB */
+    int rc = ar_pipe_stats_sum(t->pp, &st, e);
+    if (rc == 0)
+        rc = t->comm->ops->sum_doubles(t->comm, rss, (size_t)t->comm->size, e);
+    if (rc == 0) {
+        ar_jw_key(w, "ranks");
+        ar_jw_int(w, t->comm->size);
+        ar_jw_key(w, "pipeline");
+        ar_jw_int(w, pl->P);
+        ar_jw_key(w, "virtual");
+        ar_jw_int(w, pl->V);
+        ar_jw_key(w, "cache_blocks");
+        ar_jw_bool(w, pl->cache);
+        ar_jw_key(w, "pipe_fwd_bytes");
+        ar_jw_num(w, st.fwd_bytes);
+        ar_jw_key(w, "pipe_bwd_bytes");
+        ar_jw_num(w, st.bwd_bytes);
+        ar_jw_key(w, "pipe_bytes_per_token");
+        ar_jw_num(w, (st.fwd_bytes + st.bwd_bytes) / (double)tok_per_step);
+        ar_jw_key(w, "pipe_bubble");
+        ar_jw_num(w, st.bubble);
+        write_list(w, "rank_peak_rss_mib", rss, t->comm->size);
+    }
+    free(rss);
+    return rc;
+}
+
 /* The metrics line of a step (every logged step, and every skipped one). */
 static int log_step(trainer *t, long step, long tok_per_step, double loss, double lr, double gnorm, double dt,
                     double t0, int do_eval, const char *warning, ar_err *e)
@@ -606,7 +713,12 @@ static int log_step(trainer *t, long step, long tok_per_step, double loss, doubl
     ar_jw_num(&w, tok_per_step / dt);
     ar_jw_key(&w, "elapsed_s");
     ar_jw_num(&w, now_s() - t0);
-    if (t->comm->size > 1) {
+    if (t->pp) {
+        if (log_pipe(t, &w, tok_per_step, e) != 0) {
+            ar_jw_free(&w);
+            return -1;
+        }
+    } else if (t->comm->size > 1) {
         /* the reduction's cost: blocking, and what the backward left waiting */
         double wait_s, reduce_s;
         ar_dp_times(t->dp, &wait_s, &reduce_s);
@@ -662,7 +774,7 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
         if (rc == 0 && o->grad_hook)
             o->grad_hook(t.m, step + 1, o->ud);
         if (rc == 0)
-            rc = ar_dp_grad_norm(t.dp, &gnorm, e);
+            rc = t.pp ? ar_pipe_grad_norm(t.pp, &gnorm, e) : ar_dp_grad_norm(t.dp, &gnorm, e);
         if (rc != 0)
             break;
         char warning[256];
@@ -679,13 +791,15 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
         } else {
             t.bad = 0;
             ar_adamw_step(&t.opt, t.m, tc, lr, gnorm); /* this rank's shard, when sharded */
-            int p = ar_dp_gather_params(t.dp, e) != 0 ? -2 : nonfinite_param(t.m);
+            int p = t.dp && ar_dp_gather_params(t.dp, e) != 0 ? -2 : nonfinite_param(t.m);
             if (p == -2)
                 rc = -1;
             else if (p >= 0)
                 rc = ar_fail(e, "step %ld: the update made tensor '%s' non-finite (train.lr %g too high?); training "
                                 "stopped; %s",
                              step + 1, t.m->pt.p[p].name, lr, kept_text(&t, kept, sizeof kept));
+            if (t.pp && p != -2) /* a stage updates its own chunks alone */
+                rc = ar_comm_agree(t.comm, rc, e);
         }
         t.m->be->sync();
         double dt = now_s() - ts;

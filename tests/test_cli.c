@@ -266,6 +266,11 @@ Test(cli, plot_depth_attn_usage_matches_man_synopsis)
     check_usage_matches("plot-attn --bogus", "attnres-plot-depth-attn.1");
 }
 
+Test(cli, plot_pipeline_usage_matches_man_synopsis)
+{
+    check_usage_matches("plot-pipeline --bogus", "attnres-plot-pipeline.1");
+}
+
 Test(cli, main_usage_matches_man_synopsis)
 {
     /* With no command, attnres lists the commands after its usage line. */
@@ -343,6 +348,11 @@ Test(cli, help_plot_depth_attn_and_its_alias)
 {
     check_help_pair("help plot-depth-attn", "plot-depth-attn -h", "attnres-plot-depth-attn.1");
     check_help_pair("help plot-attn", "plot-attn --help", "attnres-plot-depth-attn.1");
+}
+
+Test(cli, help_plot_pipeline_equals_plot_pipeline_dash_help)
+{
+    check_help_pair("help plot-pipeline", "plot-pipeline --help", "attnres-plot-pipeline.1");
 }
 
 Test(cli, help_equals_dash_help)

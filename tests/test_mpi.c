@@ -13,34 +13,8 @@
 
 #include "formats/safetensors.h"
 #include "study/checkpoint.h"
+#include "mpiutil.h"
 #include "testutil.h"
-
-static const char *bin(void)
-{
-    const char *b = tu_bin();
-    if (!b)
-        cr_skip_test("AR_BIN is not set");
-    return b;
-}
-
-static void need_mpi(void)
-{
-    const char *m = getenv("AR_MPI");
-    if (!m || strcmp(m, "1") != 0)
-        cr_skip_test("this build has no MPI (meson -Dmpi)");
-    int st;
-    free(tu_run("command -v mpirun", &st));
-    if (st != 0)
-        cr_skip_test("mpirun is not installed (tools/install-deps.sh installs Open MPI)");
-}
-
-/* mpirun as root needs the first two; --oversubscribe lets 4 ranks share 2
- * cores.  Under AddressSanitizer the ranks skip the leak check: Open MPI
- * keeps what it allocates until exit, from code LeakSanitizer cannot unwind
- * (attnres's own leaks are checked by every one-process test). */
-#define MPIRUN                                                                                           \
-    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "     \
-    "mpirun --oversubscribe -x OMP_NUM_THREADS=1 -x ASAN_OPTIONS=detect_leaks=0 -np "
 
 #define TINY                                                                                             \
     "--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set model.d_ff=64 "             \
@@ -48,68 +22,28 @@ static void need_mpi(void)
     "--set train.warmup=2 --set train.log_every=1 --set train.eval_every=3 --set train.eval_windows=6 "  \
     "--set train.save_every=3 --set train.threads=1 --set data.train=corpus.txt"
 
-/* Runs a shell command in dir; returns its output (malloc'd). */
-static char *sh(const char *dir, int *st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static char *sh(const char *dir, int *st, const char *fmt, ...)
-{
-    char body[4096], cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(body, sizeof body, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "cd '%s' || exit 1; %s", dir, body);
-    return tu_run(cmd, st);
-}
-
 static void train(const char *dir, int ranks, const char *kind, const char *extra, const char *out)
 {
     int st;
-    char *o = ranks > 0 ? sh(dir, &st, MPIRUN "%d '%s' train " TINY " %s %s --out %s", ranks, bin(), kind, extra, out)
-                        : sh(dir, &st, "OMP_NUM_THREADS=1 '%s' train " TINY " %s %s --out %s", bin(), kind, extra, out);
+    char *o = ranks > 0 ? mu_sh(dir, &st, MPIRUN "%d '%s' train " TINY " %s %s --out %s", ranks, mu_bin(), kind, extra, out)
+                        : mu_sh(dir, &st, "OMP_NUM_THREADS=1 '%s' train " TINY " %s %s --out %s", mu_bin(), kind, extra, out);
     cr_assert_eq(st, 0, "%s ranks, %s %s: exit %d\n%s", ranks > 0 ? "mpirun" : "1 process", kind, extra, st, o);
     free(o);
 }
 
-/* The tensors' bytes of two safetensors files are the same. */
-static void same_tensors(const char *a, const char *b, const char *what)
-{
-    ar_st_file fa, fb;
-    ar_err e;
-    cr_assert_eq(ar_st_read(&fa, a, &e), 0, "%s", e.msg);
-    cr_assert_eq(ar_st_read(&fb, b, &e), 0, "%s", e.msg);
-    cr_assert_eq(fa.n, fb.n, "%s: %d and %d tensors", what, fa.n, fb.n);
-    for (int i = 0; i < fa.n; i++) {
-        const ar_st_tensor *ta = &fa.t[i], *tb = ar_st_find(&fb, ta->name);
-        cr_assert(tb, "%s: '%s' missing", what, ta->name);
-        uint64_t n = ta->end - ta->begin;
-        cr_assert_eq(n, tb->end - tb->begin);
-        cr_expect(memcmp(fa.data + ta->begin, fb.data + tb->begin, n) == 0,
-                  "%s: tensor '%s' differs between %s and %s", what, ta->name, a, b);
-    }
-    ar_st_free(&fa);
-    ar_st_free(&fb);
-}
-
-static const char *setup_dir(void)
-{
-    const char *dir = tu_tmpdir();
-    tu_write_corpus_text(tu_path(dir, "corpus.txt"));
-    return dir;
-}
-
 static void ranks_match_one_process(const char *kind, const char *name)
 {
-    need_mpi();
-    const char *dir = setup_dir();
+    mu_need_mpi();
+    const char *dir = mu_setup_dir();
     train(dir, 0, kind, "", "one");
     train(dir, 2, kind, "", "two");
     char a[4200], b[4200];
     snprintf(a, sizeof a, "%s/one/model.safetensors", dir);
     snprintf(b, sizeof b, "%s/two/model.safetensors", dir);
-    same_tensors(a, b, name);
+    mu_same_tensors(a, b, name);
     snprintf(a, sizeof a, "%s/one/optimizer.safetensors", dir);
     snprintf(b, sizeof b, "%s/two/optimizer.safetensors", dir);
-    same_tensors(a, b, name);
+    mu_same_tensors(a, b, name);
     /* the same losses, evaluations included, logged once by rank 0 */
     size_t na, nb;
     char *ma = tu_read_file(tu_path(tu_path(dir, "one"), "metrics.jsonl"), &na);
@@ -152,8 +86,8 @@ Test(mpi, two_ranks_block_bit_identical, .timeout = 300)
  * of one process. */
 Test(mpi, four_ranks_and_sharded_optimizer_bit_identical, .timeout = 300)
 {
-    need_mpi();
-    const char *dir = setup_dir();
+    mu_need_mpi();
+    const char *dir = mu_setup_dir();
     const char *kind = "--set model.residual.kind=block --set model.residual.block_size=2";
     train(dir, 0, kind, "", "one");
     train(dir, 4, kind, "", "four");
@@ -166,7 +100,7 @@ Test(mpi, four_ranks_and_sharded_optimizer_bit_identical, .timeout = 300)
             char a[4200], b[4200];
             snprintf(a, sizeof a, "%s/one/%s", dir, file);
             snprintf(b, sizeof b, "%s/%s/%s", dir, runs[i], file);
-            same_tensors(a, b, runs[i]);
+            mu_same_tensors(a, b, runs[i]);
         }
 }
 
@@ -174,34 +108,34 @@ Test(mpi, four_ranks_and_sharded_optimizer_bit_identical, .timeout = 300)
  * bytes of 6 steps straight (constant rate, so the cut changes no lr). */
 Test(mpi, resume_with_another_number_of_ranks, .timeout = 300)
 {
-    need_mpi();
-    const char *dir = setup_dir();
+    mu_need_mpi();
+    const char *dir = mu_setup_dir();
     const char *kind = "--set model.residual.kind=full --set train.schedule=constant";
     train(dir, 0, kind, "", "straight");
     train(dir, 2, kind, "--set parallel.shard_optimizer=true --set train.steps=3", "cut");
     int st;
-    char *o = sh(dir, &st, "OMP_NUM_THREADS=1 '%s' train --resume cut --set train.steps=6", bin());
+    char *o = mu_sh(dir, &st, "OMP_NUM_THREADS=1 '%s' train --resume cut --set train.steps=6", mu_bin());
     cr_assert_eq(st, 0, "%s", o);
     free(o);
     char a[4200], b[4200];
     snprintf(a, sizeof a, "%s/straight/model.safetensors", dir);
     snprintf(b, sizeof b, "%s/cut/model.safetensors", dir);
-    same_tensors(a, b, "resumed");
+    mu_same_tensors(a, b, "resumed");
     /* and back: 1 process for 3 steps, 4 ranks for the rest */
     train(dir, 0, kind, "--set train.steps=3", "cut1");
-    o = sh(dir, &st, MPIRUN "4 '%s' train --resume cut1 --set train.steps=6", bin());
+    o = mu_sh(dir, &st, MPIRUN "4 '%s' train --resume cut1 --set train.steps=6", mu_bin());
     cr_assert_eq(st, 0, "%s", o);
     free(o);
     snprintf(b, sizeof b, "%s/cut1/model.safetensors", dir);
-    same_tensors(a, b, "resumed on 4 ranks");
+    mu_same_tensors(a, b, "resumed on 4 ranks");
 }
 
 Test(mpi, grad_accum_the_ranks_do_not_divide_is_refused, .timeout = 120)
 {
-    need_mpi();
-    const char *dir = setup_dir();
+    mu_need_mpi();
+    const char *dir = mu_setup_dir();
     int st;
-    char *o = sh(dir, &st, MPIRUN "2 '%s' train " TINY " --set train.grad_accum=3 --out odd 2>&1", bin());
+    char *o = mu_sh(dir, &st, MPIRUN "2 '%s' train " TINY " --set train.grad_accum=3 --out odd 2>&1", mu_bin());
     cr_expect_neq(st, 0, "%s", o);
     cr_expect(strstr(o, "attnres: error: 'train.grad_accum' (3) is not a multiple of the 2 ranks"), "%s", o);
     /* said once, by rank 0 */
@@ -218,12 +152,12 @@ static char *signalled_run(const char *dir, const char *run, const char *extra, 
                            const char *signal)
 {
     int st;
-    char *o = sh(dir, &st,
-                 "rm -f %s.status; (" MPIRUN "2 '%s' train " TINY " --set train.steps=1000000 "
+    char *o = mu_sh(dir, &st,
+                 "rm -f %s.status; (timeout 300 env " MPIRUN "2 '%s' train " TINY " --set train.steps=1000000 "
                  "--set model.d_model=128 --set model.seq_len=64 %s --out %s > %s.log 2>&1; echo $? > %s.status) & "
                  "for i in $(seq 600); do [ -s %s/%s ] && break; sleep 0.1; done; sleep 0.5; %s; "
                  "for i in $(seq 600); do [ -f %s.status ] && echo ended && break; sleep 0.1; done; cat %s.log",
-                 run, bin(), extra, run, run, run, run, ready, signal, run, run);
+                 run, mu_bin(), extra, run, run, run, run, ready, signal, run, run);
     cr_assert_eq(st, 0, "%s", o);
     return o;
 }
@@ -236,7 +170,7 @@ static void resumes(const char *dir, const char *run, const char *launcher)
     ar_err e = {{0}};
     cr_assert_eq(ar_ckpt_read_config(tu_path(dir, run), &saved, &step, &e), 0, "the checkpoint: %s", e.msg);
     int st;
-    char *o = sh(dir, &st, "%s '%s' train --resume %s --set train.steps=%ld", launcher, bin(), run, step + 2);
+    char *o = mu_sh(dir, &st, "%s '%s' train --resume %s --set train.steps=%ld", launcher, mu_bin(), run, step + 2);
     cr_expect_eq(st, 0, "resuming from the checkpoint of step %ld failed:\n%s", step, o);
     cr_expect(strstr(o, "done:"), "%s", o);
     free(o);
@@ -246,10 +180,10 @@ static void resumes(const char *dir, const char *run, const char *launcher)
  * rank; the checkpoint already saved is intact and the run resumes. */
 Test(mpi, a_killed_rank_ends_the_job_and_the_run_resumes, .timeout = 300)
 {
-    need_mpi();
-    const char *dir = setup_dir();
+    mu_need_mpi();
+    const char *dir = mu_setup_dir();
     char *o = signalled_run(dir, "k", "--set train.save_every=2", "model.safetensors",
-                            "kill -9 $(pgrep -f -n \"^[^ ]*attnres train\")");
+                            "kill -9 $(pgrep -f -n \"^[^ ]*attnres train .* --out k$\")");
     cr_expect(strncmp(o, "ended", 5) == 0, "the job did not end within 60 s of the kill:\n%s", o);
     cr_expect(strstr(o, "rank") && (strstr(o, "signal 9") || strstr(o, "Killed")),
               "mpirun does not say which rank died:\n%s", o);
@@ -261,10 +195,10 @@ Test(mpi, a_killed_rank_ends_the_job_and_the_run_resumes, .timeout = 300)
  * once, and the run resumes from that checkpoint. */
 Test(mpi, sigint_to_mpirun_saves_once_and_stops_every_rank, .timeout = 300)
 {
-    need_mpi();
-    const char *dir = setup_dir();
+    mu_need_mpi();
+    const char *dir = mu_setup_dir();
     char *o = signalled_run(dir, "s", "--set train.save_every=0 --set train.eval_every=0", "metrics.jsonl",
-                            "kill -INT $(pgrep -x mpirun | tail -1)");
+                            "kill -INT $(pgrep -f -n \"^mpirun .* --out s$\")");
     cr_expect(strncmp(o, "ended", 5) == 0, "the job did not stop within 60 s:\n%s", o);
     cr_expect(strstr(o, "checkpoint saved; continue with: attnres train --resume s"), "%s", o);
     const char *first = strstr(o, "interrupted at step");
@@ -278,24 +212,24 @@ Test(mpi, sigint_to_mpirun_saves_once_and_stops_every_rank, .timeout = 300)
  * column as one process.  A command that cannot use ranks says so. */
 Test(mpi, ablate_spreads_its_runs_and_other_commands_refuse_ranks, .timeout = 300)
 {
-    need_mpi();
-    const char *dir = setup_dir();
+    mu_need_mpi();
+    const char *dir = mu_setup_dir();
     int st;
     const char *args = "ablate --variant baseline,block,full --seeds 1 " TINY;
-    char *o = sh(dir, &st, "OMP_NUM_THREADS=1 '%s' %s --out ab1 2>&1", bin(), args);
+    char *o = mu_sh(dir, &st, "OMP_NUM_THREADS=1 '%s' %s --out ab1 2>&1", mu_bin(), args);
     cr_assert_eq(st, 0, "%s", o);
     free(o);
-    o = sh(dir, &st, MPIRUN "2 '%s' %s --out ab2 2>&1", bin(), args);
+    o = mu_sh(dir, &st, MPIRUN "2 '%s' %s --out ab2 2>&1", mu_bin(), args);
     cr_assert_eq(st, 0, "%s", o);
     cr_expect(strstr(o, "ablation done: 3 runs (0 reused, 3 trained)"), "%s", o);
     free(o);
-    o = sh(dir, &st, "cut -d, -f1,6 ab1/results.csv; echo ==; cut -d, -f1,6 ab2/results.csv");
+    o = mu_sh(dir, &st, "cut -d, -f1,6 ab1/results.csv; echo ==; cut -d, -f1,6 ab2/results.csv");
     char *sep = strstr(o, "==\n");
     cr_assert(sep, "%s", o);
     *sep = 0;
     cr_expect_str_eq(o, sep + 3, "the variants' results differ between 1 process and 2 ranks");
     free(o);
-    o = sh(dir, &st, MPIRUN "2 '%s' plot ab1/runs/baseline-seed1 2>&1", bin());
+    o = mu_sh(dir, &st, MPIRUN "2 '%s' plot ab1/runs/baseline-seed1 2>&1", mu_bin());
     cr_expect_neq(st, 0);
     cr_expect(strstr(o, "attnres: error: 'attnres plot' runs in one process: start it without mpirun"), "%s", o);
     free(o);
@@ -306,24 +240,24 @@ Test(mpi, ablate_spreads_its_runs_and_other_commands_refuse_ranks, .timeout = 30
  * study/comm_mpi.c): the bytes of one process, unsharded and ZeRO-1. */
 Test(mpi, the_nccl_way_over_mpi_is_bit_identical, .timeout = 300)
 {
-    need_mpi();
-    const char *dir = setup_dir();
+    mu_need_mpi();
+    const char *dir = mu_setup_dir();
     const char *kind = "--set model.residual.kind=block --set model.residual.block_size=2";
     train(dir, 0, kind, "", "one");
     int st;
-    char *o = sh(dir, &st, MPIRUN "2 -x ATTNRES_TEST_STREAM_ORDER=1 '%s' train " TINY " %s --out ordered", bin(), kind);
+    char *o = mu_sh(dir, &st, MPIRUN "2 -x ATTNRES_TEST_STREAM_ORDER=1 '%s' train " TINY " %s --out ordered", mu_bin(), kind);
     cr_assert_eq(st, 0, "%s", o);
     free(o);
-    o = sh(dir, &st, MPIRUN "4 -x ATTNRES_TEST_STREAM_ORDER=1 '%s' train " TINY " %s --set parallel.shard_optimizer=true "
-                     "--out ordered4", bin(), kind);
+    o = mu_sh(dir, &st, MPIRUN "4 -x ATTNRES_TEST_STREAM_ORDER=1 '%s' train " TINY " %s --set parallel.shard_optimizer=true "
+                     "--out ordered4", mu_bin(), kind);
     cr_assert_eq(st, 0, "%s", o);
     free(o);
     char a[4200], b[4200];
     snprintf(a, sizeof a, "%s/one/model.safetensors", dir);
     snprintf(b, sizeof b, "%s/ordered/model.safetensors", dir);
-    same_tensors(a, b, "stream order, 2 ranks");
+    mu_same_tensors(a, b, "stream order, 2 ranks");
     snprintf(b, sizeof b, "%s/ordered4/model.safetensors", dir);
-    same_tensors(a, b, "stream order, 4 sharded ranks");
+    mu_same_tensors(a, b, "stream order, 4 sharded ranks");
 }
 
 /* 3 and 6 micro-batches per rank (grad_accum 6 and 12 over 2 ranks): the
@@ -331,8 +265,8 @@ Test(mpi, the_nccl_way_over_mpi_is_bit_identical, .timeout = 300)
  * process. */
 Test(mpi, several_micro_batches_per_rank_bit_identical, .timeout = 300)
 {
-    need_mpi();
-    const char *dir = setup_dir();
+    mu_need_mpi();
+    const char *dir = mu_setup_dir();
     const char *kind = "--set model.residual.kind=full";
     const char *accum[] = {"--set train.grad_accum=6", "--set train.grad_accum=12"};
     for (int i = 0; i < 2; i++) {
@@ -343,6 +277,6 @@ Test(mpi, several_micro_batches_per_rank_bit_identical, .timeout = 300)
         train(dir, 2, kind, accum[i], two);
         snprintf(a, sizeof a, "%s/%s/model.safetensors", dir, one);
         snprintf(b, sizeof b, "%s/%s/model.safetensors", dir, two);
-        same_tensors(a, b, accum[i]);
+        mu_same_tensors(a, b, accum[i]);
     }
 }
