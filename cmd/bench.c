@@ -3,7 +3,9 @@
  * peak (cuda), and peak memory of baseline and AttnRes variants of one
  * config.  Each variant runs in a forked child (so its peak RSS is its own)
  * that sends its numbers back through a pipe; the parent allocates no model
- * and runs no compute, so the children start from a clean process. */
+ * and runs no compute, so the children start from a clean process.  With
+ * --pipeline it measures a pipeline instead, under mpirun
+ * (cmd/bench_pipeline.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +21,7 @@
 
 static const char *usage = "attnres bench [CONFIG] [--set KEY=VALUE]... [--steps N] [--warmup N] [--repeat R] "
                            "[--threads N] [--variants LIST] [--device cpu|cuda] [--precision fp32|bf16] "
-                           "[--peak-tflops X] [--json]";
+                           "[--peak-tflops X] [--pipeline P [--virtual V] [--micro-batches M]] [--json]";
 
 #define MIB (1024.0 * 1024.0)
 #define AR_BENCH_MAX_VARIANTS 16
@@ -480,7 +482,12 @@ int cmd_bench(int argc, char **argv)
     double peak_tflops = 0;
     ar_bench_opts o = {.be = NULL, .threads = 0, .steps = 5, .warmup = 2, .repeat = 3};
     variant_run *runs = NULL;
-    static const char *const own[] = {"--steps", "--warmup", "--repeat", "--peak-tflops", "--variants", NULL};
+    /* a pipeline runs on the ranks of an mpirun launch, with none of the
+     * forked processes below */
+    if (cli_bench_pipelined(argc, argv))
+        return cmd_bench_pipeline(argc, argv, usage);
+    static const char *const own[] = {"--steps",   "--warmup",        "--repeat", "--peak-tflops", "--variants",
+                                      "--virtual", "--micro-batches", NULL};
     cli_opts so;
     cli_opts_init(&so, usage, CLI_SET | CLI_THREADS | CLI_DEVICE | CLI_PRECISION, own, argc, argv);
     for (const char *a, *v; (a = cli_opts_next(&so, &v));) {
@@ -497,6 +504,8 @@ int cmd_bench(int argc, char **argv)
             bad = cli_parse_int(a, v, 1, &o.repeat) != 0;
         else if (!strcmp(a, "--json"))
             json = 1;
+        else if (!strcmp(a, "--virtual") || !strcmp(a, "--micro-batches"))
+            bad = cli_usage_error(usage, "'%s' goes with '--pipeline P'", a) != 0;
         else
             bad = cli_opts_argument(&so, a, &config) != 0;
         if (bad)

@@ -18,6 +18,12 @@ int cmd_plot_depth_attn(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_plot_pipeline(int argc, char **argv);
 
+/* attnres bench --pipeline (cmd/bench_pipeline.c): whether bench's
+ * arguments (argv[0] the command's name) ask for a pipeline, which runs on
+ * the ranks of an mpirun launch; and that bench, with bench's usage. */
+int cli_bench_pipelined(int argc, char **argv);
+int cmd_bench_pipeline(int argc, char **argv, const char *usage);
+
 /* Exit statuses: 0 ok, 1 the work failed, 2 the command line was wrong. */
 enum { AR_EXIT_OK = 0, AR_EXIT_FAIL = 1, AR_EXIT_USAGE = 2 };
 

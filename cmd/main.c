@@ -80,7 +80,8 @@ static int cmd_help(int argc, char **argv)
 /* Under mpirun: every rank runs the command; rank 0 alone prints.  The
  * commands that use ranks are train (data parallelism), eval (its windows
  * split over the ranks), sweep and ablate (their runs spread over the
- * ranks); any other refuses more than one. */
+ * ranks) and bench --pipeline (the stages of the pipeline it measures);
+ * any other refuses more than one. */
 static int run_ranks(const command *c, int argc, char **argv)
 {
     ar_err e = {{0}};
@@ -101,10 +102,12 @@ static int run_ranks(const command *c, int argc, char **argv)
     int uses_ranks = 0;
     for (size_t i = 0; i < sizeof ranked / sizeof *ranked; i++)
         uses_ranks |= strcmp(c->name, ranked[i]) == 0;
+    int bench = strcmp(c->name, "bench") == 0;
+    uses_ranks |= bench && cli_bench_pipelined(argc, argv);
     if (w->size > 1 && !uses_ranks) {
-        cli_error("'attnres %s' runs in one process: start it without mpirun (train, eval, sweep and ablate "
-                  "use the ranks of an mpirun launch)",
-                  c->name);
+        cli_error("'attnres %s' runs in one process: start it without mpirun (train, eval, sweep, ablate and "
+                  "bench --pipeline use the ranks of an mpirun launch)%s",
+                  c->name, bench ? "; under mpirun, 'attnres bench --pipeline P' measures a pipeline" : "");
         rc = AR_EXIT_USAGE;
     } else {
         rc = c->fn(argc, argv);

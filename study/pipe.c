@@ -51,6 +51,25 @@ int ar_pipe_nchunks(const ar_config *cfg)
     return P * (cfg->parallel.virtual_stages > 1 ? cfg->parallel.virtual_stages : 1);
 }
 
+void ar_pipe_model_split(const ar_config *cfg, int world_rank, unsigned char *runs, ar_model_split *sp)
+{
+    int C = ar_pipe_nchunks(cfg), L = ar_cfg_sublayers(&cfg->model);
+    *sp = (ar_model_split){.nchunks = C};
+    if (C == 1)
+        return;
+    int P = cfg->parallel.pipeline > 1 ? cfg->parallel.pipeline : 1, s = world_rank % P;
+    memset(runs, 0, (size_t)L + 2);
+    for (int c = s; c < C; c += P) {
+        for (int l = ar_chunk_first(L, C, c); l < ar_chunk_first(L, C, c + 1); l++)
+            runs[l] = 1;
+        if (c == 0)
+            runs[0] = 1;
+        if (c == C - 1)
+            runs[L + 1] = 1;
+    }
+    sp->runs = runs;
+}
+
 static ar_pipe_sched sched_of(const ar_config *cfg)
 {
     return cfg->parallel.schedule == AR_PIPE_SCHED_GPIPE ? AR_PIPE_GPIPE : AR_PIPE_1F1B;

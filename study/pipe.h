@@ -54,7 +54,13 @@ int ar_pipelined(const ar_config *cfg);
  * the model is created with it (ar_model_split.nchunks). */
 int ar_pipe_nchunks(const ar_config *cfg);
 
-/* m: this rank's model (created with ar_pipe_nchunks), the micro-batch
+/* How this rank creates its model for a pipelined cfg: the chunk count
+ * and the parts its stage runs (runs: L+2 flags, ar_model_split's), so
+ * that it allocates activations for its own sublayers only.  Without a
+ * pipeline: nchunks 1 and runs NULL (everything). */
+void ar_pipe_model_split(const ar_config *cfg, int world_rank, unsigned char *runs, ar_model_split *sp);
+
+/* m: this rank's model (created with ar_pipe_model_split), the micro-batch
  * size cfg->train.batch_size. */
 ar_pipe *ar_pipe_create(ar_comm *world, const ar_config *cfg, ar_model *m, ar_err *e);
 void ar_pipe_free(ar_pipe *p);

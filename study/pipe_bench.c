@@ -8,7 +8,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -64,13 +63,6 @@ int ar_pipe_bench_reset_peak(void)
     int ok = write(fd, "5", 1) == 1;
     close(fd);
     return ok;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* splitmix64 */
@@ -167,8 +159,11 @@ int ar_pipe_bench_variant(ar_comm *world, const ar_config *cfg, const ar_pipe_be
     if (rc == 0) {
         be->set_threads(cfg->train.threads);
         r->threads = omp_get_max_threads();
-        rc = ar_model_create_split(&m, &cfg->model, be, cfg->train.batch_size,
-                                   &(ar_model_split){.nchunks = ar_pipe_nchunks(cfg)}, e);
+        unsigned char *runs = ar_xcalloc((size_t)ar_cfg_sublayers(&cfg->model) + 2, 1);
+        ar_model_split sp;
+        ar_pipe_model_split(cfg, world->rank, runs, &sp); /* this stage's activations only */
+        rc = ar_model_create_split(&m, &cfg->model, be, cfg->train.batch_size, &sp, e);
+        free(runs);
     }
     if (rc == 0) {
         ar_model_init(m, cfg->train.seed);

@@ -85,7 +85,8 @@ typedef struct {
  * creates the model (ar_pipe_nchunks chunks) on the CPU backend with
  * train.threads threads and its pipeline, runs o->warmup then o->steps
  * steps (ar_pipe_step; no optimizer), each followed by ar_pipe_stats_sum,
- * reads every rank's peak memory and frees the model. */
+ * reads every rank's peak memory and frees the model.  r->rank_peak_mib is
+ * allocated whatever the outcome: ar_pipe_bench_result_free. */
 int ar_pipe_bench_variant(ar_comm *world, const ar_config *cfg, const ar_pipe_bench_opts *o,
                           ar_pipe_bench_result *r, ar_err *e);
 void ar_pipe_bench_result_free(ar_pipe_bench_result *r);

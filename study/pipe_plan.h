@@ -99,10 +99,11 @@ long ar_pipe_rows_per_mb(const ar_pipe_plan *p);
  * embedding (mean blocks one chunk produces):
  *   eq. 7 (naive):  C(C-1)/2 N_p
  *   eq. 8 (cached): P(P-1)/2 N_p + (V-1) P^2 N_p
- * They leave out the embedding b_0 and partial blocks; eq. 8's second term
- * counts P chunks of blocks a transition in later rounds where P-1 are
- * new to the receiver, so it bounds the exact count from above.  NaN for
- * the baseline, which has no blocks (it moves C-1 rows). */
+ * They leave out the embedding b_0 and partial blocks (which the exact
+ * count includes), and eq. 8's second term counts P chunks of blocks a
+ * transition in later rounds where P-1 are new to the receiver; so the
+ * exact count differs either way.  NaN for the baseline, which has no
+ * blocks (it moves C-1 rows). */
 double ar_pipe_eq7(const ar_pipe_plan *p);
 double ar_pipe_eq8(const ar_pipe_plan *p);
 

@@ -216,41 +216,50 @@ static int evaluate(trainer *t, ar_jw *w, ar_err *e)
         return -1;
     }
     grad_rms_by_sublayer(m, grms);
-    ar_eval_result r;
-    m->collect_stats = 1; /* rank 0 evaluates the first batch: the diagnostics are its */
-    int rc = ar_evaluate_ranks(m, t->comm, t->ds.val, t->ds.nval, t->cfg->train.eval_windows, &r, e);
-    m->collect_stats = 0;
-    if (rc != 0) {
+    /* A stage's model keeps activations for its own sublayers alone: the
+     * evaluation runs on a whole copy sharing its parameters, for its
+     * duration (every rank evaluates its share of the windows). */
+    ar_model *em = m;
+    ar_model_split sp = {.nchunks = ar_pipe_nchunks(t->cfg), .share = m};
+    if (t->pp && ar_model_create_split(&em, &m->cfg, m->be, m->maxB, &sp, e) != 0) {
         free(grms);
         return -1;
     }
-    t->last_val = r.loss;
-    ar_jw_key(w, "val_loss");
-    ar_jw_num(w, r.loss);
-    if (t->cfg->model.vocab_bytes) {
-        ar_jw_key(w, "val_bits_per_byte");
-        ar_jw_num(w, r.loss / M_LN2);
-    }
-    write_list(w, "out_rms", m->out_rms, m->L);
-    write_list(w, "grad_rms", grms, m->L);
-    ar_residual *res = m->res;
-    if (res->vt->n_sources(res, 1) > 0) {
-        /* depth_attn[l-1] = token-averaged weights of mixer l over its
-         * sources (l = L+1 is the final aggregation), first eval batch,
-         * the same batch as out_rms. */
-        ar_jw_key(w, "depth_attn");
-        ar_jw_arr_begin(w);
-        for (int l = 1; l <= m->L + 1; l++) {
-            const float *a = m->depth_w + (size_t)(l - 1) * (m->L + 1);
+    ar_eval_result r;
+    em->collect_stats = 1; /* rank 0 evaluates the first batch: the diagnostics are its */
+    int rc = ar_evaluate_ranks(em, t->comm, t->ds.val, t->ds.nval, t->cfg->train.eval_windows, &r, e);
+    em->collect_stats = 0;
+    if (rc == 0) {
+        t->last_val = r.loss;
+        ar_jw_key(w, "val_loss");
+        ar_jw_num(w, r.loss);
+        if (t->cfg->model.vocab_bytes) {
+            ar_jw_key(w, "val_bits_per_byte");
+            ar_jw_num(w, r.loss / M_LN2);
+        }
+        write_list(w, "out_rms", em->out_rms, em->L);
+        write_list(w, "grad_rms", grms, em->L);
+        ar_residual *res = em->res;
+        if (res->vt->n_sources(res, 1) > 0) {
+            /* depth_attn[l-1] = token-averaged weights of mixer l over its
+             * sources (l = L+1 is the final aggregation), first eval batch,
+             * the same batch as out_rms. */
+            ar_jw_key(w, "depth_attn");
             ar_jw_arr_begin(w);
-            for (int i = 0; i < res->vt->n_sources(res, l); i++)
-                ar_jw_num(w, a[i]);
+            for (int l = 1; l <= em->L + 1; l++) {
+                const float *a = em->depth_w + (size_t)(l - 1) * (em->L + 1);
+                ar_jw_arr_begin(w);
+                for (int i = 0; i < res->vt->n_sources(res, l); i++)
+                    ar_jw_num(w, a[i]);
+                ar_jw_arr_end(w);
+            }
             ar_jw_arr_end(w);
         }
-        ar_jw_arr_end(w);
     }
+    if (em != m)
+        ar_model_free(em);
     free(grms);
-    return 0;
+    return rc;
 }
 
 static int model_cfg_equal(const ar_model_cfg *a, const ar_model_cfg *b)
@@ -501,8 +510,12 @@ static int setup(trainer *t, long *start, ar_err *e)
         rc = -1;
     if (rc == 0) {
         t->data_crc = ar_st_crc32(t->ds.train, (uint64_t)t->ds.ntrain * sizeof(int32_t));
-        ar_model_split sp = {.nchunks = ar_pipe_nchunks(cfg)};
+        /* a stage allocates activations for its own sublayers alone */
+        unsigned char *runs = ar_xcalloc((size_t)ar_cfg_sublayers(&cfg->model) + 2, 1);
+        ar_model_split sp;
+        ar_pipe_model_split(cfg, t->comm->rank, runs, &sp);
         rc = ar_model_create_split(&t->m, &cfg->model, be, cfg->train.batch_size, &sp, e);
+        free(runs);
     }
     if (rc == 0 && piped && !(t->pp = ar_pipe_create(t->comm, cfg, t->m, e)))
         rc = -1;
