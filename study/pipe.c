@@ -176,8 +176,9 @@ ar_pipe *ar_pipe_create(ar_comm *world, const ar_config *cfg, ar_model *m, ar_er
 {
     if (ar_pipe_check(world, cfg, e) != 0)
         return NULL;
-    if (!world->ops->split || !world->ops->sum_floats) {
-        ar_fail(e, "'parallel.pipeline' needs the MPI communicator (this one is '%s')", world->ops->name);
+    if (!world->ops->split || !world->ops->sum_floats || world->ops->group) {
+        ar_fail(e, "'parallel.pipeline' needs the plain MPI communicator (this one is '%s'%s)", world->ops->name,
+                world->ops->group ? ": unset ATTNRES_TEST_STREAM_ORDER" : "");
         return NULL;
     }
     ar_pipe *p = ar_xcalloc(1, sizeof *p);
