@@ -17,6 +17,8 @@ int cmd_bench(int argc, char **argv);
 int cmd_plot_depth_attn(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_plot_pipeline(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
 
 /* attnres bench --pipeline (cmd/bench_pipeline.c): whether bench's
  * arguments (argv[0] the command's name) ask for a pipeline, which runs on

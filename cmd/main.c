@@ -19,6 +19,7 @@ typedef struct {
 static const command commands[] = {
     {"train", cmd_train, "train a model from a YAML config"},
     {"eval", cmd_eval, "evaluate a checkpoint on a token stream"},
+    {"generate", cmd_generate, "sample text from a checkpoint with a key/value cache"},
     {"sweep", cmd_sweep, "train a grid of model sizes x variants for scaling laws"},
     {"ablate", cmd_ablate, "train residual variants x seeds on one config and compare them"},
     {"fit-scaling", cmd_fit_scaling, "fit power-law scaling curves and compare compute"},
@@ -26,6 +27,7 @@ static const command commands[] = {
     {"plot", cmd_plot, "draw the training dynamics of runs"},
     {"plot-depth-attn", cmd_plot_depth_attn, "draw what depth attention learned, or the depth mixing matrix"},
     {"plot-pipeline", cmd_plot_pipeline, "draw the pipeline-parallel schedule and cross-stage block caching"},
+    {"tokenize", cmd_tokenize, "turn text into GPT-2 BPE token files, and back"},
     {"help", NULL, "show the manual page of attnres or of a command"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof *commands)

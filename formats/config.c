@@ -28,7 +28,7 @@ typedef enum {
     KT_U64,       /* uint64_t */
     KT_NUM,       /* double */
     KT_ENUM,      /* an int-sized enum spelled by enum_name() */
-    KT_VOCAB,     /* "bytes" or a positive integer: sets model.vocab_bytes and model.vocab */
+    KT_VOCAB,     /* "bytes", "gpt2" (50257) or a positive integer: sets model.vocab_bytes and model.vocab */
     KT_PATH,      /* char[AR_PATH_MAX]; null is not allowed */
     KT_PATH_NULL, /* char[AR_PATH_MAX]; null is stored as "" */
 } key_type;
@@ -256,7 +256,7 @@ static const char *expects(const key_def *k, char *buf, size_t n)
             used += snprintf(buf + used, n - used, "%s%s", i ? "|" : "", k->enum_name(i));
         return buf;
     }
-    case KT_VOCAB: return "'bytes' or a positive integer";
+    case KT_VOCAB: return "'bytes', 'gpt2' or a positive integer";
     case KT_PATH: return "a path";
     case KT_PATH_NULL: return "a path or null";
     default: break;
@@ -443,11 +443,20 @@ static int store_integer(pctx *p, const key_def *k, const yaml_node_t *node, con
     return 0;
 }
 
+/* "gpt2" is only a spelling of GPT-2's vocabulary size (tiktoken's gpt2
+ * encoding, llm.c's token files): the config keeps, and writes back, 50257. */
+#define GPT2_VOCAB 50257
+
 static int store_vocab(pctx *p, const key_def *k, const yaml_node_t *node, const scalar *v)
 {
     if (!v->null && strcmp(v->s, "bytes") == 0 && v->len == 5) {
         p->c->model.vocab_bytes = 1;
         p->c->model.vocab = 256;
+        return 0;
+    }
+    if (!v->null && strcmp(v->s, "gpt2") == 0 && v->len == 4) {
+        p->c->model.vocab_bytes = 0;
+        p->c->model.vocab = GPT2_VOCAB;
         return 0;
     }
     long long x;

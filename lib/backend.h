@@ -110,6 +110,27 @@ typedef struct ar_backend {
                           const float *att, const float *q, const float *k, const float *v,
                           int B, int T, int nh, int hd);
 
+    /* ---- incremental decoding against a key/value cache (lib/decode.c) ----
+     * rope_fwd_at: rope_fwd on n rows at absolute positions: x is n x nh x hd
+     * and row i is rotated by a = (pos0 + i) * freq_j (in place); with
+     * pos0 = 0 and n = T it is rope_fwd of one sequence, bit for bit.
+     * attention_decode: n new queries at positions pos0..pos0+n-1 against
+     * the cache k, v of Tk = pos0+n rows of nh*hd (rows pos0.. hold the new
+     * tokens' rotated keys and their values); q, y: n x (nh*hd);
+     * att: nh x n x Tk, the probabilities (zeros right of the diagonal).
+     * Per head:  s[i,c] = q_i . k_c / sqrt(hd),  causal: c <= pos0 + i,
+     *            att[i,:] = softmax(s[i,:]),  y_i = sum_c att[i,c] v_c      (=)
+     * With pos0 = 0 and n = T it is attention_fwd's forward with B = 1. */
+    void (*rope_fwd_at)(float *x, int n, int pos0, int nh, int hd);
+    void (*attention_decode)(float *y, float *att, const float *q, const float *k, const float *v,
+                             int n, int pos0, int nh, int hd);
+    /* matvec_fwd: one token's linear layer, out = W x (matmul_fwd with
+     * N = 1, to rounding: not bit for bit), x: in, W: outd x in, out: outd
+     * (=); its own entry because a matrix-vector product is several times
+     * faster than a one-row matrix product (OpenBLAS: 4-7x at d = 192..512).
+     * In lib/cpu/matmul_cpu.c and lib/cuda/matmul_cuda.cu. */
+    void (*matvec_fwd)(float *out, const float *x, const float *W, int in, int outd);
+
     /* ---- SwiGLU gate ----
      * out = silu(gate) * up, silu(a) = a*sigmoid(a)                   (=)
      * bwd (=): dgate = dout*up*sigmoid(a)*(1 + a*(1-sigmoid(a))), dup = dout*silu(a) */

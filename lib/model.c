@@ -47,6 +47,24 @@ static void plan_params(ar_model *m)
 
 static float *falloc(const ar_backend *be, size_t n) { return be->alloc(n * sizeof(float)); }
 
+int ar_head_chunk = 0;
+
+/* N rows in the fewest chunks of at most `most` rows, as equal as can be:
+ * rows per chunk (the last chunk may be shorter).  Never more than most. */
+static int split_rows(int N, int most)
+{
+    int nc = (N + most - 1) / most;
+    return (N + nc - 1) / nc;
+}
+
+int ar_head_rows(int V, int N)
+{
+    size_t most = ar_head_chunk > 0 ? (size_t)ar_head_chunk : AR_HEAD_CHUNK_FLOATS / (size_t)V;
+    if (most < 1)
+        most = 1;
+    return most < (size_t)N ? split_rows(N, (int)most) : N;
+}
+
 /* The gradient buckets (model.h) from the parameter layout: every tensor of
  * block k, then final_norm with lm_head, are contiguous; the residual
  * scheme's tensors come after lm_head. */
@@ -108,12 +126,14 @@ static void alloc_activations(ar_model *m, const unsigned char *runs, const ar_m
         a->act = falloc(be, N * F);
     }
     if (!runs || runs[L + 1]) {
+        m->head_rows = ar_head_rows(m->V, (int)N);
         m->hn = falloc(be, N * d);
         m->frstd = falloc(be, N);
-        m->logits = falloc(be, N * V);
-        m->probs = falloc(be, N * V);
+        m->logits_c = falloc(be, (size_t)m->head_rows * V);
+        m->probs_c = falloc(be, (size_t)m->head_rows * V);
         m->losses = falloc(be, N);
     }
+    m->head_kept = -1;
     /* lent to the residual scheme through the forward (model.h): own */
     m->dxn = falloc(be, N * d);
     m->dq = falloc(be, N * d);
@@ -197,7 +217,7 @@ void ar_model_free(ar_model *m)
             if (bufs[i])
                 be->free(bufs[i]);
     }
-    float *own[] = {m->hn, m->frstd, m->logits, m->probs, m->losses, m->dxn, m->dq, m->dk, m->dv, m->dy};
+    float *own[] = {m->hn, m->frstd, m->logits_c, m->probs_c, m->losses, m->dxn, m->dq, m->dk, m->dv, m->dy};
     for (size_t i = 0; i < sizeof own / sizeof *own; i++)
         if (own[i])
             be->free(own[i]);
@@ -349,24 +369,54 @@ void ar_model_forward_sublayers(ar_model *m, int l0, int l1)
     }
 }
 
+/* One chunk of n rows from row r0 of the head (model.h):
+ *   logits_c = hn[r0..r0+n) W^T;  probs_c = softmax(logits_c)
+ *   losses[r0+i] = log sum_v exp logits_c[i,v] - logits_c[i, target]
+ * returns the chunk's sum of losses. */
+static double head_chunk_fwd(ar_model *m, int r0, int n)
+{
+    const ar_backend *be = m->be;
+    int d = m->d, V = m->V;
+    be->matmul_fwd(m->logits_c, m->hn + (size_t)r0 * d, P(m->lm_head), n, d, V);
+    return be->xent_fwd(m->losses + r0, m->probs_c, m->logits_c, m->tgt + r0, n, V);
+}
+
+static int imin(int a, int b) { return a < b ? a : b; }
+
+/* Rows per chunk of this batch (at most head_rows, the buffers' rows):
+ * even chunks, so that the one the backward finds already computed is as
+ * large as the others. */
+static int chunk_rows(const ar_model *m) { return split_rows(m->N, m->head_rows); }
+
 double ar_model_forward_head(ar_model *m, const int32_t *targets, double *sum_nats)
 {
     const ar_backend *be = m->be;
     ar_residual *r = m->res;
-    int N = m->N, d = m->d;
+    int N = m->N, d = m->d, rows = chunk_rows(m);
     const float *hout = m->res_hout = r->vt->final_fwd(r, N);
     if (m->collect_stats && r->vt->n_sources(r, 1) > 0)
         for (int l = 1; l <= m->L + 1; l++)
             r->vt->mean_weights(r, l, N, m->depth_w + (size_t)(l - 1) * (m->L + 1));
     be->rmsnorm_fwd(m->hn, m->frstd, hout, P(m->final_norm), N, d);
-    be->matmul_fwd(m->logits, m->hn, P(m->lm_head), N, d, m->V);
+    m->head_kept = -1;
     if (!targets)
         return 0;
     be->upload(m->tgt, targets, (size_t)N * sizeof(int32_t));
-    double sum = be->xent_fwd(m->losses, m->probs, m->logits, m->tgt, N, m->V);
+    /* the chunks' sums of losses (in double), in row order */
+    double sum = 0;
+    int r0 = 0;
+    for (; r0 + rows < N; r0 += rows)
+        sum += head_chunk_fwd(m, r0, rows);
+    sum += head_chunk_fwd(m, r0, N - r0);
+    m->head_kept = r0; /* the last chunk's probabilities stay for the backward */
     if (sum_nats)
         *sum_nats = sum;
     return sum / N;
+}
+
+void ar_model_logits(ar_model *m, int row0, int nrows, float *out)
+{
+    m->be->matmul_fwd(out, m->hn + (size_t)row0 * m->d, P(m->lm_head), nrows, m->d, m->V);
 }
 
 double ar_model_forward(ar_model *m, const int32_t *inputs, const int32_t *targets, int B,
@@ -385,12 +435,22 @@ void ar_model_backward_head(ar_model *m, float scale)
     int N = m->N, d = m->d;
     if (r->vt->zero_grads)
         r->vt->zero_grads(r, N);
-    /* dlogits overwrite the probabilities in place: one N x V buffer less,
-     * one pass less over it */
-    float *dlogits = m->probs;
-    be->xent_bwd(dlogits, m->probs, m->tgt, scale, N, m->V);
     be->zero(m->dhn, (size_t)N * d * sizeof(float));
-    be->matmul_bwd(m->dhn, G(m->lm_head), dlogits, m->hn, P(m->lm_head), N, d, m->V);
+    /* from the last chunk, whose probabilities the forward left in probs_c;
+     * every other chunk's are computed again (its losses with them, the same
+     * values).  dlogits overwrite the probabilities in place: one buffer
+     * less, one pass less over it. */
+    int rows = chunk_rows(m), V = m->V;
+    for (int r0 = (N - 1) / rows * rows; r0 >= 0; r0 -= rows) {
+        int n = imin(rows, N - r0);
+        if (r0 != m->head_kept)
+            head_chunk_fwd(m, r0, n);
+        float *dlogits = m->probs_c;
+        be->xent_bwd(dlogits, m->probs_c, m->tgt + r0, scale, n, V);
+        be->matmul_bwd(m->dhn + (size_t)r0 * d, G(m->lm_head), dlogits, m->hn + (size_t)r0 * d,
+                       P(m->lm_head), n, d, V);
+    }
+    m->head_kept = -1; /* probs_c holds dlogits now */
     be->rmsnorm_bwd(r->vt->final_grad_buf(r), G(m->final_norm), m->dhn, m->res_hout,
                     P(m->final_norm), m->frstd, r->final_grad_overwrite, N, d);
     r->vt->final_bwd(r, N);

@@ -42,7 +42,13 @@ typedef struct ar_model {
     /* activations */
     int32_t *tok, *tgt;    /* device, maxN */
     ar_block_act *act;
-    float *hn, *frstd, *logits, *probs, *losses; /* probs become dlogits in backward */
+    /* the head (ar_model_forward_head): hn = final_norm(h_out), N x d;
+     * losses, N; logits_c and probs_c, head_rows x V each, one chunk of
+     * rows at a time (probs_c becomes dlogits in backward) */
+    float *hn, *frstd, *logits_c, *probs_c, *losses;
+    int head_rows;         /* rows per head chunk (ar_head_rows) */
+    int head_kept;         /* first row of the chunk whose probabilities the
+                              last forward left in probs_c, -1: none */
     /* backward scratch */
     float *dxn, *dq, *dk, *dv, *datt, *dy, *dgate, *dup, *dact, *dhn;
 
@@ -91,7 +97,8 @@ void ar_model_init(ar_model *m, uint64_t seed);
 
 /* Forward over B sequences of T tokens (host arrays, B*T each).  With
  * targets, returns the mean cross-entropy over the B*T positions (the sum is
- * in *sum_nats if non-NULL); without, computes logits only and returns 0. */
+ * in *sum_nats if non-NULL); without, stops at hn = final_norm(h_out) and
+ * returns 0 (ar_model_logits gives the logits of any rows). */
 double ar_model_forward(ar_model *m, const int32_t *inputs, const int32_t *targets, int B,
                         double *sum_nats);
 
@@ -114,6 +121,39 @@ void ar_model_backward_head(ar_model *m, float scale);
 void ar_model_backward_sublayers(ar_model *m, int l1, int l0);
 void ar_model_backward_embed(ar_model *m);
 void ar_model_zero_grad(ar_model *m);
+
+/* The output head works over chunks of rows so that it never holds N x V
+ * floats (V = 50257 at N = 4096 would be 0.8 GB per buffer):
+ *   forward, per chunk c:  logits_c = hn_c W^T;  losses_c = lse - logits_c[target]
+ *   backward, per chunk:   logits_c again (unless probs_c still holds the
+ *                          chunk: the last one of the forward), then
+ *                          dlogits = scale (softmax - onehot),
+ *                          dhn_c = dlogits W,  dW += dlogits^T hn_c
+ * Rows per chunk: at most R = ar_head_chunk if set, else
+ * AR_HEAD_CHUNK_FLOATS / V (64 MiB per head_rows x V buffer); the N rows
+ * go in ceil(N/R) equal chunks.  At V = 256, R = 65536: one chunk for any
+ * batch up to that, kept from the forward to the backward, as with no
+ * chunking.  At V = 50257, R = 333 (N = 4096: 13 chunks of 316).  The
+ * head's buffers are hn, dhn (N x d each), frstd, losses (N each) and the
+ * two chunks: 2 N (d + 1) + 2 head_rows V floats, where they were
+ * 2 N (d + 1) + 2 N V.
+ * Larger chunks cost more memory and less time: each chunk is a matrix
+ * product that packs all of W again (OpenBLAS), and all but one chunk's
+ * logits are computed twice.  bench-small at V = 50257 on 2 cores, one
+ * training step: 1 chunk (no recomputation) 2.97 s, 1024 rows 3.26 s,
+ * 316 rows 3.50 s, 164 rows 3.86 s. */
+#define AR_HEAD_CHUNK_FLOATS (16u << 20)
+/* Rows per head chunk; 0 (default): the rule above.  Read at creation;
+ * tests force small chunks to check that results do not depend on it. */
+extern int ar_head_chunk;
+/* Rows per head chunk for vocabulary V and at most N rows: ar_head_chunk if
+ * set, else the rule above; never more than N. */
+int ar_head_rows(int V, int N);
+
+/* out = hn[row0 .. row0+nrows-1] W^T (=): the logits of those rows of the
+ * last forward (with or without targets).  out is a device buffer of
+ * nrows x V floats; the caller picks nrows to bound it. */
+void ar_model_logits(ar_model *m, int row0, int nrows, float *out);
 
 /* Pointers into the parameter / gradient buffers by tensor index. */
 static inline float *ar_model_param(ar_model *m, int i) { return m->params + m->pt.p[i].offset; }

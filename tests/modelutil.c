@@ -102,8 +102,14 @@ double tu_model_diff(ar_model *ma, ar_model *mb, int B)
         ar_model_backward(ms[k], 1.0f / N);
     }
     double d = fabs(loss[0] - loss[1]);
-    for (size_t i = 0; i < (size_t)N * ma->V; i++)
-        d = fmax(d, fabs(ma->logits[i] - mb->logits[i]));
+    size_t nl = (size_t)N * ma->V;
+    float *la = malloc(nl * sizeof(float)), *lb = malloc(nl * sizeof(float));
+    ar_model_logits(ma, 0, N, la); /* CPU backend: host memory */
+    ar_model_logits(mb, 0, N, lb);
+    for (size_t i = 0; i < nl; i++)
+        d = fmax(d, fabs(la[i] - lb[i]));
+    free(la);
+    free(lb);
     for (int i = 0; i < ma->pt.n; i++) {
         int j = ar_params_find(&mb->pt, ma->pt.p[i].name);
         if (j < 0)

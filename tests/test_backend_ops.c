@@ -581,6 +581,43 @@ Test(backend_ops, attention)
     attention_case(2, 512, 8, 64, FP32);
 }
 
+/* ---- incremental decoding: rotary at positions, attention on a cache -- */
+
+/* n new rows at positions pos0..pos0+n-1 of a cache of Tk = pos0+n rows.
+ * rope_fwd_at: both backends take the angle in double (fp32's bound).
+ * attention_decode: y and the probabilities, from garbage (both "=").
+ * matvec_fwd: a decoding step's linear layer, in = nh*hd. */
+static void decode_case(int n, int pos0, int nh, int hd)
+{
+    at("decode n=%d pos0=%d nh=%d hd=%d", n, pos0, nh, hd);
+    int C = nh * hd, Tk = pos0 + n;
+    tp *x = rnd((size_t)n * C, -2, 2);
+    BOTH be->rope_fwd_at(D(x), n, pos0, nh, hd);
+    check("rope_fwd_at x", x);
+    tp *q = rnd((size_t)n * C, -1.5f, 1.5f), *k = rnd((size_t)Tk * C, -1.5f, 1.5f);
+    tp *v = rnd((size_t)Tk * C, -1, 1), *y = junk((size_t)n * C), *att = junk((size_t)nh * n * Tk);
+    BOTH be->attention_decode(D(y), D(att), D(q), D(k), D(v), n, pos0, nh, hd);
+    check("attention_decode y", y);
+    check("attention_decode att", att); /* zeros right of the diagonal included */
+    /* one token's linear layer: out = W x, into garbage */
+    int outd = 3 * hd + 1;
+    tp *W = rnd((size_t)outd * C, -1, 1), *xv = rnd((size_t)C, -1, 1), *o = junk((size_t)outd);
+    BOTH be->matvec_fwd(D(o), D(xv), D(W), C, outd);
+    check("matvec_fwd out", o);
+    release();
+}
+
+Test(backend_ops, decode)
+{
+    NEED_B();
+    decode_case(1, 0, 2, 8);
+    decode_case(1, 37, 3, 8);
+    decode_case(5, 12, 2, 24);
+    decode_case(13, 0, 1, 72);
+    decode_case(64, 448, 8, 64);
+    decode_case(1, 1023, 4, 128);
+}
+
 /* ---- SwiGLU ---------------------------------------------------------- */
 
 static void swiglu_case(size_t n)

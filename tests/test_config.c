@@ -369,7 +369,7 @@ Test(config, err_bad_type)
     assert_has(parse_err("data:\n  train: ~\n"), "t.yaml:2:10: 'data.train' expects a path, got null");
     assert_has(parse_err("data:\n  val: [a, b]\n"), "t.yaml:2:8: 'data.val' expects a path or null, got a sequence");
     assert_has(parse_err("model:\n  vocab: words\n"),
-               "t.yaml:2:10: 'model.vocab' expects 'bytes' or a positive integer, got 'words'");
+               "t.yaml:2:10: 'model.vocab' expects 'bytes', 'gpt2' or a positive integer, got 'words'");
     assert_has(parse_err("model:\n  ? [a]\n  : 1\n"), "t.yaml:2:5: keys must be names, got a sequence");
 }
 
@@ -391,7 +391,7 @@ Test(config, err_bad_value)
     assert_has(parse_err("train:\n  seed: 18446744073709551616\n"), "(out of range)");
     assert_has(parse_err("model:\n  residual:\n    block_size: 0\n"),
                "t.yaml:3:17: 'model.residual.block_size' expects a positive integer, got '0'");
-    assert_has(parse_err("model:\n  vocab: 0\n"), "'model.vocab' expects 'bytes' or a positive integer, got '0'");
+    assert_has(parse_err("model:\n  vocab: 0\n"), "'model.vocab' expects 'bytes', 'gpt2' or a positive integer, got '0'");
 }
 
 Test(config, err_duplicate_key)
@@ -518,6 +518,32 @@ static void round_trip(const ar_config *c)
     }
     free(y);
     free(y2);
+}
+
+/* "gpt2" spells 50257 and is written back as the number (the resolved
+ * config states the size; it reads back the same) */
+Test(config, vocab_gpt2)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    assert_parses(&c, "model:\n  vocab: gpt2\n");
+    cr_assert_eq(c.model.vocab_bytes, 0);
+    cr_assert_eq(c.model.vocab, 50257);
+    ar_err e = {{0}};
+    cr_assert_eq(ar_config_validate(&c, &e), 0, "%s", e.msg);
+    char *y = ar_config_to_yaml(&c);
+    cr_assert(strstr(y, "\n  vocab: 50257\n") != NULL, "%s", y);
+    cr_assert(strstr(y, "gpt2") == NULL, "%s", y);
+    free(y);
+    round_trip(&c);
+    assert_sets(&c, "model.vocab=bytes");
+    cr_assert_eq(c.model.vocab_bytes, 1);
+    assert_sets(&c, "model.vocab=gpt2");
+    cr_assert_eq(c.model.vocab_bytes, 0);
+    cr_assert_eq(c.model.vocab, 50257);
+    assert_has(parse_err("model:\n  vocab: GPT2\n"),
+               "'model.vocab' expects 'bytes', 'gpt2' or a positive integer, got 'GPT2'");
+    assert_has(parse_err("model:\n  vocab: gpt2x\n"), "got 'gpt2x'");
 }
 
 Test(config, yaml_round_trip_awkward_values)

@@ -7,7 +7,10 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "../../core/error.h"
 
 #include "loops.h"
 
@@ -121,5 +124,85 @@ void cpu_attention_bwd(float *dq, float *dk, float *dv, float *datt, const float
                         D + (size_t)c0 * T + c0, T, qb + (size_t)c0 * C, C, 0.0f,
                         dkb + (size_t)c0 * C, C);
         }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* incremental decoding against a key/value cache                            */
+
+/* x: n x nh x hd, row i at absolute position t = pos0 + i; for every pair
+ * (j, j+hd/2) of every head, a = t * 10000^(-2j/hd):
+ *   x'_j = x_j cos a - x_{j+hd/2} sin a ;  x'_{j+hd/2} = x_j sin a + x_{j+hd/2} cos a
+ * in place.  cos and sin are taken in double and rounded to float exactly
+ * as rope_fwd's table (kernels_cpu.c), so a row gets the same bits as it
+ * does at its position in a whole sequence. */
+void cpu_rope_fwd_at(float *x, int n, int pos0, int nh, int hd)
+{
+    int h2 = hd / 2;
+    if (h2 == 0)
+        return;
+    double *freq = ar_xmalloc((size_t)h2 * sizeof *freq);
+    for (int j = 0; j < h2; j++)
+        freq[j] = pow(10000.0, -2.0 * j / hd);
+#pragma omp parallel for schedule(static) if ((long)n * nh * hd > PAR_MIN)
+    for (int i = 0; i < n; i++) {
+        double t = (double)(pos0 + i);
+        for (int j = 0; j < h2; j++) {
+            double a = t * freq[j];
+            float c = (float)cos(a), s = (float)sin(a);
+            for (int h = 0; h < nh; h++) {
+                float *xh = x + ((size_t)i * nh + h) * hd;
+                float x0 = xh[j], x1 = xh[j + h2];
+                xh[j] = x0 * c - x1 * s;
+                xh[j + h2] = x0 * s + x1 * c;
+            }
+        }
+    }
+    free(freq);
+}
+
+/* q, y: n x C (C = nh*hd); k, v: Tk x C with Tk = pos0 + n; att: nh x n x Tk.
+ * Per head h (a strided view, ld = C):
+ *   att_h = scale q_h k_h^T (n x Tk);  row i causal: columns c <= pos0 + i,
+ *   softmaxed (fast_expf and sum8, as attention_fwd), zeros after;
+ *   y_h = att_h v_h                                                     (=)
+ * The heads run in parallel once the work is worth the threads; in decoding
+ * (n = 1) it rarely is, and the two products (sgemv there) are OpenBLAS's
+ * to thread. */
+void cpu_attention_decode(float *y, float *att, const float *q, const float *k, const float *v,
+                          int n, int pos0, int nh, int hd)
+{
+    int C = nh * hd, Tk = pos0 + n;
+    float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for schedule(static) if ((long)nh * n * Tk * hd > PAR_MIN)
+    for (int h = 0; h < nh; h++) {
+        float *A = att + (size_t)h * n * Tk;
+        if (n == 1) /* one query: the products are sgemv (sgemm with M = 1 costs several times more) */
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, Tk, hd, scale, k + (size_t)h * hd, C,
+                        q + (size_t)h * hd, 1, 0.0f, A, 1);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, Tk, hd, scale,
+                        q + (size_t)h * hd, C, k + (size_t)h * hd, C, 0.0f, A, Tk);
+        for (int i = 0; i < n; i++) {
+            float *ar = A + (size_t)i * Tk;
+            int last = pos0 + i;
+            float mx = ar[0];
+#pragma omp simd reduction(max : mx)
+            for (int c = 1; c <= last; c++)
+                mx = ar[c] > mx ? ar[c] : mx;
+            for (int c = 0; c <= last; c++)
+                ar[c] = fast_expf(ar[c] - mx);
+            float inv = 1.0f / sum8(ar, last + 1);
+            for (int c = 0; c <= last; c++)
+                ar[c] *= inv;
+            if (last + 1 < Tk)
+                memset(ar + last + 1, 0, (size_t)(Tk - last - 1) * sizeof(float));
+        }
+        if (n == 1)
+            cblas_sgemv(CblasRowMajor, CblasTrans, Tk, hd, 1.0f, v + (size_t)h * hd, C, A, 1, 0.0f,
+                        y + (size_t)h * hd, 1);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, Tk, 1.0f, A, Tk,
+                        v + (size_t)h * hd, C, 0.0f, y + (size_t)h * hd, C);
     }
 }

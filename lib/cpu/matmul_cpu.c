@@ -22,3 +22,9 @@ void cpu_matmul_bwd(float *dx, float *dW, const float *dout, const float *x,
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, outd, in, N, 1.0f, dout, outd, x, in,
                 1.0f, dW, in);
 }
+
+/* out = W x     x: in, W: outd x in, out: outd   (=)   (one row of matmul_fwd) */
+void cpu_matvec_fwd(float *out, const float *x, const float *W, int in, int outd)
+{
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, outd, in, 1.0f, W, in, x, 1, 0.0f, out, 1);
+}

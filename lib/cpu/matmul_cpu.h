@@ -6,5 +6,6 @@
 void cpu_matmul_fwd(float *out, const float *x, const float *W, int N, int in, int outd);
 void cpu_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, const float *W,
                     int N, int in, int outd);
+void cpu_matvec_fwd(float *out, const float *x, const float *W, int in, int outd);
 
 #endif

@@ -151,3 +151,82 @@ void cuda_attention_bwd(float *dq, float *dk, float *dv, float *datt, const floa
                            dk + o, C, s.sqkv, s.batch);
     }
 }
+
+/* ------------------------------------------------------------------------ */
+/* incremental decoding against a key/value cache                            */
+
+/* One thread per pair: i = (row*nh + h)*h2 + j, row at position pos0 + row;
+ * a = t * 10000^(-2j/hd) in double, cos and sin rounded to float as the
+ * rope tables (kernels_cuda.cu, and the CPU's) round them:
+ *   x'_j = x_j cos a - x_{j+hd/2} sin a ;  x'_{j+hd/2} = x_j sin a + x_{j+hd/2} cos a */
+__global__ static void rope_at_kernel(float *x, size_t pairs, int pos0, int nh, int hd)
+{
+    int h2 = hd / 2;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < pairs;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int j = (int)(i % h2);
+        size_t rh = i / h2; /* row*nh + h */
+        double a = (double)(pos0 + (int)(rh / nh)) * pow(10000.0, -2.0 * j / hd);
+        float c = (float)cos(a), s = (float)sin(a);
+        float *xh = x + rh * hd;
+        float x0 = xh[j], x1 = xh[j + h2];
+        xh[j] = x0 * c - x1 * s;
+        xh[j + h2] = x0 * s + x1 * c;
+    }
+}
+
+void cuda_rope_fwd_at(float *x, int n, int pos0, int nh, int hd)
+{
+    size_t pairs = (size_t)n * nh * (hd / 2);
+    if (pairs == 0)
+        return;
+    unsigned blocks = (unsigned)((pairs + 255) / 256);
+    rope_at_kernel<<<blocks < 65535u ? blocks : 65535u, 256, 0, ar_cuda_stream()>>>(x, pairs, pos0,
+                                                                                   nh, hd);
+    AR_CUDA_LAUNCHED();
+}
+
+/* Row r = h*n + i of att (Tk columns) holds query i's scores; it sees
+ * columns c <= pos0 + i:
+ *   att[r,c] = exp(s_c - max) / sum_{c' <= pos0+i} exp(s_c' - max),  0 after. */
+__global__ static void decode_softmax_kernel(float *att, size_t rows, int n, int pos0, int Tk)
+{
+    size_t r = (size_t)blockIdx.x * ROWS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (r >= rows)
+        return;
+    int last = pos0 + (int)(r % (size_t)n);
+    float *a = att + r * Tk;
+    float mx = -INFINITY;
+    for (int c = lane; c <= last; c += 32)
+        mx = fmaxf(mx, a[c]);
+    mx = ar_warp_max(mx);
+    float sum = 0.0f;
+    for (int c = lane; c <= last; c += 32) {
+        float e = expf(a[c] - mx);
+        a[c] = e;
+        sum += e;
+    }
+    float inv = 1.0f / ar_warp_sum(sum);
+    for (int c = lane; c < Tk; c += 32)
+        a[c] = c <= last ? a[c] * inv : 0.0f;
+}
+
+/* q, y: n x C (C = nh*hd); k, v: Tk x C, Tk = pos0 + n; att: nh x n x Tk.
+ * Heads are the strided batch (q, k, v, y: stride hd, ld C; att: stride
+ * n*Tk, ld Tk):  att = scale q k^T;  causal softmax;  y = att v      (=) */
+void cuda_attention_decode(float *y, float *att, const float *q, const float *k, const float *v,
+                           int n, int pos0, int nh, int hd)
+{
+    if (n <= 0 || nh <= 0 || hd <= 0)
+        return;
+    int C = nh * hd, Tk = pos0 + n;
+    float scale = 1.0f / sqrtf((float)hd);
+    long long sa = (long long)n * Tk;
+    ar_cu_gemm_batched(0, 1, n, Tk, hd, scale, q, C, hd, k, C, hd, 0.0f, att, Tk, sa, nh);
+    size_t rows = (size_t)nh * n;
+    decode_softmax_kernel<<<row_blocks(rows), ROWS * 32, 0, ar_cuda_stream()>>>(att, rows, n, pos0,
+                                                                                Tk);
+    AR_CUDA_LAUNCHED();
+    ar_cu_gemm_batched(0, 0, n, hd, Tk, 1.0f, att, Tk, sa, v, C, hd, 0.0f, y, C, hd, nh);
+}

@@ -13,6 +13,10 @@ void cuda_attention_fwd(float *y, float *att, const float *q, const float *k, co
 void cuda_attention_bwd(float *dq, float *dk, float *dv, float *datt, const float *dy,
                         const float *att, const float *q, const float *k, const float *v, int B,
                         int T, int nh, int hd);
+/* incremental decoding against a key/value cache (lib/decode.c) */
+void cuda_rope_fwd_at(float *x, int n, int pos0, int nh, int hd);
+void cuda_attention_decode(float *y, float *att, const float *q, const float *k, const float *v,
+                           int n, int pos0, int nh, int hd);
 
 #ifdef __cplusplus
 }

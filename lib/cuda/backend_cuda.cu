@@ -219,6 +219,9 @@ static void fill_table(ar_backend *b)
     b->rope_bwd = cuda_rope_bwd;
     b->attention_fwd = cuda_attention_fwd;
     b->attention_bwd = cuda_attention_bwd;
+    b->rope_fwd_at = cuda_rope_fwd_at;
+    b->attention_decode = cuda_attention_decode;
+    b->matvec_fwd = cuda_matvec_fwd;
     b->swiglu_fwd = cuda_swiglu_fwd;
     b->swiglu_bwd = cuda_swiglu_bwd;
     b->depth_attn_fwd = cuda_depth_attn_fwd;

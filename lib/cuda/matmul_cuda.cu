@@ -76,3 +76,10 @@ void cuda_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, co
         ar_cu_gemm(0, 0, N, in, outd, 1.0f, dout, outd, W, in, 1.0f, dx, in);
     ar_cu_gemm(1, 0, outd, in, N, 1.0f, dout, outd, x, in, 1.0f, dW, in);
 }
+
+/* out = W x     x: in, W: outd x in, out: outd   (=)   (one row of matmul_fwd:
+ * cuBLAS takes a one-row GEMM well, and keeps the bf16 setting) */
+void cuda_matvec_fwd(float *out, const float *x, const float *W, int in, int outd)
+{
+    ar_cu_gemm(0, 1, 1, outd, in, 1.0f, x, in, W, in, 0.0f, out, outd);
+}

@@ -11,6 +11,7 @@ extern "C" {
 void cuda_matmul_fwd(float *out, const float *x, const float *W, int N, int in, int outd);
 void cuda_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, const float *W,
                      int N, int in, int outd);
+void cuda_matvec_fwd(float *out, const float *x, const float *W, int in, int outd);
 
 /* Row-major products on cuBLAS, with cblas_sgemm's row-major meaning:
  *   C (M x N, ldc) = alpha op(A) op(B) + beta C,  op(A) M x K, op(B) K x N

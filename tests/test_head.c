@@ -1,0 +1,278 @@
+/* The output head in row chunks (lib/model.h, ar_head_chunk): the same loss
+ * and gradients as one chunk, the logits on demand, finite differences
+ * through several chunks, the rows rule, and a 50257-token vocabulary with
+ * no N x V buffer. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "guard_backend.h"
+#include "lib/model.h"
+#include "modelutil.h"
+#include "testutil.h"
+
+static const ar_backend *cpu(void)
+{
+    const ar_backend *be = ar_backend_cpu();
+    be->set_threads(2);
+    return be;
+}
+
+static ar_model_cfg tiny(ar_res_kind kind, int block_size, int V)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    ar_model_cfg m = c.model;
+    m.vocab = V;
+    m.vocab_bytes = V == 256;
+    m.d_model = 12;
+    m.n_layer = 2;
+    m.n_head = 2;
+    m.d_ff = 20;
+    m.seq_len = 7; /* 14 and 7 rows: chunks of 5 are 5, 5, 4 and 4, 3 */
+    m.residual.kind = kind;
+    m.residual.block_size = block_size;
+    return m;
+}
+
+static ar_model *create(ar_model_cfg mc, const ar_backend *be, int max_batch, int head_chunk)
+{
+    ar_model *m;
+    ar_err e = {{0}};
+    ar_head_chunk = head_chunk;
+    int rc = ar_model_create(&m, &mc, be, max_batch, &e);
+    ar_head_chunk = 0;
+    cr_assert_eq(rc, 0, "%s", e.msg);
+    return m;
+}
+
+/* n ids uniform in [0, V) (the whole vocabulary, not only bytes) */
+static void ids(int32_t *x, int n, int V, uint64_t seed)
+{
+    float *u = malloc((size_t)n * sizeof(float));
+    tu_fill_uniform(u, (size_t)n, 0, (float)V, seed);
+    for (int i = 0; i < n; i++)
+        x[i] = (int32_t)u[i] < V ? (int32_t)u[i] : V - 1;
+    free(u);
+}
+
+/* Two micro-batches (B = 2, then B = 1: the chunk boundaries move) with the
+ * gradients accumulated; sum of their summed losses in *nats. */
+static void two_steps(ar_model *m, double *nats)
+{
+    int T = m->T, V = m->V;
+    int32_t in[14], tg[14];
+    ar_model_zero_grad(m);
+    *nats = 0;
+    for (int s = 0; s < 2; s++) {
+        int B = 2 - s;
+        ids(in, B * T, V, 10 + (uint64_t)s);
+        ids(tg, B * T, V, 20 + (uint64_t)s);
+        double sum;
+        ar_model_forward(m, in, tg, B, &sum);
+        ar_model_backward(m, 1.0f / (float)(B * T));
+        *nats += sum;
+    }
+}
+
+/* Largest over tensors of max |ga - gb| / max |gb| (a tensor whose
+ * gradient is zero in b, like the query of a mixer with one source, must
+ * be zero in a too). */
+static double grad_diff(ar_model *a, ar_model *b)
+{
+    double worst = 0;
+    for (int i = 0; i < a->pt.n; i++) {
+        const float *ga = ar_model_grad(a, i), *gb = ar_model_grad(b, i);
+        double d = 0, s = 0;
+        for (size_t j = 0; j < a->pt.p[i].numel; j++) {
+            d = fmax(d, fabs((double)ga[j] - gb[j]));
+            s = fmax(s, fabs((double)gb[j]));
+        }
+        worst = fmax(worst, s > 0 ? d / s : d);
+    }
+    return worst;
+}
+
+/* The head in chunks of at most `rows` rows against one chunk of all 14:
+ * loss to 1e-12 relative (the same float losses, added in double), every
+ * gradient to 1e-6 of its tensor's largest entry (lm_head's sums over rows
+ * grouped by chunk differ in rounding; measured: at most 1.4e-7). */
+static void chunked_vs_one(ar_model_cfg mc, int rows)
+{
+    ar_model *one = create(mc, cpu(), 2, 0), *ch = create(mc, cpu(), 2, rows);
+    cr_assert_eq(one->head_rows, 14, "V %d: the default is one chunk here", mc.vocab);
+    cr_assert_lt(ch->head_rows, 14);
+    cr_assert_leq(ch->head_rows, rows);
+    tu_model_randomize(one, 31);
+    memcpy(ch->params, one->params, one->pt.total * sizeof(float));
+    double l1, lc;
+    two_steps(one, &l1);
+    two_steps(ch, &lc);
+    cr_expect(fabs(lc - l1) <= 1e-12 * fabs(l1), "V %d, chunks of %d: loss %.15g vs %.15g", mc.vocab,
+              rows, lc, l1);
+    double g = grad_diff(ch, one);
+    cr_expect(g <= 1e-6, "V %d, chunks of %d: gradients differ by %g", mc.vocab, rows, g);
+    ar_model_free(one);
+    ar_model_free(ch);
+}
+
+Test(head, chunks_equal_one_chunk_bytes)
+{
+    int rows[] = {1, 4, 5, 9};
+    for (int i = 0; i < 4; i++) {
+        chunked_vs_one(tiny(AR_RES_BASELINE, 0, 256), rows[i]);
+        chunked_vs_one(tiny(AR_RES_BLOCK, 2, 256), rows[i]);
+    }
+}
+
+Test(head, chunks_equal_one_chunk_1000)
+{
+    int rows[] = {1, 4, 5, 9};
+    for (int i = 0; i < 4; i++) {
+        chunked_vs_one(tiny(AR_RES_BASELINE, 0, 1000), rows[i]);
+        chunked_vs_one(tiny(AR_RES_FULL, 0, 1000), rows[i]);
+    }
+}
+
+/* Guards the comparison above: a different head gives different results. */
+Test(head, a_changed_head_differs)
+{
+    ar_model_cfg mc = tiny(AR_RES_BASELINE, 0, 1000);
+    ar_model *a = create(mc, cpu(), 2, 0), *b = create(mc, cpu(), 2, 5);
+    tu_model_randomize(a, 31);
+    memcpy(b->params, a->params, a->pt.total * sizeof(float));
+    ar_model_param(b, b->lm_head)[7 * mc.d_model + 3] += 0.5f;
+    double la, lb;
+    two_steps(a, &la);
+    two_steps(b, &lb);
+    cr_expect_gt(fabs(la - lb), 1e-6);
+    cr_expect_gt(grad_diff(b, a), 1e-4);
+    ar_model_free(a);
+    ar_model_free(b);
+}
+
+/* ar_model_logits after a forward without targets: log-sum-exp minus the
+ * target's logit, in double, is the loss of the forward with targets. */
+Test(head, logits_on_demand_give_the_loss)
+{
+    ar_model_cfg mc = tiny(AR_RES_BLOCK, 3, 1000);
+    ar_model *m = create(mc, cpu(), 2, 5);
+    tu_model_randomize(m, 8);
+    int N = 14, V = mc.vocab;
+    int32_t in[14], tg[14];
+    ids(in, N, V, 1);
+    ids(tg, N, V, 2);
+    double nats;
+    ar_model_forward(m, in, tg, 2, &nats);
+    cr_assert_eq(ar_model_forward(m, in, NULL, 2, NULL), 0.0);
+    float *z = malloc((size_t)N * V * sizeof(float));
+    ar_model_logits(m, 0, 8, z); /* in two calls: rows 0..7, 8..13 */
+    ar_model_logits(m, 8, 6, z + (size_t)8 * V);
+    double want = 0;
+    for (int i = 0; i < N; i++) {
+        const float *r = z + (size_t)i * V;
+        double mx = r[0], s = 0;
+        for (int c = 1; c < V; c++)
+            mx = fmax(mx, r[c]);
+        for (int c = 0; c < V; c++)
+            s += exp(r[c] - mx);
+        want += log(s) + mx - r[tg[i]];
+    }
+    cr_expect(fabs(nats - want) <= 1e-6 * want, "loss %.9g, from the logits %.9g", nats, want);
+    free(z);
+    ar_model_free(m);
+}
+
+/* Finite differences on every tensor (the head's included) with the head in
+ * chunks of at most 5 rows (14 rows: 5, 5, 4) and a vocabulary of 1000. */
+Test(head, finite_differences_in_chunks)
+{
+    ar_head_chunk = 5;
+    tu_model_fd_check(tiny(AR_RES_BASELINE, 0, 1000), "baseline, head chunks of 5", NULL);
+    tu_model_fd_check(tiny(AR_RES_BLOCK, 2, 1000), "block2, head chunks of 5", NULL);
+    ar_head_chunk = 0;
+}
+
+/* On the guard backend, whose buffers host code cannot touch and whose ops
+ * check that every pointer lies inside its buffer: the chunk pointers
+ * stay inside, and the loss is the CPU backend's. */
+Test(head, chunks_on_the_guard_backend)
+{
+    ar_model_cfg mc = tiny(AR_RES_FULL, 0, 1000);
+    ar_model *c = create(mc, cpu(), 2, 5), *g = create(mc, guard_backend(), 2, 5);
+    tu_model_randomize(c, 5);
+    tu_model_randomize(g, 5);
+    double lc, lg;
+    two_steps(c, &lc);
+    two_steps(g, &lg);
+    cr_expect_eq(lc, lg, "guard %.15g vs cpu %.15g", lg, lc);
+    ar_model_free(c);
+    ar_model_free(g);
+}
+
+/* At most 2^24 / V rows (64 MiB of floats), the batch in equal chunks */
+Test(head, rows_rule)
+{
+    cr_expect_eq(ar_head_rows(256, 4096), 4096, "bytes at bench-small: one chunk");
+    cr_expect_eq(ar_head_rows(256, 65536), 65536);
+    cr_expect_eq(ar_head_rows(256, 65537), 32769, "two chunks of 32769 and 32768");
+    cr_expect_eq(ar_head_rows(50257, 4096), 316, "13 chunks of at most 333 rows");
+    cr_expect_leq((double)333 * 50257 * sizeof(float), 64.0 * 1024 * 1024);
+    cr_expect_gt((double)334 * 50257 * sizeof(float), 64.0 * 1024 * 1024);
+    cr_expect_eq(ar_head_rows(50257, 333), 333);
+    cr_expect_eq(ar_head_rows(50257, 334), 167);
+    cr_expect_eq(ar_head_rows(40000000, 4096), 1, "a vocabulary over the budget: one row");
+    cr_expect_eq(ar_head_rows(50257, 100), 100, "never more rows than the batch has");
+    ar_head_chunk = 7;
+    cr_expect_eq(ar_head_rows(50257, 4096), 7);
+    cr_expect_eq(ar_head_rows(50257, 5), 5);
+    cr_expect_eq(ar_head_rows(50257, 8), 4);
+    ar_head_chunk = 0;
+}
+
+/* ---- GPT-2's vocabulary with no N x V buffer ---- */
+
+static size_t big_alloc, total_alloc;
+static ar_backend counted;
+static void *counted_alloc(size_t bytes)
+{
+    big_alloc = bytes > big_alloc ? bytes : big_alloc;
+    total_alloc += bytes;
+    return ar_backend_cpu()->alloc(bytes);
+}
+
+/* V = 50257, N = 16 x 64 = 1024 rows: one logits buffer would be 206 MB.
+ * Every allocation stays under 64 MiB (the largest are the head chunks, 4
+ * of 256 rows), all of them together under one N x V buffer, and the loss
+ * of the initial model on ids over the whole vocabulary is about log V. */
+Test(head, gpt2_vocabulary_allocates_chunks_only)
+{
+    counted = *ar_backend_cpu();
+    counted.alloc = counted_alloc;
+    ar_model_cfg mc = tiny(AR_RES_BLOCK, 2, 50257);
+    mc.d_model = 16;
+    mc.seq_len = 64;
+    int B = 16, N = B * mc.seq_len;
+    ar_model *m = create(mc, &counted, B, 0);
+    cr_assert_eq(m->head_rows, 256);
+    size_t nv = (size_t)N * mc.vocab * sizeof(float);
+    cr_expect_leq(big_alloc, (size_t)AR_HEAD_CHUNK_FLOATS * sizeof(float), "largest allocation %zu",
+                  big_alloc);
+    cr_expect_lt(total_alloc, nv, "allocated %zu bytes in all, one N x V buffer is %zu", total_alloc, nv);
+    ar_model_init(m, 3);
+    int32_t *in = malloc((size_t)N * sizeof *in), *tg = malloc((size_t)N * sizeof *tg);
+    ids(in, N, mc.vocab, 6);
+    ids(tg, N, mc.vocab, 7);
+    ar_model_zero_grad(m);
+    double loss = ar_model_forward(m, in, tg, B, NULL);
+    ar_model_backward(m, 1.0f / (float)N);
+    cr_expect(fabs(loss - log(50257.0)) < 0.05, "initial loss %g, log V %g", loss, log(50257.0));
+    double gn = 0;
+    for (size_t j = 0; j < m->pt.total; j++)
+        gn += (double)m->grads[j] * m->grads[j];
+    cr_expect(isfinite(gn) && gn > 0, "gradient norm^2 %g", gn);
+    free(in);
+    free(tg);
+    ar_model_free(m);
+}
