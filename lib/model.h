@@ -140,14 +140,15 @@ void ar_model_zero_grad(ar_model *m);
  * Larger chunks cost more memory and less time: each chunk is a matrix
  * product that packs all of W again (OpenBLAS), and all but one chunk's
  * logits are computed twice.  bench-small at V = 50257 on 2 cores, one
- * training step: 1 chunk (no recomputation) 2.97 s, 1024 rows 3.26 s,
- * 316 rows 3.50 s, 164 rows 3.86 s. */
+ * training step (best of 8): 1 chunk (no recomputation) 2.97 s, chunks of
+ * 1024 rows 3.26 s, of 342 to 683 rows 3.5 s, of 164 rows 3.86 s. */
 #define AR_HEAD_CHUNK_FLOATS (16u << 20)
 /* Rows per head chunk; 0 (default): the rule above.  Read at creation;
  * tests force small chunks to check that results do not depend on it. */
 extern int ar_head_chunk;
-/* Rows per head chunk for vocabulary V and at most N rows: ar_head_chunk if
- * set, else the rule above; never more than N. */
+/* Rows per head chunk (of the chunk buffers) for vocabulary V and N rows:
+ * N split in equal chunks of at most R rows, R = ar_head_chunk if set, else
+ * the rule above. */
 int ar_head_rows(int V, int N);
 
 /* out = hn[row0 .. row0+nrows-1] W^T (=): the logits of those rows of the
