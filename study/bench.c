@@ -112,7 +112,10 @@ static void train_step(bench_ctx *c)
     ar_adamw_step(&c->opt, c->m, c->tc, c->tc->lr, ar_grad_norm(c->m));
 }
 
-static void infer_step(bench_ctx *c) { ar_model_forward(c->m, c->in, NULL, c->B, NULL); }
+/* The forward with its loss: the output layer is part of inference's cost
+ * (a forward without targets stops at the final norm since the head is
+ * computed in chunks, lib/model.h). */
+static void infer_step(bench_ctx *c) { ar_model_forward(c->m, c->in, c->tg, c->B, NULL); }
 
 /* tok/s of `steps` timed calls of step. */
 static double time_steps(bench_ctx *c, void (*step)(bench_ctx *), int steps)

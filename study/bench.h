@@ -61,7 +61,7 @@ typedef struct {
     double train_step_ms;   /* at the median */
     double gflops;          /* train_tok_per_s * flops_per_token / 1e9 */
     double loss;            /* of the last training step (sanity) */
-    /* inference: forward without targets */
+    /* inference: the forward with its loss (lm_head included) */
     double infer_tok_per_s; /* median over the repetitions */
     double infer_tok_per_s_min, infer_tok_per_s_max;
     long long peak_rss_bytes; /* ar_bench_peak_rss() with the model still allocated */
