@@ -9,10 +9,17 @@
  *            up to position T (attention over 1/4 to all of the context),
  *            each step's logits downloaded as generation would
  * Each measurement repeats its pass for about 0.3 s.  Overheads against
- * the baseline: the median of per-round ratios of time per token; the
- * same for the time outside the linear layers' products (timed around
- * matmul_fwd and matvec_fwd), which carry most of a loaded machine's noise; and the
- * ratio of the best rounds' decode rates (the least disturbed).
+ * the baseline: the median of per-round ratios of time per token; the same
+ * for the time outside the linear layers' products (timed around
+ * matmul_fwd and matvec_fwd), which carry most of a loaded machine's
+ * noise; and the ratio of the best rounds' decode rates (the least
+ * disturbed).  And the residual scheme's own time per decoded token,
+ * measured alone (the part of a step that differs between variants).
+ *
+ * A second copy of the baseline runs too (baseline'): the spread between
+ * two identical models is the noise floor of the comparison (at the
+ * medium shape, whose decoding streams 100 MB of weights a token, where
+ * the weights happen to lie moves an identical model by up to 10%).
  *
  * usage: bench_decode CONFIG [ROUNDS] [THREADS] [CHUNK]   (defaults 7, 2, 64) */
 #include <math.h>
@@ -24,6 +31,7 @@
 #include "formats/config.h"
 #include "lib/decode.h"
 #include "lib/model.h"
+#include "lib/residual.h"
 #include "study/bench.h"
 
 static double now_s(void)
@@ -100,6 +108,43 @@ static double decode_rate(variant *v, const int32_t *tok, int P, int T, int pass
     return (double)(T - P) * passes / dt;
 }
 
+/* Microseconds per token of the residual scheme alone in a decoding step
+ * (N = 1): the embedding row, then per sublayer the mixer (with the
+ * sublayer's RMSNorm, fused or not) and accept_fwd, and the final mixer,
+ * with no sublayer between (their outputs are the rows left there): the
+ * part of a step that differs between variants, free of the products'
+ * noise.  On the holder model's own scheme (m's, not the decoder's). */
+static double residual_us(variant *v, int iters)
+{
+    ar_model *m = v->m;
+    ar_residual *r = m->res;
+    const ar_backend *be = m->be;
+    float *xn = be->alloc((size_t)m->d * sizeof(float)), *rs = be->alloc(sizeof(float));
+    double t0 = now_s();
+    for (int it = 0; it < iters; it++) {
+        r->vt->embed_out(r);
+        for (int l = 1; l <= m->L; l++) {
+            int k = (l - 1) / 2;
+            ar_norm_out nf = {ar_model_param(m, l % 2 ? m->blk[k].attn_norm : m->blk[k].mlp_norm), xn, rs};
+            const float *h = r->vt->input_fwd(r, l, 1, &nf);
+            if (h)
+                be->rmsnorm_fwd(xn, rs, h, nf.gain, 1, m->d);
+            r->vt->output_buf(r, l);
+            r->vt->accept_fwd(r, l, 1);
+        }
+        r->vt->final_fwd(r, 1);
+    }
+    double us = (now_s() - t0) * 1e6 / iters;
+    be->free(xn);
+    be->free(rs);
+    return us;
+}
+
+static const char *label(int v)
+{
+    return v < ar_bench_n_variants ? ar_bench_variants[v].label : "baseline'";
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -140,18 +185,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_decode: %s\n", e.msg);
         return 1;
     }
-    int nv = ar_bench_n_variants, T = base.model.seq_len, P = T / 4;
+    /* the variants, and a second baseline: two identical models measure
+     * how far apart the same work lands (weights at other addresses) */
+    int nv = ar_bench_n_variants + 1, T = base.model.seq_len, P = T / 4;
     if (chunk > T)
         chunk = T;
     variant *vs = calloc((size_t)nv, sizeof *vs);
     for (int v = 0; v < nv; v++) {
         vs[v].cfg = base;
-        ar_bench_apply_variant(&vs[v].cfg, &ar_bench_variants[v]);
+        ar_bench_apply_variant(&vs[v].cfg, &ar_bench_variants[v < ar_bench_n_variants ? v : 0]);
         ar_model_cfg mc = vs[v].cfg.model;
         mc.seq_len = chunk; /* the weights' holder: no activations of T rows */
         if (ar_config_validate(&vs[v].cfg, &e) != 0 || ar_model_create(&vs[v].m, &mc, be, 1, &e) != 0 ||
             ar_decoder_create(&vs[v].dec, vs[v].m, chunk, T, &e) != 0) {
-            fprintf(stderr, "bench_decode: %s: %s\n", ar_bench_variants[v].label, e.msg);
+            fprintf(stderr, "bench_decode: %s: %s\n", label(v), e.msg);
             return 1;
         }
         ar_model_init(vs[v].m, 1);
@@ -172,11 +219,12 @@ int main(int argc, char **argv)
     int pp = (int)ceil(0.3 * wp / T), pd = (int)ceil(0.3 * wd / (T - P));
     size_t nr = (size_t)nv * rounds;
     double *pre = calloc(nr, sizeof *pre), *dec = calloc(nr, sizeof *dec);
-    double *pmm = calloc(nr, sizeof *pmm), *dmm = calloc(nr, sizeof *dmm);
+    double *pmm = calloc(nr, sizeof *pmm), *dmm = calloc(nr, sizeof *dmm), *rus = calloc(nr, sizeof *rus);
     for (int r = 0; r < rounds; r++)
         for (int k = 0; k < nv; k++) {
             int v = r % 2 ? nv - 1 - k : k;
             pre[v * rounds + r] = prefill_rate(&vs[v], tok, T, pp, &pmm[v * rounds + r]);
+            rus[v * rounds + r] = residual_us(&vs[v], 2000);
             dec[v * rounds + r] = decode_rate(&vs[v], tok, P, T, pd, &dmm[v * rounds + r]);
         }
     const char *ct = getenv("OPENBLAS_CORETYPE");
@@ -187,9 +235,9 @@ int main(int argc, char **argv)
     printf("prefill: %d tokens from position 0 (x%d a measurement); decode: positions %d..%d, 1 token a step "
            "(x%d)\n",
            T, pp, P, T - 1, pd);
-    printf("%-10s %21s %8s %8s %21s %8s %8s %8s %7s %3s %12s %10s\n", "variant", "prefill tok/s [range]",
-           "vs base", "out-mm", "decode tok/s [range]", "vs base", "out-mm", "best", "KV MiB", "R", "depth C rows",
-           "depth 1 row");
+    printf("%-10s %21s %8s %8s %21s %8s %8s %8s %9s %7s %3s %12s %10s\n", "variant", "prefill tok/s [range]",
+           "vs base", "out-mm", "decode tok/s [range]", "vs base", "out-mm", "best", "res us/t", "KV MiB", "R",
+           "depth C rows", "depth 1 row");
     double *rp = malloc((size_t)rounds * sizeof *rp), *rd = malloc((size_t)rounds * sizeof *rd);
     double *op = malloc((size_t)rounds * sizeof *op), *od = malloc((size_t)rounds * sizeof *od);
     for (int v = 0; v < nv; v++) {
@@ -206,17 +254,19 @@ int main(int argc, char **argv)
             od[r] = ar_bench_overhead_outside_mm(dec[i], dmm[i], dec[r], dmm[r]);
         }
         const ar_model_cfg *mc = &vs[v].cfg.model;
-        printf("%-10s %8.0f [%5.0f-%5.0f] %+7.2f%% %+7.2f%% %8.0f [%5.0f-%5.0f] %+7.2f%% %+7.2f%% %+7.2f%% %7.2f %3d "
-               "%10zu B %8zu B\n",
-               ar_bench_variants[v].label, pm, plo, phi, median(rp, rounds, NULL, NULL), median(op, rounds, NULL, NULL),
+        printf("%-10s %8.0f [%5.0f-%5.0f] %+7.2f%% %+7.2f%% %8.0f [%5.0f-%5.0f] %+7.2f%% %+7.2f%% %+7.2f%% %9.2f %7.2f "
+               "%3d %10zu B %8zu B\n",
+               label(v), pm, plo, phi, median(rp, rounds, NULL, NULL), median(op, rounds, NULL, NULL),
                dm, dlo, dhi, median(rd, rounds, NULL, NULL), median(od, rounds, NULL, NULL), 100 * (bdhi / dhi - 1),
-               ar_decode_kv_cache_bytes(mc, T) / 1048576.0, ar_decode_depth_reps(mc),
+               median(rus + v * rounds, rounds, NULL, NULL), ar_decode_kv_cache_bytes(mc, T) / 1048576.0,
+               ar_decode_depth_reps(mc),
                ar_decode_depth_cache_bytes(mc, chunk), ar_decode_depth_cache_bytes(mc, 1));
     }
     printf("vs base: median over rounds of the time per token against the baseline's in the same round; out-mm: the\n"
            "same for the time outside the linear layers' products, as a share of the variant's time; best: the\n"
-           "fastest rounds' decode rates compared\n");
-    free(rp), free(rd), free(op), free(od), free(pmm), free(dmm);
+           "fastest rounds' decode rates compared; res us/t: microseconds per token of the residual scheme\n"
+           "alone in a decoding step (median; the part of a step that differs between variants)\n");
+    free(rp), free(rd), free(op), free(od), free(pmm), free(dmm), free(rus);
     for (int v = 0; v < nv; v++) {
         ar_decoder_free(vs[v].dec);
         ar_model_free(vs[v].m);
