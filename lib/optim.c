@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 void ar_adamw_init_ranges(ar_adamw *o, const ar_model *model, int n, const size_t *lo, const size_t *hi)
 {
@@ -61,19 +62,51 @@ double ar_norm_from_chunks(const double *sums, size_t n)
     return sqrt(s);
 }
 
-double ar_grad_norm(const ar_model *model)
+double *ar_norm_chunk_sums(const ar_model *model, size_t *n)
 {
     size_t total = 0, first;
     for (int b = 0; b < model->nbuckets; b++)
         total += ar_norm_chunks(model, b, NULL);
     double *s = ar_xcalloc(total + 1, sizeof(double));
     for (int b = 0; b < model->nbuckets; b++) {
-        size_t n = ar_norm_chunks(model, b, &first);
-        ar_norm_chunk_sumsq(model, b, 0, n, s + first);
+        size_t k = ar_norm_chunks(model, b, &first);
+        ar_norm_chunk_sumsq(model, b, 0, k, s + first);
     }
-    double norm = ar_norm_from_chunks(s, total);
+    *n = total;
+    return s;
+}
+
+double ar_grad_norm(const ar_model *model)
+{
+    size_t n;
+    double *s = ar_norm_chunk_sums(model, &n);
+    double norm = ar_norm_from_chunks(s, n);
     free(s);
     return norm;
+}
+
+void ar_adamw_moments_to_full(const ar_adamw *o, size_t total, float *m, float *v)
+{
+    memset(m, 0, total * sizeof(float));
+    memset(v, 0, total * sizeof(float));
+    size_t at = 0;
+    for (int r = 0; r < o->nranges; r++) {
+        size_t n = o->hi[r] - o->lo[r];
+        o->be->download(m + o->lo[r], o->m + at, n * sizeof(float));
+        o->be->download(v + o->lo[r], o->v + at, n * sizeof(float));
+        at += n;
+    }
+}
+
+void ar_adamw_moments_from_full(ar_adamw *o, const float *m, const float *v)
+{
+    size_t at = 0;
+    for (int r = 0; r < o->nranges; r++) {
+        size_t n = o->hi[r] - o->lo[r];
+        o->be->upload(o->m + at, m + o->lo[r], n * sizeof(float));
+        o->be->upload(o->v + at, v + o->lo[r], n * sizeof(float));
+        at += n;
+    }
 }
 
 double ar_clip_scale(const ar_train_cfg *tc, double gnorm)

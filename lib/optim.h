@@ -35,8 +35,16 @@ size_t ar_norm_chunks(const ar_model *model, int b, size_t *first);
 void ar_norm_chunk_sumsq(const ar_model *model, int b, size_t c0, size_t c1, double *out);
 /* sqrt of the sum, in order, of n chunk sums. */
 double ar_norm_from_chunks(const double *sums, size_t n);
+/* Every chunk's sum of squares, in grid order (malloc'd, *n of them). */
+double *ar_norm_chunk_sums(const ar_model *model, size_t *n);
 /* Global L2 norm of the gradient buffer (the chunk grid above). */
 double ar_grad_norm(const ar_model *model);
+
+/* The moments of o's ranges at their parameters' offsets in whole host
+ * arrays m, v (pt.total floats; zero elsewhere), and the inverse: o's
+ * ranges taken from whole host arrays. */
+void ar_adamw_moments_to_full(const ar_adamw *o, size_t total, float *m, float *v);
+void ar_adamw_moments_from_full(ar_adamw *o, const float *m, const float *v);
 
 /* The clipping factor min(1, clip / (||g|| + 1e-6)), as
  * torch.nn.utils.clip_grad_norm_. */

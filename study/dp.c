@@ -438,24 +438,10 @@ int ar_dp_gather_grads(ar_dp *d, ar_err *e)
     return d->shard ? exchange_all(d, d->m->grads, d->L2, 2 * d->L2, e) : 0;
 }
 
-/* Host copies of compact moments placed at their parameters' offsets. */
-static void spread(const ar_dp *d, const ar_adamw *o, const float *compact_dev, float *full)
-{
-    size_t at = 0;
-    for (int r = 0; r < o->nranges; r++) {
-        size_t n = o->hi[r] - o->lo[r];
-        d->be->download(full + o->lo[r], compact_dev + at, n * sizeof(float));
-        at += n;
-    }
-}
-
 int ar_dp_full_moments(ar_dp *d, const ar_adamw *o, float *m, float *v, ar_err *e)
 {
     size_t total = d->m->pt.total;
-    memset(m, 0, total * sizeof(float));
-    memset(v, 0, total * sizeof(float));
-    spread(d, o, o->m, m);
-    spread(d, o, o->v, v);
+    ar_adamw_moments_to_full(o, total, m, v);
     if (!d->shard)
         return 0;
     /* the all-gather sends the backend's memory (a GPU's, with NCCL) */
@@ -470,15 +456,4 @@ int ar_dp_full_moments(ar_dp *d, const ar_adamw *o, float *m, float *v, ar_err *
     }
     d->be->free(x);
     return rc;
-}
-
-void ar_dp_take_moments(const ar_dp *d, ar_adamw *o, const float *m, const float *v)
-{
-    size_t at = 0;
-    for (int r = 0; r < o->nranges; r++) {
-        size_t n = o->hi[r] - o->lo[r];
-        d->be->upload(o->m + at, m + o->lo[r], n * sizeof(float));
-        d->be->upload(o->v + at, v + o->lo[r], n * sizeof(float));
-        at += n;
-    }
 }

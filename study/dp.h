@@ -74,7 +74,5 @@ int ar_dp_gather_grads(ar_dp *d, ar_err *e);
 /* Sharded: the whole moments (pt.total floats each, host memory) gathered
  * from every rank's shards, on every rank; unsharded: a copy. */
 int ar_dp_full_moments(ar_dp *d, const ar_adamw *o, float *m, float *v, ar_err *e);
-/* The inverse: o's ranges taken from whole moments (host memory). */
-void ar_dp_take_moments(const ar_dp *d, ar_adamw *o, const float *m, const float *v);
 
 #endif

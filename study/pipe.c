@@ -205,19 +205,12 @@ ar_pipe *ar_pipe_create(ar_comm *world, const ar_config *cfg, ar_model *m, ar_er
         return NULL;
     }
     /* the parts of the model this stage runs */
-    int L = p->L;
-    p->runs = ar_xcalloc((size_t)L + 2, 1);
-    for (int c = p->stage; c < p->plan.C; c += P) {
-        for (int l = p->plan.lo[c]; l <= p->plan.hi[c]; l++)
-            p->runs[l] = 1;
-        if (c == 0)
-            p->runs[0] = 1;
-        if (c == p->plan.C - 1)
-            p->runs[L + 1] = 1;
-    }
+    p->runs = ar_xcalloc((size_t)p->L + 2, 1);
+    ar_model_split sp;
+    ar_pipe_model_split(cfg, world->rank, p->runs, &sp);
+    sp.share = m;
     p->slot = ar_xcalloc((size_t)p->plan.slots + 1, sizeof(ar_model *));
     p->slot[0] = m;
-    ar_model_split sp = {.nchunks = p->plan.C, .share = m, .runs = p->runs};
     for (int i = 1; i < p->plan.slots; i++)
         if (ar_model_create_split(&p->slot[i], &m->cfg, m->be, p->B, &sp, e) != 0) {
             ar_pipe_free(p);
@@ -510,15 +503,8 @@ int ar_pipe_step(ar_pipe *p, ar_pipe_sample_fn sample, void *ud, double *loss, a
 
 int ar_pipe_grad_norm(ar_pipe *p, double *norm, ar_err *e)
 {
-    ar_model *m = p->m;
-    size_t total = 0, first;
-    for (int b = 0; b < m->nbuckets; b++)
-        total += ar_norm_chunks(m, b, NULL);
-    double *s = ar_xcalloc(total + 1, sizeof(double));
-    for (int b = 0; b < m->nbuckets; b++) {
-        size_t n = ar_norm_chunks(m, b, &first);
-        ar_norm_chunk_sumsq(m, b, 0, n, s + first);
-    }
+    size_t total;
+    double *s = ar_norm_chunk_sums(p->m, &total);
     /* grads are zero outside this stage's chunks */
     int rc = p->pc->ops->sum_doubles(p->pc, s, total, e);
     if (rc == 0)
@@ -545,15 +531,7 @@ int ar_pipe_gather(ar_pipe *p, float *x, ar_err *e)
 
 int ar_pipe_full_moments(ar_pipe *p, const ar_adamw *o, float *m, float *v, ar_err *e)
 {
-    size_t total = p->m->pt.total, at = 0;
-    memset(m, 0, total * sizeof(float));
-    memset(v, 0, total * sizeof(float));
-    for (int r = 0; r < o->nranges; r++) {
-        size_t n = o->hi[r] - o->lo[r];
-        p->m->be->download(m + o->lo[r], o->m + at, n * sizeof(float));
-        p->m->be->download(v + o->lo[r], o->v + at, n * sizeof(float));
-        at += n;
-    }
+    ar_adamw_moments_to_full(o, p->m->pt.total, m, v);
     int rc = 0;
     for (int s = 0; s < p->plan.P && rc == 0; s++)
         for (int k = 0; k < p->nr[s] && rc == 0; k++) {

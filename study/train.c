@@ -404,18 +404,6 @@ static int load_resume(trainer *t, long *start, ar_adamw *full, ar_err *e)
     return 0;
 }
 
-/* o's ranges taken from whole moments (host memory). */
-static void take_moments(const ar_backend *be, ar_adamw *o, const float *m, const float *v)
-{
-    size_t at = 0;
-    for (int r = 0; r < o->nranges; r++) {
-        size_t n = o->hi[r] - o->lo[r];
-        be->upload(o->m + at, m + o->lo[r], n * sizeof(float));
-        be->upload(o->v + at, v + o->lo[r], n * sizeof(float));
-        at += n;
-    }
-}
-
 /* What rank 0 set up (fresh or resumed weights, moments, counters) to
  * every rank, and the check that every rank reads the same data. */
 static int share_state(trainer *t, long *start, ar_adamw *full, int resumed, ar_err *e)
@@ -440,7 +428,7 @@ static int share_state(trainer *t, long *start, ar_adamw *full, int resumed, ar_
         if (rc == 0)
             rc = c->ops->bcast(c, hv, n * sizeof(float), 0, e);
         if (rc == 0)
-            take_moments(m->be, &t->opt, hm, hv);
+            ar_adamw_moments_from_full(&t->opt, hm, hv);
         t->opt.t = st[4];
         free(hm);
         free(hv);
@@ -624,37 +612,22 @@ static int write_checkpoint(trainer *t, long step, const ar_adamw *opt, ar_err *
 static int save(trainer *t, long step, ar_err *e)
 {
     int rc = 0;
-    if (t->pp) {
-        /* every stage's parameters and moments to rank 0: the files of one
-         * process */
-        size_t n = t->m->pt.total;
-        float *hm = ar_xmalloc(n * sizeof(float)), *hv = ar_xmalloc(n * sizeof(float));
-        rc = ar_pipe_gather(t->pp, t->m->params, e);
-        if (rc == 0)
-            rc = ar_pipe_full_moments(t->pp, &t->opt, hm, hv, e);
-        if (rc == 0 && t->lead) {
-            ar_adamw full;
-            ar_adamw_init(&full, t->m);
-            t->m->be->upload(full.m, hm, n * sizeof(float));
-            t->m->be->upload(full.v, hv, n * sizeof(float));
-            full.t = t->opt.t;
-            rc = write_checkpoint(t, step, &full, e);
-            ar_adamw_free(&full);
-        }
-        free(hm);
-        free(hv);
-    } else if (!ar_dp_sharded(t->dp)) {
+    if (!t->pp && !ar_dp_sharded(t->dp)) {
         if (t->lead)
             rc = write_checkpoint(t, step, &t->opt, e);
     } else {
+        /* a sharded optimizer's moments, or a pipeline's stages' parameters
+         * and moments, gathered to rank 0: the files of one process */
         size_t n = t->m->pt.total;
         float *hm = ar_xmalloc(n * sizeof(float)), *hv = ar_xmalloc(n * sizeof(float));
-        rc = ar_dp_full_moments(t->dp, &t->opt, hm, hv, e);
+        rc = t->pp ? ar_pipe_gather(t->pp, t->m->params, e) : 0;
+        if (rc == 0)
+            rc = t->pp ? ar_pipe_full_moments(t->pp, &t->opt, hm, hv, e)
+                       : ar_dp_full_moments(t->dp, &t->opt, hm, hv, e);
         if (rc == 0 && t->lead) {
             ar_adamw full;
             ar_adamw_init(&full, t->m);
-            t->m->be->upload(full.m, hm, n * sizeof(float));
-            t->m->be->upload(full.v, hv, n * sizeof(float));
+            ar_adamw_moments_from_full(&full, hm, hv);
             full.t = t->opt.t;
             rc = write_checkpoint(t, step, &full, e);
             ar_adamw_free(&full);
