@@ -388,7 +388,26 @@ static int imin(int a, int b) { return a < b ? a : b; }
  * large as the others. */
 static int chunk_rows(const ar_model *m) { return split_rows(m->N, m->head_rows); }
 
-double ar_model_forward_head(ar_model *m, const int32_t *targets, double *sum_nats)
+/* dlogits -> dhn rows r0..r0+n and dW += dlogits^T hn_c, for the chunk of
+ * rows r0.. whose probabilities are in probs_c (turned into dlogits in place) */
+static void head_chunk_bwd(ar_model *m, int r0, int n, float scale)
+{
+    const ar_backend *be = m->be;
+    int d = m->d, V = m->V;
+    float *dlogits = m->probs_c;
+    be->xent_bwd(dlogits, m->probs_c, m->tgt + r0, scale, n, V);
+    be->matmul_bwd(m->dhn + (size_t)r0 * d, G(m->lm_head), dlogits, m->hn + (size_t)r0 * d,
+                   P(m->lm_head), n, d, V);
+}
+
+/* The head from h_out: hn = final_norm(h_out), then the loss over chunks of
+ * rows.  grad_scale > 0 (ar_model_forward_backward): each chunk's gradient
+ * is taken while its probabilities are at hand, from the last chunk down,
+ * and the backward finds the head done; these are the operations of the
+ * backward's own chunk loop, in its order, on the same values, so the
+ * gradients are the same bits, with no chunk's logits computed twice. */
+static double forward_head(ar_model *m, const int32_t *targets, double *sum_nats,
+                           float grad_scale)
 {
     const ar_backend *be = m->be;
     ar_residual *r = m->res;
@@ -399,19 +418,40 @@ double ar_model_forward_head(ar_model *m, const int32_t *targets, double *sum_na
             r->vt->mean_weights(r, l, N, m->depth_w + (size_t)(l - 1) * (m->L + 1));
     be->rmsnorm_fwd(m->hn, m->frstd, hout, P(m->final_norm), N, d);
     m->head_kept = -1;
+    m->head_grad_done = 0;
     if (!targets)
         return 0;
     be->upload(m->tgt, targets, (size_t)N * sizeof(int32_t));
-    /* the chunks' sums of losses (in double), in row order */
+    /* the chunks' sums of losses (in double), added in row order */
     double sum = 0;
-    int r0 = 0;
-    for (; r0 + rows < N; r0 += rows)
-        sum += head_chunk_fwd(m, r0, rows);
-    sum += head_chunk_fwd(m, r0, N - r0);
-    m->head_kept = r0; /* the last chunk's probabilities stay for the backward */
+    int last = (N - 1) / rows * rows;
+    if (grad_scale > 0) {
+        int nc = last / rows + 1;
+        double *part = ar_xcalloc((size_t)nc, sizeof(double));
+        be->zero(m->dhn, (size_t)N * d * sizeof(float));
+        for (int r0 = last; r0 >= 0; r0 -= rows) {
+            int n = imin(rows, N - r0);
+            part[r0 / rows] = head_chunk_fwd(m, r0, n);
+            head_chunk_bwd(m, r0, n, grad_scale);
+        }
+        for (int c = 0; c < nc; c++)
+            sum += part[c];
+        free(part);
+        m->head_grad_done = 1;
+    } else {
+        for (int r0 = 0; r0 < last; r0 += rows)
+            sum += head_chunk_fwd(m, r0, rows);
+        sum += head_chunk_fwd(m, last, N - last);
+        m->head_kept = last; /* the last chunk's probabilities stay for the backward */
+    }
     if (sum_nats)
         *sum_nats = sum;
     return sum / N;
+}
+
+double ar_model_forward_head(ar_model *m, const int32_t *targets, double *sum_nats)
+{
+    return forward_head(m, targets, sum_nats, 0);
 }
 
 void ar_model_logits(ar_model *m, int row0, int nrows, float *out)
@@ -435,21 +475,21 @@ void ar_model_backward_head(ar_model *m, float scale)
     int N = m->N, d = m->d;
     if (r->vt->zero_grads)
         r->vt->zero_grads(r, N);
-    be->zero(m->dhn, (size_t)N * d * sizeof(float));
     /* from the last chunk, whose probabilities the forward left in probs_c;
      * every other chunk's are computed again (its losses with them, the same
      * values).  dlogits overwrite the probabilities in place: one buffer
      * less, one pass less over it. */
-    int rows = chunk_rows(m), V = m->V;
-    for (int r0 = (N - 1) / rows * rows; r0 >= 0; r0 -= rows) {
-        int n = imin(rows, N - r0);
-        if (r0 != m->head_kept)
-            head_chunk_fwd(m, r0, n);
-        float *dlogits = m->probs_c;
-        be->xent_bwd(dlogits, m->probs_c, m->tgt + r0, scale, n, V);
-        be->matmul_bwd(m->dhn + (size_t)r0 * d, G(m->lm_head), dlogits, m->hn + (size_t)r0 * d,
-                       P(m->lm_head), n, d, V);
+    if (!m->head_grad_done) {
+        int rows = chunk_rows(m);
+        be->zero(m->dhn, (size_t)N * d * sizeof(float));
+        for (int r0 = (N - 1) / rows * rows; r0 >= 0; r0 -= rows) {
+            int n = imin(rows, N - r0);
+            if (r0 != m->head_kept)
+                head_chunk_fwd(m, r0, n);
+            head_chunk_bwd(m, r0, n, scale);
+        }
     }
+    m->head_grad_done = 0;
     m->head_kept = -1; /* probs_c holds dlogits now */
     be->rmsnorm_bwd(r->vt->final_grad_buf(r), G(m->final_norm), m->dhn, m->res_hout,
                     P(m->final_norm), m->frstd, r->final_grad_overwrite, N, d);
@@ -497,6 +537,17 @@ void ar_model_backward_embed(ar_model *m)
     bucket_ready(m, m->cfg.n_layer + 1);      /* the residual scheme's tensors */
     m->be->embedding_bwd(G(m->embed), demb, m->tok, m->N, m->d);
     bucket_ready(m, m->cfg.n_layer + 2);
+}
+
+double ar_model_forward_backward(ar_model *m, const int32_t *inputs, const int32_t *targets,
+                                 int B, float scale, double *sum_nats)
+{
+    ar_model_set_batch(m, B);
+    ar_model_forward_embed(m, inputs);
+    ar_model_forward_sublayers(m, 1, m->L);
+    double loss = forward_head(m, targets, sum_nats, scale);
+    ar_model_backward(m, scale);
+    return loss;
 }
 
 void ar_model_backward(ar_model *m, float scale)

@@ -49,6 +49,8 @@ typedef struct ar_model {
     int head_rows;         /* rows per head chunk (ar_head_rows) */
     int head_kept;         /* first row of the chunk whose probabilities the
                               last forward left in probs_c, -1: none */
+    int head_grad_done;    /* the last forward took the head's gradient too
+                              (ar_model_forward_backward) */
     /* backward scratch */
     float *dxn, *dq, *dk, *dv, *datt, *dy, *dgate, *dup, *dact, *dhn;
 
@@ -105,6 +107,13 @@ double ar_model_forward(ar_model *m, const int32_t *inputs, const int32_t *targe
 /* Backward of the last forward: grads += d(scale * sum of token losses)/dparams.
  * scale = 1/(B*T) gives the gradient of the mean loss. */
 void ar_model_backward(ar_model *m, float scale);
+
+/* ar_model_forward then ar_model_backward(scale), the same gradients bit for
+ * bit, but the head's gradient is taken chunk by chunk in the forward, while
+ * each chunk's probabilities are at hand, so no chunk is computed twice
+ * (at V = 50257 the head is most of a small model's work).  Training uses it. */
+double ar_model_forward_backward(ar_model *m, const int32_t *inputs, const int32_t *targets,
+                                 int B, float scale, double *sum_nats);
 
 /* The forward and backward above in pieces, for a stage that runs
  * sublayers l0..l1 alone (pipeline parallelism):

@@ -137,8 +137,7 @@ static int forward_backward(trainer *t, double *loss, ar_err *e)
         int a = first + i;
         sample_micro(t, a, t->in, t->tg);
         ar_dp_begin(t->dp, i);
-        l[a] = ar_model_forward(m, t->in, t->tg, B, NULL);
-        ar_model_backward(m, scale);
+        l[a] = ar_model_forward_backward(m, t->in, t->tg, B, scale, NULL);
         rc = ar_dp_end(t->dp, i, e);
     }
     if (rc == 0)
