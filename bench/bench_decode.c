@@ -142,7 +142,7 @@ static double residual_us(variant *v, int iters)
 
 static const char *label(int v)
 {
-    return v < ar_bench_n_variants ? ar_bench_variants[v].label : "baseline'";
+    return v < ar_bench_n_default ? ar_bench_variants[v].label : "baseline'";
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -187,13 +187,13 @@ int main(int argc, char **argv)
     }
     /* the variants, and a second baseline: two identical models measure
      * how far apart the same work lands (weights at other addresses) */
-    int nv = ar_bench_n_variants + 1, T = base.model.seq_len, P = T / 4;
+    int nv = ar_bench_n_default + 1, T = base.model.seq_len, P = T / 4;
     if (chunk > T)
         chunk = T;
     variant *vs = calloc((size_t)nv, sizeof *vs);
     for (int v = 0; v < nv; v++) {
         vs[v].cfg = base;
-        ar_bench_apply_variant(&vs[v].cfg, &ar_bench_variants[v < ar_bench_n_variants ? v : 0]);
+        ar_bench_apply_variant(&vs[v].cfg, &ar_bench_variants[v < ar_bench_n_default ? v : 0]);
         ar_model_cfg mc = vs[v].cfg.model;
         mc.seq_len = chunk; /* the weights' holder: no activations of T rows */
         if (ar_config_validate(&vs[v].cfg, &e) != 0 || ar_model_create(&vs[v].m, &mc, be, 1, &e) != 0 ||

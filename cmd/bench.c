@@ -48,14 +48,21 @@ static void valid_names(char *buf, size_t n)
     buf[0] = 0;
     for (int i = 0; i < ar_bench_n_variants && k < n; i++)
         k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", ar_bench_variants[i].name);
+    if (k < n)
+        snprintf(buf + k, n - k, ", or all");
 }
 
 /* "baseline,full" -> sel[i] = 1 for the named variants. */
 static int parse_variants(const char *list, int *sel)
 {
-    char names[256];
+    char names[512];
     valid_names(names, sizeof names);
     memset(sel, 0, (size_t)ar_bench_n_variants * sizeof *sel);
+    if (!strcmp(list, "all")) {
+        for (int i = 0; i < ar_bench_n_variants; i++)
+            sel[i] = 1;
+        return 0;
+    }
     const char *p = list;
     for (;;) {
         size_t len = strcspn(p, ",");
@@ -364,7 +371,10 @@ static void print_json(const char *config, const ar_config *cfg, const ar_bench_
         else
             ar_jw_null(&w);
         ar_jw_key(&w, "predicted_extra_bytes");
-        ar_jw_int(&w, (long long)d.pred);
+        if (isfinite(d.pred))
+            ar_jw_int(&w, (long long)d.pred);
+        else
+            ar_jw_null(&w);
         json_num_or_null(&w, "extra_ratio", d.ratio);
         json_num_or_null(&w, "loss", r->loss);
         ar_jw_obj_end(&w);
@@ -420,8 +430,11 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
            "warm-up step%s\n\n",
            o->repeat, o->repeat == 1 ? "" : "s", o->steps, o->steps == 1 ? "" : "s", o->warmup,
            o->warmup == 1 ? "" : "s");
+    int lw = 10; /* the variant column: its longest label */
+    for (int i = 0; i < n; i++)
+        lw = (int)strlen(runs[i].def->label) > lw ? (int)strlen(runs[i].def->label) : lw;
     int cw = mfu ? 7 : 6; /* "unknown" */
-    printf("%-10s %11s %19s %8s %*s %8s %11s %8s %9s %9s %9s %9s\n", "variant", "train tok/s", "min..max",
+    printf("%-*s %11s %19s %8s %*s %8s %11s %8s %9s %9s %9s %9s\n", lw, "variant", "train tok/s", "min..max",
            "GFLOP/s", cw, mfu ? "MFU" : "%ceil", "overhead", "infer tok/s", "overhead", "peak MiB", "extra MiB",
            "pred MiB", "meas/pred");
     for (int i = 0; i < n; i++) {
@@ -442,17 +455,17 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
             snprintf(ratio, sizeof ratio, "%.2f", d.ratio);
         else
             snprintf(ratio, sizeof ratio, "-");
-        printf("%-10s %11.0f %19s %8.1f %*s %8s %11.0f %8s %9s %9s %9s %9s\n", v->def->label, r->train_tok_per_s,
+        printf("%-*s %11.0f %19s %8.1f %*s %8s %11.0f %8s %9s %9s %9s %9s\n", lw, v->def->label, r->train_tok_per_s,
                range, r->gflops, cw, cp, to, r->infer_tok_per_s, io, peak, extra, pred, ratio);
     }
     if (base && isfinite(runs[0].train_nm)) {
-        printf("\n%-10s %25s %25s\n", "", "train overhead outside", "infer overhead outside");
-        printf("%-10s %25s %25s\n", "variant", "the matrix products", "the matrix products");
+        printf("\n%-*s %25s %25s\n", lw, "", "train overhead outside", "infer overhead outside");
+        printf("%-*s %25s %25s\n", lw, "variant", "the matrix products", "the matrix products");
         for (int i = 0; i < n; i++) {
             char to[16], io[16];
             fmt_pct(to, sizeof to, runs[i].train_nm);
             fmt_pct(io, sizeof io, runs[i].infer_nm);
-            printf("%-10s %25s %25s\n", runs[i].def->label, to, io);
+            printf("%-*s %25s %25s\n", lw, runs[i].def->label, to, io);
         }
     }
     printf("\noverhead = median over rounds of 100*(1 - tok/s / baseline tok/s of the same round), the\n"
@@ -515,7 +528,7 @@ int cmd_bench(int argc, char **argv)
         goto out;
     int sel[AR_BENCH_MAX_VARIANTS];
     for (int i = 0; i < ar_bench_n_variants; i++)
-        sel[i] = 1;
+        sel[i] = i < ar_bench_n_default;
     if (variants && parse_variants(variants, sel) != 0)
         goto out;
 

@@ -12,14 +12,28 @@
 
 #include "../lib/model.h"
 #include "../lib/optim.h"
+#include "ablate.h"
 
 const ar_bench_variant_def ar_bench_variants[] = {
-    {"baseline", "baseline", AR_RES_BASELINE, 0, 0},
-    {"block8", "block N=8", AR_RES_BLOCK, 8, 0},
-    {"block4", "block S=4", AR_RES_BLOCK, 0, 4},
-    {"full", "full", AR_RES_FULL, 0, 0},
+    {"baseline", "baseline", AR_RES_BASELINE, 0, 0, 0},
+    {"block8", "block N=8", AR_RES_BLOCK, 8, 0, 0},
+    {"block4", "block S=4", AR_RES_BLOCK, 0, 4, 0},
+    {"full", "full", AR_RES_FULL, 0, 0, 0},
+    /* attnres ablate's others (baseline and full are the same as above) */
+    {"block", "block", AR_RES_BLOCK, 0, 0, 1},
+    {"sigmoid", "sigmoid", AR_RES_FULL, 0, 0, 1},
+    {"no-key-norm", "no-key-norm", AR_RES_FULL, 0, 0, 1},
+    {"input-query", "input-query", AR_RES_FULL, 0, 0, 1},
+    {"static", "static", AR_RES_STATIC, 0, 0, 1},
+    {"swa", "swa", AR_RES_SWA, 0, 0, 1},
+    {"heads", "heads", AR_RES_BLOCK, 0, 0, 1},
+    {"block-no-key-norm", "block-no-key-norm", AR_RES_BLOCK, 0, 0, 1},
+    {"mhc", "mhc", AR_RES_MHC, 0, 0, 1},
+    {"denseformer", "denseformer", AR_RES_DENSEFORMER, 0, 0, 1},
+    {"rescaled", "rescaled", AR_RES_RESCALED, 0, 0, 1},
 };
 const int ar_bench_n_variants = (int)(sizeof ar_bench_variants / sizeof *ar_bench_variants);
+const int ar_bench_n_default = 4;
 
 const ar_bench_variant_def *ar_bench_find_variant(const char *name)
 {
@@ -31,6 +45,13 @@ const ar_bench_variant_def *ar_bench_find_variant(const char *name)
 
 void ar_bench_apply_variant(ar_config *c, const ar_bench_variant_def *v)
 {
+    if (v->ablate) {
+        ar_model_cfg base = c->model;
+        ar_err e = {{0}};
+        if (ar_ablate_apply(&c->model, &base, v->name, &e) != 0)
+            abort(); /* the names above are ablate's own (tests/test_bench.c) */
+        return;
+    }
     int L = ar_cfg_sublayers(&c->model);
     ar_residual_cfg *r = &c->model.residual;
     memset(r, 0, sizeof *r);
@@ -107,8 +128,8 @@ static void ctx_close(bench_ctx *c)
 static void train_step(bench_ctx *c)
 {
     ar_model_zero_grad(c->m);
-    c->loss = ar_model_forward(c->m, c->in, c->tg, c->B, NULL);
-    ar_model_backward(c->m, 1.0f / (float)(c->B * c->m->T));
+    c->loss = ar_model_forward_backward(c->m, c->in, c->tg, c->B, 1.0f / (float)(c->B * c->m->T),
+                                        NULL);
     ar_adamw_step(&c->opt, c->m, c->tc, c->tc->lr, ar_grad_norm(c->m));
 }
 
@@ -326,5 +347,8 @@ int ar_bench_num_blocks_effective(const ar_model_cfg *m)
 
 double ar_bench_predicted_extra_floats(const ar_model_cfg *m, int batch)
 {
+    ar_res_kind k = m->residual.kind;
+    if (k == AR_RES_SWA || k == AR_RES_MHC || k == AR_RES_DENSEFORMER)
+        return NAN; /* no stored-summary formula of this kind */
     return (double)ar_bench_num_blocks_effective(m) * batch * m->seq_len * m->d_model;
 }

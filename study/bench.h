@@ -24,17 +24,24 @@ typedef struct {
     ar_res_kind kind;
     int num_blocks;    /* block: N wanted (0 = not used) */
     int block_size;    /* block: S wanted (0 = not used) */
+    int ablate;        /* 1: the residual is attnres ablate's variant of this
+                          name (study/ablate.h), from the config's own */
 } ar_bench_variant_def;
 
+/* The bench's own four (baseline, block8, block4, full: measured by
+ * default), then every other attnres ablate variant under its ablate name. */
 extern const ar_bench_variant_def ar_bench_variants[];
-extern const int ar_bench_n_variants;
+extern const int ar_bench_n_variants; /* all of them */
+extern const int ar_bench_n_default;  /* the first four */
 
 /* The variant by command-line name, or NULL. */
 const ar_bench_variant_def *ar_bench_find_variant(const char *name);
 
 /* Replaces c->model.residual with the variant's.  A model with fewer
  * sublayers than the variant asks for is clamped: N = min(N, L),
- * S = min(S, L), so every variant is valid for every model. */
+ * S = min(S, L), so every variant is valid for every model.  An ablate
+ * variant takes the block size, window, heads and streams the config sets,
+ * as attnres ablate does. */
 void ar_bench_apply_variant(ar_config *c, const ar_bench_variant_def *v);
 
 /* ---- measuring ---- */
@@ -123,7 +130,8 @@ long long ar_bench_peak_rss(void);
 /* The floats that the depth-attention sources are predicted to add over the
  * baseline for a batch of B sequences: nb*B*T*d with nb = ceil(L/S) stored
  * block summaries (L = 2*n_layer, S = ar_cfg_block_size) for block, and
- * L*B*T*d for full (S = 1); 0 for baseline. */
+ * L*B*T*d for full, static and rescaled (S = 1); 0 for baseline; NaN for
+ * swa, mhc and denseformer (no such formula). */
 double ar_bench_predicted_extra_floats(const ar_model_cfg *m, int batch);
 
 /* ceil(L/S): the block summaries a block/full model stores (0 for baseline). */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "formats/config.h"
+#include "study/ablate.h"
 #include "study/bench.h"
 
 static ar_config tiny(void)
@@ -29,7 +30,8 @@ static void check_finite_pos(double x, const char *what, const char *variant)
 Test(bench, every_variant_measures_on_a_tiny_model)
 {
     ar_bench_opts o = {.be = NULL, .threads = 2, .steps = 1, .warmup = 0, .repeat = 1};
-    cr_assert_eq(ar_bench_n_variants, 4);
+    cr_assert_eq(ar_bench_n_default, 4);
+    cr_assert_eq(ar_bench_n_variants, 4 + ar_ablate_nvariants() - 2); /* baseline, full shared */
     for (int i = 0; i < ar_bench_n_variants; i++) {
         const ar_bench_variant_def *v = &ar_bench_variants[i];
         ar_config c = tiny();
@@ -115,13 +117,43 @@ Test(bench, bad_schedule_is_an_error)
     cr_assert(strstr(e.msg, "steps") != NULL, "%s", e.msg);
 }
 
+/* Every attnres ablate variant is a bench variant of the same name, and
+ * gives the model attnres ablate gives (here from a config that sets none of
+ * the variants' knobs, and from one that sets them all). */
+Test(bench, every_ablate_variant_benchmarks_as_ablate_builds_it)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < ar_ablate_nvariants(); i++) {
+            const char *name = ar_ablate_variant_name(i);
+            const ar_bench_variant_def *v = ar_bench_find_variant(name);
+            cr_assert_not_null(v, "ablate variant '%s' is not a bench variant", name);
+            ar_config c = tiny(), want = tiny();
+            if (pass) {
+                c.model.residual.kind = want.model.residual.kind = AR_RES_BLOCK;
+                c.model.residual.block_size = want.model.residual.block_size = 2;
+                c.model.residual.window = want.model.residual.window = 3;
+                c.model.residual.heads = want.model.residual.heads = 2;
+                c.model.residual.streams = want.model.residual.streams = 2;
+            }
+            ar_model_cfg base = want.model;
+            ar_err e = {{0}};
+            cr_assert_eq(ar_ablate_apply(&want.model, &base, name, &e), 0, "%s: %s", name, e.msg);
+            ar_bench_apply_variant(&c, v);
+            cr_expect_eq(memcmp(&c.model.residual, &want.model.residual, sizeof c.model.residual), 0,
+                         "bench variant '%s' differs from ablate's", name);
+            cr_expect_eq(c.model.residual.kind, v->kind, "%s: table kind", name);
+        }
+    }
+}
+
 Test(bench, variants_and_clamping)
 {
     cr_assert_str_eq(ar_bench_variants[0].name, "baseline");
     cr_assert_str_eq(ar_bench_find_variant("block8")->label, "block N=8");
     cr_assert_str_eq(ar_bench_find_variant("block4")->label, "block S=4");
     cr_assert_str_eq(ar_bench_find_variant("full")->label, "full");
-    cr_assert_null(ar_bench_find_variant("block"));
+    cr_assert_null(ar_bench_find_variant("block-s4"));
+    cr_assert_null(ar_bench_find_variant("all"));
 
     ar_config c;
     ar_config_defaults(&c);
