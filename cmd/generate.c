@@ -166,11 +166,11 @@ static unsigned char *read_file(const char *path, long *n, ar_err *e)
     while ((got = fread(b + *n, 1, (size_t)(cap - *n), f)) > 0)
         if ((*n += (long)got) == cap)
             b = grow(b, (size_t)(cap *= 2));
-    int bad = ferror(f);
+    int bad = ferror(f), err = errno;
     fclose(f);
     if (bad) {
         free(b);
-        ar_fail(e, "'%s': cannot read the prompt file", path);
+        ar_fail(e, "'%s': cannot read the prompt file: %s", path, ar_strerror(err));
         return NULL;
     }
     return b;

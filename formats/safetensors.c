@@ -314,12 +314,13 @@ static int read_header_len(FILE *fp, const char *path, uint64_t *hlen, uint64_t 
     if (read_exact(fp, b, 8, path, "the header length", e) < 0)
         return -1;
     *hlen = get_u64le(b);
+    /* the first thing any other file (text, a token file) breaks */
     if (*hlen > AR_ST_MAX_HEADER)
-        return fail(e, path, "header length %llu exceeds the maximum %u", (unsigned long long)*hlen,
-                    AR_ST_MAX_HEADER);
+        return fail(e, path, "header length %llu exceeds the maximum %u: not a safetensors file, or a damaged one",
+                    (unsigned long long)*hlen, AR_ST_MAX_HEADER);
     if (*hlen > size - 8)
-        return fail(e, path, "header length %llu exceeds file size %llu", (unsigned long long)*hlen,
-                    (unsigned long long)size);
+        return fail(e, path, "header length %llu exceeds file size %llu: not a safetensors file, or a damaged one",
+                    (unsigned long long)*hlen, (unsigned long long)size);
     *data_size = size - 8 - *hlen;
     return 0;
 }

@@ -41,25 +41,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
         }                                                                                                      \
     } while (0)
 
-/* The input as a file: returns its path ("/proc/self/fd/N"), valid until
- * the next call. */
-static inline const char *fuzz_as_file(const uint8_t *data, size_t size)
+/* data[0..size) as file number k (0 .. FUZZ_FILES-1) of this input, for a
+ * loader that reads several files: returns its path ("/proc/self/fd/N"),
+ * valid until the next call with the same k. */
+#define FUZZ_FILES 4
+static inline const char *fuzz_as_nth_file(int k, const uint8_t *data, size_t size)
 {
-    static int fd = -1;
-    static char path[64];
-    if (fd < 0) {
-        fd = memfd_create("fuzz-input", MFD_CLOEXEC);
-        FUZZ_CHECK(fd >= 0, "memfd_create failed");
-        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    static int fd[FUZZ_FILES] = {-1, -1, -1, -1};
+    static char path[FUZZ_FILES][64];
+    FUZZ_CHECK(k >= 0 && k < FUZZ_FILES, "file %d of at most %d", k, FUZZ_FILES);
+    if (fd[k] < 0) {
+        fd[k] = memfd_create("fuzz-input", MFD_CLOEXEC);
+        FUZZ_CHECK(fd[k] >= 0, "memfd_create failed");
+        snprintf(path[k], sizeof path[k], "/proc/self/fd/%d", fd[k]);
     }
-    FUZZ_CHECK(ftruncate(fd, 0) == 0, "ftruncate failed");
+    FUZZ_CHECK(ftruncate(fd[k], 0) == 0, "ftruncate failed");
     size_t done = 0;
     while (done < size) {
-        ssize_t k = pwrite(fd, data + done, size - done, (off_t)done);
-        FUZZ_CHECK(k > 0, "pwrite failed");
-        done += (size_t)k;
+        ssize_t n = pwrite(fd[k], data + done, size - done, (off_t)done);
+        FUZZ_CHECK(n > 0, "pwrite failed");
+        done += (size_t)n;
     }
-    return path;
+    return path[k];
+}
+
+/* The input as a file: returns its path, valid until the next call. */
+static inline const char *fuzz_as_file(const uint8_t *data, size_t size)
+{
+    return fuzz_as_nth_file(0, data, size);
 }
 
 /* A rejection: one non-empty line that names the file. */

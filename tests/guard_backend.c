@@ -388,6 +388,36 @@ static void g_attention_bwd(float *dq, float *dk, float *dv, float *datt, const 
     RUN(cpu()->attention_bwd(dq, dk, dv, datt, dy, att, q, k, v, B, T, nh, hd));
 }
 
+/* ---- decoding against a key/value cache ---- */
+
+static void g_rope_fwd_at(float *x, int n, int pos0, int nh, int hd)
+{
+    dev("rope_fwd_at", "x", x, F((size_t)n * nh * hd), 0);
+    RUN(cpu()->rope_fwd_at(x, n, pos0, nh, hd));
+}
+
+/* k, v: the cache's first Tk = pos0 + n rows, the rows attended over */
+static void g_attention_decode(float *y, float *att, const float *q, const float *k, const float *v, int n,
+                               int pos0, int nh, int hd)
+{
+    const char *op = "attention_decode";
+    size_t C = (size_t)nh * hd, Tk = (size_t)pos0 + (size_t)n;
+    dev(op, "y", y, F((size_t)n * C), 0);
+    dev(op, "att", att, F((size_t)nh * n * Tk), 0);
+    dev(op, "q", q, F((size_t)n * C), 0);
+    dev(op, "k", k, F(Tk * C), 0);
+    dev(op, "v", v, F(Tk * C), 0);
+    RUN(cpu()->attention_decode(y, att, q, k, v, n, pos0, nh, hd));
+}
+
+static void g_matvec_fwd(float *out, const float *x, const float *W, int in, int outd)
+{
+    dev("matvec_fwd", "out", out, F(outd), 0);
+    dev("matvec_fwd", "x", x, F(in), 0);
+    dev("matvec_fwd", "W", W, F((size_t)outd * in), 0);
+    RUN(cpu()->matvec_fwd(out, x, W, in, outd));
+}
+
 static void g_swiglu_fwd(float *out, const float *gate, const float *up, size_t n)
 {
     dev("swiglu_fwd", "out", out, F(n), 0);
@@ -666,6 +696,9 @@ static const ar_backend guard = {
     .rope_bwd = g_rope_bwd,
     .attention_fwd = g_attention_fwd,
     .attention_bwd = g_attention_bwd,
+    .rope_fwd_at = g_rope_fwd_at,
+    .attention_decode = g_attention_decode,
+    .matvec_fwd = g_matvec_fwd,
     .swiglu_fwd = g_swiglu_fwd,
     .swiglu_bwd = g_swiglu_bwd,
     .depth_attn_fwd = g_depth_attn_fwd,

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -271,6 +272,16 @@ Test(cli, plot_pipeline_usage_matches_man_synopsis)
     check_usage_matches("plot-pipeline --bogus", "attnres-plot-pipeline.1");
 }
 
+Test(cli, generate_usage_matches_man_synopsis)
+{
+    check_usage_matches("generate --bogus", "attnres-generate.1");
+}
+
+Test(cli, tokenize_usage_matches_man_synopsis)
+{
+    check_usage_matches("tokenize --bogus", "attnres-tokenize.1");
+}
+
 Test(cli, main_usage_matches_man_synopsis)
 {
     /* With no command, attnres lists the commands after its usage line. */
@@ -353,6 +364,16 @@ Test(cli, help_plot_depth_attn_and_its_alias)
 Test(cli, help_plot_pipeline_equals_plot_pipeline_dash_help)
 {
     check_help_pair("help plot-pipeline", "plot-pipeline --help", "attnres-plot-pipeline.1");
+}
+
+Test(cli, help_generate_equals_generate_dash_help)
+{
+    check_help_pair("help generate", "generate --help", "attnres-generate.1");
+}
+
+Test(cli, help_tokenize_equals_tokenize_dash_h)
+{
+    check_help_pair("help tokenize", "tokenize -h", "attnres-tokenize.1");
 }
 
 Test(cli, help_equals_dash_help)
@@ -933,10 +954,14 @@ Test(cli, bench_json_has_the_required_fields)
 Test(cli, bench_unknown_variant_lists_the_valid_ones)
 {
     int st;
-    char *err = RUN(2, &st, "bench --variants baseline,block");
+    char *err = RUN(2, &st, "bench --variants baseline,block16");
     check_error_style(err);
-    cr_assert(strstr(err, "baseline, block8, block4, full") != NULL, "the valid names are not listed:\n%s", err);
-    expect(err, st, 2, "unknown variant 'block'");
+    cr_assert(strstr(err, "baseline, block8, block4, full, block, sigmoid") != NULL &&
+                  strstr(err, "rescaled, or all") != NULL,
+              "the valid names are not listed:\n%s", err);
+    expect(err, st, 2, "unknown variant 'block16'");
+    err = RUN(2, &st, "bench --variants full,all");
+    expect(err, st, 2, "unknown variant 'all'");
 }
 
 Test(cli, bench_bad_numbers)
@@ -1092,4 +1117,155 @@ Test(cli, a_run_shorter_than_its_warmup_trains, .timeout = 300)
     expect(out, st, 0, "'train.warmup' (100000) exceeds 'train.steps'");
     out = run_in(dir, 0, &st, "bench '%s/configs/quickstart.yaml' " BENCH_TINY " --set train.steps=2", srcdir());
     expect(out, st, 0, "tok/s");
+}
+
+/* ---- generate and tokenize: bad input ---- */
+
+/* `attnres ARGS` (run in dir) must fail with status want_st and an error in
+ * the project's style holding needle, print nothing on stdout, and leave
+ * no file in dir whose name starts with out (the output and the atomic
+ * writer's temporary; NULL: nothing to check). */
+static void expect_clean_failure(const char *dir, int want_st, const char *needle, const char *out, const char *fmt,
+                                 ...) __attribute__((format(printf, 5, 6)));
+static void expect_clean_failure(const char *dir, int want_st, const char *needle, const char *out, const char *fmt,
+                                 ...)
+{
+    char args[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    int st;
+    char *so = run_in(dir, 1, &st, "%s", args);
+    cr_expect_str_eq(so, "", "'attnres %s' wrote to stdout:\n%s", args, so);
+    free(so);
+    char *err = run_in(dir, 2, &st, "%s", args);
+    cr_assert_eq(st, want_st, "'attnres %s' exited %d, expected %d; stderr:\n%s", args, st, want_st, err);
+    check_error_style(err);
+    cr_assert(strstr(err, needle) != NULL, "'attnres %s': expected '%s' in:\n%s", args, needle, err);
+    free(err);
+    if (!out)
+        return;
+    DIR *d = opendir(dir);
+    cr_assert(d != NULL);
+    for (struct dirent *de; (de = readdir(d));)
+        cr_expect(strncmp(de->d_name, out, strlen(out)) != 0, "'attnres %s' left '%s' behind", args, de->d_name);
+    closedir(d);
+}
+
+/* A checkpoint in dir/run (bytes, seq_len 4), made without training. */
+static void untrained_run(const char *dir)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    c.model.d_model = 8;
+    c.model.n_layer = 1;
+    c.model.n_head = 2;
+    c.model.d_ff = 8;
+    c.model.seq_len = 4;
+    ar_model *m;
+    ar_err e;
+    const char *rd = tu_path(dir, "run");
+    cr_assert_eq(mkdir(rd, 0777), 0);
+    cr_assert_eq(ar_model_create(&m, &c.model, ar_backend_cpu(), 1, &e), 0, "%s", e.msg);
+    ar_model_init(m, 1);
+    cr_assert_eq(ar_ckpt_save(rd, &c, m, NULL, 0, &e), 0, "%s", e.msg);
+    ar_model_free(m);
+}
+
+Test(cli, generate_bad_input)
+{
+    const char *dir = tu_tmpdir();
+    untrained_run(dir);
+    write_text(tu_path(dir, "prompt.txt"), "And God said");
+    write_text(tu_path(dir, "text.txt"), "this is not a safetensors file at all");
+    cr_assert_eq(mkdir(tu_path(dir, "empty"), 0777), 0);
+    static const struct {
+        int st;
+        const char *args, *needle;
+    } cases[] = {
+        /* the command line: before the checkpoint is read */
+        {2, "generate", "missing the checkpoint"},
+        {2, "generate run --bogus", "unknown option '--bogus'"},
+        {2, "generate run other", "unexpected argument 'other'"},
+        {2, "generate run --top-p 0", "'--top-p' expects a number > 0 and <= 1, got '0'"},
+        {2, "generate run --top-p 1.5", "'--top-p' expects a number > 0 and <= 1, got '1.5'"},
+        {2, "generate run --top-p nan", "'--top-p'"},
+        {2, "generate run --temperature -1", "'--temperature' expects a number >= 0, got '-1'"},
+        {2, "generate run --temperature inf", "'--temperature'"},
+        {2, "generate run --tokens 0", "'--tokens' expects an integer >= 1, got '0'"},
+        {2, "generate run --tokens", "'--tokens' needs a value"},
+        {2, "generate run --top-k -1", "'--top-k'"},
+        {2, "generate run --prefill-chunk 0", "'--prefill-chunk'"},
+        {2, "generate run --seed -3", "'--seed'"},
+        {2, "generate run --threads -2", "'--threads'"},
+        {2, "generate run --prompt a --prompt-file prompt.txt", "give the prompt once"},
+        {2, "generate run --prompt-ids 1 --prompt a", "give the prompt once"},
+        {2, "generate run --prompt-ids 1,x", "'--prompt-ids' expects token ids"},
+        {2, "generate run --prompt-ids -1", "'--prompt-ids' expects token ids"},
+        {2, "generate run --prompt-ids 99999999999", "'--prompt-ids' expects token ids"},
+        /* the checkpoint */
+        {1, "generate missing.safetensors", "'missing.safetensors': cannot open: no such file"},
+        {1, "generate empty", "'empty/model.safetensors'"},
+        {1, "generate text.txt", "'text.txt': header length"},
+        {1, "generate text.txt", "not a safetensors file"},
+        /* the prompt, against the model */
+        {1, "generate run --prompt-ids 256", "'--prompt-ids': token id 256 is not below the model's vocabulary "
+                                             "size 256"},
+        {1, "generate run --prompt-ids 1,2,3,4,5", "'--prompt-ids': the prompt is 5 tokens, longer than the "
+                                                   "model's context of 4"},
+        {1, "generate run --prompt abcdefgh", "'--prompt': the prompt is 8 tokens"},
+        {1, "generate run --prompt-file prompt.txt", "'prompt.txt': the prompt is 12 tokens"},
+        {1, "generate run --prompt-file missing.txt", "'missing.txt': cannot open the prompt file: no such file"},
+        {1, "generate run --prompt-file empty", "'empty': cannot read the prompt file: is a directory"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        expect_clean_failure(dir, cases[i].st, cases[i].needle, NULL, "%s", cases[i].args);
+    /* the checkpoint itself is fine */
+    int st;
+    char *out = run_in(dir, 1, &st, "generate run --prompt-ids 1,2 --tokens 3 --seed 1");
+    cr_assert_eq(st, 0);
+    cr_expect_eq(strlen(out), 3, "3 bytes, got '%s'", out);
+    free(out);
+}
+
+Test(cli, tokenize_bad_input)
+{
+    const char *dir = tu_tmpdir();
+    write_text(tu_path(dir, "in.txt"), "some text\n");
+    write_text(tu_path(dir, "empty.txt"), "");
+    cr_assert_eq(mkdir(tu_path(dir, "sub"), 0777), 0);
+    static const struct {
+        int st;
+        const char *args, *needle;
+    } cases[] = {
+        /* the command line */
+        {2, "tokenize", "missing the input files (text)"},
+        {2, "tokenize --bogus in.txt -o out.bin", "unknown option '--bogus'"},
+        {2, "tokenize in.txt", "missing '-o OUT.bin'"},
+        {2, "tokenize in.txt -o", "'-o' needs a value"},
+        {2, "tokenize -o out.bin", "missing the input files"},
+        {2, "tokenize --vocab in.txt in.txt -o out.bin", "'--vocab' needs '--merges' too"},
+        {2, "tokenize --merges in.txt in.txt -o out.bin", "'--merges' needs '--vocab' too"},
+        {2, "tokenize --decode", "missing the input file (a token file)"},
+        {2, "tokenize --decode a.bin b.bin -o out.bin", "'--decode' takes one token file, got 2 files"},
+        /* the vocabulary */
+        {1, "tokenize --vocab nope.json --merges nope.bpe in.txt -o out.bin", "cannot read 'nope.json': no such file"},
+        {1, "tokenize --vocab in.txt --merges nope.bpe in.txt -o out.bin", "cannot read 'nope.bpe': no such file"},
+        {1, "tokenize --vocab in.txt --merges in.txt in.txt -o out.bin", "'in.txt': at byte 0"},
+        /* the inputs and the output */
+        {1, "tokenize missing.txt -o out.bin", "cannot read 'missing.txt': no such file"},
+        {1, "tokenize in.txt missing.txt -o out.bin", "cannot read 'missing.txt': no such file"},
+        {1, "tokenize sub -o out.bin", "cannot read 'sub': is a directory"},
+        {1, "tokenize empty.txt -o out.bin", "'empty.txt' holds no text"},
+        {1, "tokenize in.txt -o nodir/out.bin", "cannot write 'nodir/out.bin'"},
+        {1, "tokenize --decode missing.bin -o out.bin", "'missing.bin': no such file"},
+        {1, "tokenize --decode in.txt -o out.bin", "'in.txt' is not a token file"},
+        {1, "tokenize --decode sub -o out.bin", "'sub'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        expect_clean_failure(dir, cases[i].st, cases[i].needle, "out.bin", "%s", cases[i].args);
+    int st;
+    char *out = run_in(dir, 1, &st, "tokenize in.txt -o out.bin");
+    expect(out, st, 0, "out.bin: 3 tokens");
 }

@@ -17,6 +17,7 @@
 #include "formats/config.h"
 #include "formats/tokens.h"
 #include "guard_backend.h"
+#include "lib/decode.h"
 #include "lib/mixing.h"
 #include "study/bench.h"
 #include "study/checkpoint.h"
@@ -93,6 +94,43 @@ static void evaluate(const char *run, const char *tmp)
     ar_model_free(m);
 }
 
+/* Decoding with the key/value cache (lib/decode.c; ops rope_fwd_at,
+ * attention_decode, matvec_fwd): a prefill with every row's logits, one
+ * in steps of the chunk, then single tokens (matvec_fwd's case), on the
+ * guard and on the CPU: the logits equal bit for bit. */
+static void decode(const char *run)
+{
+    const ar_backend *be[2] = {guard_backend(), ar_backend_cpu()};
+    const int32_t tok[8] = {10, 65, 32, 97, 98, 99, 100, 101};
+    float *lg[2] = {NULL, NULL};
+    size_t nl = 0;
+    for (int b = 0; b < 2; b++) {
+        ar_config cfg;
+        ar_model *m = NULL;
+        ar_decoder *dec = NULL;
+        long step = 0;
+        ar_err e = {{0}};
+        cr_assert_eq(ar_ckpt_load_model(run, be[b], 1, &cfg, &m, &step, &e), 0, "%s", e.msg);
+        int V = cfg.model.vocab, T = cfg.model.seq_len;
+        cr_assert_eq(T, 8);
+        cr_assert_eq(ar_decoder_create(&dec, m, 3, T, &e), 0, "%s", e.msg);
+        nl = (size_t)(3 + 1 + 3) * V;
+        lg[b] = calloc(nl, sizeof(float));
+        cr_assert_eq(ar_decoder_step(dec, tok, 3, lg[b], 1, &e), 0, "%s", e.msg);
+        cr_assert_eq(ar_decoder_feed(dec, tok + 3, 2, lg[b] + (size_t)3 * V, &e), 0, "%s", e.msg);
+        for (int i = 0; i < 3; i++)
+            cr_assert_eq(ar_decoder_step(dec, tok + 5 + i, 1, lg[b] + (size_t)(4 + i) * V, 0, &e), 0, "%s", e.msg);
+        cr_assert_eq(ar_decoder_pos(dec), 8);
+        ar_decoder_free(dec);
+        ar_model_free(m);
+    }
+    for (size_t i = 0; i < nl; i++)
+        cr_assert(isfinite(lg[0][i]) && memcmp(&lg[0][i], &lg[1][i], sizeof(float)) == 0,
+                  "decoding: logit %zu is %.9g on the guard, %.9g on the CPU", i, lg[0][i], lg[1][i]);
+    free(lg[0]);
+    free(lg[1]);
+}
+
 static void discipline(const char *const *sets)
 {
     const char *tmp = tu_tmpdir();
@@ -125,6 +163,7 @@ static void discipline(const char *const *sets)
                  rc.final_loss);
 
     evaluate(run, tmp);
+    decode(run);
     cr_expect_eq(guard_backend_live(), 0, "%ld device buffers not freed", guard_backend_live());
     cr_expect_gt(guard_backend_calls(), 0);
 }
@@ -166,6 +205,24 @@ Test(device_discipline, bench)
     cr_expect(train[0] > 0 && infer[1] > 0);
     cr_expect(isnan(tmm[0]) && isnan(imm[1]), "matrix-product time on a backend other than the CPU's");
     cr_expect_eq(guard_backend_live(), 0);
+}
+
+/* Every op of lib/backend.h has its guarded entry, as the CPU backend has
+ * its own: the table is pointers only, so a NULL word is an op that the
+ * guard would crash on (one added to the table and the backends but not to
+ * tests/guard_backend.c). */
+Test(device_discipline, guard_has_every_op)
+{
+    typedef void (*fn)(void);
+    enum { WORDS = sizeof(ar_backend) / sizeof(fn) };
+    cr_assert_eq(sizeof(ar_backend) % sizeof(fn), 0, "ar_backend holds something other than pointers");
+    fn g[WORDS], c[WORDS];
+    memcpy(g, guard_backend(), sizeof g);
+    memcpy(c, ar_backend_cpu(), sizeof c);
+    for (int i = 0; i < WORDS; i++)
+        cr_expect(!c[i] || g[i], "word %d of ar_backend (in lib/backend.h's order) is set on the CPU backend, not "
+                                 "on the guard",
+                  i);
 }
 
 /* The checker itself: a direct read of a device buffer is fatal. */

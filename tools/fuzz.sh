@@ -6,8 +6,8 @@
 #   tools/fuzz.sh [SECONDS [HARNESS...]]
 #
 # SECONDS defaults to 10; HARNESS is any of config, safetensors, tokens,
-# metrics, csv (default: all).  Each harness starts from its committed seed
-# corpus fuzz/corpus/NAME (read-only) plus a scratch corpus in
+# metrics, csv, bpe (default: all).  Each harness starts from its committed
+# seed corpus fuzz/corpus/NAME (read-only) plus a scratch corpus in
 # build-fuzz/corpus/NAME that persists between runs.  A crash, an
 # out-of-bounds access, a leak, undefined behaviour, a timeout or a failed
 # message check stops the run; the input is kept as build-fuzz/crash-NAME-*
@@ -17,7 +17,7 @@ set -eu
 cd "$(dirname "$0")/.."
 secs=${1:-10}
 [ $# -gt 0 ] && shift
-all="config safetensors tokens metrics csv"
+all="config safetensors tokens metrics csv bpe"
 harnesses=${*:-$all}
 out=${AR_FUZZ_BUILD:-build-fuzz}
 cc=${CLANG:-clang}
@@ -32,6 +32,16 @@ for h in $harnesses; do
     tokens) src="formats/tokens.c core/atomic.c core/error.c" libs="-lz" ;;
     metrics) src="formats/metrics.c formats/json.c core/atomic.c core/error.c" libs="" ;;
     csv) src="formats/csv.c formats/json.c study/scaling.c core/error.c" libs="$gsl_libs -lm" ;;
+    bpe)
+        # the built-in GPT-2 vocabulary, compiled in as meson.build does
+        "$cc" -O1 -o "$out/embed" cmd/embed.c
+        "$out/embed" --string "$out/gpt2_encoder.c" ar_gpt2_encoder_json data/gpt2/encoder.json
+        "$out/embed" --string "$out/gpt2_vocab.c" ar_gpt2_vocab_bpe data/gpt2/vocab.bpe
+        src="formats/bpe_vocab.c formats/bpe_pretok.c formats/bpe_merge.c formats/bpe_encode.c formats/bpe_decode.c
+             formats/json.c core/error.c $out/gpt2_encoder.c $out/gpt2_vocab.c"
+        # -Wno-trigraphs: the merges hold '??-' (meson.build says the same)
+        libs="$(pkg-config --libs libpcre2-8) -Wno-trigraphs"
+        ;;
     *) echo "tools/fuzz.sh: unknown harness '$h' (expected one of: $all)" >&2; exit 2 ;;
     esac
     # shellcheck disable=SC2086
