@@ -137,14 +137,27 @@ int cmd_ablate(int argc, char **argv)
                res.finished, ab.sweep.nruns);
         rc = cli_interrupt_status();
     } else {
-        printf("%-20s %5s %10s %8s %10s %10s\n", "variant", "seeds", "val_loss", "std", "diff", "p");
+        /* the losses of the final evaluations */
+        printf("%-20s %5s %10s %8s %10s %10s %5s %10s %10s\n", "variant", "seeds", "final_loss", "std", "diff",
+               "p_welch", "pairs", "paired", "p_paired");
         for (int v = 0; v < ab.nvariants; v++) {
+            const ar_paired *pp = &stat[v].paired;
             printf("%-20s %5d %10.4f %8.4f %+10.4f ", ab.variant[v], stat[v].n, stat[v].mean, stat[v].sd,
                    stat[v].diff);
             if (isfinite(stat[v].p))
-                printf("%10.3g\n", stat[v].p);
+                printf("%10.3g", stat[v].p);
             else
-                printf("%10s\n", "-");
+                printf("%10s", "-");
+            if (v == 0)
+                printf(" %5s %10s", "-", "-");
+            else if (pp->pairs >= 2)
+                printf(" %5d %+10.4f", pp->pairs, pp->mean);
+            else
+                printf(" %5d %10s", pp->pairs, "-");
+            if (v > 0 && isfinite(pp->p))
+                printf(" %10.3g\n", pp->p);
+            else
+                printf(" %10s\n", "-");
         }
         printf("ablation done: %d runs (%d reused, %d trained); '%s/results.csv', '%s/results.md', "
                "'%s/ablation.png'%s%s%s\n",

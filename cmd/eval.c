@@ -7,6 +7,7 @@
 #include "../formats/tokens.h"
 #include "../study/checkpoint.h"
 #include "../study/comm.h"
+#include "../study/depth_stats.h"
 #include "../study/eval.h"
 #include "cmds.h"
 #include "options.h"
@@ -16,7 +17,7 @@ static const char *usage =
     "[--grads OUT.safetensors]";
 
 static void print_result(const ar_eval_result *r, const ar_config *cfg, long step, const char *ckpt,
-                         const char *data, int json)
+                         const char *data, const ar_depth_route *route, int json)
 {
     double bpb = r->loss / M_LN2;
     if (json) {
@@ -43,6 +44,8 @@ static void print_result(const ar_eval_result *r, const ar_config *cfg, long ste
         ar_jw_str(&w, ckpt);
         ar_jw_key(&w, "data");
         ar_jw_str(&w, data);
+        if (route->acc) /* every evaluated token, for schemes with depth weights */
+            ar_depth_route_json(&w, "depth_routing", route);
         ar_jw_obj_end(&w);
         printf("%s\n", w.s);
         ar_jw_free(&w);
@@ -63,6 +66,7 @@ int cmd_eval(int argc, char **argv)
     ar_err e = {{0}};
     ar_model *m = NULL;
     ar_tokens t = {0};
+    ar_depth_route route = {0};
     static const char *const own[] = {"--data", "--max-windows", "--grads", NULL};
     cli_opts so;
     cli_opts_init(&so, usage, CLI_THREADS | CLI_DEVICE, own, argc, argv);
@@ -111,20 +115,25 @@ int cmd_eval(int argc, char **argv)
     if (ar_comm_agree(comm, loaded, &e) != 0)
         goto fail;
     ar_eval_result r;
-    int evaluated = grads ? ar_evaluate(m, t.tok, t.n, max_windows, 1, &r, &e)
-                          : ar_evaluate_ranks(m, comm, t.tok, t.n, max_windows, &r, &e);
+    int routed = json && ar_depth_route_init(&route, m->res);
+    ar_eval_hook hook = routed ? ar_depth_route_hook : NULL;
+    int evaluated = grads ? ar_evaluate_with(m, t.tok, t.n, max_windows, 1, hook, &route, &r, &e)
+                          : ar_evaluate_ranks_with(m, comm, t.tok, t.n, max_windows, hook, &route, &r, &e);
+    if (evaluated == 0 && routed && !grads)
+        evaluated = ar_depth_route_reduce(&route, comm, &e);
     if (evaluated != 0) {
         ar_wrap(&e, "'%s'", data);
         goto fail;
     }
     if (grads && ar_ckpt_save_grads(grads, m, &e) != 0)
         goto fail;
-    print_result(&r, &cfg, step, ckpt, data, json);
+    print_result(&r, &cfg, step, ckpt, data, &route, json);
     rc = AR_EXIT_OK;
     goto done;
 fail:
     cli_error("%s", e.msg);
 done:
+    ar_depth_route_free(&route);
     ar_model_free(m);
     ar_tokens_free(&t);
     cli_opts_free(&so);

@@ -16,7 +16,7 @@ static const char *usage =
 
 int cmd_fit_scaling(int argc, char **argv)
 {
-    const char *gcol = "variant", *xcol = "pflops_days", *ycol = "val_loss", *png = NULL, *baseline = NULL;
+    const char *gcol = "variant", *xcol = "pflops_days", *ycol = NULL, *png = NULL, *baseline = NULL;
     double at = NAN;
     ar_fit_form form = AR_FIT_POWER;
     int json = 0, ninputs = 0;

@@ -3,6 +3,7 @@
  * windows (study/depth_stats.h), and draws them (viz/depth_figure.h): the
  * report's Figure 8, or with --matrix the depth mixing matrix M of any
  * residual kind (lib/mixing.h). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,13 +20,13 @@
 #include "options.h"
 
 static const char *usage =
-    "attnres plot-depth-attn RUN... [--data FILE] [--max-windows N] [--matrix] [--out FILE] "
+    "attnres plot-depth-attn RUN... [--data FILE] [--max-windows N] [--matrix | --stats] [--out FILE] "
     "[--format png|svg|pdf] [--csv FILE] [--threads N]";
 
 typedef struct {
     const char *data, *out, *csv;
     long max_windows;
-    int matrix;
+    int matrix, stats;
     ar_fig_format format;
 } opts;
 
@@ -37,6 +38,7 @@ typedef struct {
     long step;
     ar_depth_attn w;
     int has_w;
+    ar_depth_route route; /* --stats */
     double *M;
 } run;
 
@@ -68,7 +70,7 @@ static int measure(run *r, ar_model *m, const opts *o, ar_err *e)
             snprintf(src, sizeof src, "the validation tail of '%s'", r->cfg.data.train);
     }
     ar_eval_result res;
-    int rc = ar_depth_attn_measure(m, x, n, o->max_windows, &r->w, &res, e);
+    int rc = ar_depth_measure(m, x, n, o->max_windows, &r->w, o->stats ? &r->route : NULL, &res, e);
     if (rc == 0) {
         r->has_w = 1;
         snprintf(r->what, sizeof r->what, "weights: mean over %ld windows (%ld tokens)\nof %s", res.windows,
@@ -109,6 +111,33 @@ static int load_run(run *r, const opts *o, ar_err *e)
     return rc;
 }
 
+/* The routing statistics as a table on stdout (a line per mixer). */
+static void print_stats(const ar_depth_run *d, int nr)
+{
+    const ar_depth_route *a = d->route;
+    if (nr > 1)
+        printf("%s:\n", d->name);
+    printf("mixer    sources  entropy  H/ln n  exp(H)  mean max  top source (share)\n");
+    double *share = ar_xcalloc((size_t)a->L + 2, sizeof(double));
+    for (int l = 1; l <= a->L + 1; l++) {
+        ar_route_stats st;
+        ar_route_stats_of(ar_depth_route_acc(a, l), a->n[l - 1], &st, share);
+        int top = 0;
+        for (int i = 1; i < st.n; i++)
+            if (share[i] > share[top])
+                top = i;
+        char name[24], hn[16];
+        snprintf(name, sizeof name, l == a->L + 1 ? "out" : l % 2 ? "%d attn" : "%d mlp", l);
+        if (isfinite(st.entropy_norm))
+            snprintf(hn, sizeof hn, "%.3f", st.entropy_norm);
+        else
+            snprintf(hn, sizeof hn, "-");
+        printf("%-8s %7d  %7.3f  %6s  %6.2f  %8.3f  %d (%.2f)\n", name, st.n, st.entropy, hn, st.eff_sources,
+               st.max_weight, top, share[top]);
+    }
+    free(share);
+}
+
 /* Several runs with one name are told apart by the argument as given. */
 static void unique_names(run *r, int nr)
 {
@@ -124,19 +153,26 @@ static int draw(run *r, int nr, const opts *o, ar_err *e)
     for (int k = 0; k < nr; k++)
         d[k] = (ar_depth_run){.name = r[k].name, .path = r[k].arg, .step = r[k].step, .cfg = r[k].cfg.model,
                               .w = r[k].has_w ? &r[k].w : NULL, .M = r[k].M,
-                              .what = r[k].has_w ? r[k].what : NULL};
+                              .what = r[k].has_w ? r[k].what : NULL, .route = &r[k].route};
     char out[AR_PATH_MAX + 64];
     if (o->out)
         snprintf(out, sizeof out, "%s", o->out);
     else
-        cli_figure_path(r[0].arg, o->matrix ? "depth_matrix" : "depth_attn", o->format, out, sizeof out);
+        cli_figure_path(r[0].arg, o->matrix ? "depth_matrix" : o->stats ? "depth_stats" : "depth_attn", o->format,
+                        out, sizeof out);
     ar_fig_meta meta = {.format = o->format};
-    int rc = o->matrix ? ar_depth_matrix_figure(out, d, nr, &meta, NULL, e)
-                       : ar_depth_figure(out, d, nr, &meta, NULL, e);
+    int rc = o->matrix  ? ar_depth_matrix_figure(out, d, nr, &meta, NULL, e)
+             : o->stats ? ar_depth_stats_figure(out, d, nr, &meta, NULL, e)
+                        : ar_depth_figure(out, d, nr, &meta, NULL, e);
+    if (rc == 0 && o->stats)
+        for (int k = 0; k < nr; k++)
+            print_stats(&d[k], nr);
     if (rc == 0)
         printf("wrote '%s'\n", out);
     if (rc == 0 && o->csv) {
-        rc = o->matrix ? ar_depth_matrix_csv(o->csv, d, nr, e) : ar_depth_csv(o->csv, d, nr, e);
+        rc = o->matrix  ? ar_depth_matrix_csv(o->csv, d, nr, e)
+             : o->stats ? ar_depth_stats_csv(o->csv, d, nr, e)
+                        : ar_depth_csv(o->csv, d, nr, e);
         if (rc == 0)
             printf("wrote '%s'\n", o->csv);
     }
@@ -159,6 +195,8 @@ static int parse(cli_opts *so, opts *o, const char **runs, int *nr)
                 return AR_EXIT_USAGE;
         } else if (!strcmp(a, "--matrix"))
             o->matrix = 1;
+        else if (!strcmp(a, "--stats"))
+            o->stats = 1;
         else if (a[0] == '-' && a[1])
             return cli_usage_error(usage, "unknown option '%s'", a);
         else
@@ -167,6 +205,8 @@ static int parse(cli_opts *so, opts *o, const char **runs, int *nr)
     if (so->bad)
         return AR_EXIT_USAGE;
     o->out = so->out;
+    if (o->matrix && o->stats)
+        return cli_usage_error(usage, "'--stats' and '--matrix' draw different figures: give one of them");
     if (*nr == 0)
         return cli_usage_error(usage, "missing the run (a run directory or a .safetensors file)");
     if (*nr > 1 && !o->out)
@@ -205,6 +245,7 @@ int cmd_plot_depth_attn(int argc, char **argv)
     for (int k = 0; k < nr; k++) {
         if (r[k].has_w)
             ar_depth_attn_free(&r[k].w);
+        ar_depth_route_free(&r[k].route);
         free(r[k].M);
     }
 done:

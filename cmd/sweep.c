@@ -70,6 +70,10 @@ int cmd_sweep(int argc, char **argv)
         cli_error("%s", e.msg);
         goto done;
     }
+    if (ar_sweep_resolve_budgets(&s, &e) != 0) {
+        cli_error("%s: %s", config ? config : AR_SWEEP_BUILTIN_NAME, e.msg);
+        goto done;
+    }
     /* A missing device or data fails now, not after the first run's setup. */
     for (int i = 0; i < s.nruns; i++) {
         if (cli_check_device(&s.runs[i].cfg, &e) != 0) {

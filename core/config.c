@@ -40,6 +40,13 @@ void ar_config_defaults(ar_config *c)
     t->beta2 = 0.95;
     t->eps = 1e-8;
     t->grad_clip = 1.0;
+    t->optimizer = AR_OPT_ADAMW;
+    t->muon_lr = 0.02;
+    t->muon_momentum = 0.95;
+    t->muon_nesterov = 1;
+    t->muon_ns_steps = 5;
+    t->muon_scale = AR_MUON_SCALE_KELLER;
+    t->muon_weight_decay = 0.0;
     t->seed = 1;
     t->eval_every = 200;
     t->eval_windows = 64;
@@ -160,11 +167,38 @@ const char *ar_device_name(ar_device k)
     return "unknown";
 }
 
+const char *ar_recompute_name(ar_recompute k)
+{
+    switch (k) {
+    case AR_RECOMPUTE_NONE: return "none";
+    case AR_RECOMPUTE_SUBLAYER: return "sublayer";
+    }
+    return "unknown";
+}
+
 const char *ar_precision_name(ar_precision k)
 {
     switch (k) {
     case AR_PREC_FP32: return "fp32";
     case AR_PREC_BF16: return "bf16";
+    }
+    return "unknown";
+}
+
+const char *ar_optimizer_name(ar_optimizer_kind k)
+{
+    switch (k) {
+    case AR_OPT_ADAMW: return "adamw";
+    case AR_OPT_MUON: return "muon";
+    }
+    return "unknown";
+}
+
+const char *ar_muon_scale_name(ar_muon_scale_kind k)
+{
+    switch (k) {
+    case AR_MUON_SCALE_KELLER: return "keller";
+    case AR_MUON_SCALE_MOONLIGHT: return "moonlight";
     }
     return "unknown";
 }

@@ -44,6 +44,13 @@ typedef struct {
     int streams;           /* mhc: m streams; 0 = not given (4) */
 } ar_residual_cfg;
 
+/* What the backward recomputes instead of keeping it from the forward. */
+typedef enum {
+    AR_RECOMPUTE_NONE = 0, /* every sublayer's internals kept */
+    AR_RECOMPUTE_SUBLAYER, /* only each sublayer's normalised input kept; its
+                              internals recomputed in the backward */
+} ar_recompute;
+
 typedef struct {
     int vocab_bytes;  /* 1: vocab is "bytes" (256) */
     int vocab;        /* vocabulary size (256 when vocab_bytes) */
@@ -53,6 +60,10 @@ typedef struct {
     int d_ff;
     int seq_len;      /* T */
     ar_residual_cfg residual;
+    /* Not a model key: train.recompute, copied here by whoever builds a
+     * model to train (lib/model.h), since it decides what the model
+     * allocates.  0 (none) everywhere else. */
+    ar_recompute recompute;
 } ar_model_cfg;
 
 typedef struct {
@@ -69,6 +80,13 @@ typedef enum {
     AR_PREC_BF16,     /* matrix products in bf16 with fp32 accumulation, fp32 master weights (cuda) */
 } ar_precision;
 
+/* train.optimizer: AdamW on every parameter, or Muon on the transformer
+ * blocks' 2-D matrices and AdamW on the rest (lib/optim.h). */
+typedef enum { AR_OPT_ADAMW = 0, AR_OPT_MUON } ar_optimizer_kind;
+/* train.muon_scale: the factor of the orthogonalised update of an m x n
+ * matrix: keller max(1, m/n)^0.5, moonlight 0.2 sqrt(max(m, n)). */
+typedef enum { AR_MUON_SCALE_KELLER = 0, AR_MUON_SCALE_MOONLIGHT } ar_muon_scale_kind;
+
 typedef struct {
     long steps;
     int batch_size;
@@ -81,9 +99,17 @@ typedef struct {
     double weight_decay;
     double beta1, beta2, eps;
     double grad_clip;   /* 0 = off */
+    ar_optimizer_kind optimizer;
+    double muon_lr;            /* Muon's peak learning rate (the schedule scales it as lr) */
+    double muon_momentum;      /* mu */
+    int muon_nesterov;         /* 1: orthogonalise g + mu B, 0: B */
+    int muon_ns_steps;         /* Newton-Schulz iterations */
+    ar_muon_scale_kind muon_scale;
+    double muon_weight_decay;  /* decoupled, times the Muon learning rate */
     uint64_t seed;
     long eval_every;    /* 0 = only at the end */
     long eval_windows;  /* validation windows per evaluation; 0 = all */
+    long final_eval_windows; /* sweep/ablate: windows of each finished run's final evaluation; 0 = all */
     long save_every;    /* 0 = only at the end */
     int keep_checkpoints; /* step-numbered checkpoints kept in checkpoints/; 0 = none */
     int max_bad_steps;  /* consecutive non-finite steps (skipped) before training stops */
@@ -91,6 +117,7 @@ typedef struct {
     int threads;        /* 0 = all cores */
     ar_device device;   /* cpu | cuda */
     ar_precision precision; /* fp32 | bf16 (bf16 needs cuda) */
+    ar_recompute recompute; /* none | sublayer: the same bits, less memory */
 } ar_train_cfg;
 
 typedef enum { AR_PIPE_SCHED_1F1B = 0, AR_PIPE_SCHED_GPIPE } ar_pipe_sched_kind;
@@ -140,6 +167,9 @@ const char *ar_query_name(ar_query_kind k);
 const char *ar_sched_name(ar_sched_kind k);
 const char *ar_device_name(ar_device k);
 const char *ar_precision_name(ar_precision k);
+const char *ar_recompute_name(ar_recompute k);
 const char *ar_pipe_sched_name(ar_pipe_sched_kind k);
+const char *ar_optimizer_name(ar_optimizer_kind k);
+const char *ar_muon_scale_name(ar_muon_scale_kind k);
 
 #endif

@@ -64,6 +64,9 @@ _Static_assert(sizeof(ar_sched_kind) == sizeof(int), "KT_ENUM stores enums as in
 _Static_assert(sizeof(ar_device) == sizeof(int), "KT_ENUM stores enums as int");
 _Static_assert(sizeof(ar_precision) == sizeof(int), "KT_ENUM stores enums as int");
 _Static_assert(sizeof(ar_pipe_sched_kind) == sizeof(int), "KT_ENUM stores enums as int");
+_Static_assert(sizeof(ar_optimizer_kind) == sizeof(int), "KT_ENUM stores enums as int");
+_Static_assert(sizeof(ar_muon_scale_kind) == sizeof(int), "KT_ENUM stores enums as int");
+_Static_assert(sizeof(ar_recompute) == sizeof(int), "KT_ENUM stores enums as int");
 
 static const char *res_kind_at(int i) { return ar_res_kind_name((ar_res_kind)i); }
 static const char *sched_at(int i) { return ar_sched_name((ar_sched_kind)i); }
@@ -72,10 +75,18 @@ static const char *key_norm_at(int i) { return ar_key_norm_name((ar_key_norm)i);
 static const char *query_at(int i) { return ar_query_name((ar_query_kind)i); }
 static const char *device_at(int i) { return ar_device_name((ar_device)i); }
 static const char *precision_at(int i) { return ar_precision_name((ar_precision)i); }
+static const char *recompute_at(int i) { return ar_recompute_name((ar_recompute)i); }
 static const char *bool_at(int i) { return i == 0 ? "false" : i == 1 ? "true" : "unknown"; }
 static const char *pipe_sched_at(int i) { return ar_pipe_sched_name((ar_pipe_sched_kind)i); }
+static const char *optimizer_at(int i) { return ar_optimizer_name((ar_optimizer_kind)i); }
+static const char *muon_scale_at(int i) { return ar_muon_scale_name((ar_muon_scale_kind)i); }
+/* The optimizer and Muon's keys are written only for a Muon run, so the
+ * configs of AdamW runs (and those written before Muon) read the same. */
+static int emit_muon(const ar_config *c) { return c->train.optimizer != AR_OPT_ADAMW; }
 /* The parallel keys are written only where they differ from one process's
  * defaults, so a run's config.yaml reads the same on any layout. */
+/* Written where it is not the default 0, so configs without it read the same. */
+static int emit_final_eval(const ar_config *c) { return c->train.final_eval_windows != 0; }
 static int emit_shard(const ar_config *c) { return c->parallel.shard_optimizer != 0; }
 static int emit_pipeline(const ar_config *c) { return c->parallel.pipeline > 1; }
 static int emit_virtual(const ar_config *c) { return c->parallel.virtual_stages > 1; }
@@ -148,9 +159,17 @@ static const key_def KEYS[] = {
     KEY("train.beta2", KT_NUM, RG_HALF01, train.beta2),
     KEY("train.eps", KT_NUM, RG_POS, train.eps),
     KEY("train.grad_clip", KT_NUM, RG_NONNEG, train.grad_clip),
+    KEY("train.optimizer", KT_ENUM, RG_ANY, train.optimizer, .enum_name = optimizer_at, .emit_if = emit_muon),
+    KEY("train.muon_lr", KT_NUM, RG_POS, train.muon_lr, .emit_if = emit_muon),
+    KEY("train.muon_momentum", KT_NUM, RG_HALF01, train.muon_momentum, .emit_if = emit_muon),
+    KEY("train.muon_nesterov", KT_ENUM, RG_ANY, train.muon_nesterov, .enum_name = bool_at, .emit_if = emit_muon),
+    KEY("train.muon_ns_steps", KT_INT, RG_POS, train.muon_ns_steps, .emit_if = emit_muon),
+    KEY("train.muon_scale", KT_ENUM, RG_ANY, train.muon_scale, .enum_name = muon_scale_at, .emit_if = emit_muon),
+    KEY("train.muon_weight_decay", KT_NUM, RG_NONNEG, train.muon_weight_decay, .emit_if = emit_muon),
     KEY("train.seed", KT_U64, RG_NONNEG, train.seed),
     KEY("train.eval_every", KT_LONG, RG_NONNEG, train.eval_every),
     KEY("train.eval_windows", KT_LONG, RG_NONNEG, train.eval_windows),
+    KEY("train.final_eval_windows", KT_LONG, RG_NONNEG, train.final_eval_windows, .emit_if = emit_final_eval),
     KEY("train.save_every", KT_LONG, RG_NONNEG, train.save_every),
     KEY("train.keep_checkpoints", KT_INT, RG_NONNEG, train.keep_checkpoints),
     KEY("train.max_bad_steps", KT_INT, RG_POS, train.max_bad_steps),
@@ -158,6 +177,7 @@ static const key_def KEYS[] = {
     KEY("train.threads", KT_INT, RG_NONNEG, train.threads),
     KEY("train.device", KT_ENUM, RG_ANY, train.device, .enum_name = device_at),
     KEY("train.precision", KT_ENUM, RG_ANY, train.precision, .enum_name = precision_at),
+    KEY("train.recompute", KT_ENUM, RG_ANY, train.recompute, .enum_name = recompute_at),
 
     KEY("parallel.shard_optimizer", KT_ENUM, RG_ANY, parallel.shard_optimizer, .enum_name = bool_at,
         .emit_if = emit_shard),
@@ -924,6 +944,8 @@ static int check_model(const ar_model_cfg *m, ar_err *e)
 
 static int check_train(const ar_train_cfg *t, ar_err *e)
 {
+    if (t->muon_ns_steps > 100)
+        return ar_fail(e, "'train.muon_ns_steps' (%d) is at most 100 (5 is the usual count)", t->muon_ns_steps);
     if (t->precision == AR_PREC_BF16 && t->device != AR_DEVICE_CUDA)
         return ar_fail(e, "'train.precision' bf16 needs 'train.device' cuda (the %s backend computes in fp32)",
                        ar_device_name(t->device));
@@ -939,6 +961,17 @@ int ar_config_validate(const ar_config *c, ar_err *e)
             return -1;
     if (check_model(&c->model, e) || check_train(&c->train, e))
         return -1;
+    /* Muon orthogonalises whole matrices: a rank needs every element of
+     * the matrices it updates */
+    if (c->train.optimizer == AR_OPT_MUON && c->parallel.shard_optimizer)
+        return ar_fail(e, "'train.optimizer' muon does not combine with 'parallel.shard_optimizer': ZeRO-1 splits "
+                          "the optimizer state at arbitrary offsets, and Muon orthogonalises whole matrices; set "
+                          "'parallel.shard_optimizer' false (or 'train.optimizer' adamw)");
+    if (c->train.optimizer == AR_OPT_MUON && (c->parallel.pipeline > 1 || c->parallel.virtual_stages > 1))
+        return ar_fail(e, "'train.optimizer' muon does not combine with 'parallel.pipeline' (%d): Muon runs on one "
+                          "process or with data parallelism alone; set 'parallel.pipeline' 1 (or 'train.optimizer' "
+                          "adamw)",
+                       c->parallel.pipeline);
     return 0;
 }
 
@@ -1074,7 +1107,7 @@ int ar_config_diff(const ar_config *a, const ar_config *b, char *buf, size_t n)
         const key_def *k = &KEYS[i];
         /* how the run is spread over threads, devices and ranks, not what it trains */
         if (strcmp(k->key, "train.threads") == 0 || strcmp(k->key, "train.device") == 0 ||
-            strncmp(k->key, "parallel.", 9) == 0)
+            strcmp(k->key, "train.recompute") == 0 || strncmp(k->key, "parallel.", 9) == 0)
             continue;
         char va[96], vb[96];
         value_text(a, k, va, sizeof va);

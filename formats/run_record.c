@@ -103,6 +103,81 @@ static void keep_depth(ar_run_record *r, const ar_json *v, long step)
     r->da_step = step;
 }
 
+/* depth_routing: its per-mixer lists, each value in its range (a little
+ * slack for rounding); appended to r's series. */
+static int take_routing(ar_run_record *r, const ar_json *v, double step, double tokens, const char *path, int line,
+                        ar_err *e)
+{
+    if (v->type != AR_JSON_OBJ)
+        return ar_fail(e, "%s:%d: 'depth_routing' must be an object, not %s", path, line, type_name(v->type));
+    static const char *const keys[] = {"entropy", "entropy_norm", "eff_sources", "mean_max"};
+    static const double lo[] = {0, 0, 1, 0}, hi[] = {INFINITY, 1, INFINITY, 1};
+    const ar_json *a[4];
+    int nm = -1;
+    for (int k = 0; k < 4; k++) {
+        a[k] = ar_json_get(v, keys[k]);
+        if (!a[k] || a[k]->type != AR_JSON_ARR)
+            return ar_fail(e, "%s:%d: 'depth_routing.%s' must be a list of numbers, not %s", path, line, keys[k],
+                           a[k] ? type_name(a[k]->type) : "missing");
+        if (nm >= 0 && a[k]->n != nm)
+            return ar_fail(e, "%s:%d: 'depth_routing.%s' lists %d mixers, 'depth_routing.%s' %d", path, line,
+                           keys[k], a[k]->n, keys[0], nm);
+        nm = a[k]->n;
+        for (int i = 0; i < a[k]->n; i++) {
+            const ar_json *x = &a[k]->items[i];
+            if (x->type == AR_JSON_NULL)
+                continue;
+            if (x->type != AR_JSON_NUM)
+                return ar_fail(e, "%s:%d: 'depth_routing.%s' item %d must be a number, not %s", path, line,
+                               keys[k], i + 1, type_name(x->type));
+            if (!(x->num >= lo[k] - 1e-6 && x->num <= hi[k] + 1e-6))
+                return ar_fail(e, "%s:%d: 'depth_routing.%s' item %d is %g, outside [%g, %g]", path, line, keys[k],
+                               i + 1, x->num, lo[k], hi[k]);
+        }
+    }
+    const ar_json *ts = ar_json_get(v, "top_share");
+    if (ts && ts->type != AR_JSON_NULL) {
+        if (ts->type != AR_JSON_ARR || ts->n != nm)
+            return ar_fail(e, "%s:%d: 'depth_routing.top_share' must be a list of %d lists of numbers", path, line,
+                           nm);
+        for (int l = 0; l < ts->n; l++) {
+            const ar_json *sl = &ts->items[l];
+            if (sl->type != AR_JSON_ARR)
+                return ar_fail(e, "%s:%d: 'depth_routing.top_share' mixer %d must be a list of numbers, not %s",
+                               path, line, l + 1, type_name(sl->type));
+            for (int i = 0; i < sl->n; i++)
+                if (sl->items[i].type != AR_JSON_NULL &&
+                    (sl->items[i].type != AR_JSON_NUM || !(sl->items[i].num >= -1e-6 && sl->items[i].num <= 1 + 1e-6)))
+                    return ar_fail(e, "%s:%d: 'depth_routing.top_share' mixer %d item %d must be a number in [0, 1]",
+                                   path, line, l + 1, i + 1);
+        }
+    }
+    if (r->nrt > 0 && nm != r->rt_nmix)
+        return ar_fail(e, "%s:%d: 'depth_routing' lists %d mixers, earlier records %d", path, line, nm, r->rt_nmix);
+    r->rt_nmix = nm;
+    int k = r->nrt++;
+    size_t rows = (size_t)r->nrt, cols = (size_t)nm + 1;
+    double **ser[] = {&r->rt_entropy, &r->rt_hnorm, &r->rt_eff, &r->rt_max};
+    for (int j = 0; j < 4; j++) {
+        double *nv = realloc(*ser[j], rows * cols * sizeof(double));
+        if (!nv)
+            ar_xmalloc((size_t)-1);
+        *ser[j] = nv;
+        for (int i = 0; i < nm; i++)
+            nv[(size_t)k * nm + i] = item(a[j], i);
+    }
+    double **pt[] = {&r->rt_step, &r->rt_tokens};
+    for (int j = 0; j < 2; j++) {
+        double *nv = realloc(*pt[j], rows * sizeof(double));
+        if (!nv)
+            ar_xmalloc((size_t)-1);
+        *pt[j] = nv;
+    }
+    r->rt_step[k] = step;
+    r->rt_tokens[k] = tokens;
+    return 0;
+}
+
 /* One record into r; -1 on a malformed field. */
 static int take(ar_run_record *r, const ar_json *row, const char *path, int line, int *Lo, int *Lg, ar_err *e)
 {
@@ -145,6 +220,9 @@ static int take(ar_run_record *r, const ar_json *row, const char *path, int line
             return -1;
         keep_depth(r, da, isfinite(step) ? (long)step : -1);
     }
+    const ar_json *rt = ar_json_get(row, "depth_routing");
+    if (rt && rt->type != AR_JSON_NULL && take_routing(r, rt, step, tokens, path, line, e) < 0)
+        return -1;
     return 0;
 }
 
@@ -173,7 +251,9 @@ int ar_run_record_read(ar_run_record *r, const char *path, ar_err *e)
 
 void ar_run_record_free(ar_run_record *r)
 {
-    double *p[] = {r->step, r->tokens, r->loss, r->vstep, r->vtokens, r->vloss, r->out_rms, r->grad_rms, r->da};
+    double *p[] = {r->step,    r->tokens,  r->loss,       r->vstep,    r->vtokens, r->vloss,  r->out_rms,
+                   r->grad_rms, r->da,      r->rt_step,    r->rt_tokens, r->rt_entropy, r->rt_hnorm, r->rt_eff,
+                   r->rt_max};
     for (size_t k = 0; k < sizeof p / sizeof *p; k++)
         free(p[k]);
     free(r->nsrc);

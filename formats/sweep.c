@@ -148,7 +148,7 @@ static int parse_size(sctx *c, yaml_node_t *n, size_spec *z)
     z->map = n;
     if (n->type != YAML_MAPPING_NODE)
         return fail_at(c, n, "a size is a mapping {name, d_model, n_layer, ...}, got %s", describe(n));
-    yaml_node_t *name = NULL, *steps = NULL, *tokens = NULL;
+    yaml_node_t *name = NULL, *steps = NULL, *tokens = NULL, *flops = NULL;
     for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
         yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
         const char *kt = key_text(k);
@@ -160,11 +160,13 @@ static int parse_size(sctx *c, yaml_node_t *n, size_spec *z)
             steps = k;
         else if (kt && !strcmp(kt, "tokens"))
             tokens = k;
+        else if (kt && !strcmp(kt, "flops"))
+            flops = k;
     }
     if (!name)
         return fail_at(c, n, "a size needs a 'name'");
-    if (steps && tokens)
-        return fail_at(c, tokens, "give a size 'steps' or 'tokens', not both");
+    if (!!steps + !!tokens + !!flops > 1)
+        return fail_at(c, flops ? flops : tokens, "give a size one of 'steps', 'tokens' or 'flops', not several");
     return check_name(c, name, "a size", z->name);
 }
 
@@ -186,11 +188,29 @@ static int parse_tokens(sctx *c, const yaml_node_t *n, double *out)
                    s ? s : describe(n), s ? "'" : "");
 }
 
-/* Applies a size's keys (all but name and tokens) to cfg. */
-static int apply_size(sctx *c, const size_spec *z, const ar_config *base, ar_config *cfg, yaml_node_t **tokens)
+/* Compute budget: a positive finite number of FLOPs (1e13, 2.5e14, ...). */
+static int parse_flops(sctx *c, const yaml_node_t *n, double *out)
+{
+    const char *s = n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE ? key_text(n) : NULL;
+    if (s && *s && strspn(s, "0123456789+.eE") == strlen(s)) {
+        char *end;
+        errno = 0;
+        double v = strtod(s, &end);
+        if (!*end && isfinite(v) && v >= 1) {
+            *out = v;
+            return 0;
+        }
+    }
+    return fail_at(c, n, "'flops' expects a positive number of FLOPs (such as 2.0e13), got %s%s%s", s ? "'" : "",
+                   s ? s : describe(n), s ? "'" : "");
+}
+
+/* Applies a size's keys (all but name, tokens and flops) to cfg. */
+static int apply_size(sctx *c, const size_spec *z, const ar_config *base, ar_config *cfg, yaml_node_t **tokens,
+                      yaml_node_t **flops)
 {
     int lr = 0, min_lr = 0;
-    *tokens = NULL;
+    *tokens = *flops = NULL;
     for (yaml_node_pair_t *p = z->map->data.mapping.pairs.start; p < z->map->data.mapping.pairs.top; p++) {
         yaml_node_t *k = yaml_document_get_node(c->doc, p->key), *val = yaml_document_get_node(c->doc, p->value);
         const char *kt = key_text(k), *dotted = NULL;
@@ -198,6 +218,10 @@ static int apply_size(sctx *c, const size_spec *z, const ar_config *base, ar_con
             continue;
         if (kt && !strcmp(kt, "tokens")) {
             *tokens = val;
+            continue;
+        }
+        if (kt && !strcmp(kt, "flops")) {
+            *flops = val;
             continue;
         }
         for (int i = 0; kt && i < N_SIZE_KEYS && !dotted; i++)
@@ -210,7 +234,7 @@ static int apply_size(sctx *c, const size_spec *z, const ar_config *base, ar_con
             size_t used = (size_t)snprintf(list, sizeof list, "name");
             for (int i = 0; i < N_SIZE_KEYS && used < sizeof list; i++)
                 used += (size_t)snprintf(list + used, sizeof list - used, ", %s", SIZE_KEYS[i].key);
-            return fail_at(c, k, "unknown size key '%s' (expected one of: %s, tokens, or a dotted config key such as train.warmup)",
+            return fail_at(c, k, "unknown size key '%s' (expected one of: %s, tokens, flops, or a dotted config key such as train.warmup)",
                            kt ? kt : "?", list);
         }
         if (ar_config_apply_node(cfg, c->doc, val, dotted, c->name, c->e) != 0)
@@ -378,10 +402,15 @@ int ar_sweep_parse(ar_sweep *s, const char *text, size_t len, const char *name, 
     for (int i = 0; i < nz; i++)
         for (int j = 0; j < nv; j++) {
             ar_sweep_run *r = &s->runs[i * nv + j];
-            yaml_node_t *tokens;
+            yaml_node_t *tokens, *flops;
             r->cfg = base;
-            if (apply_size(&c, &zs[i], &base, &r->cfg, &tokens) || apply_variant(&c, &vs[j], &r->cfg))
+            if (apply_size(&c, &zs[i], &base, &r->cfg, &tokens, &flops) || apply_variant(&c, &vs[j], &r->cfg))
                 goto out;
+            if (flops) {
+                if (parse_flops(&c, flops, &r->flops_budget))
+                    goto out;
+                r->cfg.train.steps = 1; /* until ar_sweep_resolve_budgets */
+            }
             const ar_train_cfg *t = &r->cfg.train;
             long per_step = (long)t->batch_size * t->grad_accum * r->cfg.model.seq_len;
             if (tokens) {

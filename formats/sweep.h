@@ -4,6 +4,9 @@
  *     model: ...     # the path of one (relative to the sweep file)
  *   sizes:           # one mapping per model size
  *     - {name: xs, d_model: 64, n_layer: 2, n_head: 2, d_ff: 176, lr: 4.0e-3, tokens: 1048576}
+ *     - {name: ys, d_model: 96, n_layer: 3, n_head: 2, d_ff: 256, flops: 2.0e13}
+ *                    # a compute budget instead: its tokens follow from the
+ *                    # size's parameters (ar_sweep_run.flops_budget)
  *   variants:        # residual kinds, or mappings {name, kind, block_size | num_blocks}
  *     - baseline
  *     - {kind: block, block_size: 4}
@@ -29,6 +32,10 @@ typedef struct {
     char variant[AR_SWEEP_NAME_MAX];
     ar_config cfg;   /* resolved and validated */
     long tokens;     /* planned training tokens = steps * batch_size * grad_accum * seq_len */
+    double flops_budget; /* the size's `flops:` (0: none).  The parser cannot
+                          count parameters (that is the model's, lib/), so
+                          steps stay 1 here until study/sweep.h's
+                          ar_sweep_resolve_budgets sets them from it */
 } ar_sweep_run;
 
 typedef struct {

@@ -242,3 +242,81 @@ int ar_mixing_matrix(const ar_model_cfg *cfg, const ar_model *m, const ar_depth_
     return ar_fail(e, "no depth mixing matrix is defined for residual kind '%s' yet",
                    ar_res_kind_name(cfg->residual.kind));
 }
+
+/* ---------------------------------------------------- routing statistics */
+
+void ar_route_add(double *acc, const float *w, long rows, int n)
+{
+    for (long t = 0; t < rows; t++) {
+        const float *p = w + (size_t)t * (size_t)n;
+        double sum = 0, hi = -INFINITY, h = 0;
+        int top = 0;
+        for (int i = 0; i < n; i++) {
+            sum += p[i];
+            if (p[i] > hi) { /* strictly: a tie keeps the lowest index */
+                hi = p[i];
+                top = i;
+            }
+        }
+        if (!(sum > 0) || !isfinite(sum) || !isfinite(hi)) {
+            acc[1] = acc[2] = acc[3] = NAN;
+            acc[0] += 1;
+            continue;
+        }
+        for (int i = 0; i < n; i++) {
+            double q = p[i] / sum;
+            if (q > 0)
+                h -= q * log(q);
+        }
+        acc[0] += 1;
+        acc[1] += h;
+        acc[2] += exp(h);
+        acc[3] += hi / sum;
+        acc[4 + top] += 1;
+    }
+}
+
+void ar_route_stats_of(const double *acc, int n, ar_route_stats *s, double *share)
+{
+    double T = acc[0];
+    s->n = n;
+    s->rows = T;
+    s->entropy = T > 0 ? acc[1] / T : NAN;
+    s->entropy_norm = n > 1 ? s->entropy / log((double)n) : NAN;
+    s->eff_sources = T > 0 ? acc[2] / T : NAN;
+    s->max_weight = T > 0 ? acc[3] / T : NAN;
+    for (int i = 0; share && i < n; i++)
+        share[i] = T > 0 && isfinite(s->entropy) ? acc[4 + i] / T : NAN;
+}
+
+int ar_depth_route_init(ar_depth_route *a, ar_residual *r)
+{
+    memset(a, 0, sizeof *a);
+    if (!r->vt->token_weights || r->vt->n_sources(r, 1) == 0)
+        return 0;
+    a->L = r->L;
+    a->n = ar_xcalloc((size_t)r->L + 1, sizeof(int));
+    a->acc = ar_xcalloc((size_t)(r->L + 1) * ar_route_stride(r->L), sizeof(double));
+    for (int l = 1; l <= r->L + 1; l++)
+        a->n[l - 1] = r->vt->n_sources(r, l);
+    return 1;
+}
+
+void ar_depth_route_free(ar_depth_route *a)
+{
+    free(a->n);
+    free(a->acc);
+    memset(a, 0, sizeof *a);
+}
+
+void ar_depth_route_add(ar_depth_route *a, ar_residual *r, int N)
+{
+    for (int l = 1; l <= a->L + 1; l++) {
+        long rows = r->vt->token_weights(r, l, N, NULL);
+        float *w = ar_xmalloc((size_t)rows * (size_t)a->n[l - 1] * sizeof(float) + 1);
+        r->vt->token_weights(r, l, N, w);
+        ar_route_add(ar_depth_route_acc(a, l), w, rows, a->n[l - 1]);
+        free(w);
+    }
+    a->tokens += N;
+}

@@ -64,4 +64,59 @@ int ar_mixing_matrix(const ar_model_cfg *cfg, const ar_model *m, const ar_depth_
 /* Whether ar_mixing_matrix needs measured weights w for this kind. */
 int ar_mixing_needs_weights(ar_res_kind k);
 
+/* ---- Depth-routing statistics (`attnres eval --json`, metrics.jsonl,
+ * `attnres plot-depth-attn --stats`; docs/reference.md §4.5).
+ * One distribution p_t over the n sources of a mixer per token t (per
+ * (token, head) pair with H > 1 heads: each is one distribution, T = N x H
+ * rows).  Each row is normalised to sum 1 first, p_ti = w_ti / sum_j w_tj:
+ * softmax rows already sum to 1 (this only removes rounding); sigmoid
+ * scores (score: sigmoid) do not, and count as the distribution they are
+ * proportional to.  With 0 ln 0 = 0:
+ *   H_t           = -sum_i p_ti ln p_ti                    (nats)
+ *   entropy       = (1/T) sum_t H_t
+ *   entropy_norm  = entropy / ln n          in [0, 1]; NaN (undefined) for n = 1
+ *   eff_sources   = (1/T) sum_t exp(H_t)    the token mean of exp(H_t), in
+ *                                           [1, n]; exp(entropy) is the other
+ *                                           convention, and is never larger
+ *   max_weight    = (1/T) sum_t max_i p_ti  in [1/n, 1]  (JSON, CSV: mean_max)
+ *   top_share_i   = #{t : argmax_j p_tj = i} / T    (ties: the lowest index)
+ * Uniform weights give entropy ln n, eff_sources n, max_weight 1/n; one-hot
+ * weights 0, 1 and 1.  A row with a sum that is not positive and finite
+ * makes every statistic of its mixer NaN.
+ *
+ * The statistics are sums over rows, so batches (and ranks) add up:
+ * acc[l-1] = {T, sum H_t, sum exp(H_t), sum max, count_0 .. count_{n-1}}. */
+typedef struct ar_depth_route {
+    int L;          /* sublayers; mixers are 1..L+1 */
+    int *n;         /* n[l-1]: sources of mixer l */
+    double *acc;    /* L+1 rows of ar_route_stride(L) doubles */
+    long tokens;    /* tokens added (rows are tokens x heads) */
+} ar_depth_route;
+
+static inline size_t ar_route_stride(int L) { return 4 + (size_t)L + 1; }
+
+typedef struct {
+    int n;
+    double rows;    /* T */
+    double entropy, entropy_norm, eff_sources, max_weight;
+} ar_route_stats;
+
+/* Adds rows x n weights w (row-major, rows as above) to the sums of one
+ * mixer (acc: 4 + n doubles, as above). */
+void ar_route_add(double *acc, const float *w, long rows, int n);
+/* The statistics of one mixer's sums; share (n entries, or NULL) gets the
+ * top-source shares.  With T = 0 every statistic is NaN. */
+void ar_route_stats_of(const double *acc, int n, ar_route_stats *s, double *share);
+
+/* Empty sums for the mixers of r: returns 0 (and leaves a empty, safe to
+ * free) when the scheme has no per-token weights (vt->token_weights). */
+int ar_depth_route_init(ar_depth_route *a, ar_residual *r);
+void ar_depth_route_free(ar_depth_route *a);
+static inline double *ar_depth_route_acc(const ar_depth_route *a, int l)
+{
+    return a->acc + (size_t)(l - 1) * ar_route_stride(a->L);
+}
+/* Adds the weights of r's last forward (N tokens) for every mixer. */
+void ar_depth_route_add(ar_depth_route *a, ar_residual *r, int N);
+
 #endif

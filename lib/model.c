@@ -108,22 +108,36 @@ static void alloc_activations(ar_model *m, const unsigned char *runs, const ar_m
     m->tok = be->alloc(N * sizeof(int32_t));
     m->tgt = be->alloc(N * sizeof(int32_t));
     m->act = ar_xcalloc((size_t)m->cfg.n_layer, sizeof *m->act);
+    /* recompute: one set of sublayer internals for every block, formed
+     * again in the backward (model.h) */
+    int rc = m->cfg.recompute == AR_RECOMPUTE_SUBLAYER;
+    ar_block_act *in = &m->internals;
+    if (rc) {
+        in->q = falloc(be, N * d);
+        in->k = falloc(be, N * d);
+        in->v = falloc(be, N * d);
+        in->att = falloc(be, att);
+        in->y = falloc(be, N * d);
+        in->gate = falloc(be, N * F);
+        in->up = falloc(be, N * F);
+        in->act = falloc(be, N * F);
+    }
     for (int k = 0; k < m->cfg.n_layer; k++) {
         if (runs && !runs[2 * k + 1] && !runs[2 * k + 2])
             continue;
         ar_block_act *a = &m->act[k];
         a->xn = falloc(be, N * d);
         a->rstd = falloc(be, N);
-        a->q = falloc(be, N * d);
-        a->k = falloc(be, N * d);
-        a->v = falloc(be, N * d);
-        a->att = falloc(be, att);
-        a->y = falloc(be, N * d);
         a->mxn = falloc(be, N * d);
         a->mrstd = falloc(be, N);
-        a->gate = falloc(be, N * F);
-        a->up = falloc(be, N * F);
-        a->act = falloc(be, N * F);
+        a->q = rc ? in->q : falloc(be, N * d);
+        a->k = rc ? in->k : falloc(be, N * d);
+        a->v = rc ? in->v : falloc(be, N * d);
+        a->att = rc ? in->att : falloc(be, att);
+        a->y = rc ? in->y : falloc(be, N * d);
+        a->gate = rc ? in->gate : falloc(be, N * F);
+        a->up = rc ? in->up : falloc(be, N * F);
+        a->act = rc ? in->act : falloc(be, N * F);
     }
     if (!runs || runs[L + 1]) {
         m->head_rows = ar_head_rows(m->V, (int)N);
@@ -209,10 +223,19 @@ void ar_model_free(ar_model *m)
     const ar_backend *be = m->be;
     if (m->res)
         m->res->vt->destroy(m->res);
+    int rc = m->cfg.recompute == AR_RECOMPUTE_SUBLAYER;
     for (int k = 0; m->act && k < m->cfg.n_layer; k++) {
         ar_block_act *a = &m->act[k];
-        float *bufs[] = {a->xn, a->rstd, a->q, a->k, a->v, a->att, a->y,
-                         a->mxn, a->mrstd, a->gate, a->up, a->act};
+        float *bufs[] = {a->xn, a->rstd, a->mxn, a->mrstd, a->q, a->k, a->v, a->att, a->y,
+                         a->gate, a->up, a->act};
+        size_t own = rc ? 4 : sizeof bufs / sizeof *bufs; /* the internals are shared */
+        for (size_t i = 0; i < own; i++)
+            if (bufs[i])
+                be->free(bufs[i]);
+    }
+    {
+        ar_block_act *in = &m->internals;
+        float *bufs[] = {in->q, in->k, in->v, in->att, in->y, in->gate, in->up, in->act};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             if (bufs[i])
                 be->free(bufs[i]);
@@ -265,7 +288,7 @@ void ar_model_init(ar_model *m, uint64_t seed)
 
 /* Attention sublayer: v = Wo attn(rope(Wq xn), rope(Wk xn), Wv xn), xn = RMSNorm(h)
  * (xn already formed by the caller). */
-static void attn_forward(ar_model *m, int k, float *out)
+static void attn_internals(ar_model *m, int k)
 {
     const ar_backend *be = m->be;
     const ar_block_idx *b = &m->blk[k];
@@ -277,7 +300,12 @@ static void attn_forward(ar_model *m, int k, float *out)
     be->rope_fwd(a->q, m->B, m->T, m->nh, m->hd);
     be->rope_fwd(a->k, m->B, m->T, m->nh, m->hd);
     be->attention_fwd(a->y, a->att, a->q, a->k, a->v, m->B, m->T, m->nh, m->hd);
-    be->matmul_fwd(out, a->y, P(b->o), N, d, d);
+}
+
+static void attn_forward(ar_model *m, int k, float *out)
+{
+    attn_internals(m, k);
+    m->be->matmul_fwd(out, m->act[k].y, P(m->blk[k].o), m->N, m->d, m->d);
 }
 
 /* Attention backward from dout down to dL/dxn (in m->dxn); the RMSNorm is
@@ -290,6 +318,8 @@ static void attn_backward(ar_model *m, int k, const float *dout)
     ar_block_act *a = &m->act[k];
     int N = m->N, d = m->d;
     size_t nd = (size_t)N * d * sizeof(float);
+    if (m->cfg.recompute == AR_RECOMPUTE_SUBLAYER)
+        attn_internals(m, k); /* the forward's q, k, v, probabilities and y again, from xn */
     be->zero(m->dy, nd);
     be->matmul_bwd(m->dy, G(b->o), dout, a->y, P(b->o), N, d, d);
     be->attention_bwd(m->dq, m->dk, m->dv, m->datt, m->dy, a->att, a->q, a->k, a->v, m->B, m->T,
@@ -304,7 +334,7 @@ static void attn_backward(ar_model *m, int k, const float *dout)
 
 /* MLP sublayer: v = W_down (silu(W_gate xn) * (W_up xn)), xn = RMSNorm(h)
  * (xn already formed by the caller). */
-static void mlp_forward(ar_model *m, int k, float *out)
+static void mlp_internals(ar_model *m, int k)
 {
     const ar_backend *be = m->be;
     const ar_block_idx *b = &m->blk[k];
@@ -313,7 +343,12 @@ static void mlp_forward(ar_model *m, int k, float *out)
     be->matmul_fwd(a->gate, a->mxn, P(b->gate), N, d, F);
     be->matmul_fwd(a->up, a->mxn, P(b->up), N, d, F);
     be->swiglu_fwd(a->act, a->gate, a->up, (size_t)N * F);
-    be->matmul_fwd(out, a->act, P(b->down), N, F, d);
+}
+
+static void mlp_forward(ar_model *m, int k, float *out)
+{
+    mlp_internals(m, k);
+    m->be->matmul_fwd(out, m->act[k].act, P(m->blk[k].down), m->N, m->F, m->d);
 }
 
 /* MLP backward from dout down to dL/dxn (in m->dxn). */
@@ -323,6 +358,8 @@ static void mlp_backward(ar_model *m, int k, const float *dout)
     const ar_block_idx *b = &m->blk[k];
     ar_block_act *a = &m->act[k];
     int N = m->N, d = m->d, F = m->F;
+    if (m->cfg.recompute == AR_RECOMPUTE_SUBLAYER)
+        mlp_internals(m, k); /* gate, up and their SwiGLU again, from xn */
     be->zero(m->dact, (size_t)N * F * sizeof(float));
     be->matmul_bwd(m->dact, G(b->down), dout, a->act, P(b->down), N, F, d);
     be->swiglu_bwd(m->dgate, m->dup, m->dact, a->gate, a->up, (size_t)N * F);

@@ -42,6 +42,15 @@ typedef struct ar_model {
     /* activations */
     int32_t *tok, *tgt;    /* device, maxN */
     ar_block_act *act;
+    /* cfg.recompute == sublayer: the one set of sublayer internals (q, k, v,
+     * att, y, gate, up, act) every block's act points into; each block
+     * keeps only its sublayers' normalised inputs and rstd (xn, rstd, mxn,
+     * mrstd), and the backward of a sublayer first forms its internals
+     * again from them: the same operations on the same inputs, so the same
+     * bits.  Activation memory per block falls from
+     * 6 N d + 3 N d_ff + B n_head T^2 (+ 2 N) to 2 N d (+ 2 N) floats,
+     * plus one set of 4 N d + 3 N d_ff + B n_head T^2 for the model. */
+    ar_block_act internals;
     /* the head (ar_model_forward_head): hn = final_norm(h_out), N x d;
      * losses, N; logits_c and probs_c, head_rows x V each, one chunk of
      * rows at a time (probs_c becomes dlogits in backward) */

@@ -19,6 +19,9 @@ void ar_adamw_init_ranges(ar_adamw *o, const ar_model *model, int n, const size_
     o->m = o->be->alloc((o->n ? o->n : 1) * sizeof(float));
     o->v = o->be->alloc((o->n ? o->n : 1) * sizeof(float));
     o->t = 0;
+    o->muon = 0;
+    for (int k = 0; k < 4; k++)
+        o->ns[k] = NULL;
 }
 
 void ar_adamw_init(ar_adamw *o, const ar_model *model)
@@ -29,6 +32,9 @@ void ar_adamw_init(ar_adamw *o, const ar_model *model)
 
 void ar_adamw_free(ar_adamw *o)
 {
+    for (int k = 0; k < 4; k++)
+        if (o->ns[k])
+            o->be->free(o->ns[k]);
     o->be->free(o->m);
     o->be->free(o->v);
     free(o->lo);
@@ -117,10 +123,110 @@ double ar_clip_scale(const ar_train_cfg *tc, double gnorm)
     return 1.0;
 }
 
+int ar_muon_param(const ar_model *model, int i)
+{
+    for (int k = 0; k < model->cfg.n_layer; k++) {
+        const ar_block_idx *b = &model->blk[k];
+        if (i == b->q || i == b->k || i == b->v || i == b->o || i == b->gate || i == b->up || i == b->down)
+            return 1;
+    }
+    return 0;
+}
+
+void ar_muon_ns(const ar_backend *be, float *x, int m, int n, int steps, float *const s[3])
+{
+    size_t mn = (size_t)m * n;
+    double norm = sqrt(be->sumsq(x, mn));
+    be->scale(x, (float)(1.0 / (norm + 1e-7)), mn);
+    /* The iteration runs on the wide X (r x c, r <= c).  A tall x (m > n)
+     * is X^T, kept untransposed: A = X X^T = x^T x, and the update
+     * X = a X + B X becomes x = a x + x B^T (B is symmetric). */
+    int tall = m > n, r = tall ? n : m;
+    float *X = x, *Y = s[0], *A = s[1], *BB = s[2];
+    for (int it = 0; it < steps; it++) {
+        if (tall) {
+            be->zero(A, (size_t)r * r * sizeof(float));
+            be->matmul_bwd(NULL, A, X, X, X, m, n, n); /* A += x^T x */
+        } else {
+            be->matmul_fwd(A, X, X, m, n, m); /* A = X X^T */
+        }
+        be->matmul_fwd(BB, A, A, r, r, r); /* A A^T = A A */
+        be->scale(BB, (float)AR_NS_C, (size_t)r * r);
+        be->scale(A, (float)AR_NS_B, (size_t)r * r);
+        be->add(BB, A, (size_t)r * r); /* B = b A + c A A */
+        if (tall) {
+            be->matmul_fwd(Y, X, BB, m, n, n); /* Y = x B^T */
+            be->scale(X, (float)AR_NS_A, mn);
+            be->add(Y, X, mn);
+        } else {
+            be->copy(Y, X, mn);
+            be->scale(Y, (float)AR_NS_A, mn);
+            be->matmul_bwd(NULL, Y, BB, X, X, m, n, m); /* Y += B^T X */
+        }
+        float *t = X;
+        X = Y;
+        Y = t;
+    }
+    if (X != x)
+        be->copy(x, X, mn);
+}
+
+/* Muon's scratch for the matrices of o's ranges: the largest matrix (two
+ * of it) and the largest min(m,n)^2 (two of it). */
+static void muon_scratch(ar_adamw *o, const ar_model *model)
+{
+    size_t big = 1, sq = 1;
+    for (int i = 0; i < model->pt.n; i++) {
+        const ar_param *p = &model->pt.p[i];
+        if (!ar_muon_param(model, i))
+            continue;
+        size_t r = (size_t)(p->shape[0] < p->shape[1] ? p->shape[0] : p->shape[1]);
+        big = p->numel > big ? p->numel : big;
+        sq = r * r > sq ? r * r : sq;
+    }
+    o->ns[0] = o->be->alloc(big * sizeof(float));
+    o->ns[1] = o->be->alloc(big * sizeof(float));
+    o->ns[2] = o->be->alloc(sq * sizeof(float));
+    o->ns[3] = o->be->alloc(sq * sizeof(float));
+}
+
+/* One Muon update of matrix p, whose momentum buffer is B. */
+static void muon_update(ar_adamw *o, ar_model *model, const ar_param *p, float *B, const ar_train_cfg *tc,
+                        float gscale, double lr)
+{
+    const ar_backend *be = o->be;
+    size_t n = p->numel;
+    int rows = (int)p->shape[0], cols = (int)p->shape[1];
+    float *W = model->params + p->offset, *X = o->ns[0], *T = o->ns[1];
+    float mu = (float)tc->muon_momentum;
+    be->copy(X, model->grads + p->offset, n);
+    if (gscale != 1.0f)
+        be->scale(X, gscale, n); /* g */
+    be->scale(B, mu, n);
+    be->add(B, X, n); /* B = mu B + g */
+    if (tc->muon_nesterov) {
+        be->copy(T, B, n);
+        be->scale(T, mu, n);
+        be->add(X, T, n); /* g + mu B */
+    } else {
+        be->copy(X, B, n);
+    }
+    ar_muon_ns(be, X, rows, cols, tc->muon_ns_steps, o->ns + 1);
+    double s = tc->muon_scale == AR_MUON_SCALE_MOONLIGHT ? 0.2 * sqrt((double)(rows > cols ? rows : cols))
+                                                         : sqrt(rows > cols ? (double)rows / cols : 1.0);
+    if (tc->muon_weight_decay > 0)
+        be->scale(W, (float)(1.0 - lr * tc->muon_weight_decay), n);
+    be->scale(X, (float)(-lr * s), n);
+    be->add(W, X, n);
+}
+
 void ar_adamw_step(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, double lr, double gnorm)
 {
     float gscale = (float)ar_clip_scale(tc, gnorm);
     o->t++;
+    if (o->muon && !o->ns[0])
+        muon_scratch(o, model);
+    double lr_muon = tc->muon_lr * lr / tc->lr; /* the schedule's factor */
     size_t moff = 0; /* where range r's moments start */
     for (int r = 0; r < o->nranges; r++) {
         for (int i = 0; i < model->pt.n; i++) {
@@ -129,8 +235,14 @@ void ar_adamw_step(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, double 
             size_t hi = p->offset + p->numel < o->hi[r] ? p->offset + p->numel : o->hi[r];
             if (lo >= hi)
                 continue;
-            float wd = p->decay ? (float)tc->weight_decay : 0.0f;
             size_t mo = moff + (lo - o->lo[r]);
+            /* a matrix split between ranges (ZeRO-1, which validation
+             * refuses with Muon) would fall back to AdamW */
+            if (o->muon && ar_muon_param(model, i) && lo == p->offset && hi == p->offset + p->numel) {
+                muon_update(o, model, p, o->m + mo, tc, gscale, lr_muon);
+                continue;
+            }
+            float wd = p->decay ? (float)tc->weight_decay : 0.0f;
             o->be->adamw(model->params + lo, model->grads + lo, o->m + mo, o->v + mo, hi - lo, gscale,
                          (float)lr, (float)tc->beta1, (float)tc->beta2, (float)tc->eps, wd, o->t);
         }

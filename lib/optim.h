@@ -2,7 +2,21 @@
  * ranges of the flat parameter array, stored one after another: all of it
  * ([0, pt.total), the moments then have the parameter table's layout), or,
  * with a sharded optimizer (ZeRO-1), the ranges one rank updates.  Weight
- * decay applies to the tensors the table marks (2-D weight matrices). */
+ * decay applies to the tensors the table marks (2-D weight matrices).
+ *
+ * With muon set (train.optimizer: muon), the matrices ar_muon_param picks
+ * are updated by Muon instead, the rest by AdamW.  A Muon matrix W (m x n)
+ * with clipped gradient g keeps one momentum buffer B, in m at W's place
+ * (its v stays 0):
+ *   B = mu B + g;   X = g + mu B (muon_nesterov) or B
+ *   O = NS(X)       (ar_muon_ns: X / (||X||_F + 1e-7), then muon_ns_steps
+ *                    quintic Newton-Schulz iterations)
+ *   W = W (1 - lr_m muon_weight_decay) - lr_m s O
+ * with s = max(1, m/n)^0.5 (muon_scale keller) or 0.2 sqrt(max(m, n))
+ * (moonlight) and lr_m = muon_lr * lr / train.lr (the schedule's factor).
+ * Muon needs each of its matrices whole inside one range (no ZeRO-1
+ * sharding: config validation refuses it).  The matrix products are the
+ * backend's matmul ops, so every backend runs it. */
 #ifndef AR_OPTIM_H
 #define AR_OPTIM_H
 
@@ -15,7 +29,27 @@ typedef struct {
     int nranges;
     size_t *lo, *hi;  /* range r covers parameters [lo[r], hi[r]) */
     long t;           /* optimizer steps taken (bias correction) */
+    int muon;         /* 1: Muon on the ar_muon_param matrices */
+    float *ns[4];     /* Muon's scratch (device), allocated at its first step */
 } ar_adamw;
+
+/* Whether Muon updates parameter i (with train.optimizer muon): the 2-D
+ * matrices of the transformer blocks, attn q, k, v, o and mlp gate, up,
+ * down.  The embedding, lm_head, every norm gain and every residual-scheme
+ * tensor (AttnRes pseudo-queries and their query.weight matrices, static
+ * logits, DenseFormer and mHC coefficients) stay with AdamW. */
+int ar_muon_param(const ar_model *model, int i);
+
+/* Newton-Schulz orthogonalisation of an m x n matrix x (device), in place:
+ * X = x / (||x||_F + 1e-7), transposed when m > n, then `steps` times
+ *   A = X X^T;  B = b A + c A A;  X = a X + B X
+ * with (a, b, c) = (3.4445, -4.7750, 2.0315); the result (transposed
+ * back) replaces x.  Scratch: s[0] m*n floats, s[1] and s[2]
+ * min(m,n)^2 floats each. */
+#define AR_NS_A 3.4445
+#define AR_NS_B (-4.7750)
+#define AR_NS_C 2.0315
+void ar_muon_ns(const ar_backend *be, float *x, int m, int n, int steps, float *const s[3]);
 
 /* Moments for every parameter. */
 void ar_adamw_init(ar_adamw *o, const ar_model *model);
@@ -51,7 +85,8 @@ void ar_adamw_moments_from_full(ar_adamw *o, const float *m, const float *v);
 double ar_clip_scale(const ar_train_cfg *tc, double gnorm);
 
 /* One step: clips to grad_clip (if > 0) using `gnorm`, then updates the
- * parameters of o's ranges with learning rate lr. */
+ * parameters of o's ranges with learning rate lr (AdamW) and, with muon,
+ * the Muon matrices with muon_lr * lr / tc->lr. */
 void ar_adamw_step(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, double lr, double gnorm);
 
 #endif

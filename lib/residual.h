@@ -96,6 +96,12 @@ typedef struct {
      * forward averaged over its N tokens, written to host memory. */
     int (*n_sources)(ar_residual *r, int l);
     void (*mean_weights)(ar_residual *r, int l, int N, float *out);
+    /* The per-token weights of mixer l of the last forward, written to host
+     * memory as rows of n_sources(l) floats: one row per token, or per
+     * (token, head) with H > 1 heads (token-major, N x H rows).  Returns
+     * the number of rows; out NULL: returns it only.  NULL for schemes
+     * without per-token weights (routing statistics, lib/mixing.h). */
+    long (*token_weights)(ar_residual *r, int l, int N, float *out);
     /* Device pointer of source i of mixer l (NULL for schemes without). */
     const float *(*source)(ar_residual *r, int l, int i);
 

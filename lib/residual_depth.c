@@ -342,6 +342,14 @@ static void depth_mean_weights(ar_residual *r, int l, int N, float *out)
     free(a);
 }
 
+static long depth_token_weights(ar_residual *r, int l, int N, float *out)
+{
+    mixer *x = &D(r)->mx[l];
+    if (out)
+        r->be->download(out, x->alpha, (size_t)N * x->n * sizeof(float));
+    return N;
+}
+
 static const float *depth_source(ar_residual *r, int l, int i) { return D(r)->mx[l].sp[i]; }
 
 static float *depth_row(ar_residual *r, int q) { return D(r)->P[q]; }
@@ -408,6 +416,7 @@ static const ar_residual_vt depth_vt = {
     .embed_grad = depth_embed_grad,
     .n_sources = depth_n_sources,
     .mean_weights = depth_mean_weights,
+    .token_weights = depth_token_weights,
     .source = depth_source,
     .row = depth_row,
     .row_grad = depth_row_grad,

@@ -29,9 +29,16 @@
 #include "residual.h"
 #include "residual_mhc.h"
 
+/* coefficients per sublayer: p (m), q (m), then per stream i the row
+ * R_i0..R_i(m-1), q_i (m + 1: q_i again, so that X_{l,i} is one weighted
+ * sum of X_{l-1,0..m-1} and v_l, one pass; the gradient of the copy is not
+ * used, dq comes to the first q) */
+#define NCOEF(m) (2 * (m) + (m) * ((m) + 1))
+#define RROW(m, i) (2 * (m) + (i) * ((m) + 1))
+
 typedef struct {
     int pre, post, res; /* parameter indices */
-    float *coef;        /* device: p (m), q (m), R (m x m, row-major) */
+    float *coef;        /* device: p, q, rows [R_i, q_i] (NCOEF) */
     float *dcoef;       /* device: their gradients */
 } hmixer;
 
@@ -43,6 +50,7 @@ typedef struct {
     float **V, **Hin; /* V[l], Hin[l], l = 1..L */
     float *E;         /* v_0 */
     float **dXa, **dXb, **dXcur, **dXprev; /* 2 x m */
+    const float **xv; /* m + 1: X_{l-1,0..m-1}, v_l (accept_fwd's sources) */
     float *dV, *dH, *fgrad, *ones, *hout;
     hmixer *mx;
     const ar_param_table *pt;
@@ -109,7 +117,7 @@ static void coeffs(mhc_res *s, int l)
     int m = s->m, np = s->nperm;
     hmixer *x = &s->mx[l];
     float *b = ar_xmalloc((size_t)(2 * m + np) * sizeof(float));
-    float *c = ar_xmalloc((size_t)(2 * m + m * m) * sizeof(float));
+    float *c = ar_xmalloc((size_t)NCOEF(m) * sizeof(float));
     double *R = ar_xmalloc((size_t)m * m * sizeof(double));
     be->download(b, hparam(s, x->pre), (size_t)m * sizeof(float));
     be->download(b + m, hparam(s, x->post), (size_t)m * sizeof(float));
@@ -119,9 +127,12 @@ static void coeffs(mhc_res *s, int l)
         c[m + j] = (float)(2.0 / (1.0 + exp(-(double)b[m + j])));
     }
     ar_mhc_hres(b + 2 * m, m, R);
-    for (int i = 0; i < m * m; i++)
-        c[2 * m + i] = (float)R[i];
-    be->upload(x->coef, c, (size_t)(2 * m + m * m) * sizeof(float));
+    for (int i = 0; i < m; i++) {
+        for (int j = 0; j < m; j++)
+            c[RROW(m, i) + j] = (float)R[i * m + j];
+        c[RROW(m, i) + m] = c[m + i];
+    }
+    be->upload(x->coef, c, (size_t)NCOEF(m) * sizeof(float));
     free(b);
     free(c);
     free(R);
@@ -131,7 +142,7 @@ static void coeffs(mhc_res *s, int l)
 static void chain(mhc_res *s, int l)
 {
     const ar_backend *be = s->base.be;
-    int m = s->m, np = s->nperm, nc = 2 * m + m * m;
+    int m = s->m, np = s->nperm, nc = NCOEF(m);
     hmixer *x = &s->mx[l];
     float *c = ar_xmalloc((size_t)nc * sizeof(float)), *dc = ar_xmalloc((size_t)nc * sizeof(float));
     float *b = ar_xmalloc((size_t)np * sizeof(float)), *g = ar_xmalloc((size_t)(2 * m + np) * sizeof(float));
@@ -155,7 +166,7 @@ static void chain(mhc_res *s, int l)
         pi[k] = exp(b[k] - mx) / sum;
         dpi[k] = 0;
         for (int i = 0; i < m; i++)
-            dpi[k] += dc[2 * m + i * m + s->perm[(size_t)k * m + i]];
+            dpi[k] += dc[RROW(m, i) + s->perm[(size_t)k * m + i]];
         dot += pi[k] * dpi[k];
     }
     for (int k = 0; k < np; k++)
@@ -189,8 +200,8 @@ static void mhc_bind(ar_residual *r, float *params, float *grads, float *const *
     for (int l = 1; l <= r->L; l++) {
         s->V[l] = be->alloc(nd);
         s->Hin[l] = be->alloc(nd);
-        s->mx[l].coef = be->alloc((size_t)(2 * m + m * m) * sizeof(float));
-        s->mx[l].dcoef = be->alloc((size_t)(2 * m + m * m) * sizeof(float));
+        s->mx[l].coef = be->alloc((size_t)NCOEF(m) * sizeof(float));
+        s->mx[l].dcoef = be->alloc((size_t)NCOEF(m) * sizeof(float));
     }
     for (int j = 0; j < m; j++) {
         s->dXa[j] = be->alloc(nd);
@@ -229,11 +240,12 @@ static void mhc_accept_fwd(ar_residual *r, int l, int N)
     int m = s->m;
     size_t n = (size_t)N * r->d;
     const float *c = s->mx[l].coef;
-    for (int i = 0; i < m; i++) {
-        float *y = lvl(s, l)[i];
-        r->be->wsum_fwd(y, (const float *const *)lvl(s, l - 1), c + 2 * m + i * m, m, 0, n);
-        r->be->wsum_fwd(y, (const float *const *)&s->V[l], c + m + i, 1, 1, n);
-    }
+    for (int j = 0; j < m; j++)
+        s->xv[j] = lvl(s, l - 1)[j];
+    s->xv[m] = s->V[l];
+    /* X_{l,i} = sum_j R_ij X_{l-1,j} + q_i v_l in one pass */
+    for (int i = 0; i < m; i++)
+        r->be->wsum_fwd(lvl(s, l)[i], s->xv, c + RROW(m, i), m + 1, 0, n);
 }
 
 static const float *mhc_final_fwd(ar_residual *r, int N)
@@ -261,7 +273,7 @@ static float *mhc_output_grad(ar_residual *r, int l, int N)
     int m = s->m;
     size_t n = (size_t)N * r->d;
     hmixer *x = &s->mx[l];
-    r->be->zero(x->dcoef, (size_t)(2 * m + m * m) * sizeof(float));
+    r->be->zero(x->dcoef, (size_t)NCOEF(m) * sizeof(float));
     r->be->wsum_fwd(s->dV, (const float *const *)s->dXcur, x->coef + m, m, 0, n);
     r->be->wsum_bwd(NULL, x->dcoef + m, s->V[l], (const float *const *)s->dXcur, x->coef + m, m, n);
     return s->dV;
@@ -290,7 +302,7 @@ static void mhc_input_bwd(ar_residual *r, int l, int N)
     for (int j = 0; j < m; j++)
         be->zero(s->dXprev[j], n * sizeof(float));
     for (int i = 0; i < m; i++)
-        be->wsum_bwd(s->dXprev, x->dcoef + 2 * m + i * m, s->dXcur[i], Xp, x->coef + 2 * m + i * m, m, n);
+        be->wsum_bwd(s->dXprev, x->dcoef + RROW(m, i), s->dXcur[i], Xp, x->coef + RROW(m, i), m, n);
     be->wsum_bwd(s->dXprev, x->dcoef, s->dH, Xp, x->coef, m, n);
     float **t = s->dXcur;
     s->dXcur = s->dXprev;
@@ -332,6 +344,7 @@ static void mhc_destroy(ar_residual *r)
     free(s->Hin);
     free(s->dXa);
     free(s->dXb);
+    free(s->xv);
     free(s->mx);
     free(s->perm);
     free(s);
@@ -380,6 +393,7 @@ ar_residual *ar_residual_mhc_create(const ar_model_cfg *cfg, const ar_backend *b
     s->Hin = ar_xcalloc((size_t)L + 1, sizeof(float *));
     s->dXa = ar_xcalloc((size_t)m, sizeof(float *));
     s->dXb = ar_xcalloc((size_t)m, sizeof(float *));
+    s->xv = ar_xcalloc((size_t)m + 1, sizeof(float *));
     s->mx = ar_xcalloc((size_t)L + 1, sizeof(hmixer));
     for (int l = 1; l <= L; l++) {
         char pre[80], nm[128];

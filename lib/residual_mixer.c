@@ -224,6 +224,16 @@ static void mixer_mean_weights(ar_residual *r, int l, int N, float *out)
     free(a);
 }
 
+/* (token, head) rows; sigmoid scores as they are (not normalised) */
+static long mixer_token_weights(ar_residual *r, int l, int N, float *out)
+{
+    mixer_res *s = MR(r);
+    mixer *x = &s->mx[l];
+    if (out)
+        r->be->download(out, x->alpha, (size_t)N * s->H * x->n * sizeof(float));
+    return (long)N * s->H;
+}
+
 static const float *mixer_source(ar_residual *r, int l, int i) { return MR(r)->mx[l].sp[i]; }
 
 static void mixer_destroy(ar_residual *r)
@@ -271,6 +281,7 @@ static const ar_residual_vt mixer_vt = {
     .embed_grad = mixer_embed_grad,
     .n_sources = mixer_n_sources,
     .mean_weights = mixer_mean_weights,
+    .token_weights = mixer_token_weights,
     .source = mixer_source,
     .destroy = mixer_destroy,
 };

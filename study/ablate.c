@@ -250,13 +250,60 @@ double ar_welch_p(const double *a, int na, const double *b, int nb)
     return 2 * gsl_cdf_tdist_Q(fabs(t), df);
 }
 
+void ar_paired_t(const double *d, int n, ar_paired *o)
+{
+    o->pairs = n;
+    o->mean = o->sd = o->se = o->t = o->df = o->p = NAN;
+    if (n < 1)
+        return;
+    mean_sd(d, n, &o->mean, &o->sd);
+    if (n < 2) {
+        o->sd = NAN;
+        return;
+    }
+    o->df = n - 1;
+    o->se = o->sd / sqrt(n);
+    if (!(o->se > 0))
+        return; /* identical differences: no test */
+    o->t = o->mean / o->se;
+    o->p = 2 * gsl_cdf_tdist_Q(fabs(o->t), o->df);
+}
+
+void ar_ablate_stats(const double *loss, int nv, int ns, ar_ablate_stat *st)
+{
+    double *vals = ar_xcalloc((size_t)nv * ns + 1, sizeof *vals), *d = ar_xcalloc((size_t)ns + 1, sizeof *d);
+    for (int v = 0; v < nv; v++) {
+        int n = 0;
+        for (int k = 0; k < ns; k++)
+            if (isfinite(loss[v * ns + k]))
+                vals[v * ns + n++] = loss[v * ns + k];
+        st[v].n = n;
+        mean_sd(vals + v * ns, n, &st[v].mean, &st[v].sd);
+    }
+    for (int v = 0; v < nv; v++) {
+        st[v].diff = st[v].mean - st[0].mean;
+        st[v].p = v == 0 ? NAN : ar_welch_p(vals + v * ns, st[v].n, vals, st[0].n);
+        /* seed k of the variant against seed k of the baseline: the same
+         * batches and initial weights; a seed missing on either side is
+         * left out */
+        int np = 0;
+        for (int k = 0; v > 0 && k < ns; k++)
+            if (isfinite(loss[v * ns + k]) && isfinite(loss[k]))
+                d[np++] = loss[v * ns + k] - loss[k];
+        ar_paired_t(d, np, &st[v].paired);
+    }
+    free(vals);
+    free(d);
+}
+
 /* ------------------------------------------------------------ report */
 
 typedef struct {
-    int have;
+    int have; /* trained to its steps and finally evaluated */
     int seed;
     ar_sweep_compute c;
     double val_loss, wall_s;
+    ar_final_eval fe;
 } arow;
 
 typedef struct {
@@ -283,9 +330,18 @@ static int fill_csv(FILE *f, void *ud)
             fprintf(f, "nan");
         fprintf(f, ",%.1f,%.1f,", w->wall_s > 0 ? (double)r->tokens / w->wall_s : 0.0, w->wall_s);
         ar_csv_write_field(f, r->name);
-        fputc('\n', f);
+        fprintf(f, ",%.6f,%ld,%ld\n", w->fe.loss, w->fe.windows, w->fe.tokens);
     }
     return ferror(f) ? -1 : 0;
+}
+
+/* The validation split, for the text: "`val.txt`" or "the last 5% of `train.txt`". */
+static void split_name(const ar_data_cfg *dc, char *buf, size_t n)
+{
+    if (dc->val[0])
+        snprintf(buf, n, "`%s`", dc->val);
+    else
+        snprintf(buf, n, "the last %g%% of `%s`", 100 * dc->val_fraction, dc->train);
 }
 
 static int fill_md(FILE *f, void *ud)
@@ -293,34 +349,62 @@ static int fill_md(FILE *f, void *ud)
     const actx *c = ud;
     const ar_ablation *a = c->a;
     const ar_sweep_run *r0 = &a->sweep.runs[0];
+    const ar_final_eval *fe = NULL;
+    for (int i = 0; i < a->sweep.nruns && !fe; i++)
+        if (c->rows[i].have)
+            fe = &c->rows[i].fe;
+    char split[AR_PATH_MAX + 64];
+    split_name(&r0->cfg.data, split, sizeof split);
     fprintf(f, "# Ablation: %s\n\n", c->base_name);
-    fprintf(f, "Every variant: %ld steps of %d x %d tokens (%ld tokens), lr %g, seeds %" PRIu64 "..%" PRIu64
-               ", validation on %ld windows of `%s`.\n\n",
+    fprintf(f, "Every variant: %ld steps of %d x %d tokens (%ld tokens), lr %g, seeds %" PRIu64 "..%" PRIu64 ".\n\n",
             r0->cfg.train.steps, r0->cfg.train.batch_size * r0->cfg.train.grad_accum, r0->cfg.model.seq_len,
-            r0->tokens, r0->cfg.train.lr, r0->cfg.train.seed, r0->cfg.train.seed + (uint64_t)(a->nseeds - 1),
-            r0->cfg.train.eval_windows, r0->cfg.data.val[0] ? r0->cfg.data.val : r0->cfg.data.train);
-    fprintf(f, "| variant | seeds | val loss (mean) | std | diff vs baseline | p (Welch) |\n");
-    fprintf(f, "|---|---:|---:|---:|---:|---:|\n");
+            r0->tokens, r0->cfg.train.lr, r0->cfg.train.seed, r0->cfg.train.seed + (uint64_t)(a->nseeds - 1));
+    fprintf(f, "Losses are each run's final evaluation (`final_val_loss` in results.csv) on ");
+    if (r0->cfg.train.final_eval_windows > 0)
+        fprintf(f, "the first %ld windows (train.final_eval_windows) of the validation split",
+                r0->cfg.train.final_eval_windows);
+    else
+        fprintf(f, "the whole validation split");
+    if (fe)
+        fprintf(f, ", %ld windows of %d tokens (%ld tokens)", fe->windows, r0->cfg.model.seq_len, fe->tokens);
+    fprintf(f, ", %s; evaluations during training used %ld windows (`val_loss`).\n\n", split,
+            r0->cfg.train.eval_windows);
+    fprintf(f, "| variant | seeds | val loss (mean) | std | diff vs baseline | p (Welch) "
+               "| pairs | paired diff | se | t | p (paired) |\n");
+    fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int v = 0; v < a->nvariants; v++) {
         const ar_ablate_stat *s = &c->st[v];
         fprintf(f, "| %s | %d | ", a->variant[v], s->n);
-        if (s->n == 0) {
-            fprintf(f, "- | - | - | - |\n");
-            continue;
-        }
-        fprintf(f, "%.4f | %.4f | ", s->mean, s->sd);
-        if (v == 0)
-            fprintf(f, "- | - |\n");
+        if (s->n == 0)
+            fprintf(f, "- | - | - | - | ");
         else {
-            fprintf(f, "%+.4f | ", s->diff);
-            if (isfinite(s->p))
-                fprintf(f, "%.3g |\n", s->p);
-            else
-                fprintf(f, "%s |\n", s->n < 2 || c->st[0].n < 2 ? "- (needs 2+ seeds)" : "n/a");
+            fprintf(f, "%.4f | %.4f | ", s->mean, s->sd);
+            if (v == 0)
+                fprintf(f, "- | - | ");
+            else {
+                fprintf(f, "%+.4f | ", s->diff);
+                if (isfinite(s->p))
+                    fprintf(f, "%.3g | ", s->p);
+                else
+                    fprintf(f, "%s | ", s->n < 2 || c->st[0].n < 2 ? "- (needs 2+ seeds)" : "n/a");
+            }
         }
+        const ar_paired *pp = &s->paired;
+        if (v == 0)
+            fprintf(f, "- | - | - | - | - |\n");
+        else if (pp->pairs < 2)
+            fprintf(f, "%d | - | - | - | - |\n", pp->pairs);
+        else if (!isfinite(pp->p))
+            fprintf(f, "%d | %+.4f | %.2g | n/a | n/a |\n", pp->pairs, pp->mean, pp->se);
+        else
+            fprintf(f, "%d | %+.4f | %.2g | %.2f | %.3g |\n", pp->pairs, pp->mean, pp->se, pp->t, pp->p);
     }
-    fprintf(f, "\nstd is the sample standard deviation over seeds; p is the two-sided Welch t-test of the\n"
-               "variant's val losses against the baseline's.\n");
+    fprintf(f, "\nstd is the sample standard deviation over seeds; p (Welch) is the two-sided Welch t-test of\n"
+               "the variant's losses against the baseline's.  The paired columns compare each seed of the\n"
+               "variant with the same seed of the baseline (the same batches and initial weights): pairs is\n"
+               "the number of seeds finished on both sides, paired diff the mean of the differences (variant -\n"
+               "baseline), se their sample standard deviation / sqrt(pairs), t = paired diff / se with pairs - 1\n"
+               "degrees of freedom and p (paired) its two-sided p-value; - with fewer than 2 pairs.\n");
     return ferror(f) ? -1 : 0;
 }
 
@@ -329,7 +413,7 @@ int ar_ablate_report(const ar_ablation *a, const char *out_dir, ar_ablate_stat *
     int nr = a->sweep.nruns, rc = -1;
     arow *rows = ar_xcalloc((size_t)nr, sizeof *rows);
     ar_ablate_stat *st = ar_xcalloc((size_t)a->nvariants, sizeof *st);
-    double *vals = ar_xcalloc((size_t)nr, sizeof *vals);
+    double *loss = ar_xcalloc((size_t)nr, sizeof *loss);
     char path[AR_PATH_MAX + 160];
     for (int i = 0; i < nr; i++) {
         const ar_sweep_run *r = &a->sweep.runs[i];
@@ -343,24 +427,21 @@ int ar_ablate_report(const ar_ablation *a, const char *out_dir, ar_ablate_stat *
         if (step != r->cfg.train.steps)
             continue; /* not finished */
         snprintf(path, sizeof path, "%s/runs/%s", out_dir, r->name);
+        /* a run counts once it has its final evaluation */
+        int fe = ar_final_eval_read(path, r->cfg.train.steps, r->cfg.train.final_eval_windows, &rows[i].fe, e);
+        if (fe < 0)
+            goto out;
+        if (fe == 0)
+            continue;
         if (ar_sweep_compute_of(r, &rows[i].c, e) != 0 ||
             ar_sweep_run_stats(path, &rows[i].wall_s, &rows[i].val_loss, e) != 0)
             goto out;
         rows[i].seed = i % a->nseeds + 1;
-        rows[i].have = isfinite(rows[i].val_loss);
+        rows[i].have = 1;
     }
-    for (int v = 0; v < a->nvariants; v++) {
-        int n = 0;
-        for (int k = 0; k < a->nseeds; k++)
-            if (rows[v * a->nseeds + k].have)
-                vals[v * a->nseeds + n++] = rows[v * a->nseeds + k].val_loss;
-        st[v].n = n;
-        mean_sd(vals + v * a->nseeds, n, &st[v].mean, &st[v].sd);
-    }
-    for (int v = 0; v < a->nvariants; v++) {
-        st[v].diff = st[v].mean - st[0].mean;
-        st[v].p = v == 0 ? NAN : ar_welch_p(vals + v * a->nseeds, st[v].n, vals, st[0].n);
-    }
+    for (int i = 0; i < nr; i++)
+        loss[i] = rows[i].have ? rows[i].fe.loss : NAN;
+    ar_ablate_stats(loss, a->nvariants, a->nseeds, st);
     actx c = {a, rows, st, a->sweep.runs[0].cfg.data.train};
     snprintf(path, sizeof path, "%s/results.csv", out_dir);
     if (ar_write_atomic(path, fill_csv, &c, e) != 0)
@@ -447,6 +528,6 @@ int ar_ablate_report(const ar_ablation *a, const char *out_dir, ar_ablate_stat *
 out:
     free(rows);
     free(st);
-    free(vals);
+    free(loss);
     return rc;
 }

@@ -10,8 +10,11 @@
  *   DIR/runs/<variant>-seed<k>/  the run directories (DIR/runs/results.csv is
  *                                the sweep's own table)
  *   DIR/results.csv              one row per finished run: AR_ABLATE_COLUMNS
- *   DIR/results.md               one row per variant: mean, std, difference
- *                                from baseline, Welch t-test p-value
+ *   DIR/results.md               one row per variant, of the runs' final
+ *                                evaluations (study/sweep.h): mean, std,
+ *                                difference from baseline, Welch t-test
+ *                                p-value, and the paired comparison with the
+ *                                baseline over matched seeds
  *   DIR/ablation.png             bar chart of mean val loss, error bars 1 std
  *   DIR/block_sizes.png          with block sizes: val loss against S, Full
  *                                and baseline as reference lines */
@@ -22,7 +25,9 @@
 #include "../core/error.h"
 #include "sweep.h"
 
-#define AR_ABLATE_COLUMNS "variant,seed,nonembed_params,tokens,flops,val_loss,tok_per_s,wall_s,run"
+#define AR_ABLATE_COLUMNS                                                                                    \
+    "variant,seed,nonembed_params,tokens,flops,val_loss,tok_per_s,wall_s,run,final_val_loss,"               \
+    "final_eval_windows,final_eval_tokens"
 
 /* The variant names, in table order, as "baseline, full, ..." */
 const char *ar_ablate_variant_list(void);
@@ -51,13 +56,30 @@ int ar_ablate_plan(ar_ablation *a, const ar_config *base, const char *variants, 
                    const int *block_sizes, int nblock, ar_err *e);
 void ar_ablate_free(ar_ablation *a);
 
+/* The paired t-test of n differences d_i (variant - baseline at seed i):
+ * mean, sample sd (n-1), se = sd / sqrt(n), t = mean / se with df = n-1,
+ * two-sided p = 2 Q_t(|t|; df) (GSL).  With n < 2 everything but pairs
+ * (and mean, for n = 1) is NaN; with sd = 0, t and p are NaN. */
+typedef struct {
+    int pairs;             /* n */
+    double mean, sd, se, t, df, p;
+} ar_paired;
+
+void ar_paired_t(const double *d, int n, ar_paired *out);
+
 /* Summary of one variant over its finished seeds. */
 typedef struct {
     int n;                 /* finished seeds */
-    double mean, sd;       /* of val loss (sd: sample, n-1; 0 for n = 1) */
+    double mean, sd;       /* of final val loss (sd: sample, n-1; 0 for n = 1) */
     double diff;           /* mean - baseline mean */
     double p;              /* Welch two-sided p against baseline; NaN when n < 2 or undefined */
+    ar_paired paired;      /* against the baseline over the seeds both finished (baseline: 0 pairs) */
 } ar_ablate_stat;
+
+/* The statistics of the table from loss[v * nseeds + k], the loss of
+ * variant v (0: the baseline) at seed index k, NaN where that run has not
+ * finished: st[v] for v < nvariants. */
+void ar_ablate_stats(const double *loss, int nvariants, int nseeds, ar_ablate_stat *st);
 
 /* Welch's t-test of two samples (GSL's t distribution): two-sided p, NaN
  * with fewer than 2 values in either or zero variance in both. */

@@ -99,7 +99,9 @@ static int ctx_open(bench_ctx *c, const ar_config *cfg, const ar_backend *be, ar
     memset(c, 0, sizeof *c);
     c->B = cfg->train.batch_size;
     c->tc = &cfg->train;
-    if (ar_model_create(&c->m, &cfg->model, be, c->B, e) != 0)
+    ar_model_cfg mc = cfg->model;
+    mc.recompute = cfg->train.recompute;
+    if (ar_model_create(&c->m, &mc, be, c->B, e) != 0)
         return -1;
     ar_model_init(c->m, cfg->train.seed);
     ar_adamw_init(&c->opt, c->m);

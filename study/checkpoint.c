@@ -48,6 +48,16 @@ static void entries_for(const ar_model *m, const float *base, const char *prefix
     }
 }
 
+/* The safetensors entry of parameter i, as entries_for. */
+static void entries_for_one(const ar_model *m, int i, const float *base, const char *prefix, char *name,
+                            ar_st_entry *t)
+{
+    const ar_param *p = &m->pt.p[i];
+    snprintf(name, 128, "%s%s", prefix, p->name);
+    *t = (ar_st_entry){.name = name, .dtype = "F32", .ndim = p->ndim, .shape = {p->shape[0], p->shape[1]},
+                       .data = base + p->offset};
+}
+
 static int write_params(const char *file, const ar_model *m, const float *dev, const char *prefix,
                         const char *const *meta, ar_err *e)
 {
@@ -62,17 +72,27 @@ static int write_params(const char *file, const ar_model *m, const float *dev, c
     return rc;
 }
 
-/* Writes two tensor sets (m., v.) into one file. */
+/* Writes the optimizer state into one file: "m.<name>" and "v.<name>"
+ * (AdamW's moments), and with Muon "muon.<name>" (the momentum buffer) in
+ * their place for the matrices Muon updates; m. first, then v., then
+ * muon., each in parameter-table order. */
 static int write_optim(const char *file, const ar_model *m, const ar_adamw *o, const char *const *meta,
                        ar_err *e)
 {
-    int n = m->pt.n;
+    int n = m->pt.n, k = 0;
     float *hm = to_host(m->be, o->m, m->pt.total), *hv = to_host(m->be, o->v, m->pt.total);
     char(*names)[128] = ar_xcalloc((size_t)2 * n, sizeof *names);
     ar_st_entry *all = ar_xcalloc((size_t)2 * n, sizeof *all);
-    entries_for(m, hm, "m.", names, all);
-    entries_for(m, hv, "v.", names + n, all + n);
-    int rc = ar_st_write(file, all, 2 * n, meta, e);
+    for (int pass = 0; pass < 3; pass++)
+        for (int i = 0; i < n; i++) {
+            int muon = o->muon && ar_muon_param(m, i);
+            if (muon != (pass == 2))
+                continue;
+            entries_for_one(m, i, pass == 1 ? hv : hm, pass == 0 ? "m." : pass == 1 ? "v." : "muon.", names[k],
+                            &all[k]);
+            k++;
+        }
+    int rc = ar_st_write(file, all, k, meta, e);
     free(all);
     free(names);
     free(hm);
@@ -162,7 +182,9 @@ int ar_ckpt_save_state(const char *dir, const ar_config *cfg, ar_model *m, const
         if (link(path, prev) != 0 && errno != ENOENT)
             rc = ar_fail(e, "cannot keep '%s' as '%s': %s", path, prev, ar_strerror(errno));
         snprintf(tbuf, sizeof tbuf, "%ld", opt->t);
-        const char *meta[] = {"step", stepbuf, "adam_t", tbuf, "attnres_version", AR_VERSION, NULL};
+        /* "optimizer" is written for Muon only: a file without it is AdamW's */
+        const char *meta[] = {"step", stepbuf, "adam_t", tbuf, "attnres_version", AR_VERSION,
+                              opt->muon ? "optimizer" : NULL, "muon", NULL};
         if (rc == 0)
             rc = write_optim(path, m, opt, meta, e);
     }
@@ -459,6 +481,35 @@ int ar_ckpt_load_model(const char *path, const ar_backend *be, int max_batch, ar
     return rc;
 }
 
+/* The optimizer state of f into o: every parameter's m. and v. tensors,
+ * or, for the matrices Muon updates (o->muon), its muon. tensor into m. */
+static int load_optim_tensors(const ar_st_file *f, ar_model *m, ar_adamw *o, ar_err *e)
+{
+    float *hm = ar_xcalloc(m->pt.total, sizeof(float)), *hv = ar_xcalloc(m->pt.total, sizeof(float));
+    int rc = 0;
+    for (int i = 0; i < m->pt.n && rc == 0; i++) {
+        const ar_param *p = &m->pt.p[i];
+        char name[160];
+        if (o->muon && ar_muon_param(m, i)) {
+            snprintf(name, sizeof name, "muon.%s", p->name);
+            rc = ar_st_get_f32(f, name, p->shape, p->ndim, hm + p->offset, e);
+            continue;
+        }
+        snprintf(name, sizeof name, "m.%s", p->name);
+        rc = ar_st_get_f32(f, name, p->shape, p->ndim, hm + p->offset, e);
+        snprintf(name, sizeof name, "v.%s", p->name);
+        if (rc == 0)
+            rc = ar_st_get_f32(f, name, p->shape, p->ndim, hv + p->offset, e);
+    }
+    if (rc == 0) {
+        m->be->upload(o->m, hm, m->pt.total * sizeof(float));
+        m->be->upload(o->v, hv, m->pt.total * sizeof(float));
+    }
+    free(hm);
+    free(hv);
+    return rc;
+}
+
 static int try_optim(const char *file, ar_model *m, ar_adamw *o, long step, int *matched, ar_err *e)
 {
     ar_st_file f;
@@ -470,11 +521,17 @@ static int try_optim(const char *file, ar_model *m, ar_adamw *o, long step, int 
     long st = -1;
     int rc = parse_step(&f, &st, e);
     if (rc == 0 && st == step) {
-        const char *t = ar_st_meta(&f, "adam_t");
+        const char *t = ar_st_meta(&f, "adam_t"), *kind = ar_st_meta(&f, "optimizer");
+        const char *want = o->muon ? "muon" : "adamw";
+        if (!kind)
+            kind = "adamw";
+        if (strcmp(kind, want) != 0)
+            rc = ar_fail(e, "'%s' holds the state of optimizer %s, and 'train.optimizer' is %s: a run resumes "
+                            "with the optimizer it was trained with",
+                         file, kind, want);
         o->t = t ? atol(t) : step;
-        rc = load_params(&f, m, o->m, "m.", 0, e);
         if (rc == 0)
-            rc = load_params(&f, m, o->v, "v.", 0, e);
+            rc = load_optim_tensors(&f, m, o, e);
         *matched = rc == 0;
     }
     ar_st_free(&f);

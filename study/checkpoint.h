@@ -7,7 +7,11 @@
  *                          like every safetensors file attnres writes, it
  *                          holds the CRC-32 of every tensor
  *   optimizer.safetensors  AdamW moments "m.<name>", "v.<name>", metadata
- *                          step and adam_t; optimizer.prev.safetensors keeps
+ *                          step and adam_t; with train.optimizer muon,
+ *                          "muon.<name>" (momentum) instead for the Muon
+ *                          matrices and metadata optimizer "muon" (a
+ *                          resume with the other optimizer is refused);
+ *                          optimizer.prev.safetensors keeps
  *                          the previous one until the new model file is in
  *                          place, so a kill at any moment leaves a matching
  *                          (model, optimizer) pair

@@ -2,6 +2,7 @@
 #include "depth_csv.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -72,6 +73,57 @@ static int fill_matrix(FILE *f, void *ud)
             }
     }
     return status(f);
+}
+
+/* %.9g, or an empty field for an undefined value */
+static void num(FILE *f, double x)
+{
+    if (isfinite(x))
+        fprintf(f, ",%.9g", x);
+    else
+        fputc(',', f);
+}
+
+static int fill_stats(FILE *f, void *ud)
+{
+    const table *t = ud;
+    int most = 0;
+    for (int k = 0; k < t->nr; k++)
+        for (int l = 1; t->runs[k].route && l <= t->runs[k].route->L + 1; l++)
+            most = t->runs[k].route->n[l - 1] > most ? t->runs[k].route->n[l - 1] : most;
+    fprintf(f, "run,step,kind,mixer,role,n_sources,tokens,entropy,entropy_norm,eff_sources,mean_max");
+    for (int i = 0; i < most; i++)
+        fprintf(f, ",top_share_%d", i);
+    fputc('\n', f);
+    double *share = ar_xcalloc((size_t)most + 1, sizeof(double));
+    for (int k = 0; k < t->nr; k++) {
+        const ar_depth_run *r = &t->runs[k];
+        const ar_depth_route *a = r->route;
+        for (int l = 1; a && a->acc && l <= a->L + 1; l++) {
+            ar_route_stats st;
+            ar_route_stats_of(ar_depth_route_acc(a, l), a->n[l - 1], &st, share);
+            row_head(f, r, l, a->L);
+            fprintf(f, ",%d,%ld", st.n, a->tokens);
+            num(f, st.entropy);
+            num(f, st.entropy_norm);
+            num(f, st.eff_sources);
+            num(f, st.max_weight);
+            for (int i = 0; i < most; i++)
+                if (i < st.n)
+                    num(f, share[i]);
+                else
+                    fputc(',', f);
+            fputc('\n', f);
+        }
+    }
+    free(share);
+    return status(f);
+}
+
+int ar_depth_stats_csv(const char *path, const ar_depth_run *runs, int nr, ar_err *e)
+{
+    table t = {runs, nr};
+    return ar_write_atomic(path, fill_stats, &t, e);
 }
 
 int ar_depth_csv(const char *path, const ar_depth_run *runs, int nr, ar_err *e)

@@ -74,8 +74,14 @@ int ar_evaluate_with(ar_model *m, const int32_t *x, size_t n, long max_windows, 
 int ar_evaluate_ranks(ar_model *m, ar_comm *c, const int32_t *x, size_t n, long max_windows, ar_eval_result *r,
                       ar_err *e)
 {
+    return ar_evaluate_ranks_with(m, c, x, n, max_windows, NULL, NULL, r, e);
+}
+
+int ar_evaluate_ranks_with(ar_model *m, ar_comm *c, const int32_t *x, size_t n, long max_windows,
+                           ar_eval_hook hook, void *ud, ar_eval_result *r, ar_err *e)
+{
     if (!c || c->size == 1)
-        return ar_evaluate(m, x, n, max_windows, 0, r, e);
+        return ar_evaluate_with(m, x, n, max_windows, 0, hook, ud, r, e);
     int T = m->T;
     size_t nw;
     if (windows_of(m, n, max_windows, &nw, e) != 0)
@@ -94,6 +100,8 @@ int ar_evaluate_ranks(ar_model *m, ar_comm *c, const int32_t *x, size_t n, long 
         for (int b = 0; b < B; b++)
             ar_eval_window(x, w0 + b, T, in + (size_t)b * T, tg + (size_t)b * T);
         ar_model_forward(m, in, tg, B, &sums[i]);
+        if (hook)
+            hook(m, B, ud);
         m->collect_stats = 0;
     }
     m->collect_stats = stats;

@@ -39,6 +39,11 @@ int ar_evaluate_with(ar_model *m, const int32_t *x, size_t n, long max_windows, 
 struct ar_comm;
 int ar_evaluate_ranks(ar_model *m, struct ar_comm *c, const int32_t *x, size_t n, long max_windows,
                       ar_eval_result *r, ar_err *e);
+/* ar_evaluate_ranks, calling hook(m, B, ud) (NULL: none) after the forward
+ * of each batch this rank evaluates; what the hook gathers is this rank's
+ * share (the caller sums it over the ranks). */
+int ar_evaluate_ranks_with(ar_model *m, struct ar_comm *c, const int32_t *x, size_t n, long max_windows,
+                           ar_eval_hook hook, void *ud, ar_eval_result *r, ar_err *e);
 
 /* Checks that a token stream suits model config mc: a byte vocabulary needs
  * a text file, and every id lies below the vocabulary size.  Errors name

@@ -357,7 +357,7 @@ int ar_scaling_load(ar_scaling *s, const char *const *inputs, int ninputs, const
     memset(s, 0, sizeof *s);
     snprintf(s->gcol, sizeof s->gcol, "%s", gcol);
     snprintf(s->xcol, sizeof s->xcol, "%s", xcol);
-    snprintf(s->ycol, sizeof s->ycol, "%s", ycol);
+    snprintf(s->ycol, sizeof s->ycol, "%s", ycol ? ycol : "");
     s->files = ar_xcalloc((size_t)ninputs + 1, sizeof *s->files);
     for (int i = 0; i < ninputs; i++) {
         struct stat sb;
@@ -372,8 +372,21 @@ int ar_scaling_load(ar_scaling *s, const char *const *inputs, int ninputs, const
         ar_csv *c;
         if (ar_csv_read(&c, path, e) != 0)
             goto fail;
+        if (!ycol) {
+            /* the default: the final evaluation where the tables have it */
+            const char *y = ar_csv_col(c, "final_val_loss") >= 0 ? "final_val_loss" : "val_loss";
+            if (i == 0)
+                snprintf(s->ycol, sizeof s->ycol, "%s", y);
+            else if (strcmp(y, s->ycol) != 0) {
+                ar_fail(e, "'%s' has a column 'final_val_loss' and '%s' has not: choose the loss column of both with "
+                           "--y (val_loss is in both)",
+                        y[0] == 'f' ? path : s->files[0], y[0] == 'f' ? s->files[0] : path);
+                ar_csv_free(c);
+                goto fail;
+            }
+        }
         int gk = ar_csv_require_col(c, gcol, e), xk = gk < 0 ? -1 : ar_csv_require_col(c, xcol, e),
-            yk = xk < 0 ? -1 : ar_csv_require_col(c, ycol, e);
+            yk = xk < 0 ? -1 : ar_csv_require_col(c, s->ycol, e);
         for (int r = 0; yk >= 0 && r < c->nrows; r++) {
             double x, y;
             if (positive_cell(c, r, xk, &x, e) != 0 || positive_cell(c, r, yk, &y, e) != 0) {

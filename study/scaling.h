@@ -103,7 +103,9 @@ typedef struct {
 
 /* Reads the tables: each input is a CSV file, or a directory holding
  * results.csv (an `attnres sweep` output directory).  Every table must have
- * the three columns; x and y must be finite positive numbers.  Errors:
+ * the three columns; x and y must be finite positive numbers.  ycol NULL:
+ * final_val_loss where the tables have that column (attnres sweep's final
+ * evaluations), else val_loss; every table must agree.  Errors:
  *   "FILE:1: no column 'val_loss' (columns: ...)"
  *   "FILE:LINE: column 'val_loss' expects a number, got 'abc'"
  *   "FILE:LINE: column 'pflops_days' must be positive, got '0'" */

@@ -19,6 +19,8 @@
 #include "checkpoint.h"
 #include "child.h"
 #include "comm.h"
+#include "data.h"
+#include "eval.h"
 
 int ar_sweep_compute_of(const ar_sweep_run *r, ar_sweep_compute *c, ar_err *e)
 {
@@ -32,6 +34,30 @@ int ar_sweep_compute_of(const ar_sweep_run *r, ar_sweep_compute *c, ar_err *e)
     ar_model_free(m);
     c->flops = c->flops_per_token * (double)r->tokens;
     c->pflops_days = c->flops / (1e15 * 86400.0);
+    return 0;
+}
+
+int ar_sweep_resolve_budgets(ar_sweep *s, ar_err *e)
+{
+    for (int i = 0; i < s->nruns; i++) {
+        ar_sweep_run *r = &s->runs[i];
+        if (!(r->flops_budget > 0))
+            continue;
+        ar_train_cfg *t = &r->cfg.train;
+        long per_step = (long)t->batch_size * t->grad_accum * r->cfg.model.seq_len;
+        ar_sweep_compute c;
+        if (ar_sweep_compute_of(r, &c, e) != 0)
+            return -1;
+        double steps = llround(r->flops_budget / (c.flops_per_token * (double)per_step));
+        if (!(steps < 1e15))
+            return ar_fail(e, "size '%s': flops %g is %g steps of %ld tokens: too many", r->size, r->flops_budget,
+                           steps, per_step);
+        t->steps = steps < 1 ? 1 : (long)steps;
+        r->tokens = t->steps * per_step;
+        ar_err ve;
+        if (ar_config_validate(&r->cfg, &ve) != 0)
+            return ar_fail(e, "size '%s', variant '%s': %s", r->size, r->variant, ve.msg);
+    }
     return 0;
 }
 
@@ -63,6 +89,122 @@ int ar_sweep_run_stats(const char *run_dir, double *wall_s, double *val_loss, ar
     *wall_s += seg;
     ar_metrics_free(rows, n);
     return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* The final evaluation                                                */
+/* ------------------------------------------------------------------ */
+
+/* A whole number field of the record: 0 and *out, or -1 naming it. */
+static int record_long(const ar_json *j, const char *key, const char *path, long *out, ar_err *e)
+{
+    const ar_json *v = ar_json_get(j, key);
+    if (!v || v->type != AR_JSON_NUM || !v->is_int || v->inum < 0)
+        return ar_fail(e, "'%s': '%s' must be a non-negative integer; remove the file to evaluate the run again",
+                       path, key);
+    *out = (long)v->inum;
+    return 0;
+}
+
+int ar_final_eval_read(const char *run_dir, long step, long max_windows, ar_final_eval *f, ar_err *e)
+{
+    char path[AR_PATH_MAX + 2 * AR_SWEEP_NAME_MAX + 64];
+    snprintf(path, sizeof path, "%s/" AR_FINAL_EVAL_FILE, run_dir);
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return 0;
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf, fp);
+    int bad = ferror(fp) || !feof(fp);
+    fclose(fp);
+    if (bad)
+        return ar_fail(e, "'%s': unreadable or longer than %zu bytes; remove it to evaluate the run again", path,
+                       sizeof buf);
+    ar_err pe;
+    ar_json *j = ar_json_parse(buf, n, &pe);
+    if (!j)
+        return ar_fail(e, "'%s': %s; remove it to evaluate the run again", path, pe.msg);
+    int rc = j->type == AR_JSON_OBJ
+                 ? 0
+                 : ar_fail(e, "'%s' must hold one JSON object; remove it to evaluate the run again", path);
+    const ar_json *loss = ar_json_get(j, "loss");
+    if (rc == 0)
+        rc = record_long(j, "step", path, &f->step, e);
+    if (rc == 0)
+        rc = record_long(j, "max_windows", path, &f->max_windows, e);
+    if (rc == 0)
+        rc = record_long(j, "windows", path, &f->windows, e);
+    if (rc == 0)
+        rc = record_long(j, "tokens", path, &f->tokens, e);
+    if (rc == 0 && (!loss || loss->type != AR_JSON_NUM || !(loss->num >= 0)))
+        rc = ar_fail(e, "'%s': 'loss' must be a non-negative number; remove the file to evaluate the run again",
+                     path);
+    if (rc == 0)
+        f->loss = loss->num;
+    ar_json_free(j);
+    if (rc != 0)
+        return -1;
+    return f->step == step && f->max_windows == max_windows;
+}
+
+static int fill_final(FILE *fp, void *ud)
+{
+    const ar_final_eval *f = ud;
+    ar_jw w;
+    ar_jw_init(&w);
+    ar_jw_obj_begin(&w);
+    ar_jw_key(&w, "step");
+    ar_jw_int(&w, f->step);
+    ar_jw_key(&w, "max_windows");
+    ar_jw_int(&w, f->max_windows);
+    ar_jw_key(&w, "windows");
+    ar_jw_int(&w, f->windows);
+    ar_jw_key(&w, "tokens");
+    ar_jw_int(&w, f->tokens);
+    ar_jw_key(&w, "loss");
+    ar_jw_num(&w, f->loss);
+    ar_jw_obj_end(&w);
+    int ok = ar_jw_ok(&w);
+    if (ok)
+        fprintf(fp, "%s\n", w.s);
+    ar_jw_free(&w);
+    return ok && !ferror(fp) ? 0 : -1;
+}
+
+int ar_final_eval_run(const char *run_dir, const ar_config *cfg, int threads, ar_final_eval *f, ar_err *e)
+{
+    char path[AR_PATH_MAX + 2 * AR_SWEEP_NAME_MAX + 64];
+    /* fp32, as `attnres eval`: the evaluation's numbers are the reference */
+    const ar_backend *be = ar_backend_open(ar_device_name(cfg->train.device), 0, e);
+    if (!be)
+        return ar_wrap(e, "the final evaluation of '%s'", run_dir);
+    be->set_threads(threads);
+    snprintf(path, sizeof path, "%s/model.safetensors", run_dir);
+    ar_config saved;
+    ar_model *m = NULL;
+    long step;
+    if (ar_ckpt_load_model(path, be, 8, &saved, &m, &step, e) != 0)
+        return -1;
+    if (step != cfg->train.steps) {
+        ar_model_free(m);
+        return ar_fail(e, "'%s' is at step %ld, not at the planned %ld: no final evaluation", path, step,
+                       cfg->train.steps);
+    }
+    ar_dataset ds;
+    if (ar_dataset_open(&ds, &cfg->data, &cfg->model, e) != 0) {
+        ar_model_free(m);
+        return ar_wrap(e, "the final evaluation of '%s'", run_dir);
+    }
+    ar_eval_result r;
+    int rc = ar_evaluate(m, ds.val, ds.nval, cfg->train.final_eval_windows, 0, &r, e);
+    ar_dataset_close(&ds);
+    ar_model_free(m);
+    if (rc != 0)
+        return ar_wrap(e, "the final evaluation of '%s'", run_dir);
+    *f = (ar_final_eval){.step = step, .max_windows = cfg->train.final_eval_windows, .windows = r.windows,
+                         .tokens = r.tokens, .loss = r.loss};
+    snprintf(path, sizeof path, "%s/" AR_FINAL_EVAL_FILE, run_dir);
+    return ar_write_atomic(path, fill_final, f, e);
 }
 
 /* ------------------------------------------------------------------ */
@@ -102,9 +244,11 @@ static int run_state_of(const ar_sweep_run *r, const char *dir, run_state *st, l
     ar_config saved;
     if (ar_ckpt_read_config(file, &saved, step, e) != 0)
         return -1;
-    /* threads and device change how fast a run goes, not what it computes */
+    /* threads and device change how fast a run goes, not what it computes;
+     * the final evaluation comes after the run */
     saved.train.threads = r->cfg.train.threads;
     saved.train.device = r->cfg.train.device;
+    saved.train.final_eval_windows = r->cfg.train.final_eval_windows;
     char *a = ar_config_to_yaml(&saved), *b = ar_config_to_yaml(&r->cfg);
     int same = strcmp(a, b) == 0;
     char diff[512];
@@ -131,6 +275,7 @@ typedef struct {
     ar_sweep_compute c;
     long steps;
     double val_loss, wall_s;
+    ar_final_eval fe;
 } row;
 
 typedef struct {
@@ -157,7 +302,7 @@ static int fill_results(FILE *f, void *ud)
             fprintf(f, "nan");
         fprintf(f, ",%.1f,%ld,", w->wall_s, w->steps);
         ar_csv_write_field(f, r->name);
-        fputc('\n', f);
+        fprintf(f, ",%.6f,%ld,%ld\n", w->fe.loss, w->fe.windows, w->fe.tokens);
     }
     return ferror(f) ? -1 : 0;
 }
@@ -170,10 +315,16 @@ static int write_results(const ar_sweep *s, const row *rows, const char *out_dir
     return ar_write_atomic(path, fill_results, &t, e);
 }
 
+/* A finished run's row; its final evaluation must be recorded. */
 static int collect(const ar_sweep_run *r, const char *dir, row *w, ar_err *e)
 {
     if (ar_sweep_compute_of(r, &w->c, e) != 0 || ar_sweep_run_stats(dir, &w->wall_s, &w->val_loss, e) != 0)
         return -1;
+    int have = ar_final_eval_read(dir, r->cfg.train.steps, r->cfg.train.final_eval_windows, &w->fe, e);
+    if (have < 0)
+        return -1;
+    if (!have)
+        return ar_fail(e, "run directory '%s' holds no final evaluation ('%s')", dir, AR_FINAL_EVAL_FILE);
     w->steps = r->cfg.train.steps;
     w->have = 1;
     return 0;
@@ -195,31 +346,43 @@ static void on_progress(const ar_progress *p, void *ud)
         c->o->progress(c->r, p, c->o->ud);
 }
 
-/* 0 finished, 130 interrupted, 1 failed (message in e). */
-static int train_one(const ar_sweep_run *r, const char *dir, int resume, int threads, const ar_sweep_opts *o,
-                     ar_err *e)
+static int interrupted(const ar_sweep_opts *o);
+
+/* Trains a run (unless eval_only: it is trained already) and gives it its
+ * final evaluation.  0 finished, 130 interrupted (an interrupt before the
+ * final evaluation leaves it to the next invocation), 1 failed (message in
+ * e). */
+static int train_one(const ar_sweep_run *r, const char *dir, int resume, int eval_only, int threads,
+                     const ar_sweep_opts *o, ar_err *e)
 {
     ar_config cfg = r->cfg;
     cfg.train.threads = threads;
-    prog_ctx pc = {o, r};
-    ar_train_opts to = {.out_dir = dir, .resume = resume, .progress = on_progress, .ud = &pc,
-                        .interrupt = o->interrupt};
-    ar_train_result res;
-    if (ar_train(&cfg, &to, &res, e) != 0)
-        return 1;
-    return res.interrupted ? 130 : 0;
+    if (!eval_only) {
+        prog_ctx pc = {o, r};
+        ar_train_opts to = {.out_dir = dir, .resume = resume, .progress = on_progress, .ud = &pc,
+                            .interrupt = o->interrupt};
+        ar_train_result res;
+        if (ar_train(&cfg, &to, &res, e) != 0)
+            return 1;
+        if (res.interrupted)
+            return 130;
+    }
+    if (interrupted(o))
+        return 130;
+    ar_final_eval f;
+    return ar_final_eval_run(dir, &cfg, threads, &f, e) != 0 ? 1 : 0;
 }
 
 /* A run trained in a child process (jobs > 1). */
 typedef struct {
     ar_child c;
-    int run;
+    int run, eval_only;
 } kid;
 
 typedef struct {
     const ar_sweep_run *r;
     const char *dir;
-    int resume, threads;
+    int resume, eval_only, threads;
     const ar_sweep_opts *o;
 } kid_job;
 
@@ -229,7 +392,7 @@ static int train_kid(void *ud, int fd)
 {
     const kid_job *j = ud;
     ar_err te = {{0}};
-    int st = train_one(j->r, j->dir, j->resume, j->threads, j->o, &te);
+    int st = train_one(j->r, j->dir, j->resume, j->eval_only, j->threads, j->o, &te);
     if (st == 1)
         (void)ar_write_all(fd, te.msg, strlen(te.msg));
     return st;
@@ -252,21 +415,31 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL); /* returns early on a signal: what we want */
 }
 
-/* Records how run idx ended: code 0 finished, 130 interrupted, else failed
- * with msg (the first failure goes into first_fail). */
-static int settle(const ar_sweep *s, int idx, int code, const char *msg, const ar_sweep_opts *o, row *rows,
-                  ar_sweep_result *res, ar_err *first_fail, ar_err *e)
+/* The detail of a finished run's event. */
+static void finished_detail(const row *w, char *buf, size_t n)
+{
+    snprintf(buf, n, "val_loss %.4f, final_val_loss %.4f (%ld windows)", w->val_loss, w->fe.loss, w->fe.windows);
+}
+
+/* Records how run idx ended: code 0 finished (eval_only: it was trained
+ * earlier and has now had its final evaluation: reused), 130 interrupted,
+ * else failed with msg (the first failure goes into first_fail). */
+static int settle(const ar_sweep *s, int idx, int eval_only, int code, const char *msg, const ar_sweep_opts *o,
+                  row *rows, ar_sweep_result *res, ar_err *first_fail, ar_err *e)
 {
     const ar_sweep_run *r = &s->runs[idx];
-    char dir[AR_PATH_MAX + 2 * AR_SWEEP_NAME_MAX + 8], detail[64];
+    char dir[AR_PATH_MAX + 2 * AR_SWEEP_NAME_MAX + 8], detail[128];
     snprintf(dir, sizeof dir, "%s/%s", o->out_dir, r->name);
     if (code == 0) {
         if (collect(r, dir, &rows[idx], e) != 0 || write_results(s, rows, o->out_dir, e) != 0)
             return -1;
-        res->trained++;
+        if (eval_only)
+            res->skipped++;
+        else
+            res->trained++;
         res->finished++;
-        snprintf(detail, sizeof detail, "val_loss %.4f", rows[idx].val_loss);
-        emit(o, r, AR_SWEEP_FINISHED, detail);
+        finished_detail(&rows[idx], detail, sizeof detail);
+        emit(o, r, eval_only ? AR_SWEEP_SKIPPED : AR_SWEEP_FINISHED, detail);
     } else if (code == 130) {
         res->interrupted = 1;
         emit(o, r, AR_SWEEP_INTERRUPTED, NULL);
@@ -289,7 +462,7 @@ int ar_sweep_run_all(const ar_sweep *s, const ar_sweep_opts *o, ar_sweep_result 
     kid *kids = ar_xcalloc((size_t)jobs, sizeof *kids);
     int nkids = 0, next = 0, rc = 0, forwarded = 0;
     ar_err first_fail = {{0}};
-    char dir[AR_PATH_MAX + 2 * AR_SWEEP_NAME_MAX + 8], detail[64];
+    char dir[AR_PATH_MAX + 2 * AR_SWEEP_NAME_MAX + 8], detail[128];
 
     for (;;) {
         /* Start runs while there is room. */
@@ -305,19 +478,31 @@ int ar_sweep_run_all(const ar_sweep *s, const ar_sweep_opts *o, ar_sweep_result 
                 rc = -1;
                 goto out;
             }
+            int eval_only = 0;
             if (st == RUN_DONE) {
-                if (collect(r, dir, &rows[idx], e) != 0 || write_results(s, rows, o->out_dir, e) != 0) {
+                ar_final_eval fe;
+                int have = ar_final_eval_read(dir, r->cfg.train.steps, r->cfg.train.final_eval_windows, &fe, e);
+                if (have < 0) {
                     rc = -1;
                     goto out;
                 }
-                res->skipped++;
-                res->finished++;
-                snprintf(detail, sizeof detail, "val_loss %.4f", rows[idx].val_loss);
-                emit(o, r, AR_SWEEP_SKIPPED, detail);
-                continue;
+                if (have) {
+                    if (collect(r, dir, &rows[idx], e) != 0 || write_results(s, rows, o->out_dir, e) != 0) {
+                        rc = -1;
+                        goto out;
+                    }
+                    res->skipped++;
+                    res->finished++;
+                    finished_detail(&rows[idx], detail, sizeof detail);
+                    emit(o, r, AR_SWEEP_SKIPPED, detail);
+                    continue;
+                }
+                eval_only = 1; /* trained, not yet finally evaluated: a job of its own */
+            } else {
+                snprintf(detail, sizeof detail, "step %ld", step);
+                emit(o, r, st == RUN_RESUME ? AR_SWEEP_RESUMED : AR_SWEEP_STARTED,
+                     st == RUN_RESUME ? detail : NULL);
             }
-            snprintf(detail, sizeof detail, "step %ld", step);
-            emit(o, r, st == RUN_RESUME ? AR_SWEEP_RESUMED : AR_SWEEP_STARTED, st == RUN_RESUME ? detail : NULL);
             int threads = r->cfg.train.threads;
             if (jobs > 1) {
                 long total = threads > 0 ? threads : sysconf(_SC_NPROCESSORS_ONLN);
@@ -325,18 +510,19 @@ int ar_sweep_run_all(const ar_sweep *s, const ar_sweep_opts *o, ar_sweep_result 
             }
             if (jobs == 1) {
                 ar_err te;
-                int code = train_one(r, dir, st == RUN_RESUME, threads, o, &te);
-                if (settle(s, idx, code, te.msg, o, rows, res, &first_fail, e) != 0) {
+                int code = train_one(r, dir, st == RUN_RESUME, eval_only, threads, o, &te);
+                if (settle(s, idx, eval_only, code, te.msg, o, rows, res, &first_fail, e) != 0) {
                     rc = -1;
                     goto out;
                 }
                 continue;
             }
-            kid_job j = {r, dir, st == RUN_RESUME, threads, o};
+            kid_job j = {r, dir, st == RUN_RESUME, eval_only, threads, o};
             if (ar_child_start(&kids[nkids].c, train_kid, &j, AR_CHILD_OWN_GROUP, "the training process", e) != 0) {
                 rc = -1;
                 goto out;
             }
+            kids[nkids].eval_only = eval_only;
             kids[nkids++].run = idx;
         }
         if (nkids == 0)
@@ -374,7 +560,7 @@ int ar_sweep_run_all(const ar_sweep *s, const ar_sweep_opts *o, ar_sweep_result 
         int code = WIFEXITED(c.c.status) ? WEXITSTATUS(c.c.status) : -1;
         if (code != 0 && code != 130 && !te.msg[0])
             ar_child_check(&c.c, &te);
-        if (settle(s, c.run, code, te.msg, o, rows, res, &first_fail, e) != 0) {
+        if (settle(s, c.run, c.eval_only, code, te.msg, o, rows, res, &first_fail, e) != 0) {
             rc = -1;
             goto out;
         }

@@ -5,7 +5,8 @@
  * it); here it is plain data.
  *
  * Output directory layout:
- *   DIR/<size>-<variant>/   one run directory per grid point
+ *   DIR/<size>-<variant>/   one run directory per grid point, with the
+ *                           run's final evaluation in final_eval.json
  *   DIR/results.csv         one row per finished run, rewritten atomically
  *                           after every run (columns: see AR_SWEEP_COLUMNS)
  *
@@ -26,7 +27,37 @@
 
 
 /* The results table's header. */
-#define AR_SWEEP_COLUMNS "variant,size,nonembed_params,tokens,flops,pflops_days,val_loss,wall_s,steps,run"
+#define AR_SWEEP_COLUMNS                                                                                     \
+    "variant,size,nonembed_params,tokens,flops,pflops_days,val_loss,wall_s,steps,run,final_val_loss,"       \
+    "final_eval_windows,final_eval_tokens"
+
+/* The final evaluation of a finished run: the checkpoint at its planned
+ * steps evaluated once, after training, by the protocol of `attnres eval`
+ * (study/eval.h: fp32, batches of 8 windows) on the first
+ * train.final_eval_windows windows of its validation split (0: all of
+ * them), and recorded in DIR/<run>/final_eval.json so that a rerun reuses
+ * it.  val_loss stays the last evaluation during training
+ * (train.eval_windows windows); final_val_loss is the number to compare. */
+#define AR_FINAL_EVAL_FILE "final_eval.json"
+
+typedef struct {
+    long step;        /* the checkpoint's step */
+    long max_windows; /* train.final_eval_windows it was asked for (0 = all) */
+    long windows, tokens; /* windows evaluated and predicted positions */
+    double loss;      /* mean nats/token */
+} ar_final_eval;
+
+/* Reads run_dir/final_eval.json: 1 with *f when it records the evaluation
+ * of step `step` with max_windows, 0 when the file is absent or records
+ * another step or window count (stale: evaluate again), -1 when it is
+ * malformed (the message names the file and the field). */
+int ar_final_eval_read(const char *run_dir, long step, long max_windows, ar_final_eval *f, ar_err *e);
+
+/* Evaluates run_dir's checkpoint (which must be at cfg->train.steps) on the
+ * validation split of cfg (data.val, or the data.val_fraction tail of
+ * data.train) on the device cfg->train.device with `threads` threads, and
+ * writes run_dir/final_eval.json atomically. */
+int ar_final_eval_run(const char *run_dir, const ar_config *cfg, int threads, ar_final_eval *f, ar_err *e);
 
 /* Compute accounting of a run (docs/reference.md §6): N, 6N + 12*n_layer*d*T
  * FLOPs per token, and for the planned tokens C in FLOPs and PFLOP/s-days. */
@@ -36,6 +67,13 @@ typedef struct {
 } ar_sweep_compute;
 
 int ar_sweep_compute_of(const ar_sweep_run *r, ar_sweep_compute *c, ar_err *e);
+
+/* Sizes given a compute budget (`flops: C`, formats/sweep.h): each run's
+ * steps = round(C / (F x tokens per step)), at least 1, with F = 6N + 12
+ * n_layer d T its FLOPs per token, so every run of the budget trains on
+ * C FLOPs to within half a step; then r->tokens and validation as for
+ * the other sizes.  Runs without a budget are left alone. */
+int ar_sweep_resolve_budgets(ar_sweep *s, ar_err *e);
 
 typedef enum {
     AR_SWEEP_SKIPPED,     /* finished earlier: reused */
@@ -65,7 +103,10 @@ typedef struct {
     int interrupted;
 } ar_sweep_result;
 
-/* Trains the grid.  Stops starting new runs after the first failure (runs
+/* Trains the grid, and gives each run that reaches its planned steps its
+ * final evaluation (in the process that trained it); a finished run found
+ * without one (interrupted after training, or trained by an older version)
+ * is evaluated as a job of its own and reported as reused.  Stops starting new runs after the first failure (runs
  * in progress finish) and then returns -1 with that run's message. */
 int ar_sweep_run_all(const ar_sweep *s, const ar_sweep_opts *o, ar_sweep_result *res, ar_err *e);
 

@@ -26,6 +26,7 @@
 #include "checkpoint.h"
 #include "comm.h"
 #include "data.h"
+#include "depth_stats.h"
 #include "dp.h"
 #include "eval.h"
 #include "pipe.h"
@@ -225,9 +226,14 @@ static int evaluate(trainer *t, ar_jw *w, ar_err *e)
         return -1;
     }
     ar_eval_result r;
+    ar_depth_route route; /* routing statistics over every evaluated window (depth_stats.h) */
+    int routed = ar_depth_route_init(&route, em->res);
     em->collect_stats = 1; /* rank 0 evaluates the first batch: the diagnostics are its */
-    int rc = ar_evaluate_ranks(em, t->comm, t->ds.val, t->ds.nval, t->cfg->train.eval_windows, &r, e);
+    int rc = ar_evaluate_ranks_with(em, t->comm, t->ds.val, t->ds.nval, t->cfg->train.eval_windows,
+                                    routed ? ar_depth_route_hook : NULL, &route, &r, e);
     em->collect_stats = 0;
+    if (rc == 0 && routed)
+        rc = ar_depth_route_reduce(&route, t->comm, e);
     if (rc == 0) {
         t->last_val = r.loss;
         ar_jw_key(w, "val_loss");
@@ -254,7 +260,10 @@ static int evaluate(trainer *t, ar_jw *w, ar_err *e)
             }
             ar_jw_arr_end(w);
         }
+        if (routed)
+            ar_depth_route_json(w, "depth_routing", &route);
     }
+    ar_depth_route_free(&route);
     if (em != m)
         ar_model_free(em);
     free(grms);
@@ -378,6 +387,10 @@ static int load_resume(trainer *t, long *start, ar_adamw *full, ar_err *e)
         return ar_fail(e, "'%s': the model section differs from the checkpoint's; a resumed run "
                           "must keep its model",
                        dir);
+    if (saved.train.optimizer != cfg->train.optimizer)
+        return ar_fail(e, "'%s' was trained with 'train.optimizer' %s and resumes with %s: the optimizer states "
+                          "differ; a resumed run keeps its optimizer",
+                       dir, ar_optimizer_name(saved.train.optimizer), ar_optimizer_name(cfg->train.optimizer));
     *start = st.step;
     if (ar_ckpt_load_weights(file, t->m, e) != 0 || ar_ckpt_load_optim(dir, t->m, full, st.step, e) != 0 ||
         ar_metrics_truncate_after(t->metrics, st.step, e) != 0)
@@ -501,7 +514,9 @@ static int setup(trainer *t, long *start, ar_err *e)
         unsigned char *runs = ar_xcalloc((size_t)ar_cfg_sublayers(&cfg->model) + 2, 1);
         ar_model_split sp;
         ar_pipe_model_split(cfg, t->comm->rank, runs, &sp);
-        rc = ar_model_create_split(&t->m, &cfg->model, be, cfg->train.batch_size, &sp, e);
+        ar_model_cfg mc = cfg->model;
+        mc.recompute = cfg->train.recompute;
+        rc = ar_model_create_split(&t->m, &mc, be, cfg->train.batch_size, &sp, e);
         free(runs);
     }
     if (rc == 0 && piped && !(t->pp = ar_pipe_create(t->comm, cfg, t->m, e)))
@@ -517,6 +532,7 @@ static int setup(trainer *t, long *start, ar_err *e)
         else
             ar_dp_opt_ranges(t->dp, &nr, &lo, &hi);
         ar_adamw_init_ranges(&t->opt, t->m, nr, lo, hi);
+        t->opt.muon = cfg->train.optimizer == AR_OPT_MUON;
         t->opt_ready = 1;
     }
     if (rc == 0 && t->lead)
@@ -529,6 +545,7 @@ static int setup(trainer *t, long *start, ar_err *e)
     if (t->lead) {
         if (o->resume) {
             ar_adamw_init(&full, t->m);
+            full.muon = t->opt.muon;
             rc = load_resume(t, start, &full, e);
         } else {
             if (o->force && file_exists(o->out_dir, "model.safetensors"))
@@ -626,6 +643,7 @@ static int save(trainer *t, long step, ar_err *e)
         if (rc == 0 && t->lead) {
             ar_adamw full;
             ar_adamw_init(&full, t->m);
+            full.muon = t->opt.muon;
             ar_adamw_moments_from_full(&full, hm, hv);
             full.t = t->opt.t;
             rc = write_checkpoint(t, step, &full, e);

@@ -1,7 +1,9 @@
 /* attnres ablate: the variant table, the plan's fairness (one config per
  * variant, only model.residual differs, the same seed per seed index), the
- * Welch test, and a tiny ablation end to end through the binary: CSV,
- * Markdown table, PNGs, reuse on a rerun, and the unknown-variant error. */
+ * Welch and paired t-tests against hand-computed values, and a tiny
+ * ablation end to end through the binary: CSV with each run's final
+ * evaluation, Markdown table, PNGs, reuse on a rerun (final evaluations
+ * included), and the unknown-variant error. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <math.h>
@@ -11,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "formats/config.h"
+#include "formats/csv.h"
 #include "study/ablate.h"
 #include "study/train.h"
 #include "testutil.h"
@@ -26,6 +29,89 @@ Test(ablate, welch_matches_a_reference)
     cr_expect(isnan(ar_welch_p(a, 1, b, 15)), "one value gives no test");
     double c[] = {1, 1, 1};
     cr_expect(isnan(ar_welch_p(c, 3, c, 3)), "zero variance gives no test");
+}
+
+/* The paired t-test by hand.  Two-sided p has a closed form for small df:
+ * df 1 (Cauchy): p = 1 - 2 atan(|t|) / pi; df 2: p = 1 - |t| / sqrt(t^2 + 2);
+ * df 4: p = 1 - x (3 - x^2) / 2 with x = |t| / sqrt(t^2 + 4). */
+Test(ablate, paired_t_matches_hand_computation)
+{
+    ar_paired p;
+    /* {0.01, 0.03, 0.02}: mean 0.02; deviations -0.01, 0.01, 0: sd =
+     * sqrt(0.0002 / 2) = 0.01; se = 0.01 / sqrt(3) = 0.0057735; t = 0.02 / se
+     * = 2 sqrt(3) = 3.4641016; df 2; p = 1 - 3.4641016 / sqrt(14) = 1 -
+     * sqrt(6/7) = 0.0741799 */
+    double d3[] = {0.01, 0.03, 0.02};
+    ar_paired_t(d3, 3, &p);
+    cr_expect_eq(p.pairs, 3);
+    cr_expect(fabs(p.mean - 0.02) < 1e-15, "mean %.17g", p.mean);
+    cr_expect(fabs(p.sd - 0.01) < 1e-15, "sd %.17g", p.sd);
+    cr_expect(fabs(p.se - 0.0057735026918963) < 1e-15, "se %.17g", p.se);
+    cr_expect(fabs(p.t - 3.4641016151377544) < 1e-12, "t %.17g", p.t);
+    cr_expect(p.df == 2, "df %g", p.df);
+    cr_expect(fabs(p.p - (1 - sqrt(6.0 / 7.0))) < 1e-12 && fabs(p.p - 0.0741799) < 1e-7, "p %.17g", p.p);
+
+    /* {-0.01, -0.03}: mean -0.02; sd = sqrt((0.0001 + 0.0001) / 1) =
+     * 0.0141421; se = 0.0141421 / sqrt(2) = 0.01; t = -2; df 1;
+     * p = 1 - 2 atan(2) / pi = 0.2951672 (the sign does not matter) */
+    double d2[] = {-0.01, -0.03};
+    ar_paired_t(d2, 2, &p);
+    cr_expect(fabs(p.mean + 0.02) < 1e-15 && fabs(p.sd - 0.014142135623730951) < 1e-15, "%g %g", p.mean, p.sd);
+    cr_expect(fabs(p.se - 0.01) < 1e-15 && fabs(p.t + 2) < 1e-12 && p.df == 1, "se %g t %g", p.se, p.t);
+    cr_expect(fabs(p.p - (1 - 2 * atan(2.0) / M_PI)) < 1e-12 && fabs(p.p - 0.2951672) < 1e-7, "p %.17g", p.p);
+
+    /* {0.012, 0.025, -0.004, 0.018, 0.031}: mean 0.082 / 5 = 0.0164;
+     * deviations -0.0044, 0.0086, -0.0204, 0.0016, 0.0146, squares summing
+     * to 0.0007252: sd = sqrt(0.0007252 / 4) = 0.0134648; se = sd / sqrt(5)
+     * = 0.00602163; t = 2.7235161; df 4; x = t / sqrt(t^2 + 4) = 0.806047;
+     * p = 1 - x (3 - x^2) / 2 = 0.0527949 */
+    double d5[] = {0.012, 0.025, -0.004, 0.018, 0.031};
+    ar_paired_t(d5, 5, &p);
+    cr_expect(fabs(p.mean - 0.0164) < 1e-15 && fabs(p.sd - sqrt(0.0007252 / 4)) < 1e-15, "%g %g", p.mean, p.sd);
+    cr_expect(fabs(p.se - 0.0060216276869298) < 1e-15 && fabs(p.t - 2.7235161077123) < 1e-11 && p.df == 4,
+              "se %.17g t %.17g", p.se, p.t);
+    double x = p.t / sqrt(p.t * p.t + 4);
+    cr_expect(fabs(p.p - (1 - x * (3 - x * x) / 2)) < 1e-12 && fabs(p.p - 0.0527949) < 1e-7, "p %.17g", p.p);
+
+    /* fewer than 2 pairs: no spread, no test; identical differences: no test */
+    ar_paired_t(d3, 1, &p);
+    cr_expect(p.pairs == 1 && fabs(p.mean - 0.01) < 1e-15 && isnan(p.sd) && isnan(p.se) && isnan(p.p));
+    ar_paired_t(d3, 0, &p);
+    cr_expect(p.pairs == 0 && isnan(p.mean) && isnan(p.p));
+    double same[] = {0.02, 0.02, 0.02};
+    ar_paired_t(same, 3, &p);
+    cr_expect(p.pairs == 3 && p.se == 0 && isnan(p.t) && isnan(p.p), "se %g t %g p %g", p.se, p.t, p.p);
+}
+
+/* The table's statistics: Welch over every finished seed, the paired test
+ * over the seeds finished on both sides only. */
+Test(ablate, stats_pair_matched_seeds_only)
+{
+    /* 3 variants x 4 seeds; NaN: not finished */
+    double loss[] = {
+        1.00, 1.10, 1.20, NAN,  /* baseline */
+        0.99, 1.07, NAN,  1.50, /* v1: pairs at seeds 1, 2: {-0.01, -0.03} */
+        NAN,  NAN,  1.18, 1.19, /* v2: one pair (seed 3) */
+    };
+    ar_ablate_stat st[3];
+    ar_ablate_stats(loss, 3, 4, st);
+    /* baseline: n 3, mean 1.10, sd 0.1; no test against itself */
+    cr_expect(st[0].n == 3 && fabs(st[0].mean - 1.10) < 1e-12 && fabs(st[0].sd - 0.1) < 1e-12);
+    cr_expect(isnan(st[0].p) && st[0].paired.pairs == 0 && isnan(st[0].paired.p));
+    /* v1: Welch on all three of its seeds (0.99, 1.07, 1.50: mean 1.18667)
+     * against the baseline's three */
+    double a[] = {0.99, 1.07, 1.50}, b[] = {1.00, 1.10, 1.20};
+    cr_expect(st[1].n == 3 && fabs(st[1].mean - 3.56 / 3) < 1e-12 && fabs(st[1].diff - (3.56 / 3 - 1.10)) < 1e-12);
+    cr_expect(fabs(st[1].p - ar_welch_p(a, 3, b, 3)) < 1e-15 && st[1].p > 0.5, "Welch p %g", st[1].p);
+    /* paired: the two matched seeds, as in the hand computation above:
+     * mean -0.02, se 0.01, t -2, df 1, p = 1 - 2 atan(2) / pi */
+    const ar_paired *p = &st[1].paired;
+    cr_expect_eq(p->pairs, 2);
+    cr_expect(fabs(p->mean + 0.02) < 1e-12 && fabs(p->se - 0.01) < 1e-12 && fabs(p->t + 2) < 1e-9, "%g %g %g",
+              p->mean, p->se, p->t);
+    cr_expect(fabs(p->p - (1 - 2 * atan(2.0) / M_PI)) < 1e-9, "p %g", p->p);
+    /* v2: one pair: no paired test; Welch on its two seeds */
+    cr_expect(st[2].n == 2 && st[2].paired.pairs == 1 && isnan(st[2].paired.p) && isfinite(st[2].p));
 }
 
 Test(ablate, every_variant_differs_only_in_the_residual)
@@ -125,9 +211,9 @@ Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
     cr_expect(strncmp(csv, AR_ABLATE_COLUMNS "\n", strlen(AR_ABLATE_COLUMNS) + 1) == 0, "%s", csv);
     cr_expect_eq(count(csv, "\n"), 11, "%s", csv);
     cr_expect(strstr(csv, "\nbaseline,1,") && strstr(csv, "\nbaseline,2,") && strstr(csv, "\nsigmoid,2,"), "%s", csv);
-    /* every row has 9 fields and a finite loss; all runs share the token budget */
+    /* every row has 12 fields and a finite loss; all runs share the token budget */
     for (char *line = strchr(csv, '\n') + 1; *line; line = strchr(line, '\n') + 1) {
-        cr_expect_eq(count(line, ",") - count(strchr(line, '\n'), ","), 8);
+        cr_expect_eq(count(line, ",") - count(strchr(line, '\n'), ","), 11);
         char variant[64];
         int seed;
         long params, tokens;
@@ -140,17 +226,55 @@ Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
     }
     free(csv);
 
+    /* the final evaluations: the whole validation split (the last 5% of the
+     * corpus: (floor(0.05 n) - 1) / 16 windows of 16), not the 4 windows of
+     * the evaluations during training; each as recorded in its run */
+    struct stat cs;
+    cr_assert_eq(stat(tu_path(cdir, "corpus.txt"), &cs), 0);
+    long nval = (long)floor((double)cs.st_size * 0.05), want_windows = (nval - 1) / 16;
+    ar_csv *c;
+    ar_err ce;
+    cr_assert_eq(ar_csv_read(&c, tu_path(cdir, "ab/results.csv"), &ce), 0, "%s", ce.msg);
+    int kf = ar_csv_col(c, "final_val_loss"), kw = ar_csv_col(c, "final_eval_windows"),
+        kt = ar_csv_col(c, "final_eval_tokens"), kr = ar_csv_col(c, "run");
+    cr_assert(kf >= 0 && kw >= 0 && kt >= 0 && kr >= 0);
+    for (int i = 0; i < c->nrows; i++) {
+        double fl, w, t;
+        cr_assert_eq(ar_csv_num(c, i, kf, &fl, &ce), 0, "%s", ce.msg);
+        cr_assert_eq(ar_csv_num(c, i, kw, &w, &ce), 0, "%s", ce.msg);
+        cr_assert_eq(ar_csv_num(c, i, kt, &t, &ce), 0, "%s", ce.msg);
+        cr_expect(w == (double)want_windows && t == 16.0 * want_windows, "windows %g tokens %g, want %ld", w, t,
+                  want_windows);
+        char rd[4400];
+        snprintf(rd, sizeof rd, "%s/ab/runs/%s", cdir, ar_csv_cell(c, i, kr));
+        ar_final_eval fe;
+        cr_assert_eq(ar_final_eval_read(rd, 4, 0, &fe, &ce), 1, "%s: %s", rd, ce.msg);
+        cr_expect(fabs(fe.loss - fl) <= 5e-7 && fe.windows == want_windows, "%s: %.9f vs %.6f", rd, fe.loss, fl);
+    }
+    ar_csv_free(c);
+
     char *md = tu_read_file(tu_path(cdir, "ab/results.md"), &n);
     cr_assert(md);
-    cr_expect(strstr(md, "| variant | seeds | val loss (mean) | std | diff vs baseline | p (Welch) |"), "%s", md);
+    cr_expect(strstr(md, "| variant | seeds | val loss (mean) | std | diff vs baseline | p (Welch) "
+                         "| pairs | paired diff | se | t | p (paired) |"),
+              "%s", md);
+    char whole[128];
+    snprintf(whole, sizeof whole, "the whole validation split, %ld windows of 16 tokens", want_windows);
+    cr_expect(strstr(md, whole), "%s", md);
     /* sigmoid has 2 seeds: a numeric p-value, not a dash */
     const char *row = strstr(md, "| sigmoid | 2 | ");
     cr_assert(row, "%s", md);
     char rowbuf[256];
     snprintf(rowbuf, sizeof rowbuf, "%.*s", (int)strcspn(row, "\n"), row);
-    double mean, sd, diff, p;
-    cr_expect_eq(sscanf(rowbuf, "| sigmoid | 2 | %lf | %lf | %lf | %lf |", &mean, &sd, &diff, &p), 4, "%s", rowbuf);
+    double mean, sd, diff, p, pdiff, se, t, pp;
+    int pairs;
+    cr_expect_eq(sscanf(rowbuf, "| sigmoid | 2 | %lf | %lf | %lf | %lf | %d | %lf | %lf | %lf | %lf |", &mean, &sd,
+                        &diff, &p, &pairs, &pdiff, &se, &t, &pp),
+                 9, "%s", rowbuf);
     cr_expect(p >= 0 && p <= 1, "%s", rowbuf);
+    /* matched seeds: the paired mean difference is the difference of the means */
+    cr_expect(pairs == 2 && fabs(pdiff - diff) < 2e-4 && se > 0 && pp >= 0 && pp <= 1, "%s", rowbuf);
+    cr_expect(strstr(md, "| baseline | 2 | ") && strstr(md, "- | - | - | - | - |\n"), "%s", md);
     free(md);
 
     const char *pngs[] = {"ab/ablation.png", "ab/block_sizes.png"};
@@ -162,9 +286,12 @@ Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
         free(png);
     }
 
-    /* a rerun reuses every finished run: nothing is trained again */
-    struct stat s0, s1;
+    /* a rerun reuses every finished run and its final evaluation: nothing
+     * is trained or evaluated again */
+    struct stat s0, s1, f0, f1;
     cr_assert_eq(stat(tu_path(cdir, "ab/runs/sigmoid-seed2/model.safetensors"), &s0), 0);
+    cr_assert_eq(stat(tu_path(cdir, "ab/runs/sigmoid-seed2/final_eval.json"), &f0), 0);
+    char *csv0 = tu_read_file(tu_path(cdir, "ab/results.csv"), NULL);
     out = tu_run(cmd, &st);
     cr_assert_eq(st, 0, "%s", out);
     cr_expect_eq(count(out, "reused"), 10 + 1, "%s", out);
@@ -172,6 +299,58 @@ Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
     free(out);
     cr_assert_eq(stat(tu_path(cdir, "ab/runs/sigmoid-seed2/model.safetensors"), &s1), 0);
     cr_expect(s0.st_mtim.tv_sec == s1.st_mtim.tv_sec && s0.st_mtim.tv_nsec == s1.st_mtim.tv_nsec);
+    cr_assert_eq(stat(tu_path(cdir, "ab/runs/sigmoid-seed2/final_eval.json"), &f1), 0);
+    cr_expect(f0.st_mtim.tv_sec == f1.st_mtim.tv_sec && f0.st_mtim.tv_nsec == f1.st_mtim.tv_nsec,
+              "the final evaluation was made again");
+    char *csv1 = tu_read_file(tu_path(cdir, "ab/results.csv"), NULL);
+    cr_expect_str_eq(csv0, csv1);
+    free(csv1);
+
+    /* a lost final evaluation is made again, the run not trained again, and
+     * gives the same number */
+    char *fe0 = tu_read_file(tu_path(cdir, "ab/runs/baseline-seed1/final_eval.json"), NULL);
+    cr_assert_eq(unlink(tu_path(cdir, "ab/runs/baseline-seed1/final_eval.json")), 0);
+    out = tu_run(cmd, &st);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect_eq(count(out, "training"), 0, "%s", out);
+    cr_expect(strstr(out, "(10 reused, 0 trained)"), "%s", out);
+    free(out);
+    char *fe1 = tu_read_file(tu_path(cdir, "ab/runs/baseline-seed1/final_eval.json"), NULL);
+    cr_assert(fe1);
+    cr_expect_str_eq(fe0, fe1);
+    free(fe1);
+    csv1 = tu_read_file(tu_path(cdir, "ab/results.csv"), NULL);
+    cr_expect_str_eq(csv0, csv1);
+    free(csv1);
+    free(csv0);
+
+    /* another train.final_eval_windows evaluates the finished runs again
+     * (and only evaluates them) */
+    char cmd2[9200];
+    snprintf(cmd2, sizeof cmd2, "%s --set train.final_eval_windows=3", cmd);
+    out = tu_run(cmd2, &st);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect_eq(count(out, "training"), 0, "%s", out);
+    free(out);
+    cr_assert_eq(ar_csv_read(&c, tu_path(cdir, "ab/results.csv"), &ce), 0, "%s", ce.msg);
+    for (int i = 0; i < c->nrows; i++)
+        cr_expect_str_eq(ar_csv_cell(c, i, ar_csv_col(c, "final_eval_windows")), "3");
+    ar_csv_free(c);
+    md = tu_read_file(tu_path(cdir, "ab/results.md"), NULL);
+    cr_expect(strstr(md, "the first 3 windows (train.final_eval_windows) of the validation split, 3 windows"), "%s",
+              md);
+    free(md);
+
+    /* a damaged record is an error that names it */
+    tu_write_file(tu_path(cdir, "ab/runs/baseline-seed1/final_eval.json"), "{\"step\": 4,", 11);
+    snprintf(cmd2, sizeof cmd2, "%s --set train.final_eval_windows=3 2>&1", cmd);
+    out = tu_run(cmd2, &st);
+    cr_expect_eq(st, 1, "%s", out);
+    cr_expect(strstr(out, "attnres: error: '") && strstr(out, "ab/runs/baseline-seed1/final_eval.json': ") &&
+                  strstr(out, "remove it to evaluate the run again"),
+              "%s", out);
+    free(out);
+    free(fe0);
 }
 
 Test(ablate, cli_unknown_variant_exits_2)

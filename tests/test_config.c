@@ -860,3 +860,31 @@ Test(config, shipped_configs_load_and_validate)
         cr_assert_eq(ar_config_validate(&c, &e), 0, "%s: %s", names[i], e.msg);
     }
 }
+
+/* ---- train.final_eval_windows (attnres sweep and ablate) ---- */
+
+Test(config, final_eval_windows_key)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    cr_assert_eq(c.train.final_eval_windows, 0, "the default is the whole validation split");
+    /* the default is not written, so configs and checkpoints without the key read the same */
+    char *y = ar_config_to_yaml(&c);
+    cr_assert(strstr(y, "final_eval_windows") == NULL, "%s", y);
+    free(y);
+    assert_sets(&c, "train.final_eval_windows=500");
+    cr_assert_eq(c.train.final_eval_windows, 500);
+    y = ar_config_to_yaml(&c);
+    cr_assert(strstr(y, "  final_eval_windows: 500\n") != NULL, "%s", y);
+    ar_config d;
+    ar_config_defaults(&d);
+    assert_parses(&d, y);
+    assert_same(&c, &d);
+    free(y);
+    assert_has(set_err("train.final_eval_windows=-1"),
+               "'train.final_eval_windows' expects a non-negative integer, got '-1'");
+    assert_has(set_err("train.final_eval_windows=all"),
+               "'train.final_eval_windows' expects a non-negative integer, got 'all'");
+    c.train.final_eval_windows = -3;
+    assert_has(validate_err(&c), "'train.final_eval_windows' expects a non-negative integer, got -3");
+}

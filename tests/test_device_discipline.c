@@ -186,6 +186,8 @@ KIND(mhc, "model.residual.kind=mhc", "model.residual.streams=3")
 KIND(full_sigmoid_heads, "model.residual.kind=full", "model.residual.score=sigmoid", "model.residual.heads=2")
 KIND(block_input_query_no_key_norm, "model.residual.kind=block", "model.residual.block_size=2",
      "model.residual.query=input", "model.residual.key_norm=false")
+/* Muon's Newton-Schulz products and momentum buffers, on the guard */
+KIND(block_muon, "model.residual.kind=block", "model.residual.block_size=3", "train.optimizer=muon")
 
 /* bench's timing loop (train and inference steps, paired models) */
 Test(device_discipline, bench)

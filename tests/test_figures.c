@@ -573,7 +573,7 @@ Test(figures, training_leaves_depth_attn_and_dynamics_pngs)
     cr_assert_eq(ar_train(&c, &o, &res, &e), 0, "%s", e.msg);
     decoded_png f;
     read_png(tu_path(run, "dynamics.png"), &f);
-    cr_assert_eq(f.w, AR_DYNAMICS_WIDTH);
+    cr_assert_eq(f.w, AR_DYNAMICS_ROUTING_WIDTH); /* AttnRes: with the routing panel */
     cr_assert_eq(f.h, AR_DYNAMICS_HEIGHT);
     expect_text(&f, "attnres:run", run);
     expect_text(&f, "attnres:step", "6");
@@ -594,6 +594,6 @@ Test(figures, training_leaves_depth_attn_and_dynamics_pngs)
     cr_assert_eq(st, 0, "%s", out);
     free(out);
     read_png(tu_path(dir, "dyn.png"), &f);
-    cr_assert_eq(f.w, AR_DYNAMICS_WIDTH);
+    cr_assert_eq(f.w, AR_DYNAMICS_ROUTING_WIDTH);
     free(f.rgb);
 }

@@ -208,8 +208,8 @@ Test(mpi, sigint_to_mpirun_saves_once_and_stops_every_rank, .timeout = 300)
 }
 
 /* ablate under mpirun: the runs are spread over the ranks, each trained
- * whole by one rank, and rank 0 writes the report: the same val_loss
- * column as one process.  A command that cannot use ranks says so. */
+ * whole by one rank, and rank 0 writes the report: the same val_loss and
+ * final_val_loss columns as one process.  A command that cannot use ranks says so. */
 Test(mpi, ablate_spreads_its_runs_and_other_commands_refuse_ranks, .timeout = 300)
 {
     mu_need_mpi();
@@ -223,7 +223,7 @@ Test(mpi, ablate_spreads_its_runs_and_other_commands_refuse_ranks, .timeout = 30
     cr_assert_eq(st, 0, "%s", o);
     cr_expect(strstr(o, "ablation done: 3 runs (0 reused, 3 trained)"), "%s", o);
     free(o);
-    o = mu_sh(dir, &st, "cut -d, -f1,6 ab1/results.csv; echo ==; cut -d, -f1,6 ab2/results.csv");
+    o = mu_sh(dir, &st, "cut -d, -f1,6,10 ab1/results.csv; echo ==; cut -d, -f1,6,10 ab2/results.csv");
     char *sep = strstr(o, "==\n");
     cr_assert(sep, "%s", o);
     *sep = 0;

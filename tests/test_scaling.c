@@ -456,3 +456,37 @@ Test(scaling, cli_errors)
     cr_assert_eq(st, 2, "%s", out);
     free(out);
 }
+
+/* Without --y: final_val_loss (the sweep's final evaluations) where the
+ * tables have it, else val_loss; tables that disagree are an error. */
+Test(scaling, default_loss_column_is_the_final_evaluation)
+{
+    const char *dir = tu_tmpdir();
+    char a[4096], b[4096];
+    snprintf(a, sizeof a, "%s",
+             write_table(dir, "a.csv",
+                         "variant,pflops_days,val_loss,final_val_loss\n"
+                         "baseline,1e-7,9,3\nbaseline,1e-6,9,2.5\nbaseline,1e-5,9,2.1\n"));
+    snprintf(b, sizeof b, "%s",
+             write_table(dir, "b.csv", "variant,pflops_days,val_loss\nbaseline,1e-7,3\nbaseline,1e-6,2.5\n"));
+    ar_scaling s;
+    ar_err e;
+    const char *in[2] = {a, b};
+    cr_assert_eq(ar_scaling_load(&s, in, 1, "variant", "pflops_days", NULL, &e), 0, "%s", e.msg);
+    cr_assert_str_eq(s.ycol, "final_val_loss");
+    cr_assert_eq(s.ng, 1);
+    cr_assert_eq(s.g[0].n, 3);
+    cr_assert_float_eq(s.g[0].y[1], 2.5, 0);
+    ar_scaling_free(&s);
+    cr_assert_eq(ar_scaling_load(&s, in + 1, 1, "variant", "pflops_days", NULL, &e), 0, "%s", e.msg);
+    cr_assert_str_eq(s.ycol, "val_loss");
+    ar_scaling_free(&s);
+    cr_assert_eq(ar_scaling_load(&s, in, 2, "variant", "pflops_days", NULL, &e), -1);
+    cr_assert(strstr(e.msg, "a.csv' has a column 'final_val_loss' and '") && strstr(e.msg, "b.csv' has not") &&
+                  strstr(e.msg, "--y"),
+              "%s", e.msg);
+    /* an explicit --y is taken as given */
+    cr_assert_eq(ar_scaling_load(&s, in, 2, "variant", "pflops_days", "val_loss", &e), 0, "%s", e.msg);
+    cr_assert_eq(s.g[0].n, 5);
+    ar_scaling_free(&s);
+}

@@ -1,7 +1,8 @@
 /* Sweeps: the grid file (values, token budgets, errors with their place),
  * the built-in grid, and a tiny two-size grid trained end to end: the
- * results table, reuse of finished runs, resuming an interrupted one, and
- * the command with --jobs 2. */
+ * results table, reuse of finished runs, resuming an interrupted one, each
+ * run's final evaluation (equal to `attnres eval` on the validation split,
+ * reused on a rerun, made again when lost) and the command with --jobs 2. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "formats/csv.h"
+#include "formats/json.h"
 #include "formats/sweep.h"
 #include "study/checkpoint.h"
 #include "study/sweep.h"
@@ -50,6 +52,54 @@ static void expect_error(const char *text, const char *needle)
 }
 
 /* ---- the grid file ---- */
+
+/* `flops: C`: each size's steps from its own FLOPs per token, the compute
+ * within half a step of C; bad budgets and budgets beside tokens refused. */
+Test(sweep, flops_budget_sets_each_sizes_steps)
+{
+    const char *grid =
+        "base:\n"
+        "  model: {vocab: bytes, seq_len: 16}\n"
+        "  data: {train: corpus.txt}\n"
+        "  train: {batch_size: 4, warmup: 0, threads: 1}\n"
+        "sizes:\n"
+        "  - {name: a, d_model: 16, n_layer: 1, n_head: 2, d_ff: 32, flops: 2.0e9}\n"
+        "  - {name: b, d_model: 32, n_layer: 3, n_head: 2, d_ff: 64, flops: 2.0e9}\n"
+        "  - {name: c, d_model: 32, n_layer: 3, n_head: 2, d_ff: 64, tokens: 640}\n"
+        "variants: [baseline, full]\n";
+    ar_sweep s;
+    ar_err e = {{0}};
+    cr_assert_eq(parse(&s, grid, &e), 0, "%s", e.msg);
+    cr_assert_eq(ar_sweep_resolve_budgets(&s, &e), 0, "%s", e.msg);
+    long per_step = 4 * 16;
+    for (int i = 0; i < s.nruns; i++) {
+        const ar_sweep_run *r = &s.runs[i];
+        ar_sweep_compute c;
+        cr_assert_eq(ar_sweep_compute_of(r, &c, &e), 0, "%s", e.msg);
+        if (!strcmp(r->size, "c")) {
+            cr_expect_eq(r->cfg.train.steps, 10, "a size with tokens keeps them");
+            continue;
+        }
+        double step_flops = c.flops_per_token * (double)per_step;
+        cr_expect_eq(r->tokens, r->cfg.train.steps * per_step);
+        cr_expect(fabs(c.flops - 2.0e9) <= 0.5 * step_flops, "%s: %.4g FLOPs for a budget of 2e9 (a step is %.4g)",
+                  r->name, c.flops, step_flops);
+        cr_expect_gt(r->cfg.train.steps, 10, "%s: %ld steps", r->name, r->cfg.train.steps);
+    }
+    /* the smaller size trains on more tokens for the same compute */
+    cr_expect_gt(s.runs[0].tokens, s.runs[2].tokens);
+    ar_sweep_free(&s);
+
+    expect_error("base: {data: {train: x}}\nsizes:\n  - {name: a, d_model: 16, n_layer: 1, n_head: 2, d_ff: 32, "
+                 "flops: 1e9, tokens: 640}\nvariants: [baseline]\n",
+                 "one of 'steps', 'tokens' or 'flops'");
+    expect_error("base: {data: {train: x}}\nsizes:\n  - {name: a, d_model: 16, n_layer: 1, n_head: 2, d_ff: 32, "
+                 "flops: -3}\nvariants: [baseline]\n",
+                 "'flops' expects a positive number of FLOPs");
+    expect_error("base: {data: {train: x}}\nsizes:\n  - {name: a, d_model: 16, n_layer: 1, n_head: 2, d_ff: 32, "
+                 "flops: lots}\nvariants: [baseline]\n",
+                 "got 'lots'");
+}
 
 Test(sweep, grid_resolves_every_run)
 {
@@ -129,7 +179,7 @@ Test(sweep, grid_errors_have_places)
     expect_error("sizes:\n  - {name: a, tokens: 2.5}\nvariants: [baseline]\n",
                  "g.yaml:2:23: 'tokens' expects a positive whole number of tokens, got '2.5'");
     expect_error("sizes:\n  - {name: a, tokens: 2048, steps: 3}\nvariants: [baseline]\n",
-                 "give a size 'steps' or 'tokens', not both");
+                 "give a size one of 'steps', 'tokens' or 'flops', not several");
     expect_error("sizes:\n  - {name: a}\nvariants: [baseline, {kind: full, name: baseline}]\n",
                  "g.yaml:3:22: duplicate variant 'baseline'");
     expect_error("sizes:\n  - {name: a}\nvariants: [sigmoid]\n",
@@ -274,6 +324,7 @@ Test(sweep, tiny_grid_writes_results_and_reuses_finished_runs)
     cr_assert_eq(res.skipped, 4);
     cr_assert_eq(res.trained, 0);
     cr_assert_eq(w.events[AR_SWEEP_SKIPPED], 4);
+    cr_assert_eq(w.events[AR_SWEEP_STARTED] + w.events[AR_SWEEP_FINISHED], 0);
     cr_assert_eq(stat(tu_path(dir, "out/t2-block/model.safetensors"), &after), 0);
     cr_assert(before.st_mtim.tv_sec == after.st_mtim.tv_sec && before.st_mtim.tv_nsec == after.st_mtim.tv_nsec,
               "a finished run was trained again");
@@ -327,6 +378,117 @@ Test(sweep, interrupted_run_is_resumed)
     cr_assert(wall > 0 && isfinite(vl));
 }
 
+/* ---- the final evaluation ---- */
+
+/* The grid with a validation file of its own. */
+static const char *TINY_VAL =
+    "base:\n"
+    "  model: {vocab: bytes, seq_len: 16}\n"
+    "  data: {train: corpus.txt, val: val.txt}\n"
+    "  train: {batch_size: 4, lr: 1.0e-2, min_lr: 1.0e-3, warmup: 2, eval_every: 0, eval_windows: 4,\n"
+    "          save_every: 2, log_every: 1, threads: 1}\n"
+    "sizes:\n"
+    "  - {name: t1, d_model: 16, n_layer: 1, n_head: 2, d_ff: 32, tokens: 384}\n"
+    "variants:\n"
+    "  - baseline\n"
+    "  - {kind: block, block_size: 1}\n";
+
+static char *run_cli(const char *dir, int *st, const char *fmt, ...);
+
+static double json_num(const char *text, const char *key)
+{
+    ar_err e;
+    ar_json *j = ar_json_parse(text, strlen(text), &e);
+    cr_assert(j, "%s: %s", e.msg, text);
+    const ar_json *v = ar_json_get(j, key);
+    cr_assert(v && v->type == AR_JSON_NUM, "no number '%s' in %s", key, text);
+    double x = v->num;
+    ar_json_free(j);
+    return x;
+}
+
+Test(sweep, final_evaluation_is_attnres_eval_on_the_whole_split)
+{
+    const char *dir = tu_tmpdir();
+    tu_write_corpus_text(tu_path(dir, "corpus.txt"));
+    tu_write_corpus_lines(tu_path(dir, "val.txt"), 40, 7);
+    watch w;
+    memset(&w, 0, sizeof w);
+    ar_sweep_result res;
+    ar_err e;
+    cr_assert_eq(sweep_in(dir, TINY_VAL, &w, &res, &e), 0, "%s", e.msg);
+    cr_assert_eq(res.trained, 2);
+    struct stat vs;
+    cr_assert_eq(stat(tu_path(dir, "val.txt"), &vs), 0);
+    long windows = ((long)vs.st_size - 1) / 16; /* every window of the split, not train.eval_windows' 4 */
+    ar_csv *c = read_results(dir);
+    cr_assert_eq(c->nrows, 2);
+    for (int i = 0; i < 2; i++) {
+        const char *run = ar_csv_cell(c, i, ar_csv_col(c, "run"));
+        char rd[4400];
+        snprintf(rd, sizeof rd, "out/%s", run);
+        int st;
+        char *out = run_cli(dir, &st, "eval %s --data val.txt --threads 1 --json", rd);
+        cr_assert_eq(st, 0, "%s", out);
+        double want = json_num(out, "loss");
+        cr_assert_eq((long)json_num(out, "windows"), windows, "%s", out);
+        free(out);
+        char *rec = tu_read_file(tu_path(dir, tu_path(rd, "final_eval.json")), NULL);
+        cr_assert(rec);
+        /* the same protocol, batches and threads: the same bits */
+        cr_assert(json_num(rec, "loss") == want, "final %.17g, attnres eval %.17g", json_num(rec, "loss"), want);
+        cr_assert_eq((long)json_num(rec, "windows"), windows);
+        cr_assert_eq((long)json_num(rec, "tokens"), 16 * windows);
+        cr_assert_eq((long)json_num(rec, "step"), 6);
+        cr_assert_eq((long)json_num(rec, "max_windows"), 0);
+        free(rec);
+        cr_assert(fabs(cell_num(c, i, "final_val_loss") - want) <= 5e-7, "%s: %g vs %.9f", run,
+                  cell_num(c, i, "final_val_loss"), want);
+        cr_assert_eq(cell_num(c, i, "final_eval_windows"), (double)windows);
+        cr_assert_eq(cell_num(c, i, "final_eval_tokens"), 16.0 * windows);
+        /* val_loss is the last evaluation of training, on 4 windows */
+        double vl = cell_num(c, i, "val_loss");
+        cr_assert(isfinite(vl) && vl != cell_num(c, i, "final_val_loss"), "%g", vl);
+    }
+    ar_csv_free(c);
+
+    /* A finished run whose final evaluation is missing (stopped between the
+     * two) is evaluated, not trained, on the rerun: reported as reused. */
+    char *rec0 = tu_read_file(tu_path(dir, "out/t1-block/final_eval.json"), NULL);
+    cr_assert_eq(unlink(tu_path(dir, "out/t1-block/final_eval.json")), 0);
+    struct stat before, after;
+    cr_assert_eq(stat(tu_path(dir, "out/t1-block/model.safetensors"), &before), 0);
+    memset(&w, 0, sizeof w);
+    cr_assert_eq(sweep_in(dir, TINY_VAL, &w, &res, &e), 0, "%s", e.msg);
+    cr_assert(res.skipped == 2 && res.trained == 0 && res.finished == 2);
+    cr_assert_eq(w.events[AR_SWEEP_SKIPPED], 2);
+    cr_assert_eq(stat(tu_path(dir, "out/t1-block/model.safetensors"), &after), 0);
+    cr_assert(before.st_mtim.tv_sec == after.st_mtim.tv_sec && before.st_mtim.tv_nsec == after.st_mtim.tv_nsec);
+    char *rec1 = tu_read_file(tu_path(dir, "out/t1-block/final_eval.json"), NULL);
+    cr_assert(rec1);
+    cr_assert_str_eq(rec0, rec1);
+    free(rec0);
+    free(rec1);
+
+    /* An interrupt before the final evaluation leaves it to the rerun. */
+    cr_assert_eq(unlink(tu_path(dir, "out/t1-block/final_eval.json")), 0);
+    ar_sweep s;
+    cr_assert_eq(parse(&s, TINY_VAL, &e), 0, "%s", e.msg);
+    char cwd[4096];
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    cr_assert_eq(chdir(dir), 0);
+    volatile sig_atomic_t stop = 1;
+    memset(&w, 0, sizeof w);
+    ar_sweep_opts o = {.out_dir = "out", .jobs = 1, .event = on_event, .ud = &w, .interrupt = &stop};
+    int rc = ar_sweep_run_all(&s, &o, &res, &e);
+    cr_assert_eq(chdir(cwd), 0);
+    ar_sweep_free(&s);
+    cr_assert_eq(rc, 0, "%s", e.msg);
+    cr_assert(res.interrupted);
+    struct stat fs;
+    cr_assert_neq(stat(tu_path(dir, "out/t1-block/final_eval.json"), &fs), 0);
+}
+
 /* ---- the command ---- */
 
 static char *run_cli(const char *dir, int *st, const char *fmt, ...)
@@ -371,9 +533,20 @@ Test(sweep, cli_two_jobs_rerun_and_fit)
     cr_assert(strstr(out, "sweep done: 4 runs (4 reused, 0 trained)"), "%s", out);
     free(out);
 
+    /* lost final evaluations are made again in the job processes */
+    cr_assert_eq(unlink(tu_path(dir, "runs/tiny/t1-block/final_eval.json")), 0);
+    cr_assert_eq(unlink(tu_path(dir, "runs/tiny/t2-baseline/final_eval.json")), 0);
+    out = run_cli(dir, &st, "sweep tiny.yaml --jobs 2");
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "sweep done: 4 runs (4 reused, 0 trained)"), "%s", out);
+    cr_assert(strstr(out, "t1-block: already finished (val_loss ") && strstr(out, "final_val_loss "), "%s", out);
+    free(out);
+
     out = run_cli(dir, &st, "fit-scaling runs/tiny --json 2>&1");
     cr_assert_eq(st, 0, "%s", out);
     cr_assert(strstr(out, "\"baseline\":\"baseline\"") && strstr(out, "\"ratio\""), "%s", out);
+    /* fit-scaling fits the final evaluations by default */
+    cr_assert(strstr(out, "\"y\":\"final_val_loss\""), "%s", out);
     free(out);
 }
 

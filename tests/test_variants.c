@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "formats/config.h"
+#include "lib/cpu/mixer_cpu.h"
 #include "lib/mixing.h"
 #include "lib/model.h"
 #include "lib/residual.h"
@@ -170,6 +171,105 @@ Test(ops, depth_mix_equals_depth_attn)
     for (int s = 0; s < n; s++)
         free(src[s]);
     free(h1), free(h2), free(a1), free(a2), free(r1), free(r2);
+}
+
+/* The fast depth_mix ops (what the CPU table holds) against the simple
+ * one-phase ops they replace (cpu_depth_mix_*_simple), on random non-zero
+ * inputs: every flag combination the general mixer uses, one to many heads
+ * (head width a divisor and a multiple of 16), token counts not a multiple
+ * of the reduction chunk, and NULL gradients.  Forward h, alpha, rstd and
+ * every gradient must agree to float rounding. */
+static void mix_fast_case(int n, int N, int d, int H, int per_token, int use_w, int use_g,
+                          int use_theta, int sigmoid, int nullmask)
+{
+    size_t nd = (size_t)N * d;
+    float *src[16], *ds1[16], *ds2[16];
+    for (int s = 0; s < n; s++) {
+        src[s] = malloc(nd * 4);
+        tu_fill_uniform(src[s], nd, -2, 2, 200 + (uint64_t)s);
+        ds1[s] = malloc(nd * 4);
+        ds2[s] = malloc(nd * 4);
+        tu_fill_uniform(ds1[s], nd, -1, 1, 300 + (uint64_t)s); /* += onto non-zero */
+        memcpy(ds2[s], ds1[s], nd * 4);
+    }
+    int ws = per_token ? d : 0;
+    size_t wl = per_token ? nd : (size_t)d;
+    float *w = malloc(wl * 4), *g = malloc((size_t)d * 4), th[16], *dh = malloc(nd * 4);
+    tu_fill_uniform(w, wl, -1.5f, 1.5f, 7);
+    tu_fill_uniform(g, (size_t)d, 0.5f, 1.5f, 8);
+    tu_fill_uniform(th, 16, -1, 1, 9);
+    tu_fill_uniform(dh, nd, -1, 1, 10);
+    const float *W = use_w ? w : NULL, *G = use_g ? g : NULL, *TH = use_theta ? th : NULL;
+    float *h1 = malloc(nd * 4), *h2 = malloc(nd * 4);
+    size_t na = (size_t)N * H * n, nr = (size_t)N * n;
+    float *a1 = malloc(na * 4), *a2 = malloc(na * 4), *r1 = calloc(nr, 4), *r2 = calloc(nr, 4);
+    const float *const *sp = (const float *const *)src;
+    cpu_depth_mix_fwd_simple(h1, a1, r1, sp, n, W, ws, G, TH, sigmoid, H, N, d);
+    ar_backend_cpu()->depth_mix_fwd(h2, a2, r2, sp, n, W, ws, G, TH, sigmoid, H, N, d);
+    char what[160];
+    snprintf(what, sizeof what, "n %d N %d d %d H %d per-token %d w %d g %d theta %d sigmoid %d null %d", n,
+             N, d, H, per_token, use_w, use_g, use_theta, sigmoid, nullmask);
+    cr_expect_lt(tu_rel_err(h2, h1, nd), 2e-6, "%s: h %g", what, tu_rel_err(h2, h1, nd));
+    cr_expect_lt(tu_rel_err(a2, a1, na), 2e-6, "%s: alpha %g", what, tu_rel_err(a2, a1, na));
+    if (use_g)
+        cr_expect_lt(tu_rel_err(r2, r1, nr), 1e-6, "%s: rstd", what);
+    /* backward from the same saved alpha/rstd (the simple forward's) */
+    float *dw1 = malloc(wl * 4), *dw2 = malloc(wl * 4), *dg1 = malloc((size_t)d * 4), *dg2 = malloc((size_t)d * 4);
+    float dt1[16], dt2[16];
+    tu_fill_uniform(dw1, wl, -1, 1, 11);
+    memcpy(dw2, dw1, wl * 4);
+    tu_fill_uniform(dg1, (size_t)d, -1, 1, 12);
+    memcpy(dg2, dg1, (size_t)d * 4);
+    tu_fill_uniform(dt1, 16, -1, 1, 13);
+    memcpy(dt2, dt1, sizeof dt1);
+    float *d1[16], *d2[16];
+    for (int s = 0; s < n; s++) {
+        int null = (nullmask & 1) && s % 3 == 1;
+        d1[s] = null ? NULL : ds1[s];
+        d2[s] = null ? NULL : ds2[s];
+    }
+    int nullp = nullmask & 2;
+    cpu_depth_mix_bwd_simple(d1, nullp ? NULL : dw1, nullp ? NULL : dg1, nullp ? NULL : dt1, dh, a1, r1, sp, n,
+                             W, ws, G, TH, sigmoid, H, N, d);
+    ar_backend_cpu()->depth_mix_bwd(d2, nullp ? NULL : dw2, nullp ? NULL : dg2, nullp ? NULL : dt2, dh, a1, r1,
+                                    sp, n, W, ws, G, TH, sigmoid, H, N, d);
+    for (int s = 0; s < n; s++)
+        cr_expect_lt(tu_rel_err(ds2[s], ds1[s], nd), 2e-6, "%s: dsrc[%d] %g", what, s,
+                     tu_rel_err(ds2[s], ds1[s], nd));
+    cr_expect_lt(tu_rel_err(dw2, dw1, wl), 1e-5, "%s: dw %g", what, tu_rel_err(dw2, dw1, wl));
+    cr_expect_lt(tu_rel_err(dg2, dg1, (size_t)d), 1e-5, "%s: dg %g", what, tu_rel_err(dg2, dg1, (size_t)d));
+    cr_expect_lt(tu_rel_err(dt2, dt1, 16), 1e-5, "%s: dtheta %g", what, tu_rel_err(dt2, dt1, 16));
+    /* the weights moved off the uniform: the gradients above were not trivial */
+    for (int s = 0; s < n; s++) {
+        free(src[s]);
+        free(ds1[s]);
+        free(ds2[s]);
+    }
+    free(w), free(g), free(dh), free(h1), free(h2), free(a1), free(a2), free(r1), free(r2);
+    free(dw1), free(dw2), free(dg1), free(dg2);
+}
+
+Test(ops, depth_mix_fast_equals_simple)
+{
+    ar_backend_cpu()->set_threads(1); /* many small ops: threads only add overhead */
+    int shapes[][3] = {{64, 1, 0}, {64, 16, 0}, {64, 2, 0}, {256, 16, 0}, {48, 3, 0}, {32, 8, 0}};
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        int d = shapes[k][0], H = shapes[k][1];
+        for (int v = 0; v < 6; v++) {
+            int n = v % 3 == 0 ? 1 : v % 3 == 1 ? 5 : 13, N = v < 3 ? 37 : 70;
+            /* softmax + key norm; sigmoid; no key norm; per-token query */
+            mix_fast_case(n, N, d, H, 0, 1, 1, 0, 0, v % 4);
+            mix_fast_case(n, N, d, H, 0, 1, 1, 0, 1, (v + 1) % 4);
+            mix_fast_case(n, N, d, H, 0, 1, 0, 0, v & 1, (v + 2) % 4);
+            mix_fast_case(n, N, d, H, 1, 1, v & 1, 0, v >> 2 & 1, (v + 3) % 4);
+            if (H == 1) {
+                /* static logits, uniform (rescaled), and logits with a key norm */
+                mix_fast_case(n, N, d, 1, 0, 0, 0, 1, 0, v % 4);
+                mix_fast_case(n, N, d, 1, 0, 0, 0, 0, 0, v % 4);
+                mix_fast_case(n, N, d, 1, 0, 1, 1, 1, v & 1, v % 4);
+            }
+        }
+    }
 }
 
 Test(ops, wsum_forward_and_backward)

@@ -197,6 +197,101 @@ int ar_depth_figure(const char *path, const ar_depth_run *runs, int nr, const ar
     return rc;
 }
 
+/* -------------------------------------------------- routing statistics */
+
+static void mixer_label(char *buf, int l, int L)
+{
+    snprintf(buf, 24, l == L + 1 ? "out" : l % 2 ? "%d attn" : "%d mlp", l);
+}
+
+/* Panel 0: entropy / ln n and mean max weight per mixer; panel 1: the
+ * top-source shares, in the columns of Figure 8 (block b_n, or v_i). */
+static void fill_stats(pbuf *b, const ar_depth_run *r, int shares)
+{
+    int L = ar_cfg_sublayers(&r->cfg), full = r->cfg.residual.kind != AR_RES_BLOCK;
+    int cols = shares ? ar_mixer_sources(&r->cfg, L + 1, NULL) : 2;
+    pbuf_init(b, L + 1, cols);
+    ar_source *src = ar_xcalloc((size_t)L + 2, sizeof *src);
+    double *share = ar_xcalloc((size_t)L + 2, sizeof(double));
+    int any_partial = 0;
+    for (int l = 1; l <= L + 1; l++) {
+        mixer_label(b->rl[l - 1], l, L);
+        ar_route_stats st;
+        int n = r->route->n[l - 1];
+        ar_route_stats_of(ar_depth_route_acc(r->route, l), n, &st, share);
+        double *row = b->m + (size_t)(l - 1) * cols;
+        if (!shares) {
+            row[0] = st.entropy_norm;
+            row[1] = st.max_weight;
+            continue;
+        }
+        int ns = ar_mixer_sources(&r->cfg, l, src);
+        for (int s = 0; s < ns && s < n; s++) {
+            row[src[s].block] = share[s];
+            b->mk[(size_t)(l - 1) * cols + src[s].block] = (unsigned char)src[s].partial;
+            any_partial |= src[s].partial;
+        }
+    }
+    if (shares)
+        for (int c = 0; c < cols; c++)
+            snprintf(b->cl[c], 24, c == 0 ? "emb" : full ? "%d" : "B%d", c);
+    else {
+        snprintf(b->cl[0], 24, "H / ln n");
+        snprintf(b->cl[1], 24, "max weight");
+    }
+    free(src);
+    free(share);
+    char line[600];
+    run_line(r, line, sizeof line);
+    snprintf(b->title, sizeof b->title, "%s\n%s",
+             shares ? "Top source: share of tokens" : "Routing entropy and largest weight", line);
+    snprintf(b->ylabel, sizeof b->ylabel, "mixer: input of sublayer l (out = output)");
+    snprintf(b->xlabel, sizeof b->xlabel, "%s",
+             !shares ? "token means (H / ln n: normalised entropy)"
+             : full  ? "top source v_i (emb = embedding)"
+                     : "top source: block b_n (emb = embedding)");
+    if (!any_partial) {
+        free(b->mk);
+        b->mk = NULL;
+    }
+}
+
+int ar_depth_stats_figure(const char *path, const ar_depth_run *runs, int nr, const ar_fig_meta *meta,
+                          ar_heat_geom *geom, ar_err *e)
+{
+    for (int k = 0; k < nr; k++)
+        if (!runs[k].route || !runs[k].route->acc || !ar_res_has_depth_attn(runs[k].cfg.residual.kind))
+            return ar_fail(e, "cannot plot '%s': '%s' has no routing statistics (a %s run)", path, runs[k].name,
+                           ar_res_kind_name(runs[k].cfg.residual.kind));
+    pbuf *b = ar_xcalloc((size_t)nr * 2, sizeof *b);
+    ar_heat_panel *p = ar_xcalloc((size_t)nr * 2, sizeof *p);
+    char (*notes)[1200] = ar_xcalloc((size_t)nr * 2, sizeof *notes);
+    for (int k = 0; k < 2 * nr; k++) {
+        fill_stats(&b[k], &runs[k / 2], k % 2);
+        p[k] = panel_of(&b[k]);
+        p[k].vmax = 1;
+        p[k].cbar_label = k % 2 ? "share of tokens" : "H / ln n, mean max weight";
+        p[k].gap_before = b[k].rows - 1; /* h_out apart from the sublayers */
+        p[k].marked = b[k].mk;
+        const char *what = k % 2 && runs[k / 2].what ? runs[k / 2].what : "";
+        snprintf(notes[k], sizeof notes[k], "%s%s%s",
+                 b[k].mk ? "dashed outline: partial sum of the current block" : "", *what && b[k].mk ? "\n" : "",
+                 what);
+        p[k].mark_note = notes[k];
+    }
+    char run[2048], step[256], names[1024], title[1200];
+    ar_fig_meta m = metadata(runs, nr, meta, run, sizeof run, step, sizeof step);
+    join(runs, nr, 0, names, sizeof names);
+    snprintf(title, sizeof title, "Depth routing statistics: %s", names);
+    int rc = ar_plot_heatmaps(path, title, p, 2 * nr, 2, &m, geom, e);
+    for (int k = 0; k < 2 * nr; k++)
+        pbuf_free(&b[k]);
+    free(notes);
+    free(b);
+    free(p);
+    return rc;
+}
+
 /* ------------------------------------------------------- mixing matrix */
 
 static void fill_matrix(pbuf *b, const ar_depth_run *r)

@@ -17,6 +17,24 @@ static double *depths(int L)
     return x;
 }
 
+/* Mean over the mixers with a defined H / ln n (more than one source) of
+ * series v (nrt x nmix), per record, into out. */
+static void mixer_mean(const ar_run_record *r, const double *v, double *out)
+{
+    for (int k = 0; k < r->nrt; k++) {
+        double s = 0;
+        int c = 0;
+        for (int l = 0; l < r->rt_nmix; l++) {
+            size_t i = (size_t)k * r->rt_nmix + l;
+            if (isfinite(r->rt_hnorm[i]) && isfinite(v[i])) {
+                s += v[i];
+                c++;
+            }
+        }
+        out[k] = c ? s / c : NAN;
+    }
+}
+
 int ar_dynamics_figure(const char *path, const ar_dyn_run *runs, int nr, const ar_fig_meta *meta, ar_err *e)
 {
     for (int k = 0; k < nr; k++)
@@ -26,6 +44,25 @@ int ar_dynamics_figure(const char *path, const ar_dyn_run *runs, int nr, const a
     ar_series *orms = ar_xcalloc((size_t)nr, sizeof *orms), *grms = ar_xcalloc((size_t)nr, sizeof *grms);
     char (*lab)[3][300] = ar_xcalloc((size_t)nr, sizeof *lab);
     double **xs = ar_xcalloc((size_t)nr, sizeof *xs);
+    ar_series *route = ar_xcalloc((size_t)nr * 2, sizeof *route);
+    double **rmean = ar_xcalloc((size_t)nr * 2, sizeof *rmean);
+    char (*rlab)[2][300] = ar_xcalloc((size_t)nr, sizeof *rlab);
+    int routed = 0;
+    for (int k = 0; k < nr; k++) {
+        const ar_run_record *r = runs[k].rec;
+        if (r->nrt == 0)
+            continue;
+        routed = 1;
+        for (int j = 0; j < 2; j++) {
+            rmean[2 * k + j] = ar_xcalloc((size_t)r->nrt + 1, sizeof(double));
+            mixer_mean(r, j ? r->rt_max : r->rt_hnorm, rmean[2 * k + j]);
+            snprintf(rlab[k][j], sizeof rlab[k][j], "%s%s%s", nr > 1 ? runs[k].name : "", nr > 1 ? " " : "",
+                     j ? "mean max weight" : "H / ln n");
+            /* one run: two colours; several: the run's colour, the max weight dotted */
+            route[2 * k + j] = (ar_series){.label = rlab[k][j], .x = r->rt_tokens, .y = rmean[2 * k + j], .n = r->nrt,
+                                           .markers = j, .color = nr > 1 ? k + 1 : j + 1};
+        }
+    }
     for (int k = 0; k < nr; k++) {
         const ar_run_record *r = runs[k].rec;
         if (nr == 1) {
@@ -54,7 +91,11 @@ int ar_dynamics_figure(const char *path, const ar_dyn_run *runs, int nr, const a
     ar_plot_opts oc = {.title = "Gradient RMS (last evaluation)", .xlabel = "sublayer l",
                        .ylabel = "RMS of sublayer l's parameter gradients", .logy = 1,
                        .empty = "no evaluation logged yet"};
-    ar_line_panel p[3] = {{&oa, loss, 2 * nr}, {&ob, orms, nr}, {&oc, grms, nr}};
+    ar_plot_opts od = {.title = "Depth routing (validation)", .xlabel = "training tokens",
+                       .ylabel = "mean over mixers with n > 1 sources",
+                       .note = "H / ln n: normalised entropy of the depth weights\nmax weight: mean largest weight",
+                       .empty = "no routing statistics logged"};
+    ar_line_panel p[4] = {{&oa, loss, 2 * nr}, {&ob, orms, nr}, {&oc, grms, nr}, {&od, route, 2 * nr}};
     /* metadata: runs and last steps, comma-separated */
     size_t rcap = 2048, scap = 512, rn = 0, sn = 0;
     char *run = ar_xcalloc(rcap, 1), *step = ar_xcalloc(scap, 1);
@@ -73,7 +114,13 @@ int ar_dynamics_figure(const char *path, const ar_dyn_run *runs, int nr, const a
     size_t tn = (size_t)snprintf(title, sizeof title, "Training dynamics:");
     for (int k = 0; k < nr && tn < sizeof title; k++)
         tn += (size_t)snprintf(title + tn, sizeof title - tn, "%s %s", k ? "," : "", runs[k].name);
-    int rc = ar_plot_line_panels(path, title, p, 3, AR_DYNAMICS_WIDTH, AR_DYNAMICS_HEIGHT, &m, e);
+    int rc = ar_plot_line_panels(path, title, p, routed ? 4 : 3, routed ? AR_DYNAMICS_ROUTING_WIDTH : AR_DYNAMICS_WIDTH,
+                                 AR_DYNAMICS_HEIGHT, &m, e);
+    for (int k = 0; k < 2 * nr; k++)
+        free(rmean[k]);
+    free(rmean);
+    free(rlab);
+    free(route);
     for (int k = 0; k < nr; k++)
         free(xs[k]);
     free(xs);

@@ -5,7 +5,12 @@
  *   (b) RMS of each sublayer's output v_l across depth,
  *   (c) RMS of each sublayer's parameter gradients across depth,
  * (b) and (c) at each run's last evaluation; each run keeps one colour in
- * every panel. */
+ * every panel.  Where a run logged routing statistics (depth_routing,
+ * lib/mixing.h), a fourth panel,
+ *   (d) depth routing against training tokens: the normalised entropy
+ *       H / ln n (line) and the mean largest weight (dots on a line), each
+ *       averaged over the mixers with more than one source,
+ * makes the figure AR_DYNAMICS_ROUTING_WIDTH wide. */
 #ifndef AR_DYNAMICS_H
 #define AR_DYNAMICS_H
 
@@ -15,6 +20,7 @@
 
 #define AR_DYNAMICS_WIDTH 1650
 #define AR_DYNAMICS_HEIGHT 520
+#define AR_DYNAMICS_ROUTING_WIDTH 2200
 
 typedef struct {
     const char *name; /* legend label */

@@ -16,6 +16,8 @@
 #include <string.h>
 
 #include "../backend.h"
+#include "loops.h"
+#include "vec.h"
 #include "workspace.h"
 
 #define MIX_CHUNK 32
@@ -73,7 +75,7 @@ static void mix_logits(float *a, float *rs, const float *const *src, int n, cons
     }
 }
 
-void cpu_depth_mix_fwd(float *h, float *alpha, float *rstd, const float *const *src, int n,
+void cpu_depth_mix_fwd_simple(float *h, float *alpha, float *rstd, const float *const *src, int n,
                        const float *w, int wstride, const float *g, const float *theta, int sigmoid,
                        int H, int N, int d)
 {
@@ -96,7 +98,7 @@ void cpu_depth_mix_fwd(float *h, float *alpha, float *rstd, const float *const *
     }
 }
 
-void cpu_depth_mix_bwd(float *const *dsrc, float *dw, float *dg, float *dtheta, const float *dh,
+void cpu_depth_mix_bwd_simple(float *const *dsrc, float *dw, float *dg, float *dtheta, const float *dh,
                        const float *alpha, const float *rstd, const float *const *src, int n,
                        const float *w, int wstride, const float *g, const float *theta, int sigmoid,
                        int H, int N, int d)
@@ -107,7 +109,8 @@ void cpu_depth_mix_bwd(float *const *dsrc, float *dw, float *dg, float *dtheta, 
     /* per chunk partials (float within a chunk of MIX_CHUNK tokens):
      * dw (d), dg (d), dtheta (n) */
     size_t stride = (size_t)2 * d + n;
-    float *part = cpu_xcalloc((size_t)nch * stride, sizeof(float));
+    float *part = cpu_ws(WS_A, (size_t)nch * stride * sizeof(float));
+    memset(part, 0, (size_t)nch * stride * sizeof(float));
 #pragma omp parallel for schedule(static)
     for (int c = 0; c < nch; c++) {
         float *pw = part + (size_t)c * stride, *pg = pw + d, *pt = pg + d;
@@ -209,5 +212,546 @@ void cpu_depth_mix_bwd(float *const *dsrc, float *dw, float *dg, float *dtheta, 
             for (int s = 0; s < n; s++)
                 dtheta[s] += pt[s];
     }
-    free(part);
+}
+
+/* ------------------------------------------------------------------------
+ * The fast path (what the backend table holds).  The simple ops above are
+ * its reference (tests/test_variants.c compares the two) and run the
+ * shapes it does not take.
+ *
+ * Per token, each source row is read from memory once: one vector sweep
+ * gives its key RMSNorm's sum of squares and the query dot product(s)
+ * together (the RMSNorm is fused: logit = rstd (u.x), u = q g, no
+ * normalised copy), with the next token's row prefetched; the mixing sweep
+ * that follows finds the token's n rows in L1.  Every inner loop is a
+ * branch-free loop of 16-float vectors (vec.h): flags are decided per
+ * token or per source, outside them.  Heads: a VL-column block holds whole
+ * heads (e = d/H divides VL; their dot products by a butterfly of lane
+ * shuffles) or lies inside one head (VL divides e), so per-head weights
+ * become a column vector by one permute or broadcast.  Scratch comes from
+ * the backend's workspace (no allocation per call); the backward keeps the
+ * parameter gradient's partial as one row T = sum dl r x per chunk (or per
+ * token for per-token queries), multiplied by g or q once at the end. */
+
+typedef int v16i __attribute__((vector_size(VL * sizeof(int))));
+
+/* d a multiple of VL, H dividing d, e = d/H a multiple or a divisor of VL */
+static int fast_shape(int H, int d)
+{
+    if (H < 1 || d % VL != 0 || d % H != 0)
+        return 0;
+    int e = d / H;
+    return e % VL == 0 || VL % e == 0;
+}
+
+/* Per-head values spread over the columns of VL-block b: column j gets
+ * v[j/e].  v is read up to VL floats past b*VL/e (callers pad). */
+static inline __attribute__((always_inline)) v16f head_cols(const float *v, int b, int e, v16i idx)
+{
+    if (e >= VL)
+        return v_set1(v[b * VL / e]);
+    return __builtin_shuffle(v_ld(v + b * VL / e), idx);
+}
+
+/* out[a] = sum_{j in G_a} p[j], a < H */
+static inline void head_sums(const float *p, int H, int e, int d, float *out)
+{
+    if (e >= VL) {
+        for (int a = 0; a < H; a++) {
+            v16f acc = {0};
+            for (int j = a * e; j < (a + 1) * e; j += VL)
+                acc += v_ld(p + j);
+            out[a] = v_hsum(acc);
+        }
+        return;
+    }
+    for (int b = 0; b < d / VL; b++) {
+        v16f v = v_ld(p + b * VL);
+        if (e >= 2)
+            v += __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+        if (e >= 4)
+            v += __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+        if (e >= 8)
+            v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+        float *o = out + b * VL / e;
+        for (int l = 0; l < VL / e; l++)
+            o[l] = v[l * e];
+    }
+}
+
+/* One sweep of row x (d % VL == 0): *xx = x.x (sq), and with u: H1 ? *z =
+ * u.x : p = u*x (d floats).  Prefetches the next token's row (x + d). */
+static inline __attribute__((always_inline)) void row_sweep(const float *u, const float *x, int d,
+                                                             int H1, int sq, float *z, float *p,
+                                                             float *xx)
+{
+    v16f s0 = {0}, s1 = {0}, q0 = {0}, q1 = {0};
+    int j = 0;
+    for (; j + 2 * VL <= d; j += 2 * VL) {
+        v16f x0 = v_ld(x + j), x1 = v_ld(x + j + VL);
+        __builtin_prefetch(x + j + d, 0, 3);
+        __builtin_prefetch(x + j + d + VL, 0, 3);
+        if (sq) {
+            q0 += x0 * x0;
+            q1 += x1 * x1;
+        }
+        if (u && H1) {
+            s0 += v_ld(u + j) * x0;
+            s1 += v_ld(u + j + VL) * x1;
+        } else if (u) {
+            v_st(p + j, v_ld(u + j) * x0);
+            v_st(p + j + VL, v_ld(u + j + VL) * x1);
+        }
+    }
+    if (j < d) {
+        v16f x0 = v_ld(x + j);
+        __builtin_prefetch(x + j + d, 0, 3);
+        if (sq)
+            q0 += x0 * x0;
+        if (u && H1)
+            s0 += v_ld(u + j) * x0;
+        else if (u)
+            v_st(p + j, v_ld(u + j) * x0);
+    }
+    if (sq)
+        *xx = v_hsum(q0 + q1);
+    if (u && H1)
+        *z = v_hsum(s0 + s1);
+}
+
+/* softmax over s of each head's n logits (or sigmoid), in place */
+static void mix_scores(float *a, int n, int H, int sigmoid)
+{
+    for (int hh = 0; hh < H; hh++) {
+        float *ah = a + (size_t)hh * n;
+        if (sigmoid) {
+            for (int s = 0; s < n; s++)
+                ah[s] = 1.0f / (1.0f + fast_expf(-ah[s]));
+            continue;
+        }
+        float mx = ah[0];
+        for (int s = 1; s < n; s++)
+            mx = ah[s] > mx ? ah[s] : mx;
+        for (int s = 0; s < n; s++)
+            ah[s] = fast_expf(ah[s] - mx);
+        float inv = 1.0f / sum8(ah, n);
+        for (int s = 0; s < n; s++)
+            ah[s] *= inv;
+    }
+}
+
+/* The same over source-major logits z[s*P + a] (a < H, rows padded to
+ * P >= H + VL): sixteen heads at a time across the vector lanes. */
+static void mix_scores_sm(float *z, int n, int H, int P, int sigmoid)
+{
+    for (int h0 = 0; h0 < H; h0 += VL) {
+        float *z0 = z + h0;
+        if (sigmoid) {
+            for (int s = 0; s < n; s++)
+                for (int l = 0; l < VL; l++)
+                    z0[s * P + l] = 1.0f / (1.0f + fast_expf(-z0[s * P + l]));
+            continue;
+        }
+        float mx[VL], sum[VL];
+        for (int l = 0; l < VL; l++) {
+            mx[l] = z0[l];
+            sum[l] = 0;
+        }
+        for (int s = 1; s < n; s++)
+            for (int l = 0; l < VL; l++)
+                mx[l] = z0[s * P + l] > mx[l] ? z0[s * P + l] : mx[l];
+        for (int s = 0; s < n; s++)
+            for (int l = 0; l < VL; l++) {
+                float t = fast_expf(z0[s * P + l] - mx[l]);
+                z0[s * P + l] = t;
+                sum[l] += t;
+            }
+        for (int l = 0; l < VL; l++)
+            sum[l] = 1.0f / sum[l];
+        for (int s = 0; s < n; s++)
+            for (int l = 0; l < VL; l++)
+                z0[s * P + l] *= sum[l];
+    }
+}
+
+/* y = sum_s a[s] x[s] (one head, d % VL == 0): four column blocks per sweep
+ * of the n rows, their sums in registers */
+static inline void mix_rows1(float *y, const float *a, const float *const *x, int n, int d)
+{
+    int b = 0;
+    for (; b + 4 * VL <= d; b += 4 * VL) {
+        v16f y0 = {0}, y1 = {0}, y2 = {0}, y3 = {0};
+        for (int s = 0; s < n; s++) {
+            const float *xs = x[s] + b;
+            y0 += a[s] * v_ld(xs);
+            y1 += a[s] * v_ld(xs + VL);
+            y2 += a[s] * v_ld(xs + 2 * VL);
+            y3 += a[s] * v_ld(xs + 3 * VL);
+        }
+        v_st(y + b, y0);
+        v_st(y + b + VL, y1);
+        v_st(y + b + 2 * VL, y2);
+        v_st(y + b + 3 * VL, y3);
+    }
+    for (; b < d; b += VL) {
+        v16f y0 = {0};
+        for (int s = 0; s < n; s++)
+            y0 += a[s] * v_ld(x[s] + b);
+        v_st(y + b, y0);
+    }
+}
+
+void cpu_depth_mix_fwd(float *h, float *alpha, float *rstd, const float *const *src, int n,
+                       const float *w, int wstride, const float *g, const float *theta, int sigmoid,
+                       int H, int N, int d)
+{
+    if (n < 1 || !fast_shape(H, d)) {
+        cpu_depth_mix_fwd_simple(h, alpha, rstd, src, n, w, wstride, g, theta, sigmoid, H, N, d);
+        return;
+    }
+    const int e = d / H, Hn = H * n, P = H + VL; /* P: padded per-source head row */
+    const int hasq = w && !theta;
+    /* the shared query u = q g (q without key norm) */
+    const float *u = NULL;
+    if (hasq && wstride == 0) {
+        if (g) {
+            float *t = cpu_ws(WS_A, (size_t)d * sizeof(float));
+            for (int j = 0; j < d; j++)
+                t[j] = w[j] * g[j];
+            u = t;
+        } else {
+            u = w;
+        }
+    }
+    /* no query: the weights are the same for every token */
+    float *a0 = NULL;
+    if (!hasq) {
+        a0 = cpu_ws(WS_B, (size_t)Hn * sizeof(float));
+        for (int k = 0; k < Hn; k++)
+            a0[k] = theta ? theta[k % n] : 0.0f;
+        mix_scores(a0, n, H, sigmoid);
+    }
+    v16i idx;
+    for (int l = 0; l < VL; l++)
+        idx[l] = e < VL ? l / e : 0;
+#pragma omp parallel if ((long)N * n * d > PAR_MIN)
+    {
+        float ur[hasq && wstride ? d : 1], pr[H > 1 ? d : 1];
+        float at[H > 1 ? n * P : 1];
+        const float *xs[n];
+        memset(at, 0, sizeof at); /* the pad lanes too: they go through the scores */
+#pragma omp for schedule(static)
+        for (int i = 0; i < N; i++) {
+            float *a = alpha + (size_t)i * Hn;
+            const float *uu = u;
+            if (hasq && wstride) {
+                const float *q = w + (size_t)i * wstride;
+                if (g) {
+                    for (int j = 0; j < d; j++)
+                        ur[j] = q[j] * g[j];
+                    uu = ur;
+                } else {
+                    uu = q;
+                }
+            }
+            for (int s = 0; s < n; s++)
+                xs[s] = src[s] + (size_t)i * d;
+            if (hasq) {
+                for (int s = 0; s < n; s++) {
+                    float xx = 0, z = 0, r = 1.0f;
+                    if (H == 1 && g)
+                        row_sweep(uu, xs[s], d, 1, 1, &z, NULL, &xx);
+                    else if (H == 1)
+                        row_sweep(uu, xs[s], d, 1, 0, &z, NULL, &xx);
+                    else if (g)
+                        row_sweep(uu, xs[s], d, 0, 1, NULL, pr, &xx);
+                    else
+                        row_sweep(uu, xs[s], d, 0, 0, NULL, pr, &xx);
+                    if (g) {
+                        r = 1.0f / sqrtf(xx / d + AR_RMS_EPS);
+                        rstd[(size_t)i * n + s] = r;
+                    }
+                    if (H == 1) {
+                        a[s] = r * z;
+                    } else {
+                        float *zs = at + s * P;
+                        head_sums(pr, H, e, d, zs);
+                        for (int hh = 0; hh < H; hh++)
+                            zs[hh] *= r;
+                    }
+                }
+                if (H == 1) {
+                    mix_scores(a, n, 1, sigmoid);
+                } else {
+                    /* heads across the lanes, then alpha in its head-major layout */
+                    mix_scores_sm(at, n, H, P, sigmoid);
+                    for (int hh = 0; hh < H; hh++)
+                        for (int s = 0; s < n; s++)
+                            a[hh * n + s] = at[s * P + hh];
+                }
+            } else {
+                if (g)
+                    for (int s = 0; s < n; s++) {
+                        float xx;
+                        row_sweep(NULL, xs[s], d, 1, 1, NULL, NULL, &xx);
+                        rstd[(size_t)i * n + s] = 1.0f / sqrtf(xx / d + AR_RMS_EPS);
+                    }
+                memcpy(a, a0, (size_t)Hn * sizeof(float));
+                if (H > 1)
+                    for (int s = 0; s < n; s++)
+                        for (int hh = 0; hh < H; hh++)
+                            at[s * P + hh] = a[hh * n + s];
+            }
+            float *y = h + (size_t)i * d;
+            if (H == 1) {
+                mix_rows1(y, a, xs, n, d);
+                continue;
+            }
+            for (int b = 0; b < d / VL; b++) {
+                v16f acc = {0};
+                for (int s = 0; s < n; s++)
+                    acc += head_cols(at + s * P, b, e, idx) * v_ld(xs[s] + b * VL);
+                v_st(y + b * VL, acc);
+            }
+        }
+    }
+}
+
+/* Sweep 2 of the backward for one source row: dx += A dh + C u - c3 x and
+ * T += C x, A and C per-column weights (head_cols of a and of dl r). */
+static inline __attribute__((always_inline)) void bwd_row(float *dx, float *T, const float *x,
+                                                           const float *gy, const float *u,
+                                                           const float *av, const float *cv,
+                                                           float c3, int e, v16i idx, int hasq,
+                                                           int wantT, int d)
+{
+    for (int b = 0; b < d / VL; b++) {
+        const int j = b * VL;
+        v16f xv = v_ld(x + j), A = head_cols(av, b, e, idx);
+        if (hasq) {
+            v16f C = head_cols(cv, b, e, idx);
+            if (dx)
+                v_st(dx + j, v_ld(dx + j) + A * v_ld(gy + j) + C * v_ld(u + j) - c3 * xv);
+            if (wantT)
+                v_st(T + j, v_ld(T + j) + C * xv);
+        } else if (dx) {
+            v_st(dx + j, v_ld(dx + j) + A * v_ld(gy + j));
+        }
+    }
+}
+
+/* Sweep 1 of the backward for one source row: H1 ? *za = a.x, *zb = b.x :
+ * pa = a*x, pb = b*x (b NULL: only a's).  Prefetches the next token's row. */
+static inline __attribute__((always_inline)) void row_sweep2(const float *a, const float *b,
+                                                              const float *x, int d, int H1,
+                                                              float *za, float *zb, float *pa,
+                                                              float *pb)
+{
+    v16f s0 = {0}, s1 = {0}, t0 = {0}, t1 = {0};
+    int j = 0;
+    for (; j + 2 * VL <= d; j += 2 * VL) {
+        v16f x0 = v_ld(x + j), x1 = v_ld(x + j + VL);
+        __builtin_prefetch(x + j + d, 0, 3);
+        __builtin_prefetch(x + j + d + VL, 0, 3);
+        if (H1) {
+            s0 += v_ld(a + j) * x0;
+            s1 += v_ld(a + j + VL) * x1;
+            if (b) {
+                t0 += v_ld(b + j) * x0;
+                t1 += v_ld(b + j + VL) * x1;
+            }
+        } else {
+            v_st(pa + j, v_ld(a + j) * x0);
+            v_st(pa + j + VL, v_ld(a + j + VL) * x1);
+            if (b) {
+                v_st(pb + j, v_ld(b + j) * x0);
+                v_st(pb + j + VL, v_ld(b + j + VL) * x1);
+            }
+        }
+    }
+    if (j < d) {
+        v16f x0 = v_ld(x + j);
+        __builtin_prefetch(x + j + d, 0, 3);
+        if (H1) {
+            s0 += v_ld(a + j) * x0;
+            if (b)
+                t0 += v_ld(b + j) * x0;
+        } else {
+            v_st(pa + j, v_ld(a + j) * x0);
+            if (b)
+                v_st(pb + j, v_ld(b + j) * x0);
+        }
+    }
+    if (H1) {
+        *za = v_hsum(s0 + s1);
+        if (b)
+            *zb = v_hsum(t0 + t1);
+    }
+}
+
+void cpu_depth_mix_bwd(float *const *dsrc, float *dw, float *dg, float *dtheta, const float *dh,
+                       const float *alpha, const float *rstd, const float *const *src, int n,
+                       const float *w, int wstride, const float *g, const float *theta, int sigmoid,
+                       int H, int N, int d)
+{
+    if (n < 1 || !fast_shape(H, d)) {
+        cpu_depth_mix_bwd_simple(dsrc, dw, dg, dtheta, dh, alpha, rstd, src, n, w, wstride, g, theta,
+                                 sigmoid, H, N, d);
+        return;
+    }
+    const int e = d / H, Hn = H * n, P = H + VL;
+    const int hasq = w && !theta;
+    const int shared = hasq && wstride == 0;
+    const int wantT = hasq && (dw || (g && dg));
+    const int nch = (N + MIX_CHUNK - 1) / MIX_CHUNK;
+    /* per chunk partials: dw (d), dg (d), dtheta (n) */
+    const size_t stride = (size_t)2 * d + n;
+    float *part = cpu_ws(WS_A, (size_t)nch * stride * sizeof(float));
+    const float *u = NULL;
+    if (shared) {
+        if (g) {
+            float *t = cpu_ws(WS_B, (size_t)d * sizeof(float));
+            for (int j = 0; j < d; j++)
+                t[j] = w[j] * g[j];
+            u = t;
+        } else {
+            u = w;
+        }
+    }
+    v16i idx;
+    for (int l = 0; l < VL; l++)
+        idx[l] = e < VL ? l / e : 0;
+#pragma omp parallel if (nch > 1 && (long)N * n * d > PAR_MIN)
+    {
+        float T[d], ur[hasq && !shared ? d : 1], pr[H > 1 ? d : 1], pr2[H > 1 ? d : 1];
+        float da[Hn], dl[Hn], dot[Hn], zh[H], av[P], cv[P];
+        const float *xs[n];
+        memset(av, 0, sizeof av);
+        memset(cv, 0, sizeof cv);
+#pragma omp for schedule(static)
+        for (int c = 0; c < nch; c++) {
+            float *pw = part + (size_t)c * stride, *pg = pw + d, *pt = pg + d;
+            memset(pw, 0, stride * sizeof(float));
+            memset(T, 0, sizeof T);
+            int i1 = (c + 1) * MIX_CHUNK < N ? (c + 1) * MIX_CHUNK : N;
+            for (int i = c * MIX_CHUNK; i < i1; i++) {
+                const float *a = alpha + (size_t)i * Hn, *gy = dh + (size_t)i * d;
+                const float *q = hasq ? w + (size_t)i * wstride : NULL, *uu = u;
+                if (hasq && !shared) {
+                    if (g) {
+                        for (int j = 0; j < d; j++)
+                            ur[j] = q[j] * g[j];
+                        uu = ur;
+                    } else {
+                        uu = q;
+                    }
+                }
+                for (int s = 0; s < n; s++)
+                    xs[s] = src[s] + (size_t)i * d;
+                /* sweep 1: da = dh.x and dot = u.x, per head */
+                for (int s = 0; s < n; s++) {
+                    if (H == 1 && hasq) {
+                        row_sweep2(gy, uu, xs[s], d, 1, &da[s], &dot[s], NULL, NULL);
+                    } else if (H == 1) {
+                        row_sweep2(gy, NULL, xs[s], d, 1, &da[s], NULL, NULL, NULL);
+                        dot[s] = 0;
+                    } else {
+                        if (hasq)
+                            row_sweep2(gy, uu, xs[s], d, 0, NULL, NULL, pr, pr2);
+                        else
+                            row_sweep2(gy, NULL, xs[s], d, 0, NULL, NULL, pr, NULL);
+                        head_sums(pr, H, e, d, zh);
+                        for (int hh = 0; hh < H; hh++)
+                            da[hh * n + s] = zh[hh];
+                        if (hasq) {
+                            head_sums(pr2, H, e, d, zh);
+                            for (int hh = 0; hh < H; hh++)
+                                dot[hh * n + s] = zh[hh];
+                        } else {
+                            for (int hh = 0; hh < H; hh++)
+                                dot[hh * n + s] = 0;
+                        }
+                    }
+                }
+                /* d logit */
+                for (int hh = 0; hh < H; hh++) {
+                    const float *ah = a + hh * n, *dah = da + hh * n;
+                    float *dlh = dl + hh * n;
+                    if (sigmoid) {
+                        for (int s = 0; s < n; s++)
+                            dlh[s] = dah[s] * ah[s] * (1.0f - ah[s]);
+                    } else {
+                        float cd = 0;
+                        for (int s = 0; s < n; s++)
+                            cd += ah[s] * dah[s];
+                        for (int s = 0; s < n; s++)
+                            dlh[s] = ah[s] * (dah[s] - cd);
+                    }
+                }
+                /* sweep 2: dsrc, and T = sum dl r x */
+                for (int s = 0; s < n; s++) {
+                    float r = g ? rstd[(size_t)i * n + s] : 1.0f, cross = 0, sdl = 0;
+                    for (int hh = 0; hh < H; hh++) {
+                        av[hh] = a[hh * n + s];
+                        cv[hh] = dl[hh * n + s] * r;
+                        cross += dl[hh * n + s] * dot[hh * n + s];
+                        sdl += dl[hh * n + s];
+                    }
+                    if (theta)
+                        pt[s] += sdl;
+                    /* through rstd: only with key norm */
+                    const float c3 = g ? cross * r * r * r / d : 0.0f;
+                    float *dx = dsrc[s] ? dsrc[s] + (size_t)i * d : NULL;
+                    if (hasq && wantT && dx)
+                        bwd_row(dx, T, xs[s], gy, uu, av, cv, c3, e, idx, 1, 1, d);
+                    else if (hasq && wantT)
+                        bwd_row(NULL, T, xs[s], gy, uu, av, cv, c3, e, idx, 1, 1, d);
+                    else if (hasq && dx)
+                        bwd_row(dx, T, xs[s], gy, uu, av, cv, c3, e, idx, 1, 0, d);
+                    else if (dx)
+                        bwd_row(dx, T, xs[s], gy, uu, av, cv, c3, e, idx, 0, 0, d);
+                }
+                if (wantT && !shared) {
+                    /* per-token query: dw_i += g T, dg += q T */
+                    if (dw) {
+                        float *dwi = dw + (size_t)i * d;
+                        if (g)
+                            for (int j = 0; j < d; j++)
+                                dwi[j] += g[j] * T[j];
+                        else
+                            for (int j = 0; j < d; j++)
+                                dwi[j] += T[j];
+                    }
+                    if (g && dg)
+                        for (int j = 0; j < d; j++)
+                            pg[j] += q[j] * T[j];
+                    memset(T, 0, sizeof T);
+                }
+            }
+            if (wantT && shared) {
+                if (dw) {
+                    if (g)
+                        for (int j = 0; j < d; j++)
+                            pw[j] = g[j] * T[j];
+                    else
+                        memcpy(pw, T, sizeof T);
+                }
+                if (g && dg)
+                    for (int j = 0; j < d; j++)
+                        pg[j] = w[j] * T[j];
+            }
+        }
+    }
+    for (int c = 0; c < nch; c++) {
+        const float *pw = part + (size_t)c * stride, *pg = pw + d, *pt = pg + d;
+        if (shared && dw)
+            for (int j = 0; j < d; j++)
+                dw[j] += pw[j];
+        if (hasq && g && dg)
+            for (int j = 0; j < d; j++)
+                dg[j] += pg[j];
+        if (theta && dtheta)
+            for (int s = 0; s < n; s++)
+                dtheta[s] += pt[s];
+    }
 }

@@ -2,22 +2,36 @@
  * in lib/backend.h): wsum_fwd/bwd, the mixing of DenseFormer
  * (lib/residual_denseformer.c) and mHC (lib/residual_mhc.c).
  *
- * Determinism: the coefficient gradients are summed in double over fixed
+ * Determinism: the coefficient gradients are summed over fixed
  * chunks of WSUM_CHUNK elements, and the partials added in chunk order, so
  * results do not depend on the thread count. */
 #include "wsum_cpu.h"
 
 #include <stdlib.h>
 
+#include "vec.h"
 #include "workspace.h"
 
 #define WSUM_CHUNK 16384
 
+/* Rows of 16-float vectors (vec.h): the reductions accumulate in
+ * vector registers over blocks of WSUM_BLOCK elements (still in L1 when the
+ * gradient pass reads them again), then per block in double. */
+#define WSUM_BLOCK 2048
+
 /* y[k] = (accumulate ? y[k] : 0) + sum_s c[s] x[s][k]   (s in order) */
 void cpu_wsum_fwd(float *y, const float *const *x, const float *c, int n, int accumulate, size_t len)
 {
+    size_t nv = len / VL;
 #pragma omp parallel for schedule(static) if (len >= WSUM_CHUNK)
-    for (size_t k = 0; k < len; k++) {
+    for (size_t b = 0; b < nv; b++) {
+        size_t k = b * VL;
+        v16f v = accumulate ? v_ld(y + k) : (v16f){0};
+        for (int s = 0; s < n; s++)
+            v += c[s] * v_ld(x[s] + k);
+        v_st(y + k, v);
+    }
+    for (size_t k = nv * VL; k < len; k++) {
         float v = accumulate ? y[k] : 0.0f;
         for (int s = 0; s < n; s++)
             v += c[s] * x[s][k];
@@ -26,29 +40,44 @@ void cpu_wsum_fwd(float *y, const float *const *x, const float *c, int n, int ac
 }
 
 /* dx[s][k] += c[s] dy[k]  (dx or dx[s] NULL: skipped)
- * dc[s] += sum_k dy[k] x[s][k]  (dc NULL: skipped), in double per chunk */
+ * dc[s] += sum_k dy[k] x[s][k]  (dc NULL: skipped): in float vectors over
+ * blocks of WSUM_BLOCK, in double over the blocks of a chunk, and the
+ * chunks' partials added in chunk order */
 void cpu_wsum_bwd(float *const *dx, float *dc, const float *dy, const float *const *x, const float *c,
                   int n, size_t len)
 {
     size_t nch = (len + WSUM_CHUNK - 1) / WSUM_CHUNK;
-    double *part = cpu_xcalloc(nch * (size_t)n, sizeof(double));
+    double *part = cpu_ws(WS_C, nch * (size_t)n * sizeof(double));
 #pragma omp parallel for schedule(static)
     for (size_t ch = 0; ch < nch; ch++) {
         size_t k0 = ch * WSUM_CHUNK, k1 = k0 + WSUM_CHUNK < len ? k0 + WSUM_CHUNK : len;
-        for (int s = 0; s < n; s++) {
-            double acc = 0;
-            const float *xs = x[s];
-            for (size_t k = k0; k < k1; k++)
-                acc += (double)dy[k] * xs[k];
-            part[ch * n + s] = acc;
-            if (dx && dx[s])
-                for (size_t k = k0; k < k1; k++)
-                    dx[s][k] += c[s] * dy[k];
+        for (int s = 0; s < n; s++)
+            part[ch * n + s] = 0;
+        for (size_t b0 = k0; b0 < k1; b0 += WSUM_BLOCK) {
+            size_t b1 = b0 + WSUM_BLOCK < k1 ? b0 + WSUM_BLOCK : k1;
+            size_t bv = b0 + (b1 - b0) / (2 * VL) * (2 * VL);
+            for (int s = 0; s < n; s++) {
+                const float *xs = x[s];
+                float *ds = dx ? dx[s] : NULL;
+                if (dc) {
+                    v16f a0 = {0}, a1 = {0};
+                    for (size_t k = b0; k < bv; k += 2 * VL) {
+                        a0 += v_ld(dy + k) * v_ld(xs + k);
+                        a1 += v_ld(dy + k + VL) * v_ld(xs + k + VL);
+                    }
+                    double acc = v_hsum(a0 + a1);
+                    for (size_t k = bv; k < b1; k++)
+                        acc += (double)dy[k] * xs[k];
+                    part[ch * n + s] += acc;
+                }
+                if (ds)
+                    for (size_t k = b0; k < b1; k++)
+                        ds[k] += c[s] * dy[k];
+            }
         }
     }
     if (dc)
         for (size_t ch = 0; ch < nch; ch++)
             for (int s = 0; s < n; s++)
                 dc[s] += (float)part[ch * n + s];
-    free(part);
 }
