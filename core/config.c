@@ -211,3 +211,10 @@ const char *ar_pipe_sched_name(ar_pipe_sched_kind k)
     }
     return "unknown";
 }
+
+ar_model_cfg ar_cfg_training_model(const ar_config *c)
+{
+    ar_model_cfg m = c->model;
+    m.recompute = c->train.recompute;
+    return m;
+}

@@ -149,6 +149,9 @@ void ar_config_defaults(ar_config *c);
 /* Sublayer count L and the effective block size S for a residual config
  * (S = ceil(L/N) when num_blocks is given; 1 for full; L+1 for baseline). */
 int ar_cfg_sublayers(const ar_model_cfg *m);
+/* The model section of c as a model to train is built from: with
+ * train.recompute copied in (ar_model_cfg.recompute). */
+ar_model_cfg ar_cfg_training_model(const ar_config *c);
 int ar_cfg_block_size(const ar_model_cfg *m);
 
 /* Whether the config's depth-attention flags (score, key_norm, query,

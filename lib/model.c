@@ -146,6 +146,7 @@ static void alloc_activations(ar_model *m, const unsigned char *runs, const ar_m
         m->logits_c = falloc(be, (size_t)m->head_rows * V);
         m->probs_c = falloc(be, (size_t)m->head_rows * V);
         m->losses = falloc(be, N);
+        m->head_part = ar_xcalloc(N / (size_t)m->head_rows + 1, sizeof(double));
     }
     m->head_kept = -1;
     /* lent to the residual scheme through the forward (model.h): own */
@@ -261,6 +262,7 @@ void ar_model_free(ar_model *m)
     free(m->out_rms);
     free(m->depth_w);
     free(m->res_in);
+    free(m->head_part);
     ar_params_free(&m->pt);
     free(m);
 }
@@ -464,7 +466,7 @@ static double forward_head(ar_model *m, const int32_t *targets, double *sum_nats
     int last = (N - 1) / rows * rows;
     if (grad_scale > 0) {
         int nc = last / rows + 1;
-        double *part = ar_xcalloc((size_t)nc, sizeof(double));
+        double *part = m->head_part;
         be->zero(m->dhn, (size_t)N * d * sizeof(float));
         for (int r0 = last; r0 >= 0; r0 -= rows) {
             int n = imin(rows, N - r0);
@@ -473,7 +475,6 @@ static double forward_head(ar_model *m, const int32_t *targets, double *sum_nats
         }
         for (int c = 0; c < nc; c++)
             sum += part[c];
-        free(part);
         m->head_grad_done = 1;
     } else {
         for (int r0 = 0; r0 < last; r0 += rows)

@@ -60,6 +60,8 @@ typedef struct ar_model {
                               last forward left in probs_c, -1: none */
     int head_grad_done;    /* the last forward took the head's gradient too
                               (ar_model_forward_backward) */
+    double *head_part;     /* host, one per chunk: the chunks' loss sums of
+                              ar_model_forward_backward, added in row order */
     /* backward scratch */
     float *dxn, *dq, *dk, *dv, *datt, *dy, *dgate, *dup, *dact, *dhn;
 

@@ -99,8 +99,7 @@ static int ctx_open(bench_ctx *c, const ar_config *cfg, const ar_backend *be, ar
     memset(c, 0, sizeof *c);
     c->B = cfg->train.batch_size;
     c->tc = &cfg->train;
-    ar_model_cfg mc = cfg->model;
-    mc.recompute = cfg->train.recompute;
+    ar_model_cfg mc = ar_cfg_training_model(cfg);
     if (ar_model_create(&c->m, &mc, be, c->B, e) != 0)
         return -1;
     ar_model_init(c->m, cfg->train.seed);

@@ -162,8 +162,7 @@ int ar_pipe_bench_variant(ar_comm *world, const ar_config *cfg, const ar_pipe_be
         unsigned char *runs = ar_xcalloc((size_t)ar_cfg_sublayers(&cfg->model) + 2, 1);
         ar_model_split sp;
         ar_pipe_model_split(cfg, world->rank, runs, &sp); /* this stage's activations only */
-        ar_model_cfg mc = cfg->model;
-        mc.recompute = cfg->train.recompute;
+        ar_model_cfg mc = ar_cfg_training_model(cfg);
         rc = ar_model_create_split(&m, &mc, be, cfg->train.batch_size, &sp, e);
         free(runs);
     }

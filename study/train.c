@@ -514,8 +514,7 @@ static int setup(trainer *t, long *start, ar_err *e)
         unsigned char *runs = ar_xcalloc((size_t)ar_cfg_sublayers(&cfg->model) + 2, 1);
         ar_model_split sp;
         ar_pipe_model_split(cfg, t->comm->rank, runs, &sp);
-        ar_model_cfg mc = cfg->model;
-        mc.recompute = cfg->train.recompute;
+        ar_model_cfg mc = ar_cfg_training_model(cfg);
         rc = ar_model_create_split(&t->m, &mc, be, cfg->train.batch_size, &sp, e);
         free(runs);
     }
