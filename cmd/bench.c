@@ -16,12 +16,13 @@
 #include "../formats/json.h"
 #include "../study/bench.h"
 #include "../study/child.h"
+#include "bench_ops.h"
 #include "cmds.h"
 #include "options.h"
 
 static const char *usage = "attnres bench [CONFIG] [--set KEY=VALUE]... [--steps N] [--warmup N] [--repeat R] "
                            "[--threads N] [--variants LIST] [--device cpu|cuda] [--precision fp32|bf16] "
-                           "[--peak-tflops X] [--pipeline P [--virtual V] [--micro-batches M]] [--json]";
+                           "[--peak-tflops X] [--ops] [--pipeline P [--virtual V] [--micro-batches M]] [--json]";
 
 #define MIB (1024.0 * 1024.0)
 #define AR_BENCH_MAX_VARIANTS 16
@@ -40,6 +41,7 @@ typedef struct {
     report rep;
     double train_ovh, infer_ovh; /* percent, median over paired rounds; NaN without a baseline */
     double train_nm, infer_nm;   /* the same outside the matrix products (cpu only, else NaN) */
+    bench_ops_variant ops;       /* every op's time over the timed rounds (cpu only) */
 } variant_run;
 
 static void valid_names(char *buf, size_t n)
@@ -140,8 +142,9 @@ typedef struct {
     const ar_bench_opts *o;
 } paired_job;
 
-/* The timing process: a report, then train[n*repeat], infer[n*repeat] and
- * the matrix-product fractions train_mm[n*repeat], infer_mm[n*repeat]. */
+/* The timing process: a report, then train[n*repeat], infer[n*repeat],
+ * the matrix-product fractions train_mm[n*repeat], infer_mm[n*repeat] and
+ * the op tallies ops[2n]. */
 static void paired_work(void *ud, void *buf)
 {
     const paired_job *j = ud;
@@ -149,7 +152,8 @@ static void paired_work(void *ud, void *buf)
     double *v = (double *)(rep + 1);
     size_t nd = (size_t)j->n * j->o->repeat;
     ar_err e = {{0}};
-    rep->ok = ar_bench_paired(j->cfgs, j->n, j->o, v, v + nd, v + 2 * nd, v + 3 * nd, &e) == 0;
+    ar_op_tally *ops = (ar_op_tally *)(v + 4 * nd);
+    rep->ok = ar_bench_paired(j->cfgs, j->n, j->o, v, v + nd, v + 2 * nd, v + 3 * nd, ops, &e) == 0;
     if (!rep->ok)
         snprintf(rep->msg, sizeof rep->msg, "%s", e.msg);
 }
@@ -161,7 +165,7 @@ static void paired_work(void *ud, void *buf)
 static int run_paired(variant_run *runs, int n, const variant_run *base, const ar_bench_opts *o, ar_err *e)
 {
     int R = o->repeat, bi = base ? (int)(base - runs) : -1;
-    size_t nd = (size_t)n * R, bytes = sizeof(report) + 4 * nd * sizeof(double);
+    size_t nd = (size_t)n * R, bytes = sizeof(report) + 4 * nd * sizeof(double) + 2 * (size_t)n * sizeof(ar_op_tally);
     report *rep = calloc(1, bytes);
     ar_config *cfgs = calloc((size_t)n, sizeof *cfgs);
     double *tmp = calloc((size_t)R, sizeof *tmp);
@@ -174,12 +178,20 @@ static int run_paired(variant_run *runs, int n, const variant_run *base, const a
     paired_job j = {cfgs, n, o};
     int rc = run_child(paired_work, &j, rep, bytes, "the timing process (all variants at once)", e);
     const double *buf = (const double *)(rep + 1);
+    const ar_op_tally *ops = (const ar_op_tally *)(buf + 4 * nd);
     for (int i = 0; i < n && rc == 0; i++) {
         ar_bench_result *r = &runs[i].rep.r;
+        bench_ops_variant *ov = &runs[i].ops;
+        ov->label = runs[i].def->label;
+        ov->steps = (long)R * o->steps;
         for (int pass = 0; pass < 2; pass++) {
             const double *v = buf + (size_t)pass * nd + (size_t)i * R;
             const double *vm = buf + (size_t)(2 + pass) * nd + (size_t)i * R;
             double med, lo, hi, ovh = NAN, nm = NAN, olo, ohi;
+            ov->ops[pass] = ops[2 * i + pass];
+            ov->seconds[pass] = 0;
+            for (int k = 0; k < R; k++) /* a round's seconds are its tokens over its tok/s */
+                ov->seconds[pass] += (double)r->batch * r->seq_len * o->steps / v[k];
             memcpy(tmp, v, (size_t)R * sizeof *tmp);
             ar_bench_summarize(tmp, R, &med, &lo, &hi);
             if (bi >= 0) {
@@ -255,7 +267,7 @@ static void json_num_or_null(ar_jw *w, const char *key, double x)
 }
 
 static void print_json(const char *config, const ar_config *cfg, const ar_bench_opts *o, variant_run *runs,
-                       int n, const variant_run *base, double ceil_max, double peak_tflops)
+                       int n, const variant_run *base, double ceil_max, double peak_tflops, int with_ops)
 {
     int gpu = cfg->train.device != AR_DEVICE_CPU;
     derived d0 = derive(&runs[0], base, peak_tflops);
@@ -377,6 +389,10 @@ static void print_json(const char *config, const ar_config *cfg, const ar_bench_
             ar_jw_null(&w);
         json_num_or_null(&w, "extra_ratio", d.ratio);
         json_num_or_null(&w, "loss", r->loss);
+        if (with_ops) {
+            ar_jw_key(&w, "ops");
+            bench_ops_json(&w, &v->ops, ceil_max);
+        }
         ar_jw_obj_end(&w);
     }
     ar_jw_arr_end(&w);
@@ -491,7 +507,7 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
 int cmd_bench(int argc, char **argv)
 {
     const char *config = NULL, *variants = NULL;
-    int json = 0, rc = AR_EXIT_USAGE;
+    int json = 0, with_ops = 0, rc = AR_EXIT_USAGE;
     double peak_tflops = 0;
     ar_bench_opts o = {.be = NULL, .threads = 0, .steps = 5, .warmup = 2, .repeat = 3};
     variant_run *runs = NULL;
@@ -517,6 +533,8 @@ int cmd_bench(int argc, char **argv)
             bad = cli_parse_int(a, v, 1, &o.repeat) != 0;
         else if (!strcmp(a, "--json"))
             json = 1;
+        else if (!strcmp(a, "--ops"))
+            with_ops = 1;
         else if (!strcmp(a, "--virtual") || !strcmp(a, "--micro-batches"))
             bad = cli_usage_error(usage, "'%s' goes with '--pipeline P'", a) != 0;
         else
@@ -539,6 +557,12 @@ int cmd_bench(int argc, char **argv)
     if ((config && ar_config_load(&cfg, config, &e) != 0) || cli_opts_apply(&so, &cfg, &e) != 0)
         goto fail;
     o.threads = cfg.train.threads;
+    /* a device's ops return before their work is done */
+    if (with_ops && cfg.train.device != AR_DEVICE_CPU) {
+        ar_fail(&e, "'--ops' times the CPU backend's ops only, and 'train.device' is %s",
+                ar_device_name(cfg.train.device));
+        goto fail;
+    }
     /* the backend is opened in the children, which fork from a process
      * without a CUDA context */
     if (cli_check_device(&cfg, &e) != 0)
@@ -597,9 +621,20 @@ int cmd_bench(int argc, char **argv)
     if (pr != 0)
         goto fail;
     if (json)
-        print_json(config, &cfg, &o, runs, n, base, ceil_max, peak_tflops);
+        print_json(config, &cfg, &o, runs, n, base, ceil_max, peak_tflops, with_ops);
     else
         print_table(config, &cfg, &o, runs, n, base, ceil_min, ceil_max, peak_tflops);
+    if (with_ops && !json) {
+        bench_ops_variant *ov = calloc((size_t)n, sizeof *ov);
+        if (!ov) {
+            ar_fail(&e, "out of memory");
+            goto fail;
+        }
+        for (int i = 0; i < n; i++)
+            ov[i] = runs[i].ops;
+        bench_ops_print(ov, n, ceil_max);
+        free(ov);
+    }
     rc = AR_EXIT_OK;
     goto out;
 fail:

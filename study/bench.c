@@ -210,48 +210,16 @@ int ar_bench_variant(const ar_config *cfg, const ar_bench_opts *o, ar_bench_resu
     return 0;
 }
 
-/* ---- time spent in matrix products (CPU backend only) ----
- * A copy of the CPU table whose matmul_fwd and matmul_bwd add their wall
- * time to mm_seconds.  Only where ops finish before they return: a device
- * backend's host-side times say nothing of its work. */
-static const ar_backend *mm_inner;
-static ar_backend mm_table;
-static double mm_seconds;
-
-static void mm_fwd(float *out, const float *x, const float *W, int N, int in, int outd)
-{
-    double t = now_s();
-    mm_inner->matmul_fwd(out, x, W, N, in, outd);
-    mm_seconds += now_s() - t;
-}
-
-static void mm_bwd(float *dx, float *dW, const float *dout, const float *x, const float *W, int N,
-                   int in, int outd)
-{
-    double t = now_s();
-    mm_inner->matmul_bwd(dx, dW, dout, x, W, N, in, outd);
-    mm_seconds += now_s() - t;
-}
-
-/* be with its matrix products timed, or NULL where they cannot be */
-static const ar_backend *mm_timed(const ar_backend *be)
-{
-    if (be != ar_backend_cpu())
-        return NULL;
-    mm_inner = be;
-    mm_table = *be;
-    mm_table.matmul_fwd = mm_fwd;
-    mm_table.matmul_bwd = mm_bwd;
-    return &mm_table;
-}
-
 int ar_bench_paired(const ar_config *cfgs, int nv, const ar_bench_opts *o, double *train,
-                    double *infer, double *train_mm, double *infer_mm, ar_err *e)
+                    double *infer, double *train_mm, double *infer_mm, ar_op_tally *ops, ar_err *e)
 {
     const ar_backend *be = bench_backend(o, &cfgs[0], e);
     if (!be)
         return -1;
-    const ar_backend *tb = mm_timed(be);
+    /* every op timed (study/op_timer.h), on the CPU backend only */
+    const ar_backend *tb = ar_op_timer(be);
+    if (ops)
+        memset(ops, 0, (size_t)2 * nv * sizeof *ops);
     bench_ctx *c = ar_xcalloc((size_t)nv, sizeof *c);
     int rc = 0, made = 0;
     for (; made < nv && rc == 0; made++)
@@ -271,11 +239,23 @@ int ar_bench_paired(const ar_config *cfgs, int nv, const ar_bench_opts *o, doubl
             for (int q = 0; q < nv; q++) {
                 int v = k % 2 ? nv - 1 - q : q;
                 size_t at = (size_t)v * o->repeat + k;
-                mm_seconds = 0;
+                ar_op_tally sample;
+                memset(&sample, 0, sizeof sample);
+                ar_op_timer_into(&sample);
                 out[at] = time_steps(&c[v], step, o->steps);
+                ar_op_timer_into(NULL);
                 /* the sample's seconds are its tokens over its tok/s */
+                double mm_s = sample.seconds[AR_OP_MATMUL_FWD] + sample.seconds[AR_OP_MATMUL_BWD];
                 if (mm)
-                    mm[at] = tb ? mm_seconds * out[at] / ((double)c[v].B * c[v].m->T * o->steps) : NAN;
+                    mm[at] = tb ? mm_s * out[at] / ((double)c[v].B * c[v].m->T * o->steps) : NAN;
+                if (ops && tb) {
+                    ar_op_tally *sum = &ops[2 * v + pass];
+                    for (int op = 0; op < AR_OP_COUNT; op++) {
+                        sum->seconds[op] += sample.seconds[op];
+                        sum->flops[op] += sample.flops[op];
+                        sum->calls[op] += sample.calls[op];
+                    }
+                }
             }
     }
     for (int v = 0; v < made; v++)

@@ -15,6 +15,7 @@
 #include "../core/config.h"
 #include "../core/error.h"
 #include "../lib/backend.h"
+#include "op_timer.h"
 
 /* ---- the variants a bench compares ---- */
 
@@ -100,9 +101,12 @@ int ar_bench_variant(const ar_config *cfg, const ar_bench_opts *o, ar_bench_resu
  * train_mm and infer_mm (each may be NULL) get, at the same places, the
  * fraction of that time spent in matmul_fwd and matmul_bwd: measured on the
  * CPU backend, NaN on any other (its ops return before their work is done).
- * Needs the memory of all nv models at once. */
+ * ops (or NULL), 2*nv tallies: ops[2v] and ops[2v+1] get what every op of
+ * variant v did in all its timed training and forward-only rounds (the
+ * CPU backend only; zero on any other).  Needs the memory of all nv models
+ * at once. */
 int ar_bench_paired(const ar_config *cfgs, int nv, const ar_bench_opts *o, double *train,
-                    double *infer, double *train_mm, double *infer_mm, ar_err *e);
+                    double *infer, double *train_mm, double *infer_mm, ar_op_tally *ops, ar_err *e);
 
 /* A variant's overhead outside the matrix products, in percent of its own
  * time: 100 ((t_v - m_v) - (t_b - m_b)) / t_v, with t = 1 / tok/s the time

@@ -86,7 +86,7 @@ Test(bench, paired_timing_measures_the_matrix_products)
     ar_bench_opts o = {.be = NULL, .threads = 2, .steps = 1, .warmup = 1, .repeat = 3};
     double train[6], infer[6], tmm[6], imm[6];
     ar_err e;
-    cr_assert_eq(ar_bench_paired(c, 2, &o, train, infer, tmm, imm, &e), 0, "%s", e.msg);
+    cr_assert_eq(ar_bench_paired(c, 2, &o, train, infer, tmm, imm, NULL, &e), 0, "%s", e.msg);
     for (int i = 0; i < 6; i++) {
         check_finite_pos(train[i], "train tok/s", "paired");
         check_finite_pos(infer[i], "infer tok/s", "paired");
@@ -249,4 +249,98 @@ Test(bench, device_option_opens_the_backend)
     c.train.device = AR_DEVICE_CUDA;
     cr_assert_eq(ar_bench_variant(&c, &o, &r, &e), -1);
     cr_assert(strstr(e.msg, "'cuda' is not available"), "%s", e.msg);
+}
+
+/* The op timer (attnres bench --ops): a wrapped op gives the inner op's
+ * result bit for bit and tallies one call, its FLOPs and a positive time;
+ * every compute entry of the table is wrapped (an op added to lib/backend.h
+ * without its wrapper in study/op_timer.c would go untimed). */
+Test(bench, op_timer_wraps_every_op_and_counts_one_call)
+{
+    const ar_backend *cpu = ar_backend_cpu(), *t = ar_op_timer(cpu);
+    cr_assert_not_null(t);
+    typedef void (*fn)(void);
+    enum { WORDS = sizeof(ar_backend) / sizeof(fn) };
+    fn tw[WORDS], cw[WORDS];
+    memcpy(tw, t, sizeof tw);
+    memcpy(cw, cpu, sizeof cw);
+    /* the entries left as they are: name, memory, sync, threads, device */
+    const void *kept[] = {(const void *)&cpu->name,       (const void *)&cpu->alloc,
+                          (const void *)&cpu->free,       (const void *)&cpu->upload,
+                          (const void *)&cpu->download,   (const void *)&cpu->sync,
+                          (const void *)&cpu->set_threads, (const void *)&cpu->set_bf16,
+                          (const void *)&cpu->device_name, (const void *)&cpu->peak_bf16_flops};
+    int wrapped = 0;
+    for (int i = 0; i < WORDS; i++) {
+        const void *at = (const char *)cpu + i * sizeof(fn);
+        int keep = 0;
+        for (size_t k = 0; k < sizeof kept / sizeof *kept; k++)
+            keep |= kept[k] == at;
+        if (keep)
+            cr_expect(tw[i] == cw[i], "word %d: a memory or device entry is wrapped", i);
+        else
+            cr_expect(cw[i] && tw[i] != cw[i], "word %d of ar_backend (lib/backend.h's order) is not timed", i);
+        wrapped += !keep;
+    }
+    cr_assert_eq(wrapped, AR_OP_COUNT, "ar_op_id lists %d ops, the table has %d compute entries", AR_OP_COUNT,
+                 wrapped);
+
+    enum { N = 5, IN = 7, OUT = 3 };
+    float x[N * IN], W[OUT * IN], a[N * OUT], b[N * OUT];
+    for (int i = 0; i < N * IN; i++)
+        x[i] = (float)((i * 37) % 11) / 7.0f - 0.6f;
+    for (int i = 0; i < OUT * IN; i++)
+        W[i] = (float)((i * 13) % 9) / 5.0f - 0.8f;
+    ar_op_tally tl;
+    memset(&tl, 0, sizeof tl);
+    ar_op_timer_into(&tl);
+    t->matmul_fwd(a, x, W, N, IN, OUT);
+    ar_op_timer_into(NULL);
+    t->matmul_fwd(a, x, W, N, IN, OUT); /* not tallied */
+    cpu->matmul_fwd(b, x, W, N, IN, OUT);
+    cr_assert_eq(memcmp(a, b, sizeof a), 0);
+    cr_assert_eq(tl.calls[AR_OP_MATMUL_FWD], 1);
+    cr_assert_eq(tl.flops[AR_OP_MATMUL_FWD], 2.0 * N * IN * OUT);
+    cr_assert(tl.seconds[AR_OP_MATMUL_FWD] > 0);
+    for (int op = 0; op < AR_OP_COUNT; op++)
+        if (op != AR_OP_MATMUL_FWD)
+            cr_assert_eq(tl.calls[op], 0, "%s", ar_op_name(op));
+    cr_assert_str_eq(ar_op_name(AR_OP_ADAMW), "adamw");
+    cr_assert_str_eq(ar_op_name(AR_OP_MATMUL_BWD), "matmul_bwd");
+}
+
+/* In a paired bench the tally of the baseline's training rounds counts the
+ * formula's FLOPs exactly: 6 FLOPs per matrix weight and token (every
+ * non-embedding parameter but the RMSNorm gains) plus 12 n_layer d T of
+ * attention; the forward-only rounds a third of it; the timed ops take
+ * less time than the rounds they ran in. */
+Test(bench, op_tally_counts_the_formulas_flops)
+{
+    ar_config c[1] = {tiny()};
+    ar_bench_apply_variant(&c[0], ar_bench_find_variant("baseline"));
+    ar_bench_opts o = {.be = NULL, .threads = 1, .steps = 2, .warmup = 1, .repeat = 2};
+    double train[2], infer[2];
+    ar_op_tally ops[2];
+    ar_err e;
+    cr_assert_eq(ar_bench_paired(c, 1, &o, train, infer, NULL, NULL, ops, &e), 0, "%s", e.msg);
+    ar_bench_result r;
+    o.repeat = o.steps = 1, o.warmup = 0;
+    cr_assert_eq(ar_bench_variant(&c[0], &o, &r, &e), 0, "%s", e.msg);
+    const ar_model_cfg *m = &c[0].model;
+    double tokens = 2.0 * 2 * c[0].train.batch_size * m->seq_len; /* repeat x steps x B x T */
+    double gains = (2.0 * m->n_layer + 1) * m->d_model;
+    double want = 6.0 * ((double)r.nonembed_params - gains) + 12.0 * m->n_layer * m->d_model * m->seq_len;
+    double got = 0, got_inf = 0, secs = 0;
+    for (int op = 0; op < AR_OP_COUNT; op++) {
+        got += ops[0].flops[op];
+        got_inf += ops[1].flops[op];
+        secs += ops[0].seconds[op];
+    }
+    cr_assert_float_eq(got / tokens, want, 1e-6 * want, "training: %.1f FLOPs per token counted, %.1f by the formula",
+                       got / tokens, want);
+    cr_assert_float_eq(got_inf / tokens, want / 3, 1e-6 * want, "forward: %.1f per token, want %.1f", got_inf / tokens,
+                       want / 3);
+    cr_assert(ops[0].calls[AR_OP_ADAMW] > 0 && ops[1].calls[AR_OP_ADAMW] == 0);
+    double round_s = tokens / 2 / train[0] + tokens / 2 / train[1];
+    cr_assert(secs > 0 && secs < round_s, "ops %g s, rounds %g s", secs, round_s);
 }

@@ -1014,6 +1014,60 @@ Test(cli, bench_peak_tflops_gives_mfu)
     free(out);
 }
 
+/* bench --ops: every variant's ops, their times adding up with the time
+ * between them to the step, in JSON and as tables; refused off the CPU. */
+Test(cli, bench_ops_splits_the_step_by_op)
+{
+    const char *dir = tu_tmpdir();
+    int st;
+    char *out = run_in(dir, 1, &st, "bench --json --ops --variants baseline,full " BENCH_TINY);
+    cr_assert_eq(st, 0, "bench exited %d; stdout:\n%s", st, out);
+    ar_err e;
+    ar_json *j = ar_json_parse(out, strlen(out), &e);
+    cr_assert(j != NULL, "invalid JSON (%s):\n%s", e.msg, out);
+    const ar_json *res = json_field(j, "results", AR_JSON_ARR);
+    for (int i = 0; i < 2; i++) {
+        const ar_json *ops = json_field(&res->items[i], "ops", AR_JSON_OBJ);
+        const char *passes[] = {"train", "infer"};
+        for (int p = 0; p < 2; p++) {
+            const ar_json *ps = json_field(ops, passes[p], AR_JSON_OBJ);
+            double step = json_field(ps, "step_ms", AR_JSON_NUM)->num;
+            double sum = json_field(ps, "between_ops_ms", AR_JSON_NUM)->num;
+            const ar_json *list = json_field(ps, "ops", AR_JSON_ARR);
+            int mm = 0, depth = 0, adamw = 0;
+            for (int k = 0; k < list->n; k++) {
+                const char *name = json_field(&list->items[k], "op", AR_JSON_STR)->str;
+                double ms = json_field(&list->items[k], "ms_per_step", AR_JSON_NUM)->num;
+                cr_assert(ms >= 0, "%s: %g ms", name, ms);
+                cr_assert_gt(json_field(&list->items[k], "calls_per_step", AR_JSON_NUM)->num, 0);
+                json_field(&list->items[k], "gap_ms_per_step", AR_JSON_NUM);
+                mm |= !strcmp(name, "matmul_fwd");
+                depth |= !strncmp(name, "depth_", 6);
+                adamw |= !strcmp(name, "adamw");
+                sum += ms;
+            }
+            cr_assert(step > 0);
+            cr_assert_float_eq(sum, step, 1e-6 * step, "%s %s: ops and the time between them %g ms, step %g ms",
+                               i ? "full" : "baseline", passes[p], sum, step);
+            cr_assert(mm, "no matmul_fwd in %s", passes[p]);
+            cr_assert_eq(depth, i == 1, "depth ops in %s of variant %d", passes[p], i);
+            cr_assert_eq(adamw, p == 0, "adamw in %s", passes[p]);
+            cr_assert_gt(json_field(ps, "counted_gflop_per_step", AR_JSON_NUM)->num, 0);
+        }
+    }
+    ar_json_free(j);
+    free(out);
+    out = run_in(dir, 1, &st, "bench --ops --variants baseline " BENCH_TINY);
+    cr_assert_eq(st, 0, "bench exited %d; stdout:\n%s", st, out);
+    cr_assert(strstr(out, "training step: ms per step by op") && strstr(out, "forward-only pass: ms per step by op") &&
+                  strstr(out, "gap to the sgemm ceiling") && strstr(out, "matmul_bwd"),
+              "%s", out);
+    free(out);
+    char *err = run_in(dir, 2, &st, "bench --ops --device cuda --variants baseline " BENCH_TINY);
+    check_error_style(err);
+    expect(err, st, 1, "'--ops' times the CPU backend's ops only");
+}
+
 /* ---- --device, --precision ---- */
 
 Test(cli, device_and_precision_values_are_checked)
