@@ -252,6 +252,31 @@ typedef struct ar_backend {
                           const float *alpha, const float *rstd, const float *const *src, int n,
                           const float *w, int wstride, const float *g, const float *theta,
                           int sigmoid, int H, int N, int d);
+    /* The same backward in pieces, so that mixers sharing sources take
+     * them in one pass (lib/residual_mixer.c's chunks; shared queries only,
+     * wstride 0).  depth_mix_cdot, per token and head:
+     *   cdot[i,a] = sum_{j in G_a} dh[i,j] h[i,j]   (=, N x H)
+     * which equals sum_s alpha[i,a,s] da[a,s] over all of a mixer's sources
+     * (h = sum_s alpha src_s), the softmax's only term that needs them all.
+     * depth_mix_bwd_chunk: for C mixers c < C that list the same buffers
+     * src[s], dsrc[s] at places s0 <= s < s1 of their source lists (n[c]
+     * sources each; alpha[c], rstd[c], w[c], g[c], theta[c], dh[c] theirs
+     * as in depth_mix_bwd, cdot[c] from depth_mix_cdot), depth_mix_bwd's
+     * sums restricted to those s, with dl = alpha (da - cdot) (softmax) or
+     * da alpha (1 - alpha) (sigmoid):
+     *   dsrc[s] += sum_c (alpha_c dh_c + dl_c r ...)   (as depth_mix_bwd)
+     *   dw[c], dg[c] += their terms of those s;  dtheta[c][s] += sum_a dl
+     * Each source row is read once per token for all C mixers.  w[c], g[c],
+     * theta[c] are all NULL or all set; dw, dg, dtheta entries may be NULL.
+     * cdot then the chunk op over every mixer's whole list (s0 = 0, s1 = n)
+     * equals depth_mix_bwd to rounding. */
+    void (*depth_mix_cdot)(float *cdot, const float *dh, const float *h, int H, int N, int d);
+    void (*depth_mix_bwd_chunk)(float *const *dsrc, const float *const *src, int s0, int s1, int C, float *const *dw,
+                                float *const *dg, float *const *dtheta, const float *const *dh,
+                                const float *const *cdot, const float *const *alpha,
+                                const float *const *rstd, const int *n, const float *const *w,
+                                const float *const *g, const float *const *theta, int sigmoid,
+                                int H, int N, int d);
 
     /* ---- weighted sum of buffers with learned coefficients (DenseFormer,
      * mHC) ----

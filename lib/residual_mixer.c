@@ -22,9 +22,24 @@
  *   .norm.weight [d]    key-norm gain (absent with key_norm: false)
  *   .logits [n]         static: theta_m (zero-initialised)
  *
+ * The backward in chunks: mixers 1..L are cut into chunks of up to
+ * ar_depth_chunk consecutive ones (the final mixer, and every mixer of swa
+ * or of an input-dependent query, is a chunk of its own).  The first k
+ * sources of a chunk's mixers are the same buffers (Full's sources: every
+ * output before the chunk; block kinds: the block summaries), and their
+ * gradients are needed only below the chunk.  So when mixer m's dL/dh is
+ * known, the backward takes
+ *   cdot = dh.h per head (depth_mix_cdot: the softmax's sum over all of
+ *          m's sources, sum_s alpha_s da_s) and m's own sources s >= k
+ *          (depth_mix_bwd_chunk with C = 1);
+ * and at the chunk's lowest mixer, the shared sources s < k of all its
+ * mixers at once (C = the chunk's size): one read of each shared source
+ * row and of its gradient row per chunk instead of per mixer.  The chunk's
+ * dL/dh rows wait in one buffer per place in the chunk (dHc).
+ *
  * Memory is simple rather than lean: P, dP and the mixed inputs h of every
  * mixer are kept (3(L+1) buffers of N x d), plus per mixer its weights and
- * the input-dependent query's activations. */
+ * the input-dependent query's activations, and the chunk's dL/dh rows. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -33,6 +48,8 @@
 #include "residual.h"
 
 int ar_depth_general = 0;
+
+#define AR_MIXER_CHUNK_MAX 8
 
 typedef struct {
     int n;
@@ -43,6 +60,8 @@ typedef struct {
     float *alpha, *rstd; /* N x H x n, N x n */
     float *h;            /* the mixed input (N x d) */
     float *qn, *qrs, *wq; /* query: input: RMSNorm(last), its rstd, W qn */
+    float *cdot;         /* N x H: dh.h per head (chunked backward) */
+    int m0, pos;         /* its chunk's lowest mixer, and its place in the chunk */
 } mixer;
 
 typedef struct {
@@ -52,6 +71,9 @@ typedef struct {
     float **P, **dP;
     mixer *mx;
     float *fgrad, *dH, *dwq, *dqn, *ones, *dgdump;
+    int cmax;            /* most mixers in a backward chunk (1: none batched) */
+    int *csize, *ck;     /* per lowest mixer m0: its chunk's size and shared sources */
+    float **dHc;         /* cmax buffers N x d: the chunk's dL/dh, by place */
     const ar_param_table *pt;
     float *params, *grads;
 } mixer_res;
@@ -88,6 +110,8 @@ static void mixer_bind(ar_residual *r, float *params, float *grads, float *const
     }
     s->fgrad = be->alloc(nd);
     s->dH = be->alloc(nd);
+    for (int c = 0; c < s->cmax && s->cmax > 1; c++)
+        s->dHc[c] = be->alloc(nd);
     if (s->qinput) {
         s->dwq = be->alloc(nd);
         s->dqn = be->alloc(nd);
@@ -105,6 +129,8 @@ static void mixer_bind(ar_residual *r, float *params, float *grads, float *const
         if (s->key_norm)
             x->rstd = be->alloc((size_t)r->maxN * x->n * sizeof(float));
         x->h = be->alloc(nd);
+        if (s->cmax > 1)
+            x->cdot = be->alloc((size_t)r->maxN * s->H * sizeof(float));
         if (s->qinput) {
             x->qn = be->alloc(nd);
             x->wq = be->alloc(nd);
@@ -153,9 +179,35 @@ static void mix_bwd(mixer_res *s, int m, const float *dh, int N)
                         d);
         return;
     }
-    be->depth_mix_bwd(x->dsp, gp(s, x->q_idx), gp(s, x->g_idx), gp(s, x->t_idx), dh, x->alpha, x->rstd,
-                      x->sp, x->n, pp(s, x->q_idx), 0, pp(s, x->g_idx), pp(s, x->t_idx), s->sigmoid, s->H, N,
-                      d);
+    if (s->cmax == 1 || m == s->base.L + 1) {
+        be->depth_mix_bwd(x->dsp, gp(s, x->q_idx), gp(s, x->g_idx), gp(s, x->t_idx), dh, x->alpha, x->rstd,
+                          x->sp, x->n, pp(s, x->q_idx), 0, pp(s, x->g_idx), pp(s, x->t_idx), s->sigmoid, s->H,
+                          N, d);
+        return;
+    }
+    /* its own sources now; the shared ones with the whole chunk, at its
+     * lowest mixer (the module comment) */
+    int m0 = x->m0, C = s->csize[m0], k = s->ck[m0];
+    float *dw[AR_MIXER_CHUNK_MAX], *dg[AR_MIXER_CHUNK_MAX], *dt[AR_MIXER_CHUNK_MAX];
+    const float *dhs[AR_MIXER_CHUNK_MAX], *cd[AR_MIXER_CHUNK_MAX], *al[AR_MIXER_CHUNK_MAX],
+        *rs[AR_MIXER_CHUNK_MAX], *w[AR_MIXER_CHUNK_MAX], *g[AR_MIXER_CHUNK_MAX], *th[AR_MIXER_CHUNK_MAX];
+    int n[AR_MIXER_CHUNK_MAX];
+    int lo = m == m0 ? m0 : m, hi = m == m0 ? m0 + C - 1 : m;
+    for (int q = lo; q <= hi; q++) {
+        const mixer *y = &s->mx[q];
+        int c = q - lo;
+        dw[c] = gp(s, y->q_idx), dg[c] = gp(s, y->g_idx), dt[c] = gp(s, y->t_idx);
+        dhs[c] = s->dHc[y->pos], cd[c] = y->cdot, al[c] = y->alpha, rs[c] = y->rstd, n[c] = y->n;
+        w[c] = pp(s, y->q_idx), g[c] = pp(s, y->g_idx), th[c] = pp(s, y->t_idx);
+    }
+    be->depth_mix_cdot(x->cdot, dh, x->h, s->H, N, d);
+    if (x->n > k)
+        be->depth_mix_bwd_chunk(x->dsp, x->sp, k, x->n, 1, dw + (m - lo), dg + (m - lo), dt + (m - lo),
+                                dhs + (m - lo), cd + (m - lo), al + (m - lo), rs + (m - lo), n + (m - lo),
+                                w + (m - lo), g + (m - lo), th + (m - lo), s->sigmoid, s->H, N, d);
+    if (m == m0)
+        be->depth_mix_bwd_chunk(x->dsp, x->sp, 0, k, C, dw, dg, dt, dhs, cd, al, rs, n, w, g, th, s->sigmoid,
+                                s->H, N, d);
 }
 
 static float *mixer_embed_out(ar_residual *r) { return MR(r)->P[0]; }
@@ -198,12 +250,12 @@ static const float *mixer_input_saved(ar_residual *r, int l, int N)
 }
 static float *mixer_input_grad_buf(ar_residual *r, int l, int N, float *spare)
 {
-    (void)l;
     (void)N;
     (void)spare;
-    return MR(r)->dH;
+    mixer_res *s = MR(r);
+    return s->cmax > 1 ? s->dHc[s->mx[l].pos] : s->dH;
 }
-static void mixer_input_bwd(ar_residual *r, int l, int N) { mix_bwd(MR(r), l, MR(r)->dH, N); }
+static void mixer_input_bwd(ar_residual *r, int l, int N) { mix_bwd(MR(r), l, mixer_input_grad_buf(r, l, N, NULL), N); }
 static float *mixer_embed_grad(ar_residual *r) { return MR(r)->dP[0]; }
 static int mixer_n_sources(ar_residual *r, int l) { return MR(r)->mx[l].n; }
 
@@ -248,9 +300,15 @@ static void mixer_destroy(ar_residual *r)
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i])
             be->free(bufs[i]);
+    for (int c = 0; c < s->cmax && s->cmax > 1; c++)
+        if (s->dHc[c])
+            be->free(s->dHc[c]);
+    free(s->dHc);
+    free(s->csize);
+    free(s->ck);
     for (int m = 1; m <= r->L + 1; m++) {
         mixer *x = &s->mx[m];
-        float *mb[] = {x->alpha, x->rstd, x->h, x->qn, x->wq, x->qrs};
+        float *mb[] = {x->alpha, x->rstd, x->h, x->qn, x->wq, x->qrs, x->cdot};
         for (size_t i = 0; i < sizeof mb / sizeof *mb; i++)
             if (mb[i])
                 be->free(mb[i]);
@@ -285,6 +343,46 @@ static const ar_residual_vt mixer_vt = {
     .source = mixer_source,
     .destroy = mixer_destroy,
 };
+
+/* Length of the common prefix of two mixers' source lists. */
+static int common_prefix(const mixer *a, const mixer *b)
+{
+    int k = 0;
+    while (k < a->n && k < b->n && a->src[k] == b->src[k])
+        k++;
+    return k;
+}
+
+/* Chunks of the backward: mixers 1..L in runs of up to cmax consecutive
+ * ones sharing their first k >= 1 sources; each mixer learns its chunk's
+ * lowest mixer m0 and its place, m0 the chunk's size and k. */
+static void plan_chunks(mixer_res *s)
+{
+    int L = s->base.L;
+    s->cmax = ar_depth_chunk < 1 ? 1 : ar_depth_chunk > AR_MIXER_CHUNK_MAX ? AR_MIXER_CHUNK_MAX : ar_depth_chunk;
+    if (s->qinput || s->kind == AR_RES_SWA)
+        s->cmax = 1; /* the query's backward needs the whole dL/dh at once; windows share only v_0 */
+    s->csize = ar_xcalloc((size_t)L + 2, sizeof(int));
+    s->ck = ar_xcalloc((size_t)L + 2, sizeof(int));
+    s->dHc = ar_xcalloc((size_t)s->cmax, sizeof(float *));
+    for (int m0 = 1; m0 <= L + 1;) {
+        int C = 1, k = s->mx[m0].n;
+        while (m0 + C <= L && C < s->cmax) {
+            int kk = common_prefix(&s->mx[m0], &s->mx[m0 + C]);
+            if (kk < 1)
+                break;
+            k = kk < k ? kk : k;
+            C++;
+        }
+        if (m0 == L + 1)
+            C = 1, k = s->mx[m0].n;
+        s->csize[m0] = C;
+        s->ck[m0] = k;
+        for (int c = 0; c < C; c++)
+            s->mx[m0 + c].m0 = m0, s->mx[m0 + c].pos = c;
+        m0 += C;
+    }
+}
 
 ar_residual *ar_residual_mixer_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN,
                                       ar_param_table *pt)
@@ -335,5 +433,6 @@ ar_residual *ar_residual_mixer_create(const ar_model_cfg *cfg, const ar_backend 
             x->t_idx = ar_params_add(pt, nm, x->n, 0, AR_INIT_ZEROS, 0, m);
         }
     }
+    plan_chunks(s);
     return &s->base;
 }

@@ -123,6 +123,14 @@ T_(AR_OP_DEPTH_MIX_BWD, depth_mix_bwd, 0,
     const float *rstd, const float *const *src, int n, const float *w, int wstride, const float *g,
     const float *theta, int sigmoid, int H, int N, int d),
    (dsrc, dw, dg, dtheta, dh, alpha, rstd, src, n, w, wstride, g, theta, sigmoid, H, N, d))
+T_(AR_OP_DEPTH_MIX_CDOT, depth_mix_cdot, 0, (float *cdot, const float *dh, const float *h, int H, int N, int d),
+   (cdot, dh, h, H, N, d))
+T_(AR_OP_DEPTH_MIX_BWD_CHUNK, depth_mix_bwd_chunk, 0,
+   (float *const *dsrc, const float *const *src, int s0, int s1, int C, float *const *dw, float *const *dg,
+    float *const *dtheta, const float *const *dh, const float *const *cdot, const float *const *alpha,
+    const float *const *rstd, const int *n, const float *const *w, const float *const *g,
+    const float *const *theta, int sigmoid, int H, int N, int d),
+   (dsrc, src, s0, s1, C, dw, dg, dtheta, dh, cdot, alpha, rstd, n, w, g, theta, sigmoid, H, N, d))
 T_(AR_OP_WSUM_FWD, wsum_fwd, 0, (float *y, const float *const *x, const float *c, int n, int acc, size_t len),
    (y, x, c, n, acc, len))
 T_(AR_OP_WSUM_BWD, wsum_bwd, 0,
@@ -165,7 +173,7 @@ static const char *const names[AR_OP_COUNT] = {
     "swiglu_fwd", "swiglu_bwd",
     "depth_attn_fwd", "depth_attn_bwd",
     "depth_fwd_inter", "depth_fwd_merge", "depth_bwd_intra", "depth_bwd_inter",
-    "depth_mix_fwd", "depth_mix_bwd",
+    "depth_mix_fwd", "depth_mix_bwd", "depth_mix_cdot", "depth_mix_bwd_chunk",
     "wsum_fwd", "wsum_bwd",
     "xent_fwd", "xent_bwd",
     "adamw",
@@ -209,6 +217,8 @@ const ar_backend *ar_op_timer(const ar_backend *be)
     table.depth_bwd_inter = w_depth_bwd_inter;
     table.depth_mix_fwd = w_depth_mix_fwd;
     table.depth_mix_bwd = w_depth_mix_bwd;
+    table.depth_mix_cdot = w_depth_mix_cdot;
+    table.depth_mix_bwd_chunk = w_depth_mix_bwd_chunk;
     table.wsum_fwd = w_wsum_fwd;
     table.wsum_bwd = w_wsum_bwd;
     table.xent_fwd = w_xent_fwd;

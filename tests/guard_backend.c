@@ -617,6 +617,47 @@ static void g_depth_mix_bwd(float *const *dsrc, float *dw, float *dg, float *dth
                              d));
 }
 
+static void g_depth_mix_cdot(float *cdot, const float *dh, const float *h, int H, int N, int d)
+{
+    const char *op = "depth_mix_cdot";
+    size_t nd = (size_t)N * d;
+    dev(op, "cdot", cdot, F((size_t)N * H), 0);
+    dev(op, "dh", dh, F(nd), 0);
+    dev(op, "h", h, F(nd), 0);
+    RUN(cpu()->depth_mix_cdot(cdot, dh, h, H, N, d));
+}
+
+static void g_depth_mix_bwd_chunk(float *const *dsrc, const float *const *src, int s0, int s1, int C,
+                                  float *const *dw, float *const *dg, float *const *dtheta, const float *const *dh,
+                                  const float *const *cdot, const float *const *alpha, const float *const *rstd,
+                                  const int *n, const float *const *w, const float *const *g,
+                                  const float *const *theta, int sigmoid, int H, int N, int d)
+{
+    const char *op = "depth_mix_bwd_chunk";
+    size_t nd = (size_t)N * d;
+    host_ints(op, "n", n, C);
+    dev_list(op, "dsrc", (const float *const *)dsrc, s1, nd, 1);
+    dev_list(op, "src", src, s1, nd, 0);
+    dev_list(op, "dw", (const float *const *)dw, C, d, 1);
+    dev_list(op, "dg", (const float *const *)dg, C, d, 1);
+    dev_list(op, "dh", dh, C, nd, 0);
+    dev_list(op, "cdot", cdot, C, (size_t)N * H, 0);
+    dev_list(op, "w", w, C, d, 1);
+    dev_list(op, "g", g, C, d, 1);
+    host(op, "alpha", alpha);
+    host(op, "rstd", rstd);
+    host(op, "theta", theta);
+    host(op, "dtheta", dtheta);
+    for (int c = 0; c < C; c++) {
+        dev(op, "alpha", alpha[c], F((size_t)N * H * n[c]), 0);
+        dev(op, "rstd", rstd[c], F((size_t)N * n[c]), !g[c]);
+        dev(op, "theta", theta[c], F(n[c]), 1);
+        dev(op, "dtheta", dtheta[c], F(n[c]), 1);
+    }
+    RUN(cpu()->depth_mix_bwd_chunk(dsrc, src, s0, s1, C, dw, dg, dtheta, dh, cdot, alpha, rstd, n, w, g, theta,
+                                   sigmoid, H, N, d));
+}
+
 static void g_wsum_fwd(float *y, const float *const *x, const float *c, int n, int accumulate, size_t len)
 {
     dev("wsum_fwd", "y", y, F(len), 0);
@@ -709,6 +750,8 @@ static const ar_backend guard = {
     .depth_bwd_inter = g_depth_bwd_inter,
     .depth_mix_fwd = g_depth_mix_fwd,
     .depth_mix_bwd = g_depth_mix_bwd,
+    .depth_mix_cdot = g_depth_mix_cdot,
+    .depth_mix_bwd_chunk = g_depth_mix_bwd_chunk,
     .wsum_fwd = g_wsum_fwd,
     .wsum_bwd = g_wsum_bwd,
     .xent_fwd = g_xent_fwd,

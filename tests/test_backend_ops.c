@@ -1045,6 +1045,83 @@ Test(backend_ops, depth_mix)
     mix_case(6, 1024, 512, 4, Q_TOKEN, 1, 0, 1, 0);
 }
 
+/* The backward in pieces (depth_mix_cdot, depth_mix_bwd_chunk): C mixers
+ * with source lists of k shared then c + 1 own sources, their cdot from
+ * random dh and h, then the chunk op over their shared sources and one
+ * mixer's own ones. */
+static void mix_chunk_case(int k, int C, int N, int d, int H, int query, int keynorm, int theta, int sigmoid)
+{
+    at("depth_mix_bwd_chunk k=%d C=%d N=%d d=%d H=%d query=%d keynorm=%d theta=%d sigmoid=%d", k, C, N, d, H,
+       query, keynorm, theta, sigmoid);
+    enum { MC = 4 };
+    size_t nd = (size_t)N * d;
+    int ns = k + C, n[MC];
+    tp *src[MAXL], *dsrc[MAXL], *w[MC], *g[MC], *th[MC], *dh[MC], *h[MC], *al[MC], *rs[MC], *cd[MC], *dw[MC],
+        *dg[MC], *dth[MC];
+    sources(src, ns, N, d);
+    for (int s = 0; s < ns; s++)
+        dsrc[s] = rnd(nd, -1, 1);
+    for (int c = 0; c < C; c++) {
+        n[c] = k + c + 1;
+        w[c] = query ? queries(d, d) : NULL;
+        g[c] = keynorm ? rnd(d, 0.5f, 1.5f) : NULL;
+        th[c] = theta ? rnd(n[c], -2, 2) : NULL;
+        dh[c] = rnd(nd, -1, 1), h[c] = rnd(nd, -1, 1), cd[c] = junk((size_t)N * H);
+        /* weights of a softmax or sigmoid: positive, below 1 */
+        al[c] = rnd((size_t)N * H * n[c], 0.01f, 0.9f), rs[c] = rnd((size_t)N * n[c], 0.5f, 2.0f);
+        dw[c] = w[c] ? rnd(d, -1, 1) : NULL, dg[c] = g[c] ? rnd(d, -1, 1) : NULL;
+        dth[c] = th[c] ? rnd(n[c], -1, 1) : NULL;
+    }
+    for (int c = 0; c < C; c++) {
+        BOTH be->depth_mix_cdot(D(cd[c]), D(dh[c]), D(h[c]), H, N, d);
+        check("depth_mix_cdot", cd[c]);
+    }
+    tl ls = list(src, ns), ld = list(dsrc, ns);
+#define OPT(t) ((t) ? D(t) : NULL)
+    BOTH
+    {
+        float *pdw[MC], *pdg[MC], *pdt[MC];
+        const float *pdh[MC], *pcd[MC], *pal[MC], *prs[MC], *pw[MC], *pg[MC], *pth[MC];
+        for (int c = 0; c < C; c++) {
+            pdw[c] = OPT(dw[c]), pdg[c] = OPT(dg[c]), pdt[c] = OPT(dth[c]);
+            pdh[c] = D(dh[c]), pcd[c] = D(cd[c]), pal[c] = D(al[c]), prs[c] = D(rs[c]);
+            pw[c] = OPT(w[c]), pg[c] = OPT(g[c]), pth[c] = OPT(th[c]);
+        }
+        be->depth_mix_bwd_chunk(DL(ld), CL(ls), 0, k, C, pdw, pdg, pdt, pdh, pcd, pal, prs, n, pw, pg, pth,
+                                sigmoid, H, N, d);
+        int c = C - 1; /* the last mixer's own sources */
+        be->depth_mix_bwd_chunk(DL(ld), CL(ls), k, n[c], 1, pdw + c, pdg + c, pdt + c, pdh + c, pcd + c, pal + c,
+                                prs + c, n + c, pw + c, pg + c, pth + c, sigmoid, H, N, d);
+    }
+#undef OPT
+    char what[64];
+    for (int s = 0; s < ns; s++) {
+        snprintf(what, sizeof what, "depth_mix_bwd_chunk dsrc[%d]", s);
+        check(what, dsrc[s]);
+    }
+    for (int c = 0; c < C; c++) {
+        if (dw[c])
+            check("depth_mix_bwd_chunk dw", dw[c]);
+        if (dg[c])
+            check("depth_mix_bwd_chunk dg", dg[c]);
+        if (dth[c])
+            check("depth_mix_bwd_chunk dtheta", dth[c]);
+    }
+    release();
+}
+
+Test(backend_ops, depth_mix_chunk)
+{
+    NEED_B();
+    /* k, C, N, d, H, query, keynorm, theta, sigmoid */
+    mix_chunk_case(3, 4, 37, 64, 1, 1, 1, 0, 0);
+    mix_chunk_case(5, 3, 13, 72, 4, 1, 1, 0, 1);
+    mix_chunk_case(2, 2, 37, 20, 1, 1, 0, 0, 0);
+    mix_chunk_case(4, 3, 37, 20, 1, 0, 0, 1, 0);
+    mix_chunk_case(4, 2, 13, 72, 1, 0, 0, 0, 0);
+    mix_chunk_case(6, 4, 1024, 512, 8, 1, 1, 0, 0);
+}
+
 /* ---- weighted sums --------------------------------------------------- */
 
 static void wsum_case(int n, size_t len)

@@ -272,6 +272,106 @@ Test(ops, depth_mix_fast_equals_simple)
     }
 }
 
+/* The backward in pieces (depth_mix_cdot, depth_mix_bwd_chunk) against the
+ * whole one-phase backward of each mixer (cpu_depth_mix_bwd_simple), on
+ * random non-zero inputs: C mixers with nested source lists (mixer c lists
+ * the k shared sources, then c + 1 of its own), each with its own query,
+ * gain, static logits, weights (from its forward) and dL/dh.  The pieces:
+ * cdot from dh and h, each mixer's own sources with C = 1, then the shared
+ * ones for all C at once; the fast op and its scalar version both. */
+static void mix_chunk_case(int k, int C, int N, int d, int H, int use_w, int use_g, int use_theta,
+                           int sigmoid, int fast)
+{
+    enum { MAXC = 4, MAXS = 16 };
+    size_t nd = (size_t)N * d;
+    int ns = k + C, n[MAXC];
+    float *src[MAXS], *dref[MAXS], *dgot[MAXS];
+    for (int s = 0; s < ns; s++) {
+        src[s] = malloc(nd * 4);
+        tu_fill_uniform(src[s], nd, -2, 2, 400 + (uint64_t)s);
+        dref[s] = malloc(nd * 4);
+        dgot[s] = malloc(nd * 4);
+        tu_fill_uniform(dref[s], nd, -1, 1, 500 + (uint64_t)s);
+        memcpy(dgot[s], dref[s], nd * 4);
+    }
+    const float *const *sp = (const float *const *)src;
+    float *w[MAXC], *g[MAXC], *th[MAXC], *dh[MAXC], *h[MAXC], *al[MAXC], *rs[MAXC], *cd[MAXC];
+    float *dw1[MAXC], *dw2[MAXC], *dg1[MAXC], *dg2[MAXC], *dt1[MAXC], *dt2[MAXC];
+    for (int c = 0; c < C; c++) {
+        n[c] = k + c + 1;
+        w[c] = malloc((size_t)d * 4), g[c] = malloc((size_t)d * 4), th[c] = malloc(MAXS * 4);
+        dh[c] = malloc(nd * 4), h[c] = malloc(nd * 4), cd[c] = malloc((size_t)N * H * 4);
+        al[c] = malloc((size_t)N * H * n[c] * 4), rs[c] = calloc((size_t)N * n[c], 4);
+        dw1[c] = malloc((size_t)d * 4), dw2[c] = malloc((size_t)d * 4);
+        dg1[c] = malloc((size_t)d * 4), dg2[c] = malloc((size_t)d * 4);
+        dt1[c] = malloc(MAXS * 4), dt2[c] = malloc(MAXS * 4);
+        tu_fill_uniform(w[c], (size_t)d, -1.5f, 1.5f, 20 + (uint64_t)c);
+        tu_fill_uniform(g[c], (size_t)d, 0.5f, 1.5f, 30 + (uint64_t)c);
+        tu_fill_uniform(th[c], MAXS, -1, 1, 40 + (uint64_t)c);
+        tu_fill_uniform(dh[c], nd, -1, 1, 50 + (uint64_t)c);
+        tu_fill_uniform(dw1[c], (size_t)d, -1, 1, 60 + (uint64_t)c);
+        tu_fill_uniform(dg1[c], (size_t)d, -1, 1, 70 + (uint64_t)c);
+        tu_fill_uniform(dt1[c], MAXS, -1, 1, 80 + (uint64_t)c);
+        memcpy(dw2[c], dw1[c], (size_t)d * 4);
+        memcpy(dg2[c], dg1[c], (size_t)d * 4);
+        memcpy(dt2[c], dt1[c], MAXS * 4);
+    }
+    const float *W[MAXC], *G[MAXC], *TH[MAXC];
+    for (int c = 0; c < C; c++) {
+        W[c] = use_w ? w[c] : NULL, G[c] = use_g ? g[c] : NULL, TH[c] = use_theta ? th[c] : NULL;
+        cpu_depth_mix_fwd_simple(h[c], al[c], rs[c], sp, n[c], W[c], 0, G[c], TH[c], sigmoid, H, N, d);
+        cpu_depth_mix_bwd_simple(dref, dw1[c], dg1[c], dt1[c], dh[c], al[c], rs[c], sp, n[c], W[c], 0, G[c], TH[c],
+                                 sigmoid, H, N, d);
+    }
+    void (*op)(float *const *, const float *const *, int, int, int, float *const *, float *const *, float *const *,
+               const float *const *, const float *const *, const float *const *, const float *const *, const int *,
+               const float *const *, const float *const *, const float *const *, int, int, int, int) =
+        fast ? ar_backend_cpu()->depth_mix_bwd_chunk : cpu_depth_mix_bwd_chunk_simple;
+    for (int c = 0; c < C; c++) {
+        ar_backend_cpu()->depth_mix_cdot(cd[c], dh[c], h[c], H, N, d);
+        op(dgot, sp, k, n[c], 1, &dw2[c], &dg2[c], &dt2[c], (const float *const *)&dh[c], (const float *const *)&cd[c],
+           (const float *const *)&al[c], (const float *const *)&rs[c], &n[c], &W[c], &G[c], &TH[c], sigmoid, H, N, d);
+    }
+    op(dgot, sp, 0, k, C, dw2, dg2, dt2, (const float *const *)dh, (const float *const *)cd,
+       (const float *const *)al, (const float *const *)rs, n, W, G, TH, sigmoid, H, N, d);
+    char what[160];
+    snprintf(what, sizeof what, "k %d C %d N %d d %d H %d w %d g %d theta %d sigmoid %d fast %d", k, C, N, d, H,
+             use_w, use_g, use_theta, sigmoid, fast);
+    for (int s = 0; s < ns; s++)
+        cr_expect_lt(tu_rel_err(dgot[s], dref[s], nd), 1e-5, "%s: dsrc[%d] %g", what, s,
+                     tu_rel_err(dgot[s], dref[s], nd));
+    for (int c = 0; c < C; c++) {
+        cr_expect_lt(tu_rel_err(dw2[c], dw1[c], (size_t)d), 2e-5, "%s: dw[%d] %g", what, c,
+                     tu_rel_err(dw2[c], dw1[c], (size_t)d));
+        cr_expect_lt(tu_rel_err(dg2[c], dg1[c], (size_t)d), 2e-5, "%s: dg[%d]", what, c);
+        cr_expect_lt(tu_rel_err(dt2[c], dt1[c], MAXS), 2e-5, "%s: dtheta[%d]", what, c);
+        free(w[c]), free(g[c]), free(th[c]), free(dh[c]), free(h[c]), free(cd[c]), free(al[c]), free(rs[c]);
+        free(dw1[c]), free(dw2[c]), free(dg1[c]), free(dg2[c]), free(dt1[c]), free(dt2[c]);
+    }
+    for (int s = 0; s < ns; s++)
+        free(src[s]), free(dref[s]), free(dgot[s]);
+}
+
+Test(ops, depth_mix_chunk_equals_whole_backward)
+{
+    ar_backend_cpu()->set_threads(2);
+    int shapes[][2] = {{64, 1}, {64, 4}, {64, 16}, {48, 3}, {32, 1}};
+    for (size_t q = 0; q < sizeof shapes / sizeof *shapes; q++) {
+        int d = shapes[q][0], H = shapes[q][1];
+        for (int fast = 0; fast < 2; fast++)
+            for (int v = 0; v < 3; v++) {
+                int k = v == 0 ? 1 : v == 1 ? 4 : 9, C = v == 0 ? 1 : v == 1 ? 4 : 3, N = v == 2 ? 70 : 37;
+                mix_chunk_case(k, C, N, d, H, 1, 1, 0, 0, fast); /* softmax, key norm */
+                mix_chunk_case(k, C, N, d, H, 1, 1, 0, 1, fast); /* sigmoid */
+                mix_chunk_case(k, C, N, d, H, 1, 0, 0, 0, fast); /* no key norm */
+                if (H == 1) {
+                    mix_chunk_case(k, C, N, d, 1, 0, 0, 1, 0, fast); /* static logits */
+                    mix_chunk_case(k, C, N, d, 1, 0, 0, 0, 0, fast); /* uniform (rescaled) */
+                }
+            }
+    }
+}
+
 Test(ops, wsum_forward_and_backward)
 {
     const ar_backend *be = cpu();
@@ -435,6 +535,61 @@ static double compare(ar_model_cfg a, ar_model_cfg b, int gen_a, int gen_b, int 
     ar_model_free(ma);
     ar_model_free(mb);
     return d;
+}
+
+/* The general mixer's backward in chunks (lib/residual_mixer.c) against
+ * one mixer at a time (ar_depth_chunk 1), on random weights and tokens:
+ * every kind and flag it serves, L = 8 sublayers so that chunks of 3 and 4
+ * leave a shorter last chunk, block kinds with blocks of 3 that chunks
+ * cross.  Loss, logits and every gradient agree to float rounding. */
+static double compare_chunks(ar_model_cfg c, int ca, int cb)
+{
+    ar_model *ma, *mb;
+    ar_err e;
+    int B = 2, saved = ar_depth_chunk;
+    ar_depth_chunk = ca;
+    cr_assert_eq(ar_model_create(&ma, &c, cpu(), B, &e), 0, "%s", e.msg);
+    ar_depth_chunk = cb;
+    cr_assert_eq(ar_model_create(&mb, &c, cpu(), B, &e), 0, "%s", e.msg);
+    ar_depth_chunk = saved;
+    tu_model_randomize(ma, 17);
+    ar_model_zero_grad(mb);
+    for (int j = 0; j < mb->pt.n; j++)
+        memcpy(ar_model_param(mb, j), ar_model_param(ma, j), mb->pt.p[j].numel * sizeof(float));
+    double d = tu_model_diff(ma, mb, B);
+    ar_model_free(ma);
+    ar_model_free(mb);
+    return d;
+}
+
+Test(variants, mixer_backward_in_chunks_equals_one_at_a_time)
+{
+    struct {
+        const char *what;
+        ar_res_kind kind;
+        int sigmoid, no_key_norm, heads, block;
+    } cases[] = {
+        {"sigmoid", AR_RES_FULL, 1, 0, 1, 0},      {"no-key-norm", AR_RES_FULL, 0, 1, 1, 0},
+        {"full heads 2", AR_RES_FULL, 0, 0, 2, 0}, {"static", AR_RES_STATIC, 0, 0, 1, 0},
+        {"rescaled", AR_RES_RESCALED, 0, 0, 1, 0}, {"block heads 3 S=3", AR_RES_BLOCK, 0, 0, 3, 3},
+        {"block no-key-norm S=3", AR_RES_BLOCK, 0, 1, 1, 3}, {"block sigmoid S=2", AR_RES_BLOCK, 1, 0, 1, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ar_model_cfg c = tiny(cases[i].kind);
+        c.n_layer = 4;
+        if (cases[i].sigmoid)
+            c.residual.score = AR_SCORE_SIGMOID;
+        if (cases[i].no_key_norm)
+            c.residual.key_norm = AR_KEY_NORM_OFF;
+        c.residual.heads = cases[i].heads;
+        if (cases[i].block)
+            c.residual.block_size = cases[i].block;
+        valid(&c);
+        for (int cb = 2; cb <= 4; cb++) {
+            double d = compare_chunks(c, 1, cb);
+            cr_expect_lt(d, 2e-5, "%s: chunks of %d differ from one mixer at a time by %g", cases[i].what, cb, d);
+        }
+    }
 }
 
 Test(variants, rescaled_gives_uniform_weights)

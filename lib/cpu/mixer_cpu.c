@@ -755,3 +755,210 @@ void cpu_depth_mix_bwd(float *const *dsrc, float *dw, float *dg, float *dtheta, 
                 dtheta[s] += pt[s];
     }
 }
+
+/* ------------------------------------------------------------------------
+ * The backward in pieces (lib/backend.h depth_mix_cdot, depth_mix_bwd_chunk):
+ * a chunk of C mixers that share sources takes each shared source row from
+ * memory once per token, and its gradient row once, instead of once per
+ * mixer; cdot stands in for the softmax's sum over all of a mixer's
+ * sources. */
+
+#define MIX_CHUNK_MAX 8 /* mixers per chunk op call */
+
+void cpu_depth_mix_cdot(float *cdot, const float *dh, const float *h, int H, int N, int d)
+{
+    const int e = d / H;
+#pragma omp parallel for schedule(static) if ((long)N * d > PAR_MIN)
+    for (int i = 0; i < N; i++) {
+        const float *gy = dh + (size_t)i * d, *x = h + (size_t)i * d;
+        for (int a = 0; a < H; a++) {
+            float acc = 0;
+            for (int j = a * e; j < (a + 1) * e; j++)
+                acc += gy[j] * x[j];
+            cdot[(size_t)i * H + a] = acc;
+        }
+    }
+}
+
+/* dl of one head for one source: softmax (cd = cdot) or sigmoid */
+static inline float chunk_dl(float da, float as, float cd, int sigmoid)
+{
+    return sigmoid ? da * as * (1.0f - as) : as * (da - cd);
+}
+
+/* Adds the per-token-chunk partials (per mixer: dw d, dg d, dtheta ns) in
+ * chunk order: the thread count does not change the sums. */
+static void chunk_reduce(const float *part, int nch, int C, size_t pc, int s0, int ns, int d, float *const *dw,
+                         float *const *dg, float *const *dtheta, int hasq, int keyn, int hastheta)
+{
+    for (int ch = 0; ch < nch; ch++)
+        for (int c = 0; c < C; c++) {
+            const float *pw = part + ((size_t)ch * C + c) * pc, *pg = pw + d, *pt = pg + d;
+            if (hasq && dw[c])
+                for (int j = 0; j < d; j++)
+                    dw[c][j] += pw[j];
+            if (hasq && keyn && dg[c])
+                for (int j = 0; j < d; j++)
+                    dg[c][j] += pg[j];
+            if (hastheta && dtheta[c])
+                for (int t = 0; t < ns; t++)
+                    dtheta[c][s0 + t] += pt[t];
+        }
+}
+
+void cpu_depth_mix_bwd_chunk_simple(float *const *dsrc, const float *const *src, int s0, int s1, int C,
+                                    float *const *dw, float *const *dg, float *const *dtheta,
+                                    const float *const *dh, const float *const *cdot,
+                                    const float *const *alpha, const float *const *rstd, const int *n,
+                                    const float *const *w, const float *const *g,
+                                    const float *const *theta, int sigmoid, int H, int N, int d)
+{
+    if (s1 <= s0 || C < 1 || N < 1)
+        return;
+    const int e = d / H, ns = s1 - s0;
+    const int hasq = w[0] && !theta[0], keyn = g[0] != NULL, hastheta = theta[0] != NULL;
+    const int nch = (N + MIX_CHUNK - 1) / MIX_CHUNK;
+    const size_t pc = (size_t)2 * d + ns, stride = (size_t)C * pc;
+    float *part = cpu_ws(WS_A, (size_t)nch * stride * sizeof(float));
+    memset(part, 0, (size_t)nch * stride * sizeof(float));
+#pragma omp parallel for schedule(static)
+    for (int ch = 0; ch < nch; ch++) {
+        int i1 = (ch + 1) * MIX_CHUNK < N ? (ch + 1) * MIX_CHUNK : N;
+        for (int i = ch * MIX_CHUNK; i < i1; i++)
+            for (int s = s0; s < s1; s++) {
+                const float *x = src[s] + (size_t)i * d;
+                float *dx = dsrc[s] ? dsrc[s] + (size_t)i * d : NULL;
+                for (int c = 0; c < C; c++) {
+                    float *pw = part + ((size_t)ch * C + c) * pc, *pg = pw + d, *pt = pg + d;
+                    const float *gy = dh[c] + (size_t)i * d, *q = hasq ? w[c] : NULL, *gc = g[c];
+                    const float *a = alpha[c] + (size_t)i * H * n[c];
+                    const float r = keyn ? rstd[c][(size_t)i * n[c] + s] : 1.0f;
+                    float dl[H], dot[H], cross = 0;
+                    for (int hh = 0; hh < H; hh++) {
+                        float acc = 0, u = 0;
+                        for (int j = hh * e; j < (hh + 1) * e; j++) {
+                            acc += gy[j] * x[j];
+                            if (q)
+                                u += q[j] * (gc ? gc[j] : 1.0f) * x[j];
+                        }
+                        dl[hh] = chunk_dl(acc, a[hh * n[c] + s], cdot[c][(size_t)i * H + hh], sigmoid);
+                        dot[hh] = u;
+                        cross += dl[hh] * u;
+                        if (hastheta)
+                            pt[s - s0] += dl[hh];
+                    }
+                    const float c3 = keyn ? cross * r * r * r / d : 0.0f;
+                    for (int hh = 0; hh < H; hh++) {
+                        const float as = a[hh * n[c] + s], ca = dl[hh] * r;
+                        for (int j = hh * e; j < (hh + 1) * e; j++) {
+                            const float gj = gc ? gc[j] : 1.0f;
+                            if (dx)
+                                dx[j] += as * gy[j] + (q ? ca * q[j] * gj : 0.0f) - c3 * x[j];
+                            if (q) {
+                                pw[j] += ca * gj * x[j];
+                                pg[j] += ca * q[j] * x[j];
+                            }
+                        }
+                    }
+                    (void)dot;
+                }
+            }
+    }
+    chunk_reduce(part, nch, C, pc, s0, ns, d, dw, dg, dtheta, hasq, keyn, hastheta);
+}
+
+/* The fast path: per token and shared source, the row is swept once per
+ * mixer while it sits in L1 (row_sweep2: dh.x and u.x), its gradient row
+ * updated in place (bwd_row); the parameter gradients' partial is one row
+ * T_c = sum dl r x per mixer and token chunk, times g or q at the end. */
+void cpu_depth_mix_bwd_chunk(float *const *dsrc, const float *const *src, int s0, int s1, int C,
+                             float *const *dw, float *const *dg, float *const *dtheta, const float *const *dh,
+                             const float *const *cdot, const float *const *alpha, const float *const *rstd,
+                             const int *n, const float *const *w, const float *const *g,
+                             const float *const *theta, int sigmoid, int H, int N, int d)
+{
+    if (s1 <= s0 || C < 1 || N < 1)
+        return;
+    if (!fast_shape(H, d) || C > MIX_CHUNK_MAX) {
+        cpu_depth_mix_bwd_chunk_simple(dsrc, src, s0, s1, C, dw, dg, dtheta, dh, cdot, alpha, rstd, n, w, g,
+                                       theta, sigmoid, H, N, d);
+        return;
+    }
+    const int e = d / H, ns = s1 - s0, P = H + VL;
+    const int hasq = w[0] && !theta[0], keyn = g[0] != NULL, hastheta = theta[0] != NULL;
+    int wantT = 0;
+    for (int c = 0; c < C; c++)
+        wantT |= hasq && (dw[c] || (keyn && dg[c]));
+    const int nch = (N + MIX_CHUNK - 1) / MIX_CHUNK;
+    const size_t pc = (size_t)2 * d + ns, stride = (size_t)C * pc;
+    float *part = cpu_ws(WS_A, (size_t)nch * stride * sizeof(float));
+    /* u_c = w_c g_c (the key norm's gain folded into the query) */
+    float *u = cpu_ws(WS_B, (size_t)C * d * sizeof(float));
+    for (int c = 0; c < C && hasq; c++)
+        for (int j = 0; j < d; j++)
+            u[(size_t)c * d + j] = w[c][j] * (keyn ? g[c][j] : 1.0f);
+    v16i idx;
+    for (int l = 0; l < VL; l++)
+        idx[l] = e < VL ? l / e : 0;
+#pragma omp parallel if (nch > 1 && (long)N * ns * C * d > PAR_MIN)
+    {
+        float T[MIX_CHUNK_MAX][d], pr[H > 1 ? d : 1], pr2[H > 1 ? d : 1];
+        float da[H], dot[H], av[P], cv[P];
+        memset(av, 0, sizeof av);
+        memset(cv, 0, sizeof cv);
+#pragma omp for schedule(static)
+        for (int ch = 0; ch < nch; ch++) {
+            float *pch = part + (size_t)ch * stride;
+            memset(pch, 0, stride * sizeof(float));
+            for (int c = 0; c < C; c++)
+                memset(T[c], 0, (size_t)d * sizeof(float));
+            int i1 = (ch + 1) * MIX_CHUNK < N ? (ch + 1) * MIX_CHUNK : N;
+            for (int i = ch * MIX_CHUNK; i < i1; i++)
+                for (int s = s0; s < s1; s++) {
+                    const float *x = src[s] + (size_t)i * d;
+                    float *dx = dsrc[s] ? dsrc[s] + (size_t)i * d : NULL;
+                    for (int c = 0; c < C; c++) {
+                        const float *gy = dh[c] + (size_t)i * d, *uc = hasq ? u + (size_t)c * d : NULL;
+                        const float *a = alpha[c] + (size_t)i * H * n[c], *cd = cdot[c] + (size_t)i * H;
+                        /* sweep 1: da = dh.x and dot = u.x, per head */
+                        if (H == 1) {
+                            row_sweep2(gy, uc, x, d, 1, &da[0], &dot[0], NULL, NULL);
+                        } else {
+                            row_sweep2(gy, uc, x, d, 0, NULL, NULL, pr, pr2);
+                            head_sums(pr, H, e, d, da);
+                            if (uc)
+                                head_sums(pr2, H, e, d, dot);
+                        }
+                        const float r = keyn ? rstd[c][(size_t)i * n[c] + s] : 1.0f;
+                        float cross = 0, sdl = 0;
+                        for (int hh = 0; hh < H; hh++) {
+                            const float as = a[hh * n[c] + s], dl = chunk_dl(da[hh], as, cd[hh], sigmoid);
+                            av[hh] = as;
+                            cv[hh] = dl * r;
+                            cross += uc ? dl * dot[hh] : 0.0f;
+                            sdl += dl;
+                        }
+                        if (hastheta)
+                            pch[(size_t)c * pc + 2 * d + (s - s0)] += sdl;
+                        /* through rstd: only with key norm */
+                        const float c3 = keyn ? cross * r * r * r / d : 0.0f;
+                        /* sweep 2: dx += A dh + C u - c3 x, T += C x */
+                        if (hasq && wantT)
+                            bwd_row(dx, T[c], x, gy, uc, av, cv, c3, e, idx, 1, 1, d);
+                        else if (hasq && dx)
+                            bwd_row(dx, T[c], x, gy, uc, av, cv, c3, e, idx, 1, 0, d);
+                        else if (dx)
+                            bwd_row(dx, T[c], x, gy, uc, av, cv, c3, e, idx, 0, 0, d);
+                    }
+                }
+            for (int c = 0; c < C && wantT; c++) {
+                float *pw = pch + (size_t)c * pc, *pg = pw + d;
+                for (int j = 0; j < d; j++) {
+                    pw[j] = (keyn ? g[c][j] : 1.0f) * T[c][j];
+                    pg[j] = w[c][j] * T[c][j];
+                }
+            }
+        }
+    }
+    chunk_reduce(part, nch, C, pc, s0, ns, d, dw, dg, dtheta, hasq, keyn, hastheta);
+}

@@ -333,3 +333,159 @@ extern "C" void cuda_depth_mix_bwd(float *const *dsrc, float *dw, float *dg, flo
     if (want_dt)
         ar_cu_reduce_add(dtheta, part + 2 * (size_t)d, nb, stride, n);
 }
+
+/* ------------------------------------------------------------------------ */
+/* The backward in pieces (depth_mix_cdot, depth_mix_bwd_chunk).             */
+
+/* Token i (one block): cdot[i,a] = sum_{j in G_a} dh[i,j] h[i,j]. */
+__global__ void __launch_bounds__(MAXT)
+mix_cdot_kernel(float *cdot, const float *dh, const float *h, int H, int d)
+{
+    extern __shared__ float hs[];
+    size_t i = blockIdx.x;
+    int T = blockDim.x, tid = threadIdx.x;
+    float f[1][MAXV];
+#pragma unroll
+    for (int v = 0; v < MAXV; v++) {
+        int j = tid + v * T;
+        f[0][v] = j < d ? dh[i * d + j] * h[i * d + j] : 0.0f;
+    }
+    head_sums<1>(f, H, d / H, d, hs);
+    for (int a = tid; a < H; a += T)
+        cdot[i * H + a] = hs[a];
+}
+
+extern "C" void cuda_depth_mix_cdot(float *cdot, const float *dh, const float *h, int H, int N, int d)
+{
+    const char *op = "depth_mix_cdot";
+    if (N <= 0 || d <= 0)
+        return;
+    check_heads(H, d, op);
+    int T = row_threads(d, op);
+    size_t smem = (size_t)H * sizeof(float);
+    smem_opt_in((const void *)mix_cdot_kernel, smem, H, op);
+    mix_cdot_kernel<<<N, T, smem, ar_cuda_stream()>>>(cdot, dh, h, H, d);
+    AR_CUDA_LAUNCHED();
+}
+
+/* One mixer's part of the chunk op: mix_bwd_kernel over sources s0 <= s <
+ * s1 of its list, the softmax's sum over all its sources given as cdot
+ * (N x H), one shared query (wstride 0).  Scratch (shared): da, ux (H each),
+ * hs (2H).  Partials per block: dw (d), dg (d), dtheta (s1 - s0). */
+__global__ void __launch_bounds__(MAXT)
+mix_bwd_part_kernel(mlist dsrc, float *part, int want_dt, const float *dh, const float *cdot,
+                    const float *alpha, const float *rstd, clist src, int s0, int s1, int n,
+                    const float *w, const float *g, const float *theta, int sigmoid, int H, int N,
+                    int d, int tpb)
+{
+    extern __shared__ float sm[];
+    float *da = sm, *ux = da + H, *hs = ux + H;
+    int T = blockDim.x, tid = threadIdx.x, e = d / H, ns = s1 - s0;
+    const float *q = w && !theta ? w : NULL;
+    float gv[MAXV], qv[MAXV], pw[MAXV], pg[MAXV], pt = 0.0f;
+    size_t stride = (size_t)2 * d + ns;
+    float *pb = part + blockIdx.x * stride;
+#pragma unroll
+    for (int v = 0; v < MAXV; v++) {
+        int j = tid + v * T;
+        gv[v] = g && j < d ? g[j] : 1.0f;
+        qv[v] = q && j < d ? q[j] : 0.0f;
+        pw[v] = pg[v] = 0.0f;
+    }
+    for (int s = s0; s < s1; s++) {
+        int i0 = blockIdx.x * tpb, i1 = min(N, i0 + tpb);
+        pt = 0.0f;
+        for (int ii = i0; ii < i1; ii++) {
+            size_t i = ii;
+            const float *x = src.p[s] + i * d;
+            float *dx = dsrc.p[s] ? dsrc.p[s] + i * d : NULL;
+            float gy[MAXV], f[2][MAXV];
+#pragma unroll
+            for (int v = 0; v < MAXV; v++) {
+                int j = tid + v * T;
+                float xv = j < d ? x[j] : 0.0f;
+                gy[v] = j < d ? dh[i * d + j] : 0.0f;
+                f[0][v] = gy[v] * xv;
+                f[1][v] = qv[v] * gv[v] * xv;
+            }
+            head_sums<2>(f, H, e, d, hs);
+            for (int a = tid; a < H; a += T) {
+                float as = alpha[(i * H + a) * n + s];
+                float dav = hs[a];
+                da[a] = sigmoid ? dav * as * (1.0f - as) : as * (dav - cdot[i * H + a]); /* dl */
+                ux[a] = hs[H + a];
+            }
+            __syncthreads(); /* dl (in da) and ux complete */
+            float r = g ? rstd[i * n + s] : 1.0f, cross = 0.0f, sdl = 0.0f;
+            for (int a = 0; a < H; a++) {
+                cross += da[a] * ux[a];
+                sdl += da[a];
+            }
+            pt += sdl;
+            float c3 = g ? cross * r * r * r / d : 0.0f;
+#pragma unroll
+            for (int v = 0; v < MAXV; v++) {
+                int j = tid + v * T;
+                if (j >= d)
+                    continue;
+                int a = j / e;
+                float as = alpha[(i * H + a) * n + s], ca = da[a] * r, xv = x[j];
+                if (dx)
+                    dx[j] += as * gy[v] + (q ? ca * qv[v] * gv[v] : 0.0f) - c3 * xv;
+                if (q) {
+                    pw[v] += ca * gv[v] * xv;
+                    pg[v] += ca * qv[v] * xv;
+                }
+            }
+            __syncthreads(); /* da, ux read by all before the next token */
+        }
+        if (want_dt && tid == 0)
+            pb[2 * d + (s - s0)] = pt;
+    }
+#pragma unroll
+    for (int v = 0; v < MAXV; v++) {
+        int j = tid + v * T;
+        if (j < d) {
+            pb[j] = pw[v];
+            pb[d + j] = pg[v];
+        }
+    }
+}
+
+/* One launch per mixer, in order on the stream (so their additions into
+ * the shared dsrc rows do not race): the GPU reads each shared source once
+ * per mixer, as depth_mix_bwd does; the CPU op's one read per chunk is a
+ * cache optimisation this version does not make. */
+extern "C" void cuda_depth_mix_bwd_chunk(float *const *dsrc, const float *const *src, int s0, int s1, int C,
+                                         float *const *dw, float *const *dg, float *const *dtheta,
+                                         const float *const *dh, const float *const *cdot,
+                                         const float *const *alpha, const float *const *rstd, const int *n,
+                                         const float *const *w, const float *const *g,
+                                         const float *const *theta, int sigmoid, int H, int N, int d)
+{
+    const char *op = "depth_mix_bwd_chunk";
+    if (N <= 0 || d <= 0 || s1 <= s0 || C < 1)
+        return;
+    check_heads(H, d, op);
+    int T = row_threads(d, op), tpb = red_tokens(N, T), nb = red_nblk(N, tpb), ns = s1 - s0;
+    size_t smem = (size_t)4 * H * sizeof(float);
+    smem_opt_in((const void *)mix_bwd_part_kernel, smem, H, op);
+    clist sl = make_clist(src, s1, op);
+    mlist dl = make_mlist(dsrc, s1, op);
+    size_t stride = (size_t)2 * d + ns;
+    for (int c = 0; c < C; c++) {
+        int hasq = w[c] && !theta[c];
+        int want_dt = theta[c] && dtheta[c];
+        float *part = (float *)ar_cu_ws(CU_WS_ROWS, (size_t)nb * stride * sizeof(float));
+        mix_bwd_part_kernel<<<nb, T, smem, ar_cuda_stream()>>>(dl, part, want_dt, dh[c], cdot[c], alpha[c],
+                                                                rstd[c], sl, s0, s1, n[c], w[c], g[c], theta[c],
+                                                                sigmoid, H, N, d, tpb);
+        AR_CUDA_LAUNCHED();
+        if (hasq && dw[c])
+            ar_cu_reduce_add(dw[c], part, nb, stride, d);
+        if (hasq && g[c] && dg[c])
+            ar_cu_reduce_add(dg[c], part + d, nb, stride, d);
+        if (want_dt)
+            ar_cu_reduce_add(dtheta[c] + s0, part + 2 * (size_t)d, nb, stride, ns);
+    }
+}
