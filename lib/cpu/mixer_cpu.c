@@ -920,7 +920,15 @@ void cpu_depth_mix_bwd_chunk(float *const *dsrc, const float *const *src, int s0
                     for (int c = 0; c < C; c++) {
                         const float *gy = dh[c] + (size_t)i * d, *uc = hasq ? u + (size_t)c * d : NULL;
                         const float *a = alpha[c] + (size_t)i * H * n[c], *cd = cdot[c] + (size_t)i * H;
-                        /* sweep 1: da = dh.x and dot = u.x, per head */
+                        /* sweep 1: da = dh.x and dot = u.x, per head (uniform
+                         * weights: no logit to differentiate, dx += dh / n only) */
+                        if (!hasq && !hastheta) {
+                            for (int hh = 0; hh < H; hh++)
+                                av[hh] = a[hh * n[c] + s];
+                            if (dx)
+                                bwd_row(dx, T[c], x, gy, NULL, av, cv, 0.0f, e, idx, 0, 0, d);
+                            continue;
+                        }
                         if (H == 1) {
                             row_sweep2(gy, uc, x, d, 1, &da[0], &dot[0], NULL, NULL);
                         } else {
