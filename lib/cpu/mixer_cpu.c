@@ -970,3 +970,174 @@ void cpu_depth_mix_bwd_chunk(float *const *dsrc, const float *const *src, int s0
     }
     chunk_reduce(part, nch, C, pc, s0, ns, d, dw, dg, dtheta, hasq, keyn, hastheta);
 }
+
+/* ------------------------------------------------------------------------
+ * The forward in pieces (lib/backend.h depth_mix_fwd_inter, _merge): a
+ * chunk's mixers take their shared sources in one pass per token, each
+ * row read from memory once for all of them, then each mixer merges its
+ * own sources when they exist (online softmax over the pieces). */
+
+/* Logits of one source row x for the H heads of one query:
+ * z[a] = r sum_{j in G_a} u_j x_j (u = q g folded), theta, or 0. */
+static inline void row_logits(float *z, const float *x, const float *u, float r, float th, int hasq, int H,
+                              int e, int d, float *p)
+{
+    if (!hasq) {
+        for (int a = 0; a < H; a++)
+            z[a] = th;
+        return;
+    }
+    if (fast_shape(H, d) && H == 1) {
+        row_sweep(u, x, d, 1, 0, &z[0], NULL, NULL);
+        z[0] *= r;
+        return;
+    }
+    for (int j = 0; j < d; j++)
+        p[j] = u[j] * x[j];
+    for (int a = 0; a < H; a++) {
+        float acc = 0;
+        for (int j = a * e; j < (a + 1) * e; j++)
+            acc += p[j];
+        z[a] = acc * r;
+    }
+}
+
+static inline float row_rstd(const float *x, int d)
+{
+    float ss = 0;
+    if (d % VL == 0) {
+        row_sweep(NULL, x, d, 1, 1, NULL, NULL, &ss);
+    } else {
+        for (int j = 0; j < d; j++)
+            ss += x[j] * x[j];
+    }
+    return 1.0f / sqrtf(ss / d + AR_RMS_EPS);
+}
+
+/* y (+)= sum over sources of weight(a(j), s) x_s[j]: wt[s*H + a] */
+static inline void mix_add(float *y, const float *wt, const float *const *xs, int ns, int H, int e)
+{
+    for (int s = 0; s < ns; s++) {
+        const float *x = xs[s];
+        for (int a = 0; a < H; a++) {
+            const float ws = wt[s * H + a];
+            for (int j = a * e; j < (a + 1) * e; j++)
+                y[j] += ws * x[j];
+        }
+    }
+}
+
+void cpu_depth_mix_fwd_inter(float *const *o, float *const *lse, float *const *alpha, float *const *rstd,
+                             const int *n, const float *const *src, int k, const float *const *w,
+                             const float *const *g, const float *const *theta, int C, int sigmoid, int H, int N,
+                             int d)
+{
+    if (k < 1 || C < 1 || N < 1)
+        return;
+    const int e = d / H, hasq = w[0] && !theta[0], keyn = g[0] != NULL;
+    float *u = cpu_ws(WS_B, (size_t)C * d * sizeof(float));
+    for (int c = 0; c < C && hasq; c++)
+        for (int j = 0; j < d; j++)
+            u[(size_t)c * d + j] = w[c][j] * (keyn ? g[c][j] : 1.0f);
+#pragma omp parallel if ((long)N * k * C * d > PAR_MIN)
+    {
+        float p[d], wt[k * H], z[H];
+        const float *xs[k];
+#pragma omp for schedule(static)
+        for (int i = 0; i < N; i++) {
+            for (int s = 0; s < k; s++)
+                xs[s] = src[s] + (size_t)i * d;
+            float r[k];
+            for (int s = 0; s < k; s++) {
+                r[s] = keyn ? row_rstd(xs[s], d) : 1.0f;
+                for (int c = 0; c < C && keyn; c++)
+                    rstd[c][(size_t)i * n[c] + s] = r[s];
+            }
+            for (int c = 0; c < C; c++) {
+                float *al = alpha[c] + (size_t)i * H * n[c];
+                for (int s = 0; s < k; s++) {
+                    row_logits(z, xs[s], hasq ? u + (size_t)c * d : NULL, r[s], hasq ? 0.0f : theta[c] ? theta[c][s] : 0.0f,
+                               hasq, H, e, d, p);
+                    for (int a = 0; a < H; a++)
+                        al[a * n[c] + s] = z[a];
+                }
+                for (int a = 0; a < H; a++) {
+                    float *za = al + a * n[c];
+                    if (sigmoid) {
+                        for (int s = 0; s < k; s++)
+                            wt[s * H + a] = za[s] = 1.0f / (1.0f + expf(-za[s]));
+                        continue;
+                    }
+                    float mx = za[0], sum = 0;
+                    for (int s = 1; s < k; s++)
+                        mx = za[s] > mx ? za[s] : mx;
+                    for (int s = 0; s < k; s++)
+                        sum += wt[s * H + a] = expf(za[s] - mx);
+                    const float l = mx + logf(sum), inv = 1.0f / sum;
+                    lse[c][(size_t)i * H + a] = l;
+                    for (int s = 0; s < k; s++)
+                        wt[s * H + a] *= inv;
+                }
+                float *y = o[c] + (size_t)i * d;
+                memset(y, 0, (size_t)d * sizeof(float));
+                mix_add(y, wt, xs, k, H, e);
+            }
+        }
+    }
+}
+
+void cpu_depth_mix_fwd_merge(float *h, float *lse, float *alpha, float *rstd, int n, int k,
+                             const float *const *src, const float *w, const float *g, const float *theta,
+                             int sigmoid, int H, int N, int d)
+{
+    if (N < 1 || n < 1)
+        return;
+    const int e = d / H, hasq = w && !theta, keyn = g != NULL, j0 = n - k;
+    float *u = cpu_ws(WS_B, (size_t)d * sizeof(float));
+    for (int j = 0; j < d && hasq; j++)
+        u[j] = w[j] * (keyn ? g[j] : 1.0f);
+#pragma omp parallel if ((long)N * (j0 + 1) * d > PAR_MIN)
+    {
+        float p[d], wt[(j0 > 0 ? j0 : 1) * H], z[H], sc[H];
+        const float *xs[j0 > 0 ? j0 : 1];
+#pragma omp for schedule(static)
+        for (int i = 0; i < N; i++) {
+            float *al = alpha + (size_t)i * H * n, *y = h + (size_t)i * d;
+            for (int t = 0; t < j0; t++) {
+                xs[t] = src[k + t] + (size_t)i * d;
+                const float r = keyn ? row_rstd(xs[t], d) : 1.0f;
+                if (keyn)
+                    rstd[(size_t)i * n + k + t] = r;
+                row_logits(z, xs[t], hasq ? u : NULL, r, hasq ? 0.0f : theta ? theta[k + t] : 0.0f, hasq, H, e, d, p);
+                for (int a = 0; a < H; a++)
+                    al[a * n + k + t] = z[a];
+            }
+            for (int a = 0; a < H; a++) {
+                float *za = al + a * n;
+                if (sigmoid) {
+                    for (int t = 0; t < j0; t++)
+                        wt[t * H + a] = za[k + t] = 1.0f / (1.0f + expf(-za[k + t]));
+                    sc[a] = 1.0f;
+                    continue;
+                }
+                float *la = lse + (size_t)i * H + a, mx = *la;
+                for (int t = 0; t < j0; t++)
+                    mx = za[k + t] > mx ? za[k + t] : mx;
+                float sum = expf(*la - mx);
+                for (int t = 0; t < j0; t++)
+                    sum += expf(za[k + t] - mx);
+                const float L = mx + logf(sum);
+                sc[a] = expf(*la - L);
+                for (int s = 0; s < k; s++)
+                    za[s] = expf(za[s] - L);
+                for (int t = 0; t < j0; t++)
+                    wt[t * H + a] = za[k + t] = expf(za[k + t] - L);
+                *la = L;
+            }
+            for (int a = 0; a < H && !sigmoid; a++)
+                for (int j = a * e; j < (a + 1) * e; j++)
+                    y[j] *= sc[a];
+            mix_add(y, wt, xs, j0, H, e);
+        }
+    }
+}

@@ -489,3 +489,214 @@ extern "C" void cuda_depth_mix_bwd_chunk(float *const *dsrc, const float *const 
             ar_cu_reduce_add(dtheta[c] + s0, part + 2 * (size_t)d, nb, stride, ns);
     }
 }
+
+/* ------------------------------------------------------------------------ */
+/* The forward in pieces (depth_mix_fwd_inter, depth_mix_fwd_merge).          */
+
+#define CHUNK_MAX 8 /* mixers per depth_mix_fwd_inter call (lib/residual_mixer.c: at most 8) */
+struct clist8 {
+    const float *p[CHUNK_MAX];
+};
+struct mlist8 {
+    float *p[CHUNK_MAX];
+};
+struct ilist8 {
+    int v[CHUNK_MAX];
+};
+
+/* Logits of row x (registers xv) for the H heads of query w (g: folded,
+ * scaled by r) into z (shared, H); theta or 0 without a query.  Ends with
+ * a barrier: z is readable by all. */
+__device__ void row_logits_dev(const float (&xv)[MAXV], const float *w, const float *g, float r,
+                               float th, int H, int d, float *z, float *hs)
+{
+    int T = blockDim.x, tid = threadIdx.x;
+    if (!w) {
+        for (int a = tid; a < H; a += T)
+            z[a] = th;
+        __syncthreads();
+        return;
+    }
+    float f[1][MAXV];
+#pragma unroll
+    for (int v = 0; v < MAXV; v++) {
+        int j = tid + v * T;
+        f[0][v] = j < d ? w[j] * (g ? g[j] : 1.0f) * xv[v] : 0.0f;
+    }
+    head_sums<1>(f, H, d / H, d, hs);
+    for (int a = tid; a < H; a += T)
+        z[a] = hs[a] * r;
+    __syncthreads();
+}
+
+/* rstd of row x (registers), the same value in every thread */
+__device__ float row_rstd_dev(const float (&xv)[MAXV], int d)
+{
+    float v[1] = {0.0f};
+#pragma unroll
+    for (int q = 0; q < MAXV; q++)
+        v[0] += xv[q] * xv[q];
+    block_sum<1>(v);
+    return rsqrtf(v[0] / d + AR_RMS_EPS);
+}
+
+__device__ void load_row(float (&xv)[MAXV], const float *x, int d)
+{
+#pragma unroll
+    for (int v = 0; v < MAXV; v++) {
+        int j = threadIdx.x + v * blockDim.x;
+        xv[v] = j < d ? x[j] : 0.0f;
+    }
+}
+
+/* Token i (one block): every mixer c of the chunk over the shared sources
+ * s < k.  Scratch (shared): z (H), hs (H). */
+__global__ void __launch_bounds__(MAXT)
+mix_fwd_inter_kernel(mlist8 o, mlist8 lse, mlist8 alpha, mlist8 rstd, ilist8 n, clist src, int k, clist8 w,
+                     clist8 g, clist8 theta, int C, int sigmoid, int H, int d)
+{
+    extern __shared__ float sm[];
+    float *z = sm, *hs = z + H;
+    size_t i = blockIdx.x;
+    int T = blockDim.x, tid = threadIdx.x, e = d / H;
+    const int hasq = w.p[0] && !theta.p[0];
+    for (int c = 0; c < C; c++) {
+        float *al = alpha.p[c] + i * H * n.v[c];
+        for (int s = 0; s < k; s++) {
+            float xv[MAXV];
+            load_row(xv, src.p[s] + i * d, d);
+            float r = g.p[c] ? row_rstd_dev(xv, d) : 1.0f;
+            if (g.p[c] && tid == 0)
+                rstd.p[c][i * n.v[c] + s] = r;
+            row_logits_dev(xv, hasq ? w.p[c] : NULL, g.p[c], r, theta.p[c] ? theta.p[c][s] : 0.0f, H, d, z, hs);
+            for (int a = tid; a < H; a += T)
+                al[a * n.v[c] + s] = sigmoid ? 1.0f / (1.0f + expf(-z[a])) : z[a];
+            __syncthreads();
+        }
+        /* per head: log-sum-exp of the raw logits */
+        for (int a = tid; a < H && !sigmoid; a += T) {
+            const float *za = al + a * n.v[c];
+            float mx = za[0], sum = 0.0f;
+            for (int s = 1; s < k; s++)
+                mx = fmaxf(mx, za[s]);
+            for (int s = 0; s < k; s++)
+                sum += expf(za[s] - mx);
+            lse.p[c][i * H + a] = mx + logf(sum);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int v = 0; v < MAXV; v++) {
+            int j = tid + v * T;
+            if (j >= d)
+                continue;
+            int a = j / e;
+            const float *za = al + a * n.v[c];
+            float l = sigmoid ? 0.0f : lse.p[c][i * H + a], y = 0.0f;
+            for (int s = 0; s < k; s++)
+                y += (sigmoid ? za[s] : expf(za[s] - l)) * src.p[s][i * d + j];
+            o.p[c][i * d + j] = y;
+        }
+        __syncthreads();
+    }
+}
+
+/* Token i (one block): one mixer's own sources k <= s < n merged into h.
+ * Scratch (shared): z (H), hs (H), sc (H). */
+__global__ void __launch_bounds__(MAXT)
+mix_fwd_merge_kernel(float *h, float *lse, float *alpha, float *rstd, int n, int k, clist src, const float *w,
+                     const float *g, const float *theta, int sigmoid, int H, int d)
+{
+    extern __shared__ float sm[];
+    float *z = sm, *hs = z + H, *sc = hs + H;
+    size_t i = blockIdx.x;
+    int T = blockDim.x, tid = threadIdx.x, e = d / H;
+    const int hasq = w && !theta;
+    float *al = alpha + i * H * n;
+    for (int s = k; s < n; s++) {
+        float xv[MAXV];
+        load_row(xv, src.p[s] + i * d, d);
+        float r = g ? row_rstd_dev(xv, d) : 1.0f;
+        if (g && tid == 0)
+            rstd[i * n + s] = r;
+        row_logits_dev(xv, hasq ? w : NULL, g, r, theta ? theta[s] : 0.0f, H, d, z, hs);
+        for (int a = tid; a < H; a += T)
+            al[a * n + s] = sigmoid ? 1.0f / (1.0f + expf(-z[a])) : z[a];
+        __syncthreads();
+    }
+    for (int a = tid; a < H; a += T) {
+        float *za = al + a * n;
+        if (sigmoid) {
+            sc[a] = 1.0f;
+            continue;
+        }
+        float l = lse[i * H + a], mx = l;
+        for (int s = k; s < n; s++)
+            mx = fmaxf(mx, za[s]);
+        float sum = expf(l - mx);
+        for (int s = k; s < n; s++)
+            sum += expf(za[s] - mx);
+        float L = mx + logf(sum);
+        sc[a] = expf(l - L);
+        for (int s = 0; s < n; s++)
+            za[s] = expf(za[s] - L);
+        lse[i * H + a] = L;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int v = 0; v < MAXV; v++) {
+        int j = tid + v * T;
+        if (j >= d)
+            continue;
+        int a = j / e;
+        const float *za = al + a * n;
+        float y = sc[a] * h[i * d + j];
+        for (int s = k; s < n; s++)
+            y += za[s] * src.p[s][i * d + j];
+        h[i * d + j] = y;
+    }
+}
+
+extern "C" void cuda_depth_mix_fwd_inter(float *const *o, float *const *lse, float *const *alpha,
+                                         float *const *rstd, const int *n, const float *const *src, int k,
+                                         const float *const *w, const float *const *g,
+                                         const float *const *theta, int C, int sigmoid, int H, int N, int d)
+{
+    const char *op = "depth_mix_fwd_inter";
+    if (N <= 0 || d <= 0 || k <= 0 || C <= 0)
+        return;
+    check_heads(H, d, op);
+    if (C > CHUNK_MAX)
+        die(op, "'C' = %ld mixers exceed the limit of %ld", C, CHUNK_MAX);
+    mlist8 lo, ll, la, lr;
+    clist8 lw, lg, lt;
+    ilist8 ln;
+    memset(&lo, 0, sizeof lo), memset(&ll, 0, sizeof ll), memset(&la, 0, sizeof la), memset(&lr, 0, sizeof lr);
+    memset(&lw, 0, sizeof lw), memset(&lg, 0, sizeof lg), memset(&lt, 0, sizeof lt), memset(&ln, 0, sizeof ln);
+    for (int c = 0; c < C; c++) {
+        lo.p[c] = o[c], ll.p[c] = lse[c], la.p[c] = alpha[c], lr.p[c] = rstd[c];
+        lw.p[c] = w[c], lg.p[c] = g[c], lt.p[c] = theta[c], ln.v[c] = n[c];
+    }
+    int T = row_threads(d, op);
+    size_t smem = (size_t)2 * H * sizeof(float);
+    smem_opt_in((const void *)mix_fwd_inter_kernel, smem, H, op);
+    clist sl = make_clist(src, k, op);
+    mix_fwd_inter_kernel<<<N, T, smem, ar_cuda_stream()>>>(lo, ll, la, lr, ln, sl, k, lw, lg, lt, C, sigmoid, H, d);
+    AR_CUDA_LAUNCHED();
+}
+
+extern "C" void cuda_depth_mix_fwd_merge(float *h, float *lse, float *alpha, float *rstd, int n, int k,
+                                         const float *const *src, const float *w, const float *g,
+                                         const float *theta, int sigmoid, int H, int N, int d)
+{
+    const char *op = "depth_mix_fwd_merge";
+    if (N <= 0 || d <= 0 || n <= 0)
+        return;
+    check_heads(H, d, op);
+    int T = row_threads(d, op);
+    size_t smem = (size_t)3 * H * sizeof(float);
+    smem_opt_in((const void *)mix_fwd_merge_kernel, smem, H, op);
+    clist sl = make_clist(src, n, op);
+    mix_fwd_merge_kernel<<<N, T, smem, ar_cuda_stream()>>>(h, lse, alpha, rstd, n, k, sl, w, g, theta, sigmoid, H,
+                                                            d);
+    AR_CUDA_LAUNCHED();
+}
