@@ -271,29 +271,6 @@ typedef struct ar_backend {
      * cdot then the chunk op over every mixer's whole list (s0 = 0, s1 = n)
      * equals depth_mix_bwd to rounding. */
     void (*depth_mix_cdot)(float *cdot, const float *dh, const float *h, int H, int N, int d);
-    /* The forward in the same pieces (shared queries only, wstride 0):
-     * depth_mix_fwd_inter, for C mixers c < C listing src[s] at places
-     * s < k, per token i and head a, with z the logit of depth_mix_fwd
-     *   (g[c]: rstd[c][i,s] = rstd of src[s] (=), for s < k):
-     *   softmax: lse[c][i,a] = log sum_{s<k} exp z[c,a,s]   (=, N x H)
-     *            o[c][i,j]   = sum_{s<k} exp(z - lse) src[s][i,j]   (=)
-     *            alpha[c][i,a,s] = z (the raw logit until the merge)
-     *   sigmoid: o[c][i,j] = sum_{s<k} sigmoid(z) src[s][i,j];  alpha = sigmoid(z)
-     * depth_mix_fwd_merge, one mixer of n sources (src lists all of them),
-     * h holding its o on entry, its own sources k <= s < n:
-     *   softmax: LSE = log(exp(lse) + sum_{s>=k} exp z_s)   (lse = LSE after)
-     *            h = exp(lse - LSE) h + sum_{s>=k} exp(z_s - LSE) src[s]
-     *            alpha[s] = exp(alpha[s] - LSE) (s < k), exp(z_s - LSE) (s >= k)
-     *   sigmoid: h += sum_{s>=k} sigmoid(z_s) src[s];  alpha[s] = sigmoid(z_s)
-     * The two equal depth_mix_fwd to rounding (k = n: the merge only
-     * normalises). */
-    void (*depth_mix_fwd_inter)(float *const *o, float *const *lse, float *const *alpha,
-                                float *const *rstd, const int *n, const float *const *src, int k,
-                                const float *const *w, const float *const *g,
-                                const float *const *theta, int C, int sigmoid, int H, int N, int d);
-    void (*depth_mix_fwd_merge)(float *h, float *lse, float *alpha, float *rstd, int n, int k,
-                                const float *const *src, const float *w, const float *g,
-                                const float *theta, int sigmoid, int H, int N, int d);
     void (*depth_mix_bwd_chunk)(float *const *dsrc, const float *const *src, int s0, int s1, int C, float *const *dw,
                                 float *const *dg, float *const *dtheta, const float *const *dh,
                                 const float *const *cdot, const float *const *alpha,

@@ -22,16 +22,12 @@
  *   .norm.weight [d]    key-norm gain (absent with key_norm: false)
  *   .logits [n]         static: theta_m (zero-initialised)
  *
- * The forward and backward in chunks: mixers 1..L are cut into chunks of up to
+ * The backward in chunks: mixers 1..L are cut into chunks of up to
  * ar_depth_chunk consecutive ones (the final mixer, and every mixer of swa
  * or of an input-dependent query, is a chunk of its own).  The first k
  * sources of a chunk's mixers are the same buffers (Full's sources: every
  * output before the chunk; block kinds: the block summaries), and their
- * gradients are needed only below the chunk.  So the forward mixes them
- * for all of the chunk's mixers at its lowest one (depth_mix_fwd_inter: a
- * partial h and log-sum-exp per mixer) and each mixer merges its own
- * sources when it runs (depth_mix_fwd_merge, online softmax); when mixer
- * m's dL/dh is
+ * gradients are needed only below the chunk.  So when mixer m's dL/dh is
  * known, the backward takes
  *   cdot = dh.h per head (depth_mix_cdot: the softmax's sum over all of
  *          m's sources, sum_s alpha_s da_s) and m's own sources s >= k
@@ -65,7 +61,6 @@ typedef struct {
     float *h;            /* the mixed input (N x d) */
     float *qn, *qrs, *wq; /* query: input: RMSNorm(last), its rstd, W qn */
     float *cdot;         /* N x H: dh.h per head (chunked backward) */
-    float *lse;          /* N x H: log-sum-exp of its logits (chunked forward) */
     int m0, pos;         /* its chunk's lowest mixer, and its place in the chunk */
 } mixer;
 
@@ -134,10 +129,8 @@ static void mixer_bind(ar_residual *r, float *params, float *grads, float *const
         if (s->key_norm)
             x->rstd = be->alloc((size_t)r->maxN * x->n * sizeof(float));
         x->h = be->alloc(nd);
-        if (s->cmax > 1) {
+        if (s->cmax > 1)
             x->cdot = be->alloc((size_t)r->maxN * s->H * sizeof(float));
-            x->lse = be->alloc((size_t)r->maxN * s->H * sizeof(float));
-        }
         if (s->qinput) {
             x->qn = be->alloc(nd);
             x->wq = be->alloc(nd);
@@ -163,27 +156,8 @@ static const float *mix_fwd(mixer_res *s, int m, int N)
         w = x->wq;
         wstride = d;
     }
-    if (s->cmax == 1 || m == s->base.L + 1) {
-        be->depth_mix_fwd(x->h, x->alpha, x->rstd, x->sp, x->n, w, wstride, pp(s, x->g_idx), pp(s, x->t_idx),
-                          s->sigmoid, s->H, N, d);
-        return x->h;
-    }
-    /* the chunk's shared sources for all its mixers at its lowest one, then
-     * this mixer's own (the module comment) */
-    if (m == x->m0) {
-        int C = s->csize[m], k = s->ck[m];
-        float *o[AR_MIXER_CHUNK_MAX], *lse[AR_MIXER_CHUNK_MAX], *al[AR_MIXER_CHUNK_MAX], *rs[AR_MIXER_CHUNK_MAX];
-        const float *wc[AR_MIXER_CHUNK_MAX], *gc[AR_MIXER_CHUNK_MAX], *th[AR_MIXER_CHUNK_MAX];
-        int n[AR_MIXER_CHUNK_MAX];
-        for (int c = 0; c < C; c++) {
-            const mixer *y = &s->mx[m + c];
-            o[c] = y->h, lse[c] = y->lse, al[c] = y->alpha, rs[c] = y->rstd, n[c] = y->n;
-            wc[c] = pp(s, y->q_idx), gc[c] = pp(s, y->g_idx), th[c] = pp(s, y->t_idx);
-        }
-        be->depth_mix_fwd_inter(o, lse, al, rs, n, x->sp, k, wc, gc, th, C, s->sigmoid, s->H, N, d);
-    }
-    be->depth_mix_fwd_merge(x->h, x->lse, x->alpha, x->rstd, x->n, s->ck[x->m0], x->sp, w, pp(s, x->g_idx),
-                            pp(s, x->t_idx), s->sigmoid, s->H, N, d);
+    be->depth_mix_fwd(x->h, x->alpha, x->rstd, x->sp, x->n, w, wstride, pp(s, x->g_idx), pp(s, x->t_idx),
+                      s->sigmoid, s->H, N, d);
     return x->h;
 }
 
@@ -334,7 +308,7 @@ static void mixer_destroy(ar_residual *r)
     free(s->ck);
     for (int m = 1; m <= r->L + 1; m++) {
         mixer *x = &s->mx[m];
-        float *mb[] = {x->alpha, x->rstd, x->h, x->qn, x->wq, x->qrs, x->cdot, x->lse};
+        float *mb[] = {x->alpha, x->rstd, x->h, x->qn, x->wq, x->qrs, x->cdot};
         for (size_t i = 0; i < sizeof mb / sizeof *mb; i++)
             if (mb[i])
                 be->free(mb[i]);

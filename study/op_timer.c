@@ -123,15 +123,6 @@ T_(AR_OP_DEPTH_MIX_BWD, depth_mix_bwd, 0,
     const float *rstd, const float *const *src, int n, const float *w, int wstride, const float *g,
     const float *theta, int sigmoid, int H, int N, int d),
    (dsrc, dw, dg, dtheta, dh, alpha, rstd, src, n, w, wstride, g, theta, sigmoid, H, N, d))
-T_(AR_OP_DEPTH_MIX_FWD_INTER, depth_mix_fwd_inter, 0,
-   (float *const *o, float *const *lse, float *const *alpha, float *const *rstd, const int *n,
-    const float *const *src, int k, const float *const *w, const float *const *g, const float *const *theta, int C,
-    int sigmoid, int H, int N, int d),
-   (o, lse, alpha, rstd, n, src, k, w, g, theta, C, sigmoid, H, N, d))
-T_(AR_OP_DEPTH_MIX_FWD_MERGE, depth_mix_fwd_merge, 0,
-   (float *h, float *lse, float *alpha, float *rstd, int n, int k, const float *const *src, const float *w,
-    const float *g, const float *theta, int sigmoid, int H, int N, int d),
-   (h, lse, alpha, rstd, n, k, src, w, g, theta, sigmoid, H, N, d))
 T_(AR_OP_DEPTH_MIX_CDOT, depth_mix_cdot, 0, (float *cdot, const float *dh, const float *h, int H, int N, int d),
    (cdot, dh, h, H, N, d))
 T_(AR_OP_DEPTH_MIX_BWD_CHUNK, depth_mix_bwd_chunk, 0,
@@ -182,7 +173,7 @@ static const char *const names[AR_OP_COUNT] = {
     "swiglu_fwd", "swiglu_bwd",
     "depth_attn_fwd", "depth_attn_bwd",
     "depth_fwd_inter", "depth_fwd_merge", "depth_bwd_intra", "depth_bwd_inter",
-    "depth_mix_fwd", "depth_mix_bwd", "depth_mix_fwd_inter", "depth_mix_fwd_merge", "depth_mix_cdot", "depth_mix_bwd_chunk",
+    "depth_mix_fwd", "depth_mix_bwd", "depth_mix_cdot", "depth_mix_bwd_chunk",
     "wsum_fwd", "wsum_bwd",
     "xent_fwd", "xent_bwd",
     "adamw",
@@ -226,8 +217,6 @@ const ar_backend *ar_op_timer(const ar_backend *be)
     table.depth_bwd_inter = w_depth_bwd_inter;
     table.depth_mix_fwd = w_depth_mix_fwd;
     table.depth_mix_bwd = w_depth_mix_bwd;
-    table.depth_mix_fwd_inter = w_depth_mix_fwd_inter;
-    table.depth_mix_fwd_merge = w_depth_mix_fwd_merge;
     table.depth_mix_cdot = w_depth_mix_cdot;
     table.depth_mix_bwd_chunk = w_depth_mix_bwd_chunk;
     table.wsum_fwd = w_wsum_fwd;

@@ -617,47 +617,6 @@ static void g_depth_mix_bwd(float *const *dsrc, float *dw, float *dg, float *dth
                              d));
 }
 
-static void g_depth_mix_fwd_inter(float *const *o, float *const *lse, float *const *alpha, float *const *rstd,
-                                  const int *n, const float *const *src, int k, const float *const *w,
-                                  const float *const *g, const float *const *theta, int C, int sigmoid, int H, int N,
-                                  int d)
-{
-    const char *op = "depth_mix_fwd_inter";
-    size_t nd = (size_t)N * d;
-    host_ints(op, "n", n, C);
-    dev_list(op, "o", (const float *const *)o, C, nd, 0);
-    dev_list(op, "lse", (const float *const *)lse, C, (size_t)N * H, sigmoid);
-    dev_list(op, "src", src, k, nd, 0);
-    dev_list(op, "w", w, C, d, 1);
-    dev_list(op, "g", g, C, d, 1);
-    host(op, "alpha", alpha);
-    host(op, "rstd", rstd);
-    host(op, "theta", theta);
-    for (int c = 0; c < C; c++) {
-        dev(op, "alpha", alpha[c], F((size_t)N * H * n[c]), 0);
-        dev(op, "rstd", rstd[c], F((size_t)N * n[c]), !g[c]);
-        dev(op, "theta", theta[c], F(n[c]), 1);
-    }
-    RUN(cpu()->depth_mix_fwd_inter(o, lse, alpha, rstd, n, src, k, w, g, theta, C, sigmoid, H, N, d));
-}
-
-static void g_depth_mix_fwd_merge(float *h, float *lse, float *alpha, float *rstd, int n, int k,
-                                  const float *const *src, const float *w, const float *g, const float *theta,
-                                  int sigmoid, int H, int N, int d)
-{
-    const char *op = "depth_mix_fwd_merge";
-    size_t nd = (size_t)N * d;
-    dev(op, "h", h, F(nd), 0);
-    dev(op, "lse", lse, F((size_t)N * H), sigmoid);
-    dev(op, "alpha", alpha, F((size_t)N * H * n), 0);
-    dev(op, "rstd", rstd, F((size_t)N * n), !g);
-    dev_list(op, "src", src, n, nd, 0);
-    dev(op, "w", w, F(d), 1);
-    dev(op, "g", g, F(d), 1);
-    dev(op, "theta", theta, F(n), 1);
-    RUN(cpu()->depth_mix_fwd_merge(h, lse, alpha, rstd, n, k, src, w, g, theta, sigmoid, H, N, d));
-}
-
 static void g_depth_mix_cdot(float *cdot, const float *dh, const float *h, int H, int N, int d)
 {
     const char *op = "depth_mix_cdot";
@@ -791,8 +750,6 @@ static const ar_backend guard = {
     .depth_bwd_inter = g_depth_bwd_inter,
     .depth_mix_fwd = g_depth_mix_fwd,
     .depth_mix_bwd = g_depth_mix_bwd,
-    .depth_mix_fwd_inter = g_depth_mix_fwd_inter,
-    .depth_mix_fwd_merge = g_depth_mix_fwd_merge,
     .depth_mix_cdot = g_depth_mix_cdot,
     .depth_mix_bwd_chunk = g_depth_mix_bwd_chunk,
     .wsum_fwd = g_wsum_fwd,

@@ -1110,52 +1110,6 @@ static void mix_chunk_case(int k, int C, int N, int d, int H, int query, int key
     release();
 }
 
-/* The forward in pieces: depth_mix_fwd_inter over k shared sources for C
- * mixers, then depth_mix_fwd_merge of each mixer's own c + 1 sources. */
-static void mix_fwd_chunk_case(int k, int C, int N, int d, int H, int query, int keynorm, int theta, int sigmoid)
-{
-    at("depth_mix_fwd_inter/merge k=%d C=%d N=%d d=%d H=%d query=%d keynorm=%d theta=%d sigmoid=%d", k, C, N, d,
-       H, query, keynorm, theta, sigmoid);
-    enum { MC = 4 };
-    size_t nd = (size_t)N * d;
-    int ns = k + C, n[MC];
-    tp *src[MAXL], *w[MC], *g[MC], *th[MC], *o[MC], *lse[MC], *al[MC], *rs[MC];
-    sources(src, ns, N, d);
-    for (int c = 0; c < C; c++) {
-        n[c] = k + c + 1;
-        w[c] = query ? queries(d, d) : NULL;
-        g[c] = keynorm ? rnd(d, 0.5f, 1.5f) : NULL;
-        th[c] = theta ? rnd(n[c], -2, 2) : NULL;
-        o[c] = junk(nd), lse[c] = junk((size_t)N * H), al[c] = junk((size_t)N * H * n[c]);
-        rs[c] = junk((size_t)N * n[c]);
-    }
-    tl ls = list(src, ns);
-#define OPT(t) ((t) ? D(t) : NULL)
-    BOTH
-    {
-        float *po[MC], *pl[MC], *pa[MC], *pr[MC];
-        const float *pw[MC], *pg[MC], *pth[MC];
-        for (int c = 0; c < C; c++) {
-            po[c] = D(o[c]), pl[c] = D(lse[c]), pa[c] = D(al[c]), pr[c] = D(rs[c]);
-            pw[c] = OPT(w[c]), pg[c] = OPT(g[c]), pth[c] = OPT(th[c]);
-        }
-        be->depth_mix_fwd_inter(po, pl, pa, pr, n, CL(ls), k, pw, pg, pth, C, sigmoid, H, N, d);
-        for (int c = 0; c < C; c++)
-            be->depth_mix_fwd_merge(po[c], pl[c], pa[c], pr[c], n[c], k, CL(ls), pw[c], pg[c], pth[c], sigmoid, H,
-                                    N, d);
-    }
-#undef OPT
-    for (int c = 0; c < C; c++) {
-        check("depth_mix_fwd_merge h", o[c]);
-        check("depth_mix_fwd_merge alpha", al[c]);
-        if (!sigmoid)
-            check("depth_mix_fwd_merge lse", lse[c]);
-        if (keynorm)
-            check("depth_mix_fwd_inter rstd", rs[c]);
-    }
-    release();
-}
-
 Test(backend_ops, depth_mix_chunk)
 {
     NEED_B();
@@ -1166,12 +1120,6 @@ Test(backend_ops, depth_mix_chunk)
     mix_chunk_case(4, 3, 37, 20, 1, 0, 0, 1, 0);
     mix_chunk_case(4, 2, 13, 72, 1, 0, 0, 0, 0);
     mix_chunk_case(6, 4, 1024, 512, 8, 1, 1, 0, 0);
-    mix_fwd_chunk_case(3, 4, 37, 64, 1, 1, 1, 0, 0);
-    mix_fwd_chunk_case(5, 3, 13, 72, 4, 1, 1, 0, 1);
-    mix_fwd_chunk_case(2, 2, 37, 20, 1, 1, 0, 0, 0);
-    mix_fwd_chunk_case(4, 3, 37, 20, 1, 0, 0, 1, 0);
-    mix_fwd_chunk_case(4, 2, 13, 72, 1, 0, 0, 0, 0);
-    mix_fwd_chunk_case(6, 4, 1024, 512, 8, 1, 1, 0, 0);
 }
 
 /* ---- weighted sums --------------------------------------------------- */

@@ -232,8 +232,6 @@ static void fill_table(ar_backend *b)
     b->depth_bwd_inter = cuda_depth_bwd_inter;
     b->depth_mix_fwd = cuda_depth_mix_fwd;
     b->depth_mix_bwd = cuda_depth_mix_bwd;
-    b->depth_mix_fwd_inter = cuda_depth_mix_fwd_inter;
-    b->depth_mix_fwd_merge = cuda_depth_mix_fwd_merge;
     b->depth_mix_cdot = cuda_depth_mix_cdot;
     b->depth_mix_bwd_chunk = cuda_depth_mix_bwd_chunk;
     b->wsum_fwd = cuda_wsum_fwd;

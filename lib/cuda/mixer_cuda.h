@@ -16,13 +16,6 @@ void cuda_depth_mix_bwd(float *const *dsrc, float *dw, float *dg, float *dtheta,
                         const float *alpha, const float *rstd, const float *const *src, int n,
                         const float *w, int wstride, const float *g, const float *theta,
                         int sigmoid, int H, int N, int d);
-void cuda_depth_mix_fwd_inter(float *const *o, float *const *lse, float *const *alpha, float *const *rstd,
-                              const int *n, const float *const *src, int k, const float *const *w,
-                              const float *const *g, const float *const *theta, int C, int sigmoid, int H,
-                              int N, int d);
-void cuda_depth_mix_fwd_merge(float *h, float *lse, float *alpha, float *rstd, int n, int k,
-                              const float *const *src, const float *w, const float *g, const float *theta,
-                              int sigmoid, int H, int N, int d);
 void cuda_depth_mix_cdot(float *cdot, const float *dh, const float *h, int H, int N, int d);
 void cuda_depth_mix_bwd_chunk(float *const *dsrc, const float *const *src, int s0, int s1, int C,
                               float *const *dw, float *const *dg, float *const *dtheta,
