@@ -16,7 +16,7 @@
 #include "sweep_view.h"
 
 static const char *usage =
-    "attnres ablate [CONFIG] --variant LIST|all [--seeds K] [--block-sizes LIST] [--block-layouts L1;L2...] "
+    "attnres ablate [CONFIG] --variant LIST|all [--seeds K] [--block-sizes LIST] [--block-layouts L1[;L2...]] "
     "[--set KEY=VALUE]... "
     "[--out DIR] [--jobs J] [--device cpu|cuda] [--precision fp32|bf16]";
 

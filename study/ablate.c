@@ -239,7 +239,8 @@ static int add_variant(ar_ablation *a, const char *name, ar_err *e)
     return 0;
 }
 
-/* The run of variant v at seed index k (1..nseeds). */
+/* The run of variant v at seed index k (1..nseeds), as ar_ablate_plan
+ * plans each of its runs (for the variants --block-layouts appends). */
 static int plan_run(ar_ablation *a, const ar_config *base, int v, int k, ar_err *e)
 {
     ar_sweep_run *r = &a->sweep.runs[v * a->nseeds + k - 1];
@@ -322,9 +323,24 @@ int ar_ablate_plan(ar_ablation *a, const ar_config *base, const char *variants, 
     a->sweep.nruns = a->nvariants * seeds;
     a->sweep.runs = ar_xcalloc((size_t)a->sweep.nruns, sizeof *a->sweep.runs);
     for (int v = 0; v < a->nvariants; v++)
-        for (int k = 1; k <= seeds; k++)
-            if (plan_run(a, base, v, k, e) != 0)
+        for (int k = 1; k <= seeds; k++) {
+            ar_sweep_run *r = &a->sweep.runs[v * seeds + k - 1];
+            r->cfg = *base;
+            if (ar_ablate_apply(&r->cfg.model, &base->model, a->variant[v], e) != 0)
                 goto fail;
+            /* seed index k: the same seed for every variant */
+            r->cfg.train.seed = base->train.seed + (uint64_t)(k - 1);
+            snprintf(r->variant, sizeof r->variant, "%s", a->variant[v]);
+            snprintf(r->size, sizeof r->size, "seed%d", k);
+            snprintf(r->name, sizeof r->name, "%s-seed%d", a->variant[v], k);
+            r->tokens = r->cfg.train.steps * r->cfg.train.batch_size * r->cfg.train.grad_accum *
+                        (long)r->cfg.model.seq_len;
+            ar_err ve;
+            if (ar_config_validate(&r->cfg, &ve) != 0) {
+                ar_fail(e, "variant '%s': %s", a->variant[v], ve.msg);
+                goto fail;
+            }
+        }
     return 0;
 fail:
     ar_ablate_free(a);
