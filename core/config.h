@@ -11,7 +11,7 @@
 typedef enum {
     AR_RES_BASELINE = 0, /* PreNorm residual: h_l = v_0 + ... + v_{l-1} */
     AR_RES_FULL,         /* depth attention over every earlier sublayer output (S = 1) */
-    AR_RES_BLOCK,        /* depth attention over block summaries (S = block_size) */
+    AR_RES_BLOCK,        /* depth attention over block summaries (S = block_size, or block_sizes) */
     /* Ablation variants (docs/reference.md §2.5-2.11; lib/residual_mixer.c,
      * residual_denseformer.c, residual_mhc.c) */
     AR_RES_STATIC,       /* alpha = softmax(theta_l), one learned scalar per source (Full's sources) */
