@@ -16,7 +16,8 @@
 #include "sweep_view.h"
 
 static const char *usage =
-    "attnres ablate [CONFIG] --variant LIST|all [--seeds K] [--block-sizes LIST] [--set KEY=VALUE]... "
+    "attnres ablate [CONFIG] --variant LIST|all [--seeds K] [--block-sizes LIST] [--block-layouts L1[;L2...]] "
+    "[--set KEY=VALUE]... "
     "[--out DIR] [--jobs J] [--device cpu|cuda] [--precision fp32|bf16]";
 
 /* "2,4,8" -> ints; -1 on a bad list */
@@ -38,14 +39,27 @@ static int parse_ints(const char *s, int **out, int *n)
     return *n > 0 ? 0 : -1;
 }
 
+/* --block-layouts "2,2,4,8;4,4,4,4": one Block AttnRes variant a layout.
+ * A malformed layout is a wrong command line (*rc: usage); a layout that
+ * does not fit the model fails like a bad config. */
+static int add_layouts(ar_ablation *ab, const ar_config *cfg, const char *layouts, int *rc)
+{
+    ar_err e = {{0}};
+    if (ar_ablate_add_layouts(ab, cfg, layouts, &e) == 0)
+        return 0;
+    cli_error("%s", e.msg);
+    *rc = strstr(e.msg, "sums to") || strstr(e.msg, "variant '") ? AR_EXIT_FAIL : AR_EXIT_USAGE;
+    return -1;
+}
+
 int cmd_ablate(int argc, char **argv)
 {
-    const char *config = NULL, *variants = NULL, *bs = NULL;
+    const char *config = NULL, *variants = NULL, *bs = NULL, *layouts = NULL;
     long jobs = 1, seeds = 1;
     int rc = AR_EXIT_USAGE, planned = 0, *bsz = NULL, nbs = 0;
     ar_ablation ab;
     ar_ablate_stat *stat = NULL;
-    static const char *const own[] = {"--variant", "--block-sizes", "--jobs", "--seeds", NULL};
+    static const char *const own[] = {"--variant", "--block-sizes", "--block-layouts", "--jobs", "--seeds", NULL};
     cli_opts so;
     cli_opts_init(&so, usage, CLI_SET | CLI_OUT | CLI_DEVICE | CLI_PRECISION, own, argc, argv);
     for (const char *a, *v; (a = cli_opts_next(&so, &v));) {
@@ -55,6 +69,8 @@ int cmd_ablate(int argc, char **argv)
             variants = a + 10;
         else if (!strcmp(a, "--block-sizes"))
             bs = v;
+        else if (!strcmp(a, "--block-layouts"))
+            layouts = v;
         else if (!strcmp(a, "--jobs") || !strcmp(a, "--seeds")) {
             if (cli_parse_long(a, v, 1, !strcmp(a, "--jobs") ? &jobs : &seeds) != 0) {
                 fprintf(stderr, "usage: %s\n", usage);
@@ -65,7 +81,7 @@ int cmd_ablate(int argc, char **argv)
     }
     if (so.bad)
         goto done;
-    if (!variants && !bs) {
+    if (!variants && !bs && !layouts) {
         cli_usage_error(usage, "'--variant' is required (one of: %s, or all)", ar_ablate_variant_list());
         goto done;
     }
@@ -89,6 +105,8 @@ int cmd_ablate(int argc, char **argv)
         goto done;
     }
     planned = 1;
+    if (layouts && add_layouts(&ab, &cfg, layouts, &rc) != 0)
+        goto done;
     if (access(cfg.data.train, R_OK) != 0) {
         if (strcmp(cfg.data.train, AR_DEFAULT_CORPUS) == 0)
             cli_error("training data '%s' not found: run 'tools/get-data.sh' to install the King James Bible "

@@ -336,8 +336,8 @@ static void print_json(const char *config, const ar_config *cfg, const ar_bench_
         ar_jw_str(&w, v->def->name);
         ar_jw_key(&w, "kind");
         ar_jw_str(&w, ar_res_kind_name(v->cfg.model.residual.kind));
-        ar_jw_key(&w, "block_size");
-        if (v->cfg.model.residual.kind == AR_RES_BASELINE)
+        ar_jw_key(&w, "block_size"); /* null: baseline, or blocks of different sizes */
+        if (v->cfg.model.residual.kind == AR_RES_BASELINE || ar_cfg_block_size(&v->cfg.model) == 0)
             ar_jw_null(&w);
         else
             ar_jw_int(&w, ar_cfg_block_size(&v->cfg.model));

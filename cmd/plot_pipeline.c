@@ -42,7 +42,7 @@ typedef struct {
 /* What is drawn, after the config and the options. */
 typedef struct {
     ar_model_cfg model; /* kind, n_layer, block size: for the titles */
-    int L, S, baseline, P, V, M, cache;
+    int L, S, baseline, P, V, M, cache; /* S 0: blocks of different sizes (block_sizes) */
     ar_pipe_sched sched;
 } setup;
 
@@ -151,12 +151,25 @@ static int resolve(const opts *o, setup *s, ar_err *e)
                                    ar_res_kind_name(m->residual.kind));
         m->residual.block_size = o->S;
         m->residual.num_blocks = 0;
+        m->residual.block_sizes.n = 0;
     }
-    if (m->residual.kind == AR_RES_BLOCK && m->residual.block_size == 0 && m->residual.num_blocks == 0)
+    if (m->residual.kind != AR_RES_BLOCK)
+        m->residual.block_sizes.n = 0; /* --residual full or baseline over a config with block_sizes */
+    if (m->residual.kind == AR_RES_BLOCK && m->residual.block_size == 0 && m->residual.num_blocks == 0 &&
+        m->residual.block_sizes.n == 0)
         m->residual.block_size = 2; /* --residual block over a config of another kind */
     s->L = ar_cfg_sublayers(m);
     s->S = ar_cfg_block_size(m);
     s->baseline = m->residual.kind == AR_RES_BASELINE;
+    if (!s->baseline && m->residual.block_sizes.n > 0) {
+        /* the blocks must still cover the sublayers after --n-layer */
+        ar_config probe = cfg;
+        probe.model = *m;
+        if (ar_config_validate(&probe, e) != 0) {
+            ar_wrap(e, "'%s'%s", o->config, o->n_layer > 0 ? " with '--n-layer'" : "");
+            return AR_EXIT_FAIL;
+        }
+    }
     if (!s->baseline && s->S > s->L)
         return cli_usage_error(usage, "'%s' (%d) is more than the model's %d sublayers (2 x '--n-layer')",
                                o->S > 0 ? "--block-size" : "model.residual.block_size", s->S, s->L);
@@ -314,15 +327,20 @@ int cmd_plot_pipeline(int argc, char **argv)
         return st;
     /* both plans: the one drawn, and the other for the comparison */
     ar_pipe_plan cached, naive;
-    if (ar_pipe_plan_make(&cached, s.L, s.S, s.baseline, s.P, s.V, s.M, 1, s.sched, &e) != 0) {
+    ar_blocks blk; /* S, or the blocks of model.residual.block_sizes */
+    ar_blocks_of_cfg(&blk, &s.model);
+    if (ar_pipe_plan_make_blocks(&cached, &blk, s.baseline, s.P, s.V, s.M, 1, s.sched, &e) != 0) {
+        ar_blocks_free(&blk);
         cli_error("%s", e.msg);
         return AR_EXIT_FAIL;
     }
-    if (ar_pipe_plan_make(&naive, s.L, s.S, s.baseline, s.P, s.V, s.M, 0, s.sched, &e) != 0) {
+    if (ar_pipe_plan_make_blocks(&naive, &blk, s.baseline, s.P, s.V, s.M, 0, s.sched, &e) != 0) {
+        ar_blocks_free(&blk);
         ar_pipe_plan_free(&cached);
         cli_error("%s", e.msg);
         return AR_EXIT_FAIL;
     }
+    ar_blocks_free(&blk);
     char out[AR_PATH_MAX + 16];
     if (o.out)
         snprintf(out, sizeof out, "%s", o.out);

@@ -86,6 +86,8 @@ int ar_cfg_block_size(const ar_model_cfg *m)
     case AR_RES_MHC:
         return L + 1;
     case AR_RES_BLOCK:
+        if (m->residual.block_sizes.n > 0)
+            return 0; /* no one S: ar_blocks_of_cfg */
         if (m->residual.block_size > 0)
             return m->residual.block_size;
         if (m->residual.num_blocks > 0)

@@ -11,7 +11,7 @@
 typedef enum {
     AR_RES_BASELINE = 0, /* PreNorm residual: h_l = v_0 + ... + v_{l-1} */
     AR_RES_FULL,         /* depth attention over every earlier sublayer output (S = 1) */
-    AR_RES_BLOCK,        /* depth attention over block summaries (S = block_size) */
+    AR_RES_BLOCK,        /* depth attention over block summaries (S = block_size, or block_sizes) */
     /* Ablation variants (docs/reference.md §2.5-2.11; lib/residual_mixer.c,
      * residual_denseformer.c, residual_mhc.c) */
     AR_RES_STATIC,       /* alpha = softmax(theta_l), one learned scalar per source (Full's sources) */
@@ -32,10 +32,21 @@ typedef enum {
     AR_SCHED_CONSTANT,   /* linear warmup, then lr */
 } ar_sched_kind;
 
+/* A list of positive integers held in the config itself (plain data: a
+ * config is copied and compared by value). */
+#define AR_LIST_MAX 256
+typedef struct {
+    int n;              /* entries; 0 = not given */
+    int v[AR_LIST_MAX];
+} ar_int_list;
+
 typedef struct {
     ar_res_kind kind;
     int block_size; /* S in sublayers; 0 = not given */
-    int num_blocks; /* N; 0 = not given. At most one of block_size/num_blocks is set */
+    int num_blocks; /* N; 0 = not given */
+    ar_int_list block_sizes; /* sublayers of blocks 1, 2, ... (sum L); n = 0: not given.
+                                At most one of block_size/num_blocks/block_sizes is set;
+                                core/blocks.h turns any of them into a layout */
     ar_score_kind score;   /* full, block, swa: softmax (default) | sigmoid */
     ar_key_norm key_norm;  /* full, block, swa: RMSNorm on keys (default) or not */
     ar_query_kind query;   /* full, block, swa: learned vector (default) | input-dependent */
@@ -147,7 +158,9 @@ void ar_config_defaults(ar_config *c);
 #define AR_DEFAULT_CORPUS "data/kjv.txt"
 
 /* Sublayer count L and the effective block size S for a residual config
- * (S = ceil(L/N) when num_blocks is given; 1 for full; L+1 for baseline). */
+ * (S = ceil(L/N) when num_blocks is given; 1 for full; L+1 for baseline;
+ * 0 for kind block with block_sizes, whose blocks need not share one
+ * size: core/blocks.h gives the layout of every config). */
 int ar_cfg_sublayers(const ar_model_cfg *m);
 /* The model section of c as a model to train is built from: with
  * train.recompute copied in (ar_model_cfg.recompute). */

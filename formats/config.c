@@ -7,6 +7,8 @@
  * anywhere: they are the prefixes of the dotted keys. */
 #include "config.h"
 
+#include "../core/blocks.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -31,6 +33,7 @@ typedef enum {
     KT_VOCAB,     /* "bytes", "gpt2" (50257) or a positive integer: sets model.vocab_bytes and model.vocab */
     KT_PATH,      /* char[AR_PATH_MAX]; null is not allowed */
     KT_PATH_NULL, /* char[AR_PATH_MAX]; null is stored as "" */
+    KT_INT_LIST,  /* ar_int_list: a YAML sequence of integers in the key's range */
 } key_type;
 
 typedef enum {
@@ -50,9 +53,9 @@ typedef struct {
     /* KT_ENUM: the spelling of value i, "unknown" past the last one (the
      * convention of ar_res_kind_name / ar_sched_name). */
     const char *(*enum_name)(int i);
-    /* A key that may not be given together with this one in one document;
-     * setting this key clears that one (so a later file or --set wins). */
-    const char *exclusive;
+    /* Keys that may not be given together with this one in one document;
+     * setting this key clears them (so a later file or --set wins). */
+    const char *exclusive, *exclusive2;
     /* 0 in the struct means "not given": validation accepts it. */
     int zero_unset;
     /* NULL: always written by ar_config_to_yaml; else written when true. */
@@ -102,8 +105,9 @@ static int emit_heads(const ar_config *c) { return c->model.residual.heads > 0; 
 static int emit_window(const ar_config *c) { return c->model.residual.window > 0; }
 static int emit_streams(const ar_config *c) { return c->model.residual.streams > 0; }
 
-/* S is only meaningful for kind block, and only the way it was given is
- * written, so reading the YAML back restores the same struct. */
+/* S is only meaningful for kind block, and only the way it was given
+ * (block_size, num_blocks or block_sizes) is written, so reading the YAML
+ * back restores the same struct. */
 static int emit_block_size(const ar_config *c)
 {
     return c->model.residual.kind == AR_RES_BLOCK && c->model.residual.block_size > 0;
@@ -112,6 +116,11 @@ static int emit_block_size(const ar_config *c)
 static int emit_num_blocks(const ar_config *c)
 {
     return c->model.residual.kind == AR_RES_BLOCK && c->model.residual.num_blocks > 0;
+}
+
+static int emit_block_sizes(const ar_config *c)
+{
+    return c->model.residual.kind == AR_RES_BLOCK && c->model.residual.block_sizes.n > 0;
 }
 
 /* One row per key, in the order of attnres-config(5) and of the resolved YAML.
@@ -127,9 +136,14 @@ static const key_def KEYS[] = {
     KEY("model.seq_len", KT_INT, RG_POS, model.seq_len),
     KEY("model.residual.kind", KT_ENUM, RG_ANY, model.residual.kind, .enum_name = res_kind_at),
     KEY("model.residual.block_size", KT_INT, RG_POS, model.residual.block_size,
-        .exclusive = "model.residual.num_blocks", .zero_unset = 1, .emit_if = emit_block_size),
+        .exclusive = "model.residual.num_blocks", .exclusive2 = "model.residual.block_sizes", .zero_unset = 1,
+        .emit_if = emit_block_size),
     KEY("model.residual.num_blocks", KT_INT, RG_POS, model.residual.num_blocks,
-        .exclusive = "model.residual.block_size", .zero_unset = 1, .emit_if = emit_num_blocks),
+        .exclusive = "model.residual.block_size", .exclusive2 = "model.residual.block_sizes", .zero_unset = 1,
+        .emit_if = emit_num_blocks),
+    KEY("model.residual.block_sizes", KT_INT_LIST, RG_POS, model.residual.block_sizes,
+        .exclusive = "model.residual.block_size", .exclusive2 = "model.residual.num_blocks", .zero_unset = 1,
+        .emit_if = emit_block_sizes),
     KEY("model.residual.score", KT_ENUM, RG_ANY, model.residual.score, .enum_name = score_at,
         .emit_if = emit_score),
     KEY("model.residual.key_norm", KT_ENUM, RG_ANY, model.residual.key_norm, .enum_name = key_norm_at,
@@ -279,6 +293,8 @@ static const char *expects(const key_def *k, char *buf, size_t n)
     case KT_VOCAB: return "'bytes', 'gpt2' or a positive integer";
     case KT_PATH: return "a path";
     case KT_PATH_NULL: return "a path or null";
+    case KT_INT_LIST:
+        return k->range == RG_POS ? "a list of positive integers, such as [2, 2, 4]" : "a list of integers";
     default: break;
     }
     switch (k->range) {
@@ -547,6 +563,7 @@ static int store_scalar(pctx *p, const key_def *k, const yaml_node_t *node)
     case KT_VOCAB: return store_vocab(p, k, node, &v);
     case KT_PATH:
     case KT_PATH_NULL: return store_path(p, k, node, &v);
+    case KT_INT_LIST: break; /* store_list */
     }
     return bad_value(p, k, node, -1);
 }
@@ -562,28 +579,75 @@ static void clear_field(ar_config *c, const key_def *k)
     case KT_VOCAB:
     case KT_PATH:
     case KT_PATH_NULL: *(char *)field(c, k) = '\0'; break;
+    case KT_INT_LIST: memset(field(c, k), 0, sizeof(ar_int_list)); break;
     }
+}
+
+/* A flow or block sequence of integers, each in the key's range: "[2, 2, 4]".
+ * Entries are counted from 1 in messages. */
+static int store_list(pctx *p, const key_def *k, const yaml_node_t *node)
+{
+    char exp[256], got[160];
+    if (node->type != YAML_SEQUENCE_NODE)
+        return bad_value(p, k, node, -1);
+    ar_int_list *dst = field(p->c, k), out = {0};
+    long long lo = k->range == RG_POS ? 1 : k->range == RG_NONNEG ? 0 : INT_MIN;
+    for (const yaml_node_item_t *it = node->data.sequence.items.start; it < node->data.sequence.items.top; it++) {
+        const yaml_node_t *item = yaml_document_get_node(p->doc, *it);
+        if (out.n == AR_LIST_MAX)
+            return fail_at(p, item->start_mark, "'%s' has more than %d entries", k->key, AR_LIST_MAX);
+        long long x;
+        scalar v;
+        int rc = -1;
+        if (item->type == YAML_SCALAR_NODE) {
+            v = scalar_of(item);
+            rc = parse_long(&v, &x);
+            if (rc == 0 && (x < lo || x > INT_MAX))
+                rc = x < lo ? -1 : -2;
+        }
+        if (rc)
+            return fail_at(p, item->start_mark, "'%s' expects %s, got %s at entry %d%s", k->key,
+                           expects(k, exp, sizeof exp), describe(item, got, sizeof got), out.n + 1,
+                           rc == -2 ? " (out of range)" : "");
+        out.v[out.n++] = (int)x;
+    }
+    if (out.n == 0)
+        return fail_at(p, node->start_mark, "'%s' is an empty list (expected %s)", k->key,
+                       expects(k, exp, sizeof exp));
+    *dst = out;
+    return 0;
+}
+
+/* The other key is given in this document: an error naming both. */
+static int check_exclusive(pctx *p, const key_def *k, const char *other_key, const yaml_node_t *node)
+{
+    if (!other_key)
+        return 0;
+    int other = find_leaf(other_key);
+    if (p->seen[other]) {
+        char loc[512] = "";
+        if (p->name)
+            snprintf(loc, sizeof loc, " at %zu:%zu", p->seen_at[other].line + 1, p->seen_at[other].column + 1);
+        return fail_at(p, node->start_mark, "'%s' and '%s' are mutually exclusive ('%s' was given%s)", k->key,
+                       other_key, other_key, loc);
+    }
+    clear_field(p->c, &KEYS[other]);
+    return 0;
 }
 
 static int apply_leaf(pctx *p, int ki, const yaml_node_t *node)
 {
     const key_def *k = &KEYS[ki];
-    if (node->type != YAML_SCALAR_NODE)
+    if (k->type == KT_INT_LIST) {
+        if (store_list(p, k, node))
+            return -1;
+    } else if (node->type != YAML_SCALAR_NODE) {
         return bad_value(p, k, node, -1);
-    if (store_scalar(p, k, node))
+    } else if (store_scalar(p, k, node)) {
         return -1;
-    if (k->exclusive) {
-        int other = find_leaf(k->exclusive);
-        if (p->seen[other]) {
-            char loc[512] = "";
-            if (p->name)
-                snprintf(loc, sizeof loc, " at %zu:%zu", p->seen_at[other].line + 1,
-                         p->seen_at[other].column + 1);
-            return fail_at(p, node->start_mark, "'%s' and '%s' are mutually exclusive ('%s' was given%s)",
-                           k->key, k->exclusive, k->exclusive, loc);
-        }
-        clear_field(p->c, &KEYS[other]);
     }
+    if (check_exclusive(p, k, k->exclusive, node) || check_exclusive(p, k, k->exclusive2, node))
+        return -1;
     p->seen[ki] = 1;
     p->seen_at[ki] = node->start_mark;
     return 0;
@@ -886,6 +950,16 @@ static int check_value(const ar_config *c, const key_def *k, ar_err *e)
             return ar_fail(e, "'%s' is empty (expected a text or token file)", k->key);
         return 0;
     case KT_PATH_NULL: return 0;
+    case KT_INT_LIST: {
+        const ar_int_list *l = cfield(c, k);
+        if (l->n < 0 || l->n > AR_LIST_MAX)
+            return ar_fail(e, "'%s' has %d entries (expected 0 to %d)", k->key, l->n, AR_LIST_MAX);
+        for (int i = 0; i < l->n; i++)
+            if (!in_range(k->range, 1, l->v[i]))
+                return ar_fail(e, "'%s' expects %s, got %d at entry %d", k->key, expects(k, exp, sizeof exp),
+                               l->v[i], i + 1);
+        return 0;
+    }
     }
     if (k->zero_unset && v == 0)
         return 0;
@@ -926,13 +1000,32 @@ static int check_model(const ar_model_cfg *m, ar_err *e)
     if (r->kind == AR_RES_MHC && r->streams > 5)
         return ar_fail(e, "'model.residual.streams' (%d) is at most 5 (mHC-lite mixes all m! permutations)",
                        r->streams);
+    if (r->kind != AR_RES_BLOCK && r->block_sizes.n > 0)
+        return ar_fail(e, "'model.residual.block_sizes' applies to kind block (and the ablation variants built "
+                          "on it), not '%s'",
+                       ar_res_kind_name(r->kind));
     if (r->kind != AR_RES_BLOCK)
         return 0;
     if (r->block_size > 0 && r->num_blocks > 0)
         return ar_fail(e, "'model.residual.block_size' and 'model.residual.num_blocks' are mutually exclusive");
-    if (r->block_size == 0 && r->num_blocks == 0)
-        return ar_fail(e, "'model.residual.kind' is block but neither 'model.residual.block_size' nor "
-                          "'model.residual.num_blocks' is set");
+    if (r->block_sizes.n > 0 && (r->block_size > 0 || r->num_blocks > 0))
+        return ar_fail(e, "'model.residual.block_sizes' and '%s' are mutually exclusive",
+                       r->block_size > 0 ? "model.residual.block_size" : "model.residual.num_blocks");
+    if (r->block_size == 0 && r->num_blocks == 0 && r->block_sizes.n == 0)
+        return ar_fail(e, "'model.residual.kind' is block but none of 'model.residual.block_size', "
+                          "'model.residual.num_blocks' and 'model.residual.block_sizes' is set");
+    if (r->block_sizes.n > 0) {
+        long sum = 0;
+        for (int i = 0; i < r->block_sizes.n; i++)
+            sum += r->block_sizes.v[i];
+        if (sum != L) {
+            char list[1024];
+            ar_int_list_text(r->block_sizes.v, r->block_sizes.n, ", ", list, sizeof list);
+            return ar_fail(e, "'model.residual.block_sizes' [%s] sums to %ld sublayers, expected L = "
+                              "2*'model.n_layer' = %d (every sublayer in exactly one block)",
+                           list, sum, L);
+        }
+    }
     if (r->block_size > L)
         return ar_fail(e, "'model.residual.block_size' (%d) exceeds the number of sublayers L = 2*'model.n_layer' = %d",
                        r->block_size, L);
@@ -1074,6 +1167,14 @@ static void emit_value(FILE *f, const ar_config *c, const key_def *k)
         }
         /* fall through */
     case KT_PATH: emit_quoted(f, v); break;
+    case KT_INT_LIST: {
+        const ar_int_list *l = v;
+        fputc('[', f);
+        for (int i = 0; i < l->n; i++)
+            fprintf(f, "%s%d", i ? ", " : "", l->v[i]);
+        fputc(']', f);
+        break;
+    }
     }
 }
 
@@ -1109,7 +1210,7 @@ int ar_config_diff(const ar_config *a, const ar_config *b, char *buf, size_t n)
         if (strcmp(k->key, "train.threads") == 0 || strcmp(k->key, "train.device") == 0 ||
             strcmp(k->key, "train.recompute") == 0 || strncmp(k->key, "parallel.", 9) == 0)
             continue;
-        char va[96], vb[96];
+        char va[4096], vb[4096]; /* a whole list: equal text, equal values */
         value_text(a, k, va, sizeof va);
         value_text(b, k, vb, sizeof vb);
         if (strcmp(va, vb) == 0)

@@ -37,7 +37,8 @@ int ar_config_apply_node(ar_config *c, struct yaml_document_s *doc, struct yaml_
 int ar_config_set(ar_config *c, const char *assignment, ar_err *e);
 
 /* Cross-field checks (d_model divisible by n_head, even head_dim, block_size
- * within 1..L, data.train given, ...). */
+ * within 1..L, block_sizes summing to L and only with kind block, data.train
+ * given, ...). */
 int ar_config_validate(const ar_config *c, ar_err *e);
 
 /* Settings that are valid but probably not what was meant; today one: a

@@ -87,7 +87,7 @@ static int check_dup(sctx *c, const yaml_node_t *map, const yaml_node_pair_t *pa
 typedef struct {
     char name[AR_SWEEP_NAME_MAX];
     const yaml_node_t *entry;
-    yaml_node_t *kind, *block_size, *num_blocks;
+    yaml_node_t *kind, *block_size, *num_blocks, *block_sizes;
 } variant_spec;
 
 typedef struct {
@@ -115,7 +115,9 @@ static int parse_variant(sctx *c, yaml_node_t *n, variant_spec *v)
         return check_name(c, n, "a variant", v->name);
     }
     if (n->type != YAML_MAPPING_NODE)
-        return fail_at(c, n, "a variant is a residual kind or a mapping {name, kind, block_size | num_blocks}, got %s",
+        return fail_at(c, n,
+                       "a variant is a residual kind or a mapping {name, kind, block_size | num_blocks | block_sizes}, "
+                       "got %s",
                        describe(n));
     yaml_node_t *name = NULL;
     for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
@@ -131,14 +133,18 @@ static int parse_variant(sctx *c, yaml_node_t *n, variant_spec *v)
             v->block_size = val;
         else if (kt && !strcmp(kt, "num_blocks"))
             v->num_blocks = val;
+        else if (kt && !strcmp(kt, "block_sizes"))
+            v->block_sizes = val;
         else
-            return fail_at(c, k, "unknown variant key '%s' (expected one of: name, kind, block_size, num_blocks)",
+            return fail_at(c, k,
+                           "unknown variant key '%s' (expected one of: name, kind, block_size, num_blocks, block_sizes)",
                            kt ? kt : "?");
     }
     if (!v->kind)
         return fail_at(c, n, "a variant mapping needs 'kind'");
-    if (v->block_size && v->num_blocks)
-        return fail_at(c, v->num_blocks, "'block_size' and 'num_blocks' are mutually exclusive");
+    if (!!v->block_size + !!v->num_blocks + !!v->block_sizes > 1)
+        return fail_at(c, v->block_sizes ? v->block_sizes : v->num_blocks,
+                       "'block_size', 'num_blocks' and 'block_sizes' are mutually exclusive");
     return check_name(c, name ? name : v->kind, "a variant", v->name);
 }
 
@@ -252,9 +258,15 @@ static int apply_variant(sctx *c, const variant_spec *v, ar_config *cfg)
 {
     if (ar_config_apply_node(cfg, c->doc, v->kind, "model.residual.kind", c->name, c->e) != 0)
         return -1;
+    /* the base's blocks of different sizes mean nothing to another kind */
+    if (cfg->model.residual.kind != AR_RES_BLOCK)
+        cfg->model.residual.block_sizes.n = 0;
     if (v->block_size && ar_config_apply_node(cfg, c->doc, v->block_size, "model.residual.block_size", c->name, c->e))
         return -1;
     if (v->num_blocks && ar_config_apply_node(cfg, c->doc, v->num_blocks, "model.residual.num_blocks", c->name, c->e))
+        return -1;
+    if (v->block_sizes &&
+        ar_config_apply_node(cfg, c->doc, v->block_sizes, "model.residual.block_sizes", c->name, c->e))
         return -1;
     return 0;
 }

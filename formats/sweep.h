@@ -7,7 +7,7 @@
  *     - {name: ys, d_model: 96, n_layer: 3, n_head: 2, d_ff: 256, flops: 2.0e13}
  *                    # a compute budget instead: its tokens follow from the
  *                    # size's parameters (ar_sweep_run.flops_budget)
- *   variants:        # residual kinds, or mappings {name, kind, block_size | num_blocks}
+ *   variants:        # residual kinds, or mappings {name, kind, block_size | num_blocks | block_sizes}
  *     - baseline
  *     - {kind: block, block_size: 4}
  *

@@ -13,6 +13,8 @@
 
 #include <stdlib.h>
 
+#include "../core/blocks.h"
+
 typedef struct {
     float *k, *v; /* ctx x d each: rotated keys, values */
 } kv_cache;
@@ -210,8 +212,11 @@ int ar_decode_depth_reps(const ar_model_cfg *c)
     case AR_RES_BASELINE:
         return 1;
     case AR_RES_BLOCK: {
-        int S = ar_cfg_block_size(c);
-        return (L + S - 1) / S + 1;
+        ar_blocks b;
+        ar_blocks_of_cfg(&b, c);
+        int reps = b.nb + 1; /* b_0 .. b_nb */
+        ar_blocks_free(&b);
+        return reps;
     }
     case AR_RES_SWA:
         return (c->residual.window < L ? c->residual.window : L) + 1;

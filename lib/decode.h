@@ -61,7 +61,8 @@ int ar_decoder_feed(ar_decoder *dec, const int32_t *tok, int n, float *logits, a
  *   depth cache:     rows x R x d floats, R the representations one token
  *                    keeps across depth for its residual scheme:
  *       baseline 1 (the running sum);  block N+1 (b_0, the completed
- *       blocks and the current partial sum; N = ceil(L/S));  full, static,
+ *       blocks and the current partial sum; N = ceil(L/S), or the length
+ *       of model.residual.block_sizes);  full, static,
  *       rescaled L+1 (v_0..v_L);  swa min(W, L)+1;  denseformer
  *       n_layer+1 (x_0..x_n_layer);  mhc m (its streams)
  * The decoder holds the depth cache for `chunk` rows (rows = chunk), not

@@ -37,7 +37,11 @@ int ar_mixer_sources(const ar_model_cfg *cfg, int l, ar_source *out)
 {
     if (!ar_res_has_depth_attn(cfg->residual.kind))
         return 0;
-    return ar_depth_sources(ar_cfg_sublayers(cfg), ar_cfg_block_size(cfg), 0, l, out);
+    ar_blocks b;
+    ar_blocks_of_cfg(&b, cfg);
+    int n = ar_depth_sources(&b, 0, l, out);
+    ar_blocks_free(&b);
+    return n;
 }
 
 /* ------------------------------------------------------------ matrices */

@@ -40,8 +40,9 @@ static inline double *ar_depth_attn_row(const ar_depth_attn *a, int l)
 int ar_res_has_depth_attn(ar_res_kind k);
 
 /* The sources of mixer l (1..L+1) under cfg's AttnRes scheme: those of
- * ar_depth_sources (depth_sources.h) with block size S =
- * ar_cfg_block_size(cfg) (Full: S = 1) and no window.  Returns their number
+ * ar_depth_sources (depth_sources.h) with the block layout of cfg
+ * (ar_blocks_of_cfg: S = ar_cfg_block_size, or block_sizes; Full: S = 1)
+ * and no window.  Returns their number
  * (0 for kinds without depth attention) and fills out[0..n) when out is
  * non-NULL (at most L+1 entries). */
 int ar_mixer_sources(const ar_model_cfg *cfg, int l, ar_source *out);

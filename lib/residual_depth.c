@@ -1,15 +1,15 @@
 /* Block AttnRes (docs/reference.md §2.4; Full AttnRes is block_size 1).
  *
- * Sublayers are grouped into blocks of S consecutive sublayers; block 0 is
- * the embedding alone.  With P_l the running sum of the current block
- * (P_l = v_l when l opens a block, else P_{l-1} + v_l), block n's summary
- * is b_n = P_{end(n)}, end(n) = min(n*S, L), and its partial sum after i
- * sublayers is b_n^i = P_{(n-1)S+i}.  Sublayer l, the i-th of block n,
- * mixes by depth attention
+ * Sublayers are grouped into blocks of consecutive sublayers (core/blocks.h:
+ * S each, or model.residual.block_sizes); block 0 is the embedding alone.
+ * With P_l the running sum of the current block (P_l = v_l when l opens a
+ * block, else P_{l-1} + v_l), block n's summary is b_n = P_{end(n)}, and its
+ * partial sum after i sublayers is b_n^i = P_{start(n)+i-1}.  Sublayer l,
+ * the i-th of block n, mixes by depth attention
  *     [b_0 .. b_{n-1}]            (i = 1)
  *     [b_0 .. b_{n-1}, P_{l-1}]   (i >= 2)
- * and h_out mixes [b_0 .. b_{nb}], nb = ceil(L/S), the last one possibly
- * partial.  Each mixer m = 1..L+1 (L+1 = final) has its own pseudo-query w_m
+ * and h_out mixes [b_0 .. b_{nb}] (nb = ceil(L/S) for block_size S, the
+ * last one possibly shorter).  Each mixer m = 1..L+1 (L+1 = final) has its own pseudo-query w_m
  * (zero-initialised, so every alpha starts at 1/n) and key-norm gain g_m.
  *
  * Backward: dv_l = dP_l once every later consumer has added into it.  One
@@ -79,10 +79,11 @@ typedef struct {
 
 typedef struct {
     ar_residual base;
-    int S, nch, cmax;
+    ar_blocks blk;        /* the block layout */
+    int nch, cmax;
     float **P;            /* L+1 buffers maxN x d */
     float **dB;           /* nb+1 buffers maxN x d: gradient of block n's sums */
-    int nb;               /* blocks after the embedding: ceil(L/S) */
+    int nb;               /* blocks after the embedding (blk.nb) */
     float **rs;           /* L+1 arrays maxN: rstd of each P_l as a key */
     float **cdot;         /* cmax arrays maxN: dh.h per chunk position */
     float **hb;           /* cmax buffers: the current chunk's h (forward) */
@@ -96,13 +97,13 @@ typedef struct {
 
 #define D(r) ((depth_res *)(r))
 
-static int block_of(depth_res *s, int l) { return l == 0 ? 0 : (l - 1) / s->S + 1; }
+static int block_of(depth_res *s, int l) { return s->blk.of[l]; }
 
 /* Source list for mixer m (sublayer m, or the final state when m = L+1):
  * b_0 .. b_{n-1} (+ P_{m-1}) as indices into P (lib/depth_sources.h). */
-static void plan_sources(mixer *x, int m, int S, int L)
+static void plan_sources(mixer *x, int m, const ar_blocks *b)
 {
-    x->src = ar_depth_source_rows(L, S, 0, m, &x->n);
+    x->src = ar_depth_source_rows(b, 0, m, &x->n);
     x->sp = ar_xcalloc((size_t)x->n, sizeof *x->sp);
     x->dsp = ar_xcalloc((size_t)x->n, sizeof *x->dsp);
     x->rsp = ar_xcalloc((size_t)x->n, sizeof *x->rsp);
@@ -287,7 +288,7 @@ static void mix_bwd(depth_res *s, int m, const float *h, const ar_norm_grad *ng,
     }
 }
 
-static int opens_block(depth_res *s, int l) { return (l - 1) % s->S == 0; }
+static int opens_block(depth_res *s, int l) { return ar_blocks_opens(&s->blk, l); }
 
 static float *depth_embed_out(ar_residual *r) { return D(r)->P[0]; }
 static const float *depth_input_fwd(ar_residual *r, int l, int N, const ar_norm_out *nf)
@@ -396,6 +397,7 @@ static void depth_destroy(ar_residual *r)
     free(s->rs);
     free(s->hb);
     free(s->mx);
+    ar_blocks_free(&s->blk);
     free(s);
 }
 
@@ -435,10 +437,10 @@ ar_residual *ar_residual_depth_create(const ar_model_cfg *cfg, const ar_backend 
     s->base.d = d;
     s->base.maxN = maxN;
     s->base.final_grad_overwrite = 1;
-    s->S = ar_cfg_block_size(cfg);
+    ar_blocks_of_cfg(&s->blk, cfg);
     s->pt = pt;
     s->P = ar_xcalloc((size_t)L + 1, sizeof(float *));
-    s->nb = (L + s->S - 1) / s->S;
+    s->nb = s->blk.nb;
     s->dB = ar_xcalloc((size_t)s->nb + 1, sizeof(float *));
     s->rs = ar_xcalloc((size_t)L + 1, sizeof(float *));
     s->mx = ar_xcalloc((size_t)L + 2, sizeof(mixer));
@@ -452,7 +454,7 @@ ar_residual *ar_residual_depth_create(const ar_model_cfg *cfg, const ar_backend 
             snprintf(qn, sizeof qn, "blocks.%d.%s.query", (m - 1) / 2, which);
             snprintf(gn, sizeof gn, "blocks.%d.%s.norm.weight", (m - 1) / 2, which);
         }
-        plan_sources(&s->mx[m], m, s->S, L);
+        plan_sources(&s->mx[m], m, &s->blk);
         s->mx[m].q_idx = ar_params_add(pt, qn, d, 0, AR_INIT_ZEROS, 0, m);
         s->mx[m].g_idx = ar_params_add(pt, gn, d, 0, AR_INIT_ONES, 0, m);
     }

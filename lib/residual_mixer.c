@@ -9,8 +9,8 @@
  * with ar_depth_general set they run here too (tests compare the two).
  *
  * Notation of residual_depth.c: P_l is the running sum of the current block
- * (P_l = v_l when l opens a block, else P_{l-1} + v_l; S = 1 for every kind
- * but block, so P_l = v_l).  Mixer m (1..L, L+1 = final) reads
+ * (P_l = v_l when l opens a block, else P_{l-1} + v_l; blocks of 1 for
+ * every kind but block, so P_l = v_l).  Mixer m (1..L, L+1 = final) reads
  *   block/full [P_end(0), .., P_end(n-1)] (+ P_{m-1} if m is not first in its block)
  *   swa        [P_0, P_max(1,m-W), .., P_{m-1}]      (final: up to P_L)
  * and forms h_m = sum_s alpha[a(j),s] src_s[j] with the backend's
@@ -67,7 +67,8 @@ typedef struct {
 typedef struct {
     ar_residual base;
     ar_res_kind kind;
-    int S, H, W, sigmoid, key_norm, qinput;
+    ar_blocks blk;       /* block layout (core/blocks.h); blocks of 1 but for block */
+    int H, W, sigmoid, key_norm, qinput;
     float **P, **dP;
     mixer *mx;
     float *fgrad, *dH, *dwq, *dqn, *ones, *dgdump;
@@ -80,14 +81,14 @@ typedef struct {
 
 #define MR(r) ((mixer_res *)(r))
 
-static int opens(mixer_res *s, int l) { return (l - 1) % s->S == 0; }
+static int opens(mixer_res *s, int l) { return ar_blocks_opens(&s->blk, l); }
 
 /* Sources of mixer m as indices into P: Block's (Full's: S = 1), or for
  * swa v_0 and the last W outputs. */
 static void plan(mixer_res *s, mixer *x, int m)
 {
     int W = s->kind == AR_RES_SWA ? s->W : 0;
-    x->src = ar_depth_source_rows(s->base.L, s->S, W, m, &x->n);
+    x->src = ar_depth_source_rows(&s->blk, W, m, &x->n);
     x->sp = ar_xcalloc((size_t)x->n, sizeof *x->sp);
     x->dsp = ar_xcalloc((size_t)x->n, sizeof *x->dsp);
 }
@@ -319,6 +320,7 @@ static void mixer_destroy(ar_residual *r)
     free(s->mx);
     free(s->P);
     free(s->dP);
+    ar_blocks_free(&s->blk);
     free(s);
 }
 
@@ -397,7 +399,10 @@ ar_residual *ar_residual_mixer_create(const ar_model_cfg *cfg, const ar_backend 
     s->base.maxN = maxN;
     s->base.final_grad_overwrite = s->base.input_grad_overwrite = 1;
     s->kind = rc->kind;
-    s->S = rc->kind == AR_RES_BLOCK ? ar_cfg_block_size(cfg) : 1;
+    if (rc->kind == AR_RES_BLOCK)
+        ar_blocks_of_cfg(&s->blk, cfg);
+    else
+        ar_blocks_uniform(&s->blk, L, 1);
     s->W = rc->window;
     int attn = rc->kind == AR_RES_FULL || rc->kind == AR_RES_BLOCK || rc->kind == AR_RES_SWA;
     s->H = attn && rc->heads > 1 ? rc->heads : 1;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../core/atomic.h"
+#include "../core/blocks.h"
 #include "../formats/config.h"
 #include "../formats/csv.h"
 #include "../viz/bar_chart.h"
@@ -30,10 +31,15 @@ typedef void (*apply_fn)(ar_residual_cfg *r, const ar_model_cfg *b);
 
 static void v_baseline(ar_residual_cfg *r, const ar_model_cfg *b) { (void)b; r->kind = AR_RES_BASELINE; }
 static void v_full(ar_residual_cfg *r, const ar_model_cfg *b) { (void)b; r->kind = AR_RES_FULL; }
+/* Block and the variants built on it take the base's blocks: its S, or its
+ * blocks of different sizes (model.residual.block_sizes). */
 static void v_block(ar_residual_cfg *r, const ar_model_cfg *b)
 {
     r->kind = AR_RES_BLOCK;
-    r->block_size = base_block_size(b);
+    if (b->residual.kind == AR_RES_BLOCK && b->residual.block_sizes.n > 0)
+        r->block_sizes = b->residual.block_sizes;
+    else
+        r->block_size = base_block_size(b);
 }
 static void v_sigmoid(ar_residual_cfg *r, const ar_model_cfg *b) { v_full(r, b); r->score = AR_SCORE_SIGMOID; }
 static void v_nokn(ar_residual_cfg *r, const ar_model_cfg *b) { v_full(r, b); r->key_norm = AR_KEY_NORM_OFF; }
@@ -64,7 +70,7 @@ static const struct {
 } VARIANTS[] = {
     {"baseline", "PreNorm residual", v_baseline},
     {"full", "Full AttnRes", v_full},
-    {"block", "Block AttnRes (S from the config, else 4)", v_block},
+    {"block", "Block AttnRes (S or block_sizes from the config, else S = 4)", v_block},
     {"sigmoid", "Full, score: sigmoid", v_sigmoid},
     {"no-key-norm", "Full, key_norm: false", v_nokn},
     {"input-query", "Full, query: input", v_query},
@@ -93,6 +99,100 @@ const char *ar_ablate_variant_list(void)
     return buf;
 }
 
+/* ------------------------------------------------------ block layouts */
+
+static int add_variant(ar_ablation *a, const char *name, ar_err *e);
+static int plan_run(ar_ablation *a, const ar_config *base, int v, int k, ar_err *e);
+
+#define LAYOUT_PREFIX "block-l"
+
+/* "block-l2-2-4-8" -> [2, 2, 4, 8]: 0, or -1 when name is not a layout
+ * variant's name (entries positive, at most AR_LIST_MAX of them). */
+static int layout_of_name(const char *name, ar_int_list *out)
+{
+    size_t k = strlen(LAYOUT_PREFIX);
+    if (strncmp(name, LAYOUT_PREFIX, k) != 0)
+        return -1;
+    return ar_ablate_parse_layout(name + k, '-', out);
+}
+
+int ar_ablate_parse_layout(const char *s, char sep, ar_int_list *out)
+{
+    memset(out, 0, sizeof *out);
+    const char *p = s;
+    while (*p) {
+        if (*p < '0' || *p > '9' || out->n == AR_LIST_MAX)
+            return -1;
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (v < 1 || v > 100000 || (*end && *end != sep) || (*end == sep && !end[1]))
+            return -1;
+        out->v[out->n++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    return out->n > 0 ? 0 : -1;
+}
+
+void ar_ablate_layout_name(const ar_int_list *l, char *buf, size_t n)
+{
+    char list[AR_SWEEP_NAME_MAX * 2];
+    ar_int_list_text(l->v, l->n, "-", list, sizeof list);
+    snprintf(buf, n, LAYOUT_PREFIX "%s", list);
+}
+
+int ar_ablate_add_layouts(ar_ablation *a, const ar_config *base, const char *layouts, ar_err *e)
+{
+    int L = ar_cfg_sublayers(&base->model);
+    const char *p = layouts;
+    if (!*p)
+        return ar_fail(e, "'--block-layouts' is empty (expected layouts separated by ';', each a comma-separated "
+                          "list of block sizes summing to L = 2*'model.n_layer' = %d, such as \"2,2,4,8;4,4,4,4\")",
+                       L);
+    while (*p) {
+        size_t len = strcspn(p, ";");
+        char one[1024], name[AR_SWEEP_NAME_MAX * 2];
+        ar_int_list l;
+        snprintf(one, sizeof one, "%.*s", (int)(len < sizeof one ? len : sizeof one - 1), p);
+        if (len >= sizeof one || ar_ablate_parse_layout(one, ',', &l) != 0)
+            return ar_fail(e, "'--block-layouts': layout '%s' is not a comma-separated list of positive integers "
+                              "(sublayers per block, such as 2,2,4,8; layouts are separated by ';')",
+                           one);
+        long sum = 0;
+        for (int i = 0; i < l.n; i++)
+            sum += l.v[i];
+        if (sum != L)
+            return ar_fail(e, "'--block-layouts': layout '%s' sums to %ld sublayers, expected L = 2*'model.n_layer' "
+                              "= %d",
+                           one, sum, L);
+        ar_ablate_layout_name(&l, name, sizeof name);
+        if (strlen(name) >= AR_SWEEP_NAME_MAX - 8)
+            return ar_fail(e, "'--block-layouts': layout '%s' has too many blocks to name its run directory "
+                              "('%s...' is longer than %d characters)",
+                           one, LAYOUT_PREFIX, AR_SWEEP_NAME_MAX - 9);
+        int known = 0;
+        for (int v = 0; v < a->nvariants; v++)
+            known |= strcmp(a->variant[v], name) == 0;
+        if (!known) {
+            /* one more variant: its seeds appended, variant-major as ar_ablate_plan lays them out */
+            if (add_variant(a, name, e) != 0)
+                return -1;
+            ar_sweep_run *runs = ar_xcalloc((size_t)(a->nvariants * a->nseeds), sizeof *runs);
+            memcpy(runs, a->sweep.runs, (size_t)a->sweep.nruns * sizeof *runs);
+            free(a->sweep.runs);
+            a->sweep.runs = runs;
+            for (int k = 1; k <= a->nseeds; k++)
+                if (plan_run(a, base, a->nvariants - 1, k, e) != 0)
+                    return -1;
+            a->sweep.nvariants = a->nvariants;
+            a->sweep.nruns = a->nvariants * a->nseeds;
+        }
+        p += len + (p[len] == ';');
+    }
+    return 0;
+}
+
+/* -------------------------------------------------------------- apply */
+
 int ar_ablate_apply(ar_model_cfg *m, const ar_model_cfg *base, const char *name, ar_err *e)
 {
     ar_config d;
@@ -107,13 +207,18 @@ int ar_ablate_apply(ar_model_cfg *m, const ar_model_cfg *base, const char *name,
         m->residual.block_size = S;
         return 0;
     }
+    if (layout_of_name(name, &m->residual.block_sizes) == 0) {
+        m->residual.kind = AR_RES_BLOCK;
+        return 0;
+    }
     for (int i = 0; i < NV; i++)
         if (strcmp(name, VARIANTS[i].name) == 0) {
             VARIANTS[i].fn(&m->residual, base);
             return 0;
         }
-    return ar_fail(e, "unknown variant '%s' (expected one of: %s, all, or block-s<S>)", name,
-                   ar_ablate_variant_list());
+    return ar_fail(e, "unknown variant '%s' (expected one of: %s, all, block-s<S>, or block-l<S1>-<S2>-... "
+                      "for blocks of S1, S2, ... sublayers)",
+                   name, ar_ablate_variant_list());
 }
 
 /* ---------------------------------------------------------------- plan */
@@ -131,6 +236,26 @@ static int add_variant(ar_ablation *a, const char *name, ar_err *e)
     free(a->variant);
     a->variant = nv;
     snprintf(a->variant[a->nvariants++], AR_SWEEP_NAME_MAX, "%s", name);
+    return 0;
+}
+
+/* The run of variant v at seed index k (1..nseeds), as ar_ablate_plan
+ * plans each of its runs (for the variants --block-layouts appends). */
+static int plan_run(ar_ablation *a, const ar_config *base, int v, int k, ar_err *e)
+{
+    ar_sweep_run *r = &a->sweep.runs[v * a->nseeds + k - 1];
+    r->cfg = *base;
+    if (ar_ablate_apply(&r->cfg.model, &base->model, a->variant[v], e) != 0)
+        return -1;
+    /* seed index k: the same seed for every variant */
+    r->cfg.train.seed = base->train.seed + (uint64_t)(k - 1);
+    snprintf(r->variant, sizeof r->variant, "%s", a->variant[v]);
+    snprintf(r->size, sizeof r->size, "seed%d", k);
+    snprintf(r->name, sizeof r->name, "%s-seed%d", a->variant[v], k);
+    r->tokens = r->cfg.train.steps * r->cfg.train.batch_size * r->cfg.train.grad_accum * (long)r->cfg.model.seq_len;
+    ar_err ve;
+    if (ar_config_validate(&r->cfg, &ve) != 0)
+        return ar_fail(e, "variant '%s': %s", a->variant[v], ve.msg);
     return 0;
 }
 

@@ -35,8 +35,9 @@ int ar_ablate_nvariants(void);
 const char *ar_ablate_variant_name(int i);
 const char *ar_ablate_variant_what(int i);
 
-/* Sets m->residual for variant `name` (a table name, or "block-s<S>" for a
- * block size) from the base model (which lends its block_size, window,
+/* Sets m->residual for variant `name` (a table name, "block-s<S>" for a
+ * block size, or "block-l<S1>-<S2>-..." for blocks of S1, S2, ...
+ * sublayers: model.residual.block_sizes) from the base model (which lends its block_size, window,
  * heads and streams where it sets them).  -1 with the valid names in e for
  * an unknown name. */
 int ar_ablate_apply(ar_model_cfg *m, const ar_model_cfg *base, const char *name, ar_err *e);
@@ -55,6 +56,18 @@ typedef struct {
 int ar_ablate_plan(ar_ablation *a, const ar_config *base, const char *variants, int seeds,
                    const int *block_sizes, int nblock, ar_err *e);
 void ar_ablate_free(ar_ablation *a);
+
+/* --block-layouts: adds, after ar_ablate_plan, one Block AttnRes variant per
+ * layout of "2,2,4,8;4,4,4,4" (layouts separated by ';', each the sizes of
+ * its blocks in sublayers, summing to L), named "block-l2-2-4-8" (a safe
+ * directory and CSV name), with nseeds runs each.  Errors name the option
+ * and the layout. */
+int ar_ablate_add_layouts(ar_ablation *a, const ar_config *base, const char *layouts, ar_err *e);
+/* "2,2,4,8" with sep ',' (or "2-2-4-8" with '-') into out: 0, or -1 unless
+ * it is a list of integers in 1..100000 (at most AR_LIST_MAX). */
+int ar_ablate_parse_layout(const char *s, char sep, ar_int_list *out);
+/* The variant name of a layout: "block-l2-2-4-8". */
+void ar_ablate_layout_name(const ar_int_list *l, char *buf, size_t n);
 
 /* The paired t-test of n differences d_i (variant - baseline at seed i):
  * mean, sample sd (n-1), se = sd / sqrt(n), t = mean / se with df = n-1,

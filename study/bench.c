@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "../core/blocks.h"
 #include "../lib/model.h"
 #include "../lib/optim.h"
 #include "ablate.h"
@@ -322,8 +323,11 @@ int ar_bench_num_blocks_effective(const ar_model_cfg *m)
 {
     if (m->residual.kind == AR_RES_BASELINE)
         return 0;
-    int L = ar_cfg_sublayers(m), S = ar_cfg_block_size(m);
-    return (L + S - 1) / S;
+    ar_blocks b; /* ceil(L/S) for block size S; the list's length for block_sizes */
+    ar_blocks_of_cfg(&b, m);
+    int nb = b.nb;
+    ar_blocks_free(&b);
+    return nb;
 }
 
 double ar_bench_predicted_extra_floats(const ar_model_cfg *m, int batch)

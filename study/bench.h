@@ -133,12 +133,14 @@ long long ar_bench_peak_rss(void);
 
 /* The floats that the depth-attention sources are predicted to add over the
  * baseline for a batch of B sequences: nb*B*T*d with nb = ceil(L/S) stored
- * block summaries (L = 2*n_layer, S = ar_cfg_block_size) for block, and
+ * block summaries (L = 2*n_layer, S = ar_cfg_block_size; with block_sizes,
+ * the number of blocks) for block, and
  * L*B*T*d for full, static and rescaled (S = 1); 0 for baseline; NaN for
  * swa, mhc and denseformer (no such formula). */
 double ar_bench_predicted_extra_floats(const ar_model_cfg *m, int batch);
 
-/* ceil(L/S): the block summaries a block/full model stores (0 for baseline). */
+/* ceil(L/S), or the length of model.residual.block_sizes: the block
+ * summaries a block/full model stores (0 for baseline). */
 int ar_bench_num_blocks_effective(const ar_model_cfg *m);
 
 #endif

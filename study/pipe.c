@@ -79,9 +79,12 @@ static int make_plan(ar_pipe_plan *pl, const ar_comm *world, const ar_config *cf
 {
     const ar_model_cfg *mc = &cfg->model;
     int P = cfg->parallel.pipeline, D = world->size / P;
-    return ar_pipe_plan_make(pl, ar_cfg_sublayers(mc), ar_cfg_block_size(mc), mc->residual.kind == AR_RES_BASELINE,
-                             P, cfg->parallel.virtual_stages, cfg->train.grad_accum / D, cfg->parallel.cache_blocks,
-                             sched_of(cfg), e);
+    ar_blocks b; /* block_size S, or the blocks of model.residual.block_sizes */
+    ar_blocks_of_cfg(&b, mc);
+    int rc = ar_pipe_plan_make_blocks(pl, &b, mc->residual.kind == AR_RES_BASELINE, P, cfg->parallel.virtual_stages,
+                                      cfg->train.grad_accum / D, cfg->parallel.cache_blocks, sched_of(cfg), e);
+    ar_blocks_free(&b);
+    return rc;
 }
 
 int ar_pipelined(const ar_config *cfg) { return cfg->parallel.pipeline > 1 || cfg->parallel.virtual_stages > 1; }

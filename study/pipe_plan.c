@@ -20,8 +20,8 @@ int ar_pipe_row_block(const ar_pipe_plan *p, int q, int *complete)
         return q;
     }
     if (complete)
-        *complete = q % p->S == 0 || q == p->L;
-    return (q - 1) / p->S + 1;
+        *complete = ar_blocks_closes(&p->blk, q);
+    return p->blk.of[q];
 }
 
 /* live[q] = 1 for the rows of H_c, the rows after chunk c that a later
@@ -172,10 +172,33 @@ int ar_pipe_plan_make(ar_pipe_plan *p, int L, int S, int baseline, int P, int V,
                       ar_pipe_sched sched, ar_err *e)
 {
     memset(p, 0, sizeof *p);
-    if (P < 1 || V < 1)
-        return ar_fail(e, "'parallel.pipeline' (%d) and 'parallel.virtual' (%d) must be at least 1", P, V);
     if (!baseline && S < 1)
         return ar_fail(e, "'model.residual.block_size' (%d) must be at least 1", S);
+    ar_blocks b;
+    ar_blocks_uniform(&b, L, baseline ? L + 1 : S);
+    int rc = ar_pipe_plan_make_blocks(p, &b, baseline, P, V, M, cache, sched, e);
+    ar_blocks_free(&b);
+    return rc;
+}
+
+/* S when every block but the last has S sublayers and the last at most S
+ * (block_size S), else 0. */
+static int uniform_size(const ar_blocks *b)
+{
+    int S = b->start[2] - b->start[1];
+    for (int n = 1; n < b->nb; n++)
+        if (b->start[n + 1] - b->start[n] != S)
+            return 0;
+    return b->L + 1 - b->start[b->nb] <= S ? S : 0;
+}
+
+int ar_pipe_plan_make_blocks(ar_pipe_plan *p, const ar_blocks *b, int baseline, int P, int V, int M, int cache,
+                             ar_pipe_sched sched, ar_err *e)
+{
+    int L = b->L;
+    memset(p, 0, sizeof *p);
+    if (P < 1 || V < 1)
+        return ar_fail(e, "'parallel.pipeline' (%d) and 'parallel.virtual' (%d) must be at least 1", P, V);
     if (P * V > L)
         return ar_fail(e, "'parallel.pipeline' x 'parallel.virtual' = %d x %d = %d chunks is more than the model's "
                           "%d sublayers (2 x 'model.n_layer'): every chunk needs a sublayer",
@@ -193,7 +216,12 @@ int ar_pipe_plan_make(ar_pipe_plan *p, int L, int S, int baseline, int P, int V,
     if (M < 1)
         return ar_fail(e, "a step needs at least one micro-batch per pipeline ('train.grad_accum')");
     p->L = L;
-    p->S = baseline ? L + 1 : S;
+    p->S = baseline ? L + 1 : uniform_size(b);
+    /* the plan's own copy of the layout; the baseline's is one block */
+    if (baseline)
+        ar_blocks_uniform(&p->blk, L, L + 1);
+    else
+        ar_blocks_copy(&p->blk, b);
     p->baseline = baseline;
     p->P = P;
     p->V = V;
@@ -226,6 +254,7 @@ void ar_pipe_plan_free(ar_pipe_plan *p)
     free(p->nops);
     free(p->lo);
     free(p->hi);
+    ar_blocks_free(&p->blk);
     memset(p, 0, sizeof *p);
 }
 
@@ -245,7 +274,7 @@ long ar_pipe_rows_per_mb(const ar_pipe_plan *p)
 
 static double blocks_per_chunk(const ar_pipe_plan *p)
 {
-    return p->baseline ? NAN : (double)((p->L + p->S - 1) / p->S) / p->C;
+    return p->baseline ? NAN : (double)p->blk.nb / p->C;
 }
 
 double ar_pipe_eq7(const ar_pipe_plan *p)

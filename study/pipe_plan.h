@@ -13,9 +13,10 @@
  *
  * Rows.  A stage's residual state is a set of rows P_q, q = 0..L: P_q is
  * the running sum of the block holding sublayer q after it (P_0 = v_0, the
- * embedding, is block 0).  Block n (n >= 1, S sublayers a block) ends at
- * sublayer end(n) = min(n S, L); its summary b_n is the row end(n); a row
- * q that ends no block is the partial sum of block ceil(q/S).
+ * embedding, is block 0).  Block n (n >= 1: S sublayers a block, or the
+ * sizes of model.residual.block_sizes; core/blocks.h) ends at sublayer
+ * end(n); its summary b_n is the row end(n); a row q that ends no block is
+ * the partial sum of the block holding q.
  *   baseline: one running sum; the row a transition after chunk c moves is
  *             hi[c] alone (P_q is then h_{q+1});
  *   Block / Full AttnRes (Full: S = 1): every later mixer reads every
@@ -33,6 +34,7 @@
 #ifndef AR_PIPE_PLAN_H
 #define AR_PIPE_PLAN_H
 
+#include "../core/blocks.h"
 #include "../core/error.h"
 
 typedef enum {
@@ -57,7 +59,9 @@ enum {
 };
 
 typedef struct {
-    int L, S;        /* sublayers; block size in sublayers (S = 1: Full) */
+    int L, S;        /* sublayers; block size in sublayers (S = 1: Full; 0: blocks of
+                        different sizes, model.residual.block_sizes) */
+    ar_blocks blk;   /* the block layout (the plan's own copy) */
     int baseline;    /* one running sum instead of blocks */
     int P, V, C, M;  /* stages, virtual stages per stage, chunks, micro-batches a step */
     int cache;       /* cross-stage caching */
@@ -77,6 +81,11 @@ typedef struct {
  * interleaved M a multiple of P, as Megatron's). */
 int ar_pipe_plan_make(ar_pipe_plan *p, int L, int S, int baseline, int P, int V, int M, int cache,
                       ar_pipe_sched sched, ar_err *e);
+/* The same for any block layout b (core/blocks.h: blocks of different
+ * sizes, model.residual.block_sizes); ar_pipe_plan_make is this with
+ * ar_blocks_uniform(L, S). */
+int ar_pipe_plan_make_blocks(ar_pipe_plan *p, const ar_blocks *b, int baseline, int P, int V, int M, int cache,
+                             ar_pipe_sched sched, ar_err *e);
 void ar_pipe_plan_free(ar_pipe_plan *p);
 
 static inline int ar_pipe_stage_of(const ar_pipe_plan *p, int c) { return c % p->P; }
@@ -95,8 +104,8 @@ void ar_pipe_held(const ar_pipe_plan *p, int c, unsigned char *state);
 long ar_pipe_rows_per_mb(const ar_pipe_plan *p);
 
 /* The report's formulas, in rows (block representations of d floats) per
- * micro-batch, with N_p = nb / C, nb = ceil(L/S) blocks after the
- * embedding (mean blocks one chunk produces):
+ * micro-batch, with N_p = nb / C, nb blocks after the embedding (ceil(L/S)
+ * for block size S; mean blocks one chunk produces):
  *   eq. 7 (naive):  C(C-1)/2 N_p
  *   eq. 8 (cached): P(P-1)/2 N_p + (V-1) P^2 N_p
  * They leave out the embedding b_0 and partial blocks (which the exact

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../core/atomic.h"
+#include "../core/blocks.h"
 #include "../formats/config.h"
 #include "../formats/json.h"
 #include "../formats/metrics.h"
@@ -275,7 +276,7 @@ static int model_cfg_equal(const ar_model_cfg *a, const ar_model_cfg *b)
     return a->vocab == b->vocab && a->vocab_bytes == b->vocab_bytes && a->d_model == b->d_model &&
            a->n_layer == b->n_layer && a->n_head == b->n_head && a->d_ff == b->d_ff &&
            a->seq_len == b->seq_len && a->residual.kind == b->residual.kind &&
-           ar_cfg_block_size(a) == ar_cfg_block_size(b);
+           ar_cfg_same_blocks(a, b);
 }
 
 /* Removes what a killed writer left behind: PATH.tmp.<pid> files of

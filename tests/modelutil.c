@@ -39,8 +39,22 @@ void tu_model_fd_check(ar_model_cfg mc, const char *what, const char *must_have)
     tu_model_fd_check_prep(mc, what, must_have, NULL);
 }
 
+static void fd_check(ar_model_cfg mc, const char *what, const char *must_have, void (*prep)(ar_model *m),
+                     float h);
+
 void tu_model_fd_check_prep(ar_model_cfg mc, const char *what, const char *must_have,
                             void (*prep)(ar_model *m))
+{
+    fd_check(mc, what, must_have, prep, 1e-2f);
+}
+
+void tu_model_fd_check_step(ar_model_cfg mc, const char *what, float h)
+{
+    fd_check(mc, what, NULL, NULL, h);
+}
+
+static void fd_check(ar_model_cfg mc, const char *what, const char *must_have, void (*prep)(ar_model *m),
+                     float h)
 {
     ar_model *m;
     ar_err e;
@@ -70,7 +84,6 @@ void tu_model_fd_check_prep(ar_model_cfg mc, const char *what, const char *must_
             gu += (double)g[j] * u[j];
         }
         memcpy(x0, x, p->numel * sizeof(float));
-        const float h = 1e-2f;
         double lp, lm;
         for (size_t j = 0; j < p->numel; j++)
             x[j] = x0[j] + h * u[j];

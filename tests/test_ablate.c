@@ -442,3 +442,166 @@ Test(ablate, interrupted_run_resumes_and_finished_ones_are_reused, .timeout = 12
     cr_expect_eq(ev.started + ev.resumed + ev.finished, 0);
     ar_ablate_free(&a);
 }
+
+/* ---- --block-layouts: Block AttnRes with blocks of different sizes ---- */
+
+Test(ablate, block_layouts_add_one_block_variant_each)
+{
+    ar_config base;
+    ar_config_defaults(&base); /* n_layer 4: L = 8 */
+    ar_ablation a;
+    ar_err e = {{0}};
+    cr_assert_eq(ar_ablate_plan(&a, &base, "full", 2, NULL, 0, &e), 0, "%s", e.msg);
+    cr_assert_eq(ar_ablate_add_layouts(&a, &base, "2,2,4;1,3,2,2;2,2,4", &e), 0, "%s", e.msg);
+    cr_assert_eq(a.nvariants, 4, "baseline, full and two layouts (the repeated one once)");
+    cr_expect_str_eq(a.variant[0], "baseline");
+    cr_expect_str_eq(a.variant[2], "block-l2-2-4");
+    cr_expect_str_eq(a.variant[3], "block-l1-3-2-2");
+    cr_assert_eq(a.sweep.nruns, 8);
+    cr_assert_eq(a.sweep.nvariants, 4);
+    int want[][4] = {{2, 2, 4}, {1, 3, 2, 2}}, nwant[] = {3, 4};
+    for (int v = 2; v < 4; v++)
+        for (int k = 0; k < 2; k++) {
+            const ar_sweep_run *r = &a.sweep.runs[v * 2 + k];
+            const ar_residual_cfg *rc = &r->cfg.model.residual;
+            cr_expect_str_eq(r->variant, a.variant[v]);
+            char name[96];
+            snprintf(name, sizeof name, "%s-seed%d", a.variant[v], k + 1);
+            cr_expect_str_eq(r->name, name);
+            cr_expect_eq(r->cfg.train.seed, base.train.seed + (uint64_t)k);
+            cr_expect(rc->kind == AR_RES_BLOCK && rc->block_size == 0 && rc->num_blocks == 0);
+            cr_assert_eq(rc->block_sizes.n, nwant[v - 2]);
+            for (int i = 0; i < nwant[v - 2]; i++)
+                cr_expect_eq(rc->block_sizes.v[i], want[v - 2][i]);
+            /* only the residual differs from the base */
+            ar_config x = r->cfg, y = base;
+            x.train.seed = y.train.seed;
+            x.model.residual = y.model.residual;
+            char buf[256];
+            cr_expect_eq(ar_config_diff(&x, &y, buf, sizeof buf), 0, "%s: %s", r->name, buf);
+            cr_expect_eq(r->tokens, a.sweep.runs[0].tokens);
+        }
+    /* the earlier variants' runs are where they were */
+    cr_expect_str_eq(a.sweep.runs[2].name, "full-seed1");
+    cr_expect_eq(a.sweep.runs[3].cfg.model.residual.kind, AR_RES_FULL);
+    ar_ablate_free(&a);
+
+    /* a layout's name is a variant name of its own */
+    ar_model_cfg m;
+    cr_assert_eq(ar_ablate_apply(&m, &base.model, "block-l5-3", &e), 0, "%s", e.msg);
+    cr_expect(m.residual.kind == AR_RES_BLOCK && m.residual.block_sizes.n == 2 && m.residual.block_sizes.v[0] == 5 &&
+              m.residual.block_sizes.v[1] == 3 && m.residual.block_size == 0);
+    const char *bad[] = {"block-l", "block-l1--2", "block-l0-8", "block-l2-", "block-lx"};
+    for (int i = 0; i < 5; i++) {
+        cr_expect_neq(ar_ablate_apply(&m, &base.model, bad[i], &e), 0, "%s accepted", bad[i]);
+        cr_expect(strstr(e.msg, "unknown variant") && strstr(e.msg, "block-l<S1>-<S2>-..."), "%s", e.msg);
+    }
+}
+
+Test(ablate, block_layouts_errors_name_the_option)
+{
+    ar_config base;
+    ar_config_defaults(&base); /* L = 8 */
+    struct {
+        const char *arg, *want;
+    } cases[] = {
+        {"2,2,4,9", "'--block-layouts': layout '2,2,4,9' sums to 17 sublayers, expected L = 2*'model.n_layer' = 8"},
+        {"4,4;4", "'--block-layouts': layout '4' sums to 4 sublayers, expected L = 2*'model.n_layer' = 8"},
+        {"4,0,4", "'--block-layouts': layout '4,0,4' is not a comma-separated list of positive integers"},
+        {"4,-4,8", "layout '4,-4,8' is not a comma-separated list of positive integers"},
+        {"4,,4", "layout '4,,4' is not a comma-separated list"},
+        {"4,4,", "layout '4,4,' is not a comma-separated list"},
+        {"4.5,3.5", "layout '4.5,3.5' is not a comma-separated list"},
+        {"4,4;;8", "layout '' is not a comma-separated list"},
+        {"", "'--block-layouts' is empty"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ar_ablation a;
+        ar_err e = {{0}};
+        cr_assert_eq(ar_ablate_plan(&a, &base, "baseline", 1, NULL, 0, &e), 0, "%s", e.msg);
+        cr_expect_neq(ar_ablate_add_layouts(&a, &base, cases[i].arg, &e), 0, "'%s' accepted", cases[i].arg);
+        cr_expect(strstr(e.msg, cases[i].want), "'%s': %s", cases[i].arg, e.msg);
+        ar_ablate_free(&a);
+    }
+}
+
+/* A base config with block_sizes lends its blocks to the variants built on
+ * block; the others do not carry them (and validate). */
+Test(ablate, block_variants_take_the_base_layout)
+{
+    ar_config base;
+    ar_config_defaults(&base);
+    ar_err e = {{0}};
+    cr_assert_eq(ar_config_set(&base, "model.residual.block_sizes=[1,3,2,2]", &e), 0, "%s", e.msg);
+    ar_ablation a;
+    cr_assert_eq(ar_ablate_plan(&a, &base, "all", 1, NULL, 0, &e), 0, "%s", e.msg);
+    int seen = 0;
+    for (int v = 0; v < a.nvariants; v++) {
+        const ar_residual_cfg *rc = &a.sweep.runs[v].cfg.model.residual;
+        int on_block = !strcmp(a.variant[v], "block") || !strcmp(a.variant[v], "heads") ||
+                       !strcmp(a.variant[v], "block-no-key-norm");
+        if (on_block) {
+            seen++;
+            cr_expect(rc->kind == AR_RES_BLOCK && rc->block_sizes.n == 4 && rc->block_sizes.v[1] == 3 &&
+                          rc->block_size == 0,
+                      "%s does not take the base's blocks", a.variant[v]);
+        } else {
+            cr_expect_eq(rc->block_sizes.n, 0, "%s carries block_sizes", a.variant[v]);
+        }
+    }
+    cr_expect_eq(seen, 3);
+    ar_ablate_free(&a);
+}
+
+Test(ablate, cli_block_layouts_end_to_end, .timeout = 120)
+{
+    const char *bin = tu_bin();
+    if (!bin)
+        cr_skip_test("AR_BIN not set");
+    const char *dir = tu_tmpdir();
+    char cdir[4200], cmd[9000];
+    snprintf(cdir, sizeof cdir, "%s", dir);
+    tu_write_corpus_text(tu_path(cdir, "corpus.txt"));
+    /* n_layer 2: L = 4 */
+    char *two = strdup(TINY);
+    memcpy(strstr(two, "n_layer: 1"), "n_layer: 2", 10);
+    tu_write_file(tu_path(cdir, "tiny.yaml"), two, strlen(two));
+    free(two);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' ablate tiny.yaml --block-layouts '1,3;2,2' --out ab 2>&1", cdir, bin);
+    int st;
+    char *out = tu_run(cmd, &st);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "baseline, block-l1-3, block-l2-2"), "%s", out);
+    cr_expect_eq(count(out, ": done, val_loss"), 3, "%s", out);
+    free(out);
+    size_t n;
+    char *csv = tu_read_file(tu_path(cdir, "ab/results.csv"), &n);
+    cr_assert(csv);
+    cr_expect(strstr(csv, "\nbaseline,1,") && strstr(csv, "\nblock-l1-3,1,") && strstr(csv, "\nblock-l2-2,1,"), "%s",
+              csv);
+    free(csv);
+    char *md = tu_read_file(tu_path(cdir, "ab/results.md"), &n);
+    cr_assert(md);
+    cr_expect(strstr(md, "| block-l1-3 | 1 | ") && strstr(md, "| block-l2-2 | 1 | "), "%s", md);
+    free(md);
+    char *yaml = tu_read_file(tu_path(cdir, "ab/runs/block-l1-3-seed1/config.yaml"), &n);
+    cr_assert(yaml);
+    cr_expect(strstr(yaml, "    kind: block\n    block_sizes: [1, 3]\n"), "%s", yaml);
+    free(yaml);
+
+    /* a layout that does not fit the model, and one that is not a list */
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' ablate tiny.yaml --block-layouts '1,2' --out ab2 2>&1", cdir, bin);
+    out = tu_run(cmd, &st);
+    cr_expect_eq(st, 1, "%s", out);
+    cr_expect(strstr(out, "attnres: error: '--block-layouts': layout '1,2' sums to 3 sublayers, expected L = "
+                          "2*'model.n_layer' = 4"),
+              "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' ablate tiny.yaml --block-layouts '1,x' --out ab2 2>&1", cdir, bin);
+    out = tu_run(cmd, &st);
+    cr_expect_eq(st, 2, "%s", out);
+    cr_expect(strstr(out, "attnres: error: '--block-layouts': layout '1,x' is not a comma-separated list"), "%s", out);
+    free(out);
+    struct stat sb;
+    cr_expect_neq(stat(tu_path(cdir, "ab2"), &sb), 0, "a refused command created its directory");
+}

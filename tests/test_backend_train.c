@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "formats/config.h"
 #include "formats/safetensors.h"
 #include "lib/backend.h"
 #include "lib/model.h"
@@ -131,6 +132,10 @@ static void record(const ar_progress *p, void *ud)
     }
 }
 
+/* A --set applied after the kind (NULL: none), for the cases below that
+ * need more than a kind. */
+static const char *extra_set;
+
 static ar_config tiny(const char *corpus, ar_res_kind kind)
 {
     ar_config c;
@@ -155,6 +160,9 @@ static ar_config tiny(const char *corpus, ar_res_kind kind)
     c.train.save_every = 0;
     c.train.log_every = 1;
     c.train.threads = 2;
+    ar_err e = {{0}};
+    if (extra_set)
+        cr_assert_eq(ar_config_set(&c, extra_set, &e), 0, "%s", e.msg);
     return c;
 }
 
@@ -246,8 +254,9 @@ static void compare_runs(ar_res_kind kind, int bf16)
     snprintf(rb, sizeof rb, "%s/b", dir);
     tu_write_corpus_lines(corpus, 300, 1);
     ar_config c = tiny(corpus, kind);
-    char name[64];
-    snprintf(name, sizeof name, "%s%s", ar_res_kind_name(kind), bf16 ? " (bf16 on B)" : "");
+    char name[160];
+    snprintf(name, sizeof name, "%s%s%s%s", ar_res_kind_name(kind), extra_set ? " " : "", extra_set ? extra_set : "",
+             bf16 ? " (bf16 on B)" : "");
     trace ta, tb;
     memset(&ta, 0, sizeof ta);
     memset(&tb, 0, sizeof tb);
@@ -271,7 +280,7 @@ static void compare_runs(ar_res_kind kind, int bf16)
     train(A, &c, rb, 1, &tb, &resb);
     cr_assert_eq(resa.step, STEPS + MORE);
     cr_assert_eq(resb.step, STEPS + MORE);
-    char what[128];
+    char what[224];
     snprintf(what, sizeof what, "%s resumed on the other backend", name);
     compare_traces(what, &ta, &tb, STEPS + 1, STEPS + MORE, bd);
     compare_checkpoints(what, ra, rb, bd.ckpt);
@@ -283,3 +292,9 @@ Test(backend_train, baseline, .timeout = 300) { compare_runs(AR_RES_BASELINE, 0)
 Test(backend_train, full, .timeout = 300) { compare_runs(AR_RES_FULL, 0); }
 Test(backend_train, block, .timeout = 300) { compare_runs(AR_RES_BLOCK, 0); }
 Test(backend_train, full_bf16, .timeout = 300) { compare_runs(AR_RES_FULL, 1); }
+/* blocks of different sizes (L = 6) */
+Test(backend_train, block_sizes_uneven, .timeout = 300)
+{
+    extra_set = "model.residual.block_sizes=[1, 3, 2]";
+    compare_runs(AR_RES_BLOCK, 0);
+}

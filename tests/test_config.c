@@ -341,7 +341,7 @@ Test(config, err_unknown_key)
     assert_has(m, "t.yaml:3:3: unknown key 'model.dmodel'");
     assert_has(m, "(expected one of: vocab, d_model, n_layer, n_head, d_ff, seq_len, residual)");
     m = parse_err("model:\n  residual:\n    kind: full\n    size: 2\n");
-    assert_has(m, "t.yaml:4:5: unknown key 'model.residual.size' (expected one of: kind, block_size, num_blocks, score, key_norm, query, heads, window, streams)");
+    assert_has(m, "t.yaml:4:5: unknown key 'model.residual.size' (expected one of: kind, block_size, num_blocks, block_sizes, score, key_norm, query, heads, window, streams)");
     m = parse_err("modle:\n  d_model: 8\n");
     assert_has(m, "t.yaml:1:1: unknown key 'modle' (expected one of: model, data, train, parallel)");
     m = parse_err("train:\n  lr: 0.1\n  schedul: wsd\n");
@@ -515,6 +515,9 @@ static void round_trip(const ar_config *c)
     if (c->model.residual.kind == AR_RES_BLOCK) {
         cr_assert_eq(d.model.residual.block_size, c->model.residual.block_size);
         cr_assert_eq(d.model.residual.num_blocks, c->model.residual.num_blocks);
+        cr_assert_eq(d.model.residual.block_sizes.n, c->model.residual.block_sizes.n);
+        for (int i = 0; i < c->model.residual.block_sizes.n; i++)
+            cr_assert_eq(d.model.residual.block_sizes.v[i], c->model.residual.block_sizes.v[i]);
     }
     free(y);
     free(y2);
@@ -642,7 +645,7 @@ Test(config, set_bad)
     cr_assert_str_eq(set_err("=5"), "--set '=5': expected KEY=VALUE");
     assert_has(set_err("modle.d_model=8"), "unknown key 'modle.d_model' (expected one of: model, data, train, parallel)");
     assert_has(set_err("model.d_model.x=8"), "'model.d_model' takes a value, not sub-keys");
-    assert_has(set_err("model.residual.foo=8"), "(expected one of: kind, block_size, num_blocks, score, key_norm, query, heads, window, streams)");
+    assert_has(set_err("model.residual.foo=8"), "(expected one of: kind, block_size, num_blocks, block_sizes, score, key_norm, query, heads, window, streams)");
     assert_has(set_err("train.schedule=linear"), "'train.schedule' expects one of cosine|wsd|constant, got 'linear'");
     assert_has(set_err("data.val_fraction=1.5"), "'data.val_fraction' expects a number in (0, 1), got '1.5'");
     assert_has(set_err("train.steps=1e3"), "'train.steps' expects a positive integer, got '1e3'");
@@ -679,7 +682,8 @@ Test(config, validate_failures)
     assert_has(validate_err(&c), "mutually exclusive");
     FRESH();
     c.model.residual.block_size = 0;
-    assert_has(validate_err(&c), "neither 'model.residual.block_size' nor 'model.residual.num_blocks'");
+    assert_has(validate_err(&c), "none of 'model.residual.block_size', 'model.residual.num_blocks' and "
+                                  "'model.residual.block_sizes' is set");
     FRESH();
     c.data.train[0] = '\0';
     assert_has(validate_err(&c), "'data.train' is empty");
@@ -887,4 +891,181 @@ Test(config, final_eval_windows_key)
                "'train.final_eval_windows' expects a non-negative integer, got 'all'");
     c.train.final_eval_windows = -3;
     assert_has(validate_err(&c), "'train.final_eval_windows' expects a non-negative integer, got -3");
+}
+
+/* ---- model.residual.block_sizes ---- */
+
+static void assert_list(const ar_config *c, const int *want, int n)
+{
+    const ar_int_list *l = &c->model.residual.block_sizes;
+    cr_assert_eq(l->n, n, "%d entries, want %d", l->n, n);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(l->v[i], want[i], "entry %d is %d, want %d", i + 1, l->v[i], want[i]);
+}
+
+Test(config, block_sizes_parse_in_either_style)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    assert_parses(&c, "model:\n  n_layer: 4\n  residual:\n    kind: block\n    block_sizes: [1, 3, 2, 2]\n");
+    assert_list(&c, (int[]){1, 3, 2, 2}, 4);
+    cr_assert_eq(c.model.residual.block_size, 0, "block_sizes clears the default block_size");
+    ar_err e = {{0}};
+    cr_assert_eq(ar_config_validate(&c, &e), 0, "%s", e.msg);
+    cr_assert_eq(ar_cfg_block_size(&c.model), 0, "no one S");
+    ar_config_defaults(&c);
+    assert_parses(&c, "model:\n  n_layer: 3\n  residual:\n    block_sizes:\n      - 4\n      - 2\n");
+    assert_list(&c, (int[]){4, 2}, 2);
+    cr_assert_eq(ar_config_validate(&c, &e), 0, "%s", e.msg);
+}
+
+Test(config, block_sizes_round_trip)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    assert_sets(&c, "model.n_layer=4");
+    assert_sets(&c, "model.residual.block_sizes=[1,3,2,2]");
+    char *y = ar_config_to_yaml(&c);
+    cr_assert(strstr(y, "    kind: block\n    block_sizes: [1, 3, 2, 2]\n"), "%s", y);
+    cr_assert(!strstr(y, "block_size:") && !strstr(y, "num_blocks"), "only the way the blocks were given: %s", y);
+    free(y);
+    round_trip(&c);
+    /* a long list survives whole, and two lists that differ late differ */
+    ar_config_defaults(&c);
+    c.model.n_layer = 100;
+    c.model.residual.block_size = 0;
+    c.model.residual.block_sizes.n = 200;
+    for (int i = 0; i < 200; i++)
+        c.model.residual.block_sizes.v[i] = 1;
+    ar_err e = {{0}};
+    cr_assert_eq(ar_config_validate(&c, &e), 0, "%s", e.msg);
+    round_trip(&c);
+    ar_config d = c;
+    d.model.residual.block_sizes.v[198] = 2;
+    d.model.residual.block_sizes.n = 199;
+    char diff[512];
+    cr_expect_eq(ar_config_diff(&c, &d, diff, sizeof diff), 1, "%s", diff);
+    cr_expect(strstr(diff, "model.residual.block_sizes"), "%s", diff);
+    /* a kind without blocks does not write it */
+    ar_config_defaults(&c);
+    assert_sets(&c, "model.residual.block_sizes=[4,4]");
+    c.model.residual.kind = AR_RES_FULL;
+    y = ar_config_to_yaml(&c);
+    cr_assert(!strstr(y, "block_sizes"), "%s", y);
+    free(y);
+}
+
+Test(config, block_sizes_and_the_other_block_keys)
+{
+    /* one document: an error naming both */
+    assert_has(parse_err("model:\n  residual:\n    block_size: 2\n    block_sizes: [4, 4]\n"),
+               "t.yaml:4:18: 'model.residual.block_sizes' and 'model.residual.block_size' are mutually exclusive "
+               "('model.residual.block_size' was given at 3:17)");
+    assert_has(parse_err("model:\n  residual:\n    block_sizes: [4, 4]\n    num_blocks: 2\n"),
+               "t.yaml:4:17: 'model.residual.num_blocks' and 'model.residual.block_sizes' are mutually exclusive");
+    assert_has(set_err("model.residual={block_sizes: [4, 4], block_size: 4}"), "are mutually exclusive");
+    /* later documents and --set win, clearing the other */
+    ar_config c;
+    ar_config_defaults(&c);
+    assert_sets(&c, "model.residual.num_blocks=2");
+    assert_sets(&c, "model.residual.block_sizes=[2, 6]");
+    cr_assert_eq(c.model.residual.num_blocks, 0);
+    cr_assert_eq(c.model.residual.block_size, 0);
+    assert_list(&c, (int[]){2, 6}, 2);
+    assert_parses(&c, "model:\n  residual:\n    block_size: 3\n");
+    cr_assert_eq(c.model.residual.block_sizes.n, 0, "block_size clears block_sizes");
+    assert_sets(&c, "model.residual.block_sizes=[8]");
+    assert_sets(&c, "model.residual.num_blocks=4");
+    cr_assert_eq(c.model.residual.block_sizes.n, 0, "num_blocks clears block_sizes");
+    /* a struct filled by code with both */
+    ar_config_defaults(&c);
+    c.model.residual.block_sizes = (ar_int_list){.n = 2, .v = {4, 4}};
+    assert_has(validate_err(&c), "'model.residual.block_sizes' and 'model.residual.block_size' are mutually "
+                                 "exclusive");
+    c.model.residual.block_size = 0;
+    c.model.residual.num_blocks = 2;
+    assert_has(validate_err(&c), "'model.residual.block_sizes' and 'model.residual.num_blocks' are mutually "
+                                 "exclusive");
+}
+
+Test(config, block_sizes_bad_values)
+{
+    const char *pre = "model:\n  residual:\n    block_sizes: ";
+    char y[256];
+#define BAD(list, want)                                                                                              \
+    do {                                                                                                             \
+        snprintf(y, sizeof y, "%s%s\n", pre, list);                                                                  \
+        assert_has(parse_err(y), want);                                                                              \
+    } while (0)
+    BAD("[4, 0, 4]", "t.yaml:3:22: 'model.residual.block_sizes' expects a list of positive integers, such as "
+                     "[2, 2, 4], got '0' at entry 2");
+    BAD("[4, -2, 6]", "'model.residual.block_sizes' expects a list of positive integers, such as [2, 2, 4], got "
+                      "'-2' at entry 2");
+    BAD("[2, 2.5, 3.5]", "got '2.5' at entry 2");
+    BAD("[2, two]", "got 'two' at entry 2");
+    BAD("[2, \"6\"]", "got '6' (a quoted string) at entry 2");
+    BAD("[2, [3, 3]]", "got a sequence at entry 2");
+    BAD("[99999999999, 1]", "at entry 1 (out of range)");
+    BAD("[]", "t.yaml:3:18: 'model.residual.block_sizes' is an empty list (expected a list of positive integers");
+    BAD("8", "t.yaml:3:18: 'model.residual.block_sizes' expects a list of positive integers, such as [2, 2, 4], "
+             "got '8'");
+    BAD("{a: 1}", "expects a list of positive integers, such as [2, 2, 4], got a mapping");
+    BAD("null", "got null");
+#undef BAD
+    /* more entries than a config holds */
+    char big[4096];
+    size_t u = (size_t)snprintf(big, sizeof big, "%s[", pre);
+    for (int i = 0; i <= AR_LIST_MAX; i++)
+        u += (size_t)snprintf(big + u, sizeof big - u, "%s1", i ? "," : "");
+    snprintf(big + u, sizeof big - u, "]\n");
+    assert_has(parse_err(big), "'model.residual.block_sizes' has more than 256 entries");
+    /* a failed parse changes nothing */
+    ar_config c, d;
+    ar_config_defaults(&c);
+    ar_config_defaults(&d);
+    ar_err e;
+    cr_assert_eq(parse(&c, "model:\n  residual:\n    block_sizes: [4, 0]\n", &e), -1);
+    assert_same(&c, &d);
+    cr_assert_eq(c.model.residual.block_sizes.n, 0);
+    cr_assert_eq(c.model.residual.block_size, 4);
+}
+
+Test(config, block_sizes_validation)
+{
+    ar_config c;
+    ar_config_defaults(&c); /* n_layer 4: L = 8 */
+    assert_sets(&c, "model.residual.block_sizes=[1, 3, 2]");
+    cr_assert_str_eq(validate_err(&c), "'model.residual.block_sizes' [1, 3, 2] sums to 6 sublayers, expected L = "
+                                       "2*'model.n_layer' = 8 (every sublayer in exactly one block)");
+    assert_sets(&c, "model.residual.block_sizes=[4, 4, 1]");
+    assert_has(validate_err(&c), "sums to 9 sublayers, expected L = 2*'model.n_layer' = 8");
+    assert_sets(&c, "model.residual.block_sizes=[4, 4]");
+    ar_err e = {{0}};
+    cr_assert_eq(ar_config_validate(&c, &e), 0, "%s", e.msg);
+    /* the list follows n_layer */
+    assert_sets(&c, "model.n_layer=5");
+    assert_has(validate_err(&c), "sums to 8 sublayers, expected L = 2*'model.n_layer' = 10");
+    /* kinds without blocks */
+    const char *kinds[] = {"full", "baseline", "swa", "mhc", "static", "denseformer", "rescaled"};
+    for (int i = 0; i < 7; i++) {
+        ar_config_defaults(&c);
+        assert_sets(&c, "model.residual.block_sizes=[4, 4]");
+        char set[64];
+        snprintf(set, sizeof set, "model.residual.kind=%s", kinds[i]);
+        assert_sets(&c, set);
+        if (!strcmp(kinds[i], "swa"))
+            assert_sets(&c, "model.residual.window=2");
+        char want[160];
+        snprintf(want, sizeof want, "'model.residual.block_sizes' applies to kind block (and the ablation variants "
+                                    "built on it), not '%s'", kinds[i]);
+        assert_has(validate_err(&c), want);
+    }
+    /* entries filled by code */
+    ar_config_defaults(&c);
+    c.model.residual.block_size = 0;
+    c.model.residual.block_sizes = (ar_int_list){.n = 3, .v = {4, 0, 4}};
+    assert_has(validate_err(&c), "'model.residual.block_sizes' expects a list of positive integers, such as "
+                                 "[2, 2, 4], got 0 at entry 2");
+    c.model.residual.block_sizes.n = AR_LIST_MAX + 1;
+    assert_has(validate_err(&c), "'model.residual.block_sizes' has 257 entries (expected 0 to 256)");
 }

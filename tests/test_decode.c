@@ -201,6 +201,8 @@ static const variant variants[] = {
     {"block S=2", {"model.residual.kind=block", "model.residual.block_size=2"}},
     {"block S=4 (last block partial)", {"model.residual.kind=block", "model.residual.block_size=4"}},
     {"block N=2", {"model.residual.kind=block", "model.residual.num_blocks=2"}},
+    {"block sizes [1,3,2]", {"model.residual.kind=block", "model.residual.block_sizes=[1, 3, 2]"}},
+    {"block sizes [3,1,1,1]", {"model.residual.kind=block", "model.residual.block_sizes=[3, 1, 1, 1]"}},
     {"static", {"model.residual.kind=static"}},
     {"denseformer", {"model.residual.kind=denseformer"}},
     {"swa W=2", {"model.residual.kind=swa", "model.residual.window=2"}},
@@ -212,6 +214,9 @@ static const variant variants[] = {
     {"input-query", {"model.residual.kind=full", "model.residual.query=input"}},
     {"heads 2", {"model.residual.kind=block", "model.residual.block_size=2", "model.residual.heads=2"}},
     {"block-no-key-norm", {"model.residual.kind=block", "model.residual.block_size=2", "model.residual.key_norm=false"}},
+    {"block-no-key-norm sizes [1,3,2]", {"model.residual.kind=block", "model.residual.block_sizes=[1,3,2]",
+                                         "model.residual.key_norm=false"}},
+    {"heads 2 sizes [2,1,3]", {"model.residual.kind=block", "model.residual.block_sizes=[2,1,3]", "model.residual.heads=2"}},
     {"swa sigmoid input-query", {"model.residual.kind=swa", "model.residual.window=3", "model.residual.score=sigmoid",
                                  "model.residual.query=input"}},
 };

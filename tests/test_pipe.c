@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "mpiutil.h"
+#include "core/blocks.h"
 #include "study/checkpoint.h"
 #include "study/pipe_plan.h"
 #include "testutil.h"
@@ -66,19 +67,20 @@ typedef struct {
     int P, V, cache;  /* for the byte count */
 } layout;
 
-/* Bytes of rows a step moves forward, from the plan. */
-static double predicted_fwd_bytes(int L, int S, int baseline, const layout *y)
+/* Bytes of rows a step moves forward, from the plan of the blocks b. */
+static double predicted_fwd_bytes(const ar_blocks *b, int baseline, const layout *y)
 {
     ar_pipe_plan pl;
     ar_err e;
     int D = y->ranks / y->P, M = 4 / D;
-    cr_assert_eq(ar_pipe_plan_make(&pl, L, S, baseline, y->P, y->V, M, y->cache, AR_PIPE_1F1B, &e), 0, "%s", e.msg);
+    cr_assert_eq(ar_pipe_plan_make_blocks(&pl, b, baseline, y->P, y->V, M, y->cache, AR_PIPE_1F1B, &e), 0, "%s",
+                 e.msg);
     double rows = (double)ar_pipe_rows_per_mb(&pl) * 4; /* 4 micro-batches a step */
     ar_pipe_plan_free(&pl);
     return rows * 2 * 16 * 32 * sizeof(float); /* B T d floats a row */
 }
 
-static void pipes_match_one_process(const char *model, int S, int baseline, const layout *ys, int ny)
+static void pipes_match_blocks(const char *model, const ar_blocks *b, int baseline, const layout *ys, int ny)
 {
     mu_need_mpi();
     const char *dir = mu_setup_dir();
@@ -109,7 +111,7 @@ static void pipes_match_one_process(const char *model, int S, int baseline, cons
         /* the bytes moved are the plan's count, every step */
         int nb = metric_values(mgot, "pipe_fwd_bytes", bytes, 16);
         cr_expect_eq(nb, 6, "%s: %d metrics lines give pipe_fwd_bytes", what, nb);
-        double want = predicted_fwd_bytes(8, S, baseline, &ys[i]);
+        double want = predicted_fwd_bytes(b, baseline, &ys[i]);
         for (int k = 0; k < nb; k++)
             cr_expect_eq(bytes[k], want, "%s: step %d moved %.0f bytes forward, the plan says %.0f", what, k + 1,
                          bytes[k], want);
@@ -118,6 +120,15 @@ static void pipes_match_one_process(const char *model, int S, int baseline, cons
             cr_expect_eq(bytes[k], want, "%s: step %d moved %.0f gradient bytes back, the plan says %.0f", what,
                          k + 1, bytes[k], want);
     }
+}
+
+/* Blocks of S (L = 8). */
+static void pipes_match_one_process(const char *model, int S, int baseline, const layout *ys, int ny)
+{
+    ar_blocks b;
+    ar_blocks_uniform(&b, 8, S);
+    pipes_match_blocks(model, &b, baseline, ys, ny);
+    ar_blocks_free(&b);
 }
 
 static const layout common[] = {
@@ -155,6 +166,22 @@ Test(pipe, block_attnres_across_boundaries_cached_and_naive, .timeout = 600)
         {2, "--set parallel.pipeline=2 --set parallel.virtual=2 --set parallel.schedule=gpipe", 2, 2, 1},
     };
     pipes_match_one_process("--set model.residual.kind=block --set model.residual.block_size=3", 3, 0, ys, 5);
+}
+
+/* block_sizes [1, 3, 2, 2]: blocks end at 1, 4, 6, 8; chunk boundaries at
+ * 2 and 6 (P x V = 4) cut block 2, at 4 (P = 2) none; naive and cached */
+Test(pipe, block_sizes_uneven_matches_one_process, .timeout = 600)
+{
+    static const layout ys[] = {
+        {2, "--set parallel.pipeline=2", 2, 1, 1},
+        {2, "--set parallel.pipeline=2 --set parallel.virtual=2 --set parallel.cache_blocks=false", 2, 2, 0},
+        {4, "--set parallel.pipeline=4 --set parallel.virtual=2", 4, 2, 1},
+    };
+    ar_blocks b;
+    ar_blocks_sizes(&b, 8, (const int[]){1, 3, 2, 2}, 4);
+    pipes_match_blocks("--set model.residual.kind=block --set 'model.residual.block_sizes=[1, 3, 2, 2]'", &b, 0, ys,
+                       3);
+    ar_blocks_free(&b);
 }
 
 /* A pipelined run's checkpoint is one process's: it resumes in one

@@ -670,3 +670,22 @@ Test(pipe_plan, command_errors)
     FILE *f = fopen(out, "rb");
     cr_assert(f == NULL, "a failed command wrote %s", out);
 }
+
+/* A config with block_sizes: its blocks are drawn ([1, 3, 2, 2] at P = 2,
+ * V = 2: the hand count of tests/test_block_sizes.c, 5 cached and 10
+ * naive); --block-size and --residual replace them; --n-layer must keep
+ * their sum. */
+Test(pipe_plan, command_with_block_sizes)
+{
+    const char *dir = tu_tmpdir();
+    const char *cfg = tu_path(dir, "uneven.yaml");
+    const char *yaml = "model:\n  n_layer: 4\n  residual:\n    kind: block\n    block_sizes: [1, 3, 2, 2]\n"
+                       "parallel:\n  pipeline: 2\n  virtual: 2\n";
+    tu_write_file(cfg, yaml, strlen(yaml));
+    EXPECT(0, "5 cached, 10 naive", "'%s' --out '%s'", cfg, tu_path(dir, "u.png"));
+    /* block_size 2 at L = 8, P = 2, V = 2: the blocks end at every chunk's end */
+    EXPECT(0, "4 cached, 9 naive", "'%s' --block-size 2 --out '%s'", cfg, tu_path(dir, "s2.png"));
+    EXPECT(0, "7 cached, 15 naive", "'%s' --residual full --out '%s'", cfg, tu_path(dir, "f.png"));
+    EXPECT(1, "'model.residual.block_sizes' [1, 3, 2, 2] sums to 8 sublayers, expected L = 2*'model.n_layer' = 10",
+           "'%s' --n-layer 5 --out '%s'", cfg, tu_path(dir, "never.png"));
+}

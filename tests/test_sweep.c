@@ -573,3 +573,36 @@ Test(sweep, cli_errors)
               "%s", out);
     free(out);
 }
+
+/* A variant may give its blocks as block_sizes; a base with block_sizes
+ * keeps them for block variants, and the other kinds drop them. */
+Test(sweep, variants_with_block_sizes)
+{
+    const char *g = "base:\n  model: {d_model: 16, n_layer: 2, n_head: 2, d_ff: 32, seq_len: 16,\n"
+                    "          residual: {kind: block, block_sizes: [3, 1]}}\n"
+                    "sizes:\n  - {name: a}\n"
+                    "variants:\n  - baseline\n  - block\n  - {name: uneven, kind: block, block_sizes: [1, 3]}\n"
+                    "  - {name: s2, kind: block, block_size: 2}\n";
+    ar_sweep s;
+    ar_err e = {{0}};
+    cr_assert_eq(parse(&s, g, &e), 0, "%s", e.msg);
+    cr_assert_eq(s.nruns, 4);
+    const ar_residual_cfg *r = &s.runs[0].cfg.model.residual;
+    cr_expect(r->kind == AR_RES_BASELINE && r->block_sizes.n == 0);
+    r = &s.runs[1].cfg.model.residual;
+    cr_expect(r->kind == AR_RES_BLOCK && r->block_sizes.n == 2 && r->block_sizes.v[0] == 3 && r->block_sizes.v[1] == 1);
+    r = &s.runs[2].cfg.model.residual;
+    cr_expect_str_eq(s.runs[2].name, "a-uneven");
+    cr_expect(r->kind == AR_RES_BLOCK && r->block_sizes.n == 2 && r->block_sizes.v[0] == 1 && r->block_sizes.v[1] == 3);
+    r = &s.runs[3].cfg.model.residual;
+    cr_expect(r->block_size == 2 && r->block_sizes.n == 0, "block_size replaces the base's block_sizes");
+    ar_sweep_free(&s);
+    expect_error("sizes:\n  - {name: a}\nvariants: [{kind: block, block_size: 2, block_sizes: [4, 4]}]\n",
+                 "g.yaml:3:54: 'block_size', 'num_blocks' and 'block_sizes' are mutually exclusive");
+    expect_error("sizes:\n  - {name: a, n_layer: 2}\nvariants: [{kind: block, block_sizes: [4, 4]}]\n",
+                 "g.yaml: size 'a', variant 'block': 'model.residual.block_sizes' [4, 4] sums to 8 sublayers, "
+                 "expected L = 2*'model.n_layer' = 4");
+    expect_error("sizes:\n  - {name: a}\nvariants: [{kind: block, block_sizes: [4, x]}]\n",
+                 "'model.residual.block_sizes' expects a list of positive integers, such as [2, 2, 4], got 'x' at "
+                 "entry 2");
+}

@@ -6,14 +6,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/blocks.h"
 #include "../lib/mixing.h"
 
 void ar_depth_variant_name(const ar_model_cfg *cfg, char *buf, size_t cap)
 {
     switch (cfg->residual.kind) {
-    case AR_RES_BLOCK:
-        snprintf(buf, cap, "block AttnRes (S = %d)", ar_cfg_block_size(cfg));
+    case AR_RES_BLOCK: {
+        char blocks[256]; /* "S = 4", or "blocks 1,3,2,2" (block_sizes) */
+        ar_cfg_blocks_label(cfg, blocks, sizeof blocks);
+        snprintf(buf, cap, "block AttnRes (%s)", blocks);
         break;
+    }
     case AR_RES_FULL:
         snprintf(buf, cap, "full AttnRes");
         break;
