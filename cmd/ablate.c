@@ -10,6 +10,7 @@
 #include "../formats/config.h"
 #include "../study/ablate.h"
 #include "../study/comm.h"
+#include "ablate_depths.h"
 #include "cmds.h"
 #include "options.h"
 #include "signals.h"
@@ -17,7 +18,7 @@
 
 static const char *usage =
     "attnres ablate [CONFIG] --variant LIST|all [--seeds K] [--block-sizes LIST] [--set KEY=VALUE]... "
-    "[--out DIR] [--jobs J] [--device cpu|cuda] [--precision fp32|bf16]";
+    "[--depths LIST] [--out DIR] [--jobs J] [--device cpu|cuda] [--precision fp32|bf16]";
 
 /* "2,4,8" -> ints; -1 on a bad list */
 static int parse_ints(const char *s, int **out, int *n)
@@ -40,12 +41,12 @@ static int parse_ints(const char *s, int **out, int *n)
 
 int cmd_ablate(int argc, char **argv)
 {
-    const char *config = NULL, *variants = NULL, *bs = NULL;
+    const char *config = NULL, *variants = NULL, *bs = NULL, *depths = NULL;
     long jobs = 1, seeds = 1;
     int rc = AR_EXIT_USAGE, planned = 0, *bsz = NULL, nbs = 0;
     ar_ablation ab;
     ar_ablate_stat *stat = NULL;
-    static const char *const own[] = {"--variant", "--block-sizes", "--jobs", "--seeds", NULL};
+    static const char *const own[] = {"--variant", "--block-sizes", "--jobs", "--seeds", "--depths", NULL};
     cli_opts so;
     cli_opts_init(&so, usage, CLI_SET | CLI_OUT | CLI_DEVICE | CLI_PRECISION, own, argc, argv);
     for (const char *a, *v; (a = cli_opts_next(&so, &v));) {
@@ -55,6 +56,8 @@ int cmd_ablate(int argc, char **argv)
             variants = a + 10;
         else if (!strcmp(a, "--block-sizes"))
             bs = v;
+        else if (!strcmp(a, "--depths"))
+            depths = v;
         else if (!strcmp(a, "--jobs") || !strcmp(a, "--seeds")) {
             if (cli_parse_long(a, v, 1, !strcmp(a, "--jobs") ? &jobs : &seeds) != 0) {
                 fprintf(stderr, "usage: %s\n", usage);
@@ -80,6 +83,14 @@ int cmd_ablate(int argc, char **argv)
     if ((config && ar_config_load(&cfg, config, &e) != 0) || cli_opts_apply(&so, &cfg, &e) != 0 ||
         ar_config_validate(&cfg, &e) != 0 || cli_check_device(&cfg, &e) != 0) {
         cli_error("%s", e.msg);
+        goto done;
+    }
+    if (depths) { /* a depth study: cmd/ablate_depths.c */
+        if (bs) {
+            rc = cli_usage_error(usage, "'--depths' and '--block-sizes' do not go together");
+            goto done;
+        }
+        rc = cli_ablate_depths(&cfg, config, variants, (int)seeds, (int)jobs, so.out, depths, usage);
         goto done;
     }
     if (ar_ablate_plan(&ab, &cfg, variants ? variants : "baseline", (int)seeds, bsz, nbs, &e) != 0) {

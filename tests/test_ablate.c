@@ -250,6 +250,12 @@ Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
         ar_final_eval fe;
         cr_assert_eq(ar_final_eval_read(rd, 4, 0, &fe, &ce), 1, "%s: %s", rd, ce.msg);
         cr_expect(fabs(fe.loss - fl) <= 5e-7 && fe.windows == want_windows, "%s: %.9f vs %.6f", rd, fe.loss, fl);
+        /* the shape of TINY, for plot-sweep and depth studies */
+        double nl, dm, nh;
+        cr_assert_eq(ar_csv_num(c, i, ar_csv_require_col(c, "n_layer", &ce), &nl, &ce), 0, "%s", ce.msg);
+        cr_assert_eq(ar_csv_num(c, i, ar_csv_require_col(c, "d_model", &ce), &dm, &ce), 0, "%s", ce.msg);
+        cr_assert_eq(ar_csv_num(c, i, ar_csv_require_col(c, "n_head", &ce), &nh, &ce), 0, "%s", ce.msg);
+        cr_expect(nl == 1 && dm == 16 && nh == 2, "shape %g %g %g", nl, dm, nh);
     }
     ar_csv_free(c);
 

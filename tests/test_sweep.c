@@ -310,6 +310,10 @@ Test(sweep, tiny_grid_writes_results_and_reuses_finished_runs)
         cr_assert(vl > 0 && vl < 6, "val_loss %g", vl);
         cr_assert_geq(cell_num(c, i, "wall_s"), 0);
         cr_assert_float_eq(cell_num(c, i, "steps"), i < 2 ? 6 : 8, 0);
+        /* the run's shape, for plot-sweep */
+        cr_assert_float_eq(cell_num(c, i, "n_layer"), nl, 0);
+        cr_assert_float_eq(cell_num(c, i, "d_model"), d, 0);
+        cr_assert_float_eq(cell_num(c, i, "n_head"), 2, 0);
     }
     /* N grows with the size and the block variant adds its queries and norms */
     cr_assert(cell_num(c, 1, "nonembed_params") > cell_num(c, 0, "nonembed_params"));
