@@ -18,7 +18,7 @@
 
 static const char *usage =
     "attnres ablate [CONFIG] --variant LIST|all [--seeds K] [--block-sizes LIST] [--set KEY=VALUE]... "
-    "[--depths LIST] [--out DIR] [--jobs J] [--device cpu|cuda] [--precision fp32|bf16]";
+    "[--out DIR] [--jobs J] [--device cpu|cuda] [--precision fp32|bf16] [--depths LIST]";
 
 /* "2,4,8" -> ints; -1 on a bad list */
 static int parse_ints(const char *s, int **out, int *n)

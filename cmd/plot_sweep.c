@@ -47,7 +47,7 @@ int cmd_plot_sweep(int argc, char **argv)
     ar_err e = {{0}};
     ar_axis_expr x, y;
     if (ar_axis_expr_parse(xs, &x, &e) != 0 || ar_axis_expr_parse(ys, &y, &e) != 0) {
-        cli_usage_error(usage, "%s", e.msg);
+        cli_usage_error(usage, "'%s': %s", ar_axis_expr_parse(xs, &x, NULL) != 0 ? "--x" : "--y", e.msg);
         goto done;
     }
     rc = AR_EXIT_FAIL;

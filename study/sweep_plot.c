@@ -139,8 +139,15 @@ int ar_sweep_grid_load(ar_sweep_grid *g, const char *path, const ar_axis_expr *x
         snprintf(file, sizeof file, "%s%sresults.csv", path, path[0] && path[strlen(path) - 1] == '/' ? "" : "/");
     else
         snprintf(file, sizeof file, "%s", path);
-    if (access(file, R_OK) != 0)
-        return ar_fail(e, "'%s' not found: expected the results table of 'attnres sweep' (DIR/results.csv)", file);
+    if (access(file, R_OK) != 0) {
+        if (strcmp(file, path) != 0)
+            return ar_fail(e, "'%s' not found: '%s' is not the output directory of an 'attnres sweep' that has "
+                              "finished a run (expected DIR/results.csv)",
+                           file, path);
+        return ar_fail(e, "'%s' not found: expected an 'attnres sweep' output directory (holding results.csv) "
+                          "or a results table",
+                       file);
+    }
     ar_csv *c;
     if (ar_csv_read(&c, file, e) != 0)
         return -1;
