@@ -211,9 +211,9 @@ Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
     cr_expect(strncmp(csv, AR_ABLATE_COLUMNS "\n", strlen(AR_ABLATE_COLUMNS) + 1) == 0, "%s", csv);
     cr_expect_eq(count(csv, "\n"), 11, "%s", csv);
     cr_expect(strstr(csv, "\nbaseline,1,") && strstr(csv, "\nbaseline,2,") && strstr(csv, "\nsigmoid,2,"), "%s", csv);
-    /* every row has 12 fields and a finite loss; all runs share the token budget */
+    /* every row has 15 fields and a finite loss; all runs share the token budget */
     for (char *line = strchr(csv, '\n') + 1; *line; line = strchr(line, '\n') + 1) {
-        cr_expect_eq(count(line, ",") - count(strchr(line, '\n'), ","), 11);
+        cr_expect_eq(count(line, ",") - count(strchr(line, '\n'), ","), 14);
         char variant[64];
         int seed;
         long params, tokens;
