@@ -178,7 +178,7 @@ int ar_sweep_grid_load(ar_sweep_grid *g, const char *path, const ar_axis_expr *x
     mv = ar_xcalloc((size_t)n, sizeof *mv);
     mi = ar_xcalloc((size_t)n, sizeof *mi);
     int kf = ar_csv_col(c, "flops");
-    g->flops = NAN;
+    double flo = INFINITY, fhi = 0;
     for (int r = 0; r < n; r++) {
         if (expr_value(c, r, &kx, x, &xv[r], e) != 0 || expr_value(c, r, &ky, y, &yv[r], e) != 0)
             goto out;
@@ -204,11 +204,16 @@ int ar_sweep_grid_load(ar_sweep_grid *g, const char *path, const ar_axis_expr *x
         value_index(&g->ys, &g->ny, yv[r]);
         double f;
         ar_err fe;
-        if (kf >= 0 && ar_csv_num(c, r, kf, &f, &fe) == 0)
-            g->flops = r == 0 || f == g->flops ? f : NAN;
-        else
-            g->flops = NAN, kf = -1;
+        if (kf >= 0 && ar_csv_num(c, r, kf, &f, &fe) == 0 && f > 0) {
+            flo = fmin(flo, f);
+            fhi = fmax(fhi, f);
+        } else {
+            kf = -1;
+        }
     }
+    /* a `flops:` budget is met to within half a step, so the runs of one
+     * budget differ a little: within 2% they count as one compute */
+    g->flops = kf >= 0 && fhi <= 1.02 * flo ? 0.5 * (flo + fhi) : NAN;
     qsort(g->xs, (size_t)g->nx, sizeof *g->xs, cmp_up);
     qsort(g->ys, (size_t)g->ny, sizeof *g->ys, cmp_up);
     for (int i = 0; i < g->ny / 2; i++) { /* largest y on top */
@@ -312,7 +317,7 @@ int ar_sweep_grid_plot(const ar_sweep_grid *g, const ar_axis_expr *x, const ar_a
             int u = snprintf(notes[m], sizeof notes[m], "star: lowest %s, %.4f\nat %s = %s, %s = %s", g->metric,
                              g->v[(size_t)m * cells + (size_t)b], xt, xl[b % g->nx], yt, yl[b / g->nx]);
             if (isfinite(g->flops) && u > 0 && (size_t)u < sizeof notes[m])
-                snprintf(notes[m] + u, sizeof notes[m] - (size_t)u, "\nevery run: %.3g training FLOPs", g->flops);
+                snprintf(notes[m] + u, sizeof notes[m] - (size_t)u, "\nevery run: %.3g training FLOPs (within 2%%)", g->flops);
         } else {
             snprintf(notes[m], sizeof notes[m], "no run with a value");
         }

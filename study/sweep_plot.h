@@ -35,7 +35,7 @@ typedef struct {
     double *v;        /* nm * ny * nx, v[(m * ny + r) * nx + c]; NaN = no run, or no value */
     int *best;        /* nm: index r * nx + c of the method's lowest value, -1 if none */
     char metric[128];
-    double flops;     /* the runs' common `flops`, NaN if they differ or the column is absent */
+    double flops;     /* the runs' common compute (`flops` column, all within 2%: their midrange), else NaN */
 } ar_sweep_grid;
 
 /* Reads `path` (a results.csv, or a directory holding one) into g.  metric

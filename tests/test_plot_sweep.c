@@ -211,3 +211,30 @@ Test(plot_sweep, command_line)
     cr_assert(strstr(out, "attnres: error: '") && strstr(out, "/none' not found"), "%s", out);
     free(out);
 }
+
+/* The runs' common compute: budgets met within half a step count as one
+ * (within 2%: their midrange); two budgets do not. */
+Test(plot_sweep, common_compute)
+{
+    const char *dir = tu_tmpdir();
+    const char *second[] = {"1.1e13", "1.21e13"};
+    for (int k = 0; k < 2; k++) {
+        char t[4096];
+        snprintf(t, sizeof t,
+                 "%sbaseline,a,1000,4096,1.2e13,1e-7,3.0,1.0,10,r,2.1,4,64,4,32,2\n"
+                 "baseline,b,1000,4096,%s,1e-7,3.0,1.0,10,r,2.0,4,64,4,64,4\n",
+                 HEAD, second[k]);
+        write_table(dir, t);
+        ar_axis_expr x, y;
+        ar_err e;
+        ar_sweep_grid g;
+        cr_assert_eq(ar_axis_expr_parse("d_model/L_b", &x, &e), 0);
+        cr_assert_eq(ar_axis_expr_parse("n_head/L_b", &y, &e), 0);
+        cr_assert_eq(ar_sweep_grid_load(&g, dir, &x, &y, NULL, &e), 0, "%s", e.msg);
+        if (k == 0)
+            cr_assert(isnan(g.flops), "two budgets: %g", g.flops);
+        else
+            cr_assert_float_eq(g.flops, 1.205e13, 1);
+        ar_sweep_grid_free(&g);
+    }
+}
