@@ -187,26 +187,29 @@ static int draw(const dctx *c, const char *path, ar_err *e)
 {
     const ar_depth_study *s = c->s;
     int nv = s->ab[0].nvariants, nd = s->ndepths, nser = nv; /* nv - 1 variants and the zero line */
-    double *x = ar_xcalloc((size_t)nd, sizeof *x), *y = ar_xcalloc((size_t)nd * nv, sizeof *y);
+    double *x = ar_xcalloc((size_t)nd * nv, sizeof *x), *y = ar_xcalloc((size_t)nd * nv, sizeof *y);
     double *lo = ar_xcalloc((size_t)nd * nv, sizeof *lo), *hi = ar_xcalloc((size_t)nd * nv, sizeof *hi);
     ar_series *ser = ar_xcalloc((size_t)nser, sizeof *ser);
     double xmin = INFINITY, xmax = -INFINITY, zx[2], zy[2] = {0, 0};
     for (int i = 0; i < nd; i++) {
-        x[i] = s->depth[i];
-        xmin = fmin(xmin, x[i]);
-        xmax = fmax(xmax, x[i]);
+        xmin = fmin(xmin, s->depth[i]);
+        xmax = fmax(xmax, s->depth[i]);
     }
     zx[0] = xmin;
     zx[1] = xmax > xmin ? xmax : xmin + 1;
+    /* several variants: each set 1.5% of the depth range apart, so that
+     * their error bars do not hide each other */
+    double dodge = nv > 2 ? 0.015 * (zx[1] - zx[0]) : 0;
     int k = 0;
     for (int v = 1; v < nv; v++) {
         for (int i = 0; i < nd; i++) {
+            x[v * nd + i] = s->depth[i] + dodge * (v - 1 - 0.5 * (nv - 2));
             const ar_depth_diff *d = &c->d[i * nv + v];
             y[v * nd + i] = d->t.pairs >= 1 ? d->t.mean : NAN;
             lo[v * nd + i] = d->ci_lo;
             hi[v * nd + i] = d->ci_hi;
         }
-        ser[k++] = (ar_series){.label = s->ab[0].variant[v], .x = x, .y = y + v * nd, .n = nd, .markers = 1,
+        ser[k++] = (ar_series){.label = s->ab[0].variant[v], .x = x + v * nd, .y = y + v * nd, .n = nd, .markers = 1,
                                .ylo = lo + v * nd, .yhi = hi + v * nd};
     }
     ser[k++] = (ar_series){.label = "no difference", .x = zx, .y = zy, .n = 2, .color = nv};

@@ -636,6 +636,16 @@ Test(sweep, cli_two_jobs_rerun_and_fit)
     cr_assert(strstr(out, "t1-block: already finished (val_loss ") && strstr(out, "final_val_loss "), "%s", out);
     free(out);
 
+    /* the table's shape columns through plot-sweep: t1 is d/L 16, H/L 2 and
+     * t2 d/L 12, H/L 1, one cell each per method */
+    out = run_cli(dir, &st, "plot-sweep runs/tiny --x d_model/L_b --y n_head/L_b 2>&1");
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "wrote 'runs/tiny/arch_sweep.png' (2 methods, 2 x 2 cells)"), "%s", out);
+    free(out);
+    char *png = tu_read_file(tu_path(dir, "runs/tiny/arch_sweep.png"), NULL);
+    cr_assert(png && memcmp(png, "\x89PNG", 4) == 0);
+    free(png);
+
     out = run_cli(dir, &st, "fit-scaling runs/tiny --json 2>&1");
     cr_assert_eq(st, 0, "%s", out);
     cr_assert(strstr(out, "\"baseline\":\"baseline\"") && strstr(out, "\"ratio\""), "%s", out);
