@@ -159,6 +159,11 @@ int ar_sweep_grid_load(ar_sweep_grid *g, const char *path, const ar_axis_expr *x
     char what[160];
     expr_cols kx, ky;
     int kv = ar_csv_require_col(c, "variant", e), km = kv < 0 ? -1 : ar_csv_require_col(c, mname, e);
+    if (kv >= 0 && km < 0) {
+        char msg[sizeof e->msg];
+        snprintf(msg, sizeof msg, "%s", e->msg);
+        ar_fail(e, "%.1500s, named %s", msg, metric ? "in --metric" : "as the default metric");
+    }
     if (kv < 0 || km < 0)
         goto out;
     snprintf(what, sizeof what, "in --x '%s'", x->text);

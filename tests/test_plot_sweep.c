@@ -149,7 +149,7 @@ Test(plot_sweep, load_errors_name_the_file_and_what_was_expected)
     expect_load_error(dir, t, "d_model/L_b", "n_head/L_b", NULL, "no finished runs", where);
     row(t, sizeof t, "baseline", 4, 32, 2, "2.1");
     expect_load_error(dir, t, "d_model/width", "n_head/L_b", NULL, "no column 'width'", "--x 'd_model/width'");
-    expect_load_error(dir, t, "d_model/L_b", "n_head/L_b", "loss", "no column 'loss'", where);
+    expect_load_error(dir, t, "d_model/L_b", "n_head/L_b", "loss", "no column 'loss'", "in --metric");
     /* the same cell twice for one method: both lines */
     row(t, sizeof t, "baseline", 8, 64, 4, "2.0");
     expect_load_error(dir, t, "d_model/L_b", "n_head/L_b", NULL, ":2 and line 3", "same cell");
