@@ -161,7 +161,10 @@ Test(depth_study, tiny_study_end_to_end, .timeout = 240)
             cr_assert_float_eq(cell(r, k, "n_layer"), L, 0);
             cr_assert(seed >= 1 && seed <= 3);
             const char *v = ar_csv_cell(r, k, ar_csv_col(r, "variant"));
-            (strcmp(v, "baseline") == 0 ? base : blk)[seed - 1] = cell(r, k, "final_val_loss");
+            if (strcmp(v, "baseline") == 0)
+                base[seed - 1] = cell(r, k, "final_val_loss");
+            else
+                blk[seed - 1] = cell(r, k, "final_val_loss");
         }
         ar_csv_free(r);
         double d[3];
