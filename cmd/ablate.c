@@ -10,6 +10,7 @@
 #include "../formats/config.h"
 #include "../study/ablate.h"
 #include "../study/comm.h"
+#include "ablate_depths.h"
 #include "cmds.h"
 #include "options.h"
 #include "signals.h"
@@ -18,7 +19,7 @@
 static const char *usage =
     "attnres ablate [CONFIG] --variant LIST|all [--seeds K] [--block-sizes LIST] [--block-layouts L1[;L2...]] "
     "[--set KEY=VALUE]... "
-    "[--out DIR] [--jobs J] [--device cpu|cuda] [--precision fp32|bf16]";
+    "[--out DIR] [--jobs J] [--device cpu|cuda] [--precision fp32|bf16] [--depths LIST]";
 
 /* "2,4,8" -> ints; -1 on a bad list */
 static int parse_ints(const char *s, int **out, int *n)
@@ -54,12 +55,13 @@ static int add_layouts(ar_ablation *ab, const ar_config *cfg, const char *layout
 
 int cmd_ablate(int argc, char **argv)
 {
-    const char *config = NULL, *variants = NULL, *bs = NULL, *layouts = NULL;
+    const char *config = NULL, *variants = NULL, *bs = NULL, *layouts = NULL, *depths = NULL;
     long jobs = 1, seeds = 1;
     int rc = AR_EXIT_USAGE, planned = 0, *bsz = NULL, nbs = 0;
     ar_ablation ab;
     ar_ablate_stat *stat = NULL;
-    static const char *const own[] = {"--variant", "--block-sizes", "--block-layouts", "--jobs", "--seeds", NULL};
+    static const char *const own[] = {"--variant", "--block-sizes", "--block-layouts", "--jobs", "--seeds", "--depths",
+                                      NULL};
     cli_opts so;
     cli_opts_init(&so, usage, CLI_SET | CLI_OUT | CLI_DEVICE | CLI_PRECISION, own, argc, argv);
     for (const char *a, *v; (a = cli_opts_next(&so, &v));) {
@@ -71,6 +73,8 @@ int cmd_ablate(int argc, char **argv)
             bs = v;
         else if (!strcmp(a, "--block-layouts"))
             layouts = v;
+        else if (!strcmp(a, "--depths"))
+            depths = v;
         else if (!strcmp(a, "--jobs") || !strcmp(a, "--seeds")) {
             if (cli_parse_long(a, v, 1, !strcmp(a, "--jobs") ? &jobs : &seeds) != 0) {
                 fprintf(stderr, "usage: %s\n", usage);
@@ -96,6 +100,15 @@ int cmd_ablate(int argc, char **argv)
     if ((config && ar_config_load(&cfg, config, &e) != 0) || cli_opts_apply(&so, &cfg, &e) != 0 ||
         ar_config_validate(&cfg, &e) != 0 || cli_check_device(&cfg, &e) != 0) {
         cli_error("%s", e.msg);
+        goto done;
+    }
+    if (depths) { /* a depth study: cmd/ablate_depths.c */
+        if (bs || layouts) {
+            rc = cli_usage_error(usage, "'--depths' and '%s' do not go together",
+                                 bs ? "--block-sizes" : "--block-layouts");
+            goto done;
+        }
+        rc = cli_ablate_depths(&cfg, config, variants, (int)seeds, (int)jobs, so.out, depths, usage);
         goto done;
     }
     if (ar_ablate_plan(&ab, &cfg, variants ? variants : "baseline", (int)seeds, bsz, nbs, &e) != 0) {

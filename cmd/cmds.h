@@ -17,6 +17,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_plot_depth_attn(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_plot_pipeline(int argc, char **argv);
+int cmd_plot_sweep(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 

@@ -26,6 +26,7 @@ static const command commands[] = {
     {"bench", cmd_bench, "measure speed and memory of the residual variants"},
     {"plot", cmd_plot, "draw the training dynamics of runs"},
     {"plot-depth-attn", cmd_plot_depth_attn, "draw what depth attention learned, or the depth mixing matrix"},
+    {"plot-sweep", cmd_plot_sweep, "draw a sweep as one heatmap per method"},
     {"plot-pipeline", cmd_plot_pipeline, "draw the pipeline-parallel schedule and cross-stage block caching"},
     {"tokenize", cmd_tokenize, "turn text into GPT-2 BPE token files, and back"},
     {"help", NULL, "show the manual page of attnres or of a command"},

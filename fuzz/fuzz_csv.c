@@ -1,9 +1,11 @@
-/* The results-CSV reader: formats/csv.c and the table loading and fitting
- * of `attnres fit-scaling` (study/scaling.c), with its default columns. */
+/* The results-CSV reader: formats/csv.c, the table loading and fitting
+ * of `attnres fit-scaling` (study/scaling.c) with its default columns, and
+ * the grids of `attnres plot-sweep` (study/sweep_grid.c). */
 #include "fuzz.h"
 
 #include "../formats/csv.h"
 #include "../study/scaling.h"
+#include "../study/sweep_grid.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -24,6 +26,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (ar_csv_require_col(c, "val_loss", &e) < 0)
             fuzz_check_message(&e, path);
         ar_csv_free(c);
+    }
+
+    /* As plot-sweep reads it: the report's axes, every cell in range. */
+    {
+        ar_axis_expr x, y;
+        ar_sweep_grid g;
+        FUZZ_CHECK(ar_axis_expr_parse("d_model/L_b", &x, &e) == 0 && ar_axis_expr_parse("n_head/L_b", &y, &e) == 0,
+                   "axis expressions: %s", e.msg);
+        if (ar_sweep_grid_load(&g, path, &x, &y, NULL, &e) != 0) {
+            fuzz_check_message(&e, path);
+        } else {
+            FUZZ_CHECK(g.nm >= 1 && g.nx >= 1 && g.ny >= 1, "an empty grid: %d x %d x %d", g.nm, g.nx, g.ny);
+            for (int m = 0; m < g.nm; m++)
+                FUZZ_CHECK(g.best[m] >= -1 && g.best[m] < g.nx * g.ny, "optimum %d out of range", g.best[m]);
+            ar_sweep_grid_free(&g);
+        }
     }
 
     /* As fit-scaling reads a sweep's results.csv. */

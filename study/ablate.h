@@ -27,7 +27,7 @@
 
 #define AR_ABLATE_COLUMNS                                                                                    \
     "variant,seed,nonembed_params,tokens,flops,val_loss,tok_per_s,wall_s,run,final_val_loss,"               \
-    "final_eval_windows,final_eval_tokens"
+    "final_eval_windows,final_eval_tokens,n_layer,d_model,n_head"
 
 /* The variant names, in table order, as "baseline, full, ..." */
 const char *ar_ablate_variant_list(void);

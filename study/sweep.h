@@ -26,10 +26,13 @@
 #include "train.h"
 
 
-/* The results table's header. */
+/* The results table's header.  New columns go at the end, so that readers
+ * that look columns up by name (fit-scaling, plot-sweep) read old tables
+ * too; n_layer (transformer blocks), d_model and n_head are the run's
+ * shape, for plots against architecture (plot-sweep). */
 #define AR_SWEEP_COLUMNS                                                                                     \
     "variant,size,nonembed_params,tokens,flops,pflops_days,val_loss,wall_s,steps,run,final_val_loss,"       \
-    "final_eval_windows,final_eval_tokens"
+    "final_eval_windows,final_eval_tokens,n_layer,d_model,n_head"
 
 /* The final evaluation of a finished run: the checkpoint at its planned
  * steps evaluated once, after training, by the protocol of `attnres eval`

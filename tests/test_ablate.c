@@ -211,9 +211,9 @@ Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
     cr_expect(strncmp(csv, AR_ABLATE_COLUMNS "\n", strlen(AR_ABLATE_COLUMNS) + 1) == 0, "%s", csv);
     cr_expect_eq(count(csv, "\n"), 11, "%s", csv);
     cr_expect(strstr(csv, "\nbaseline,1,") && strstr(csv, "\nbaseline,2,") && strstr(csv, "\nsigmoid,2,"), "%s", csv);
-    /* every row has 12 fields and a finite loss; all runs share the token budget */
+    /* every row has 15 fields and a finite loss; all runs share the token budget */
     for (char *line = strchr(csv, '\n') + 1; *line; line = strchr(line, '\n') + 1) {
-        cr_expect_eq(count(line, ",") - count(strchr(line, '\n'), ","), 11);
+        cr_expect_eq(count(line, ",") - count(strchr(line, '\n'), ","), 14);
         char variant[64];
         int seed;
         long params, tokens;
@@ -250,6 +250,12 @@ Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
         ar_final_eval fe;
         cr_assert_eq(ar_final_eval_read(rd, 4, 0, &fe, &ce), 1, "%s: %s", rd, ce.msg);
         cr_expect(fabs(fe.loss - fl) <= 5e-7 && fe.windows == want_windows, "%s: %.9f vs %.6f", rd, fe.loss, fl);
+        /* the shape of TINY, for plot-sweep and depth studies */
+        double nl, dm, nh;
+        cr_assert_eq(ar_csv_num(c, i, ar_csv_require_col(c, "n_layer", &ce), &nl, &ce), 0, "%s", ce.msg);
+        cr_assert_eq(ar_csv_num(c, i, ar_csv_require_col(c, "d_model", &ce), &dm, &ce), 0, "%s", ce.msg);
+        cr_assert_eq(ar_csv_num(c, i, ar_csv_require_col(c, "n_head", &ce), &nh, &ce), 0, "%s", ce.msg);
+        cr_expect(nl == 1 && dm == 16 && nh == 2, "shape %g %g %g", nl, dm, nh);
     }
     ar_csv_free(c);
 

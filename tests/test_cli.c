@@ -366,6 +366,11 @@ Test(cli, help_plot_pipeline_equals_plot_pipeline_dash_help)
     check_help_pair("help plot-pipeline", "plot-pipeline --help", "attnres-plot-pipeline.1");
 }
 
+Test(cli, help_plot_sweep_equals_plot_sweep_dash_help)
+{
+    check_help_pair("help plot-sweep", "plot-sweep --help", "attnres-plot-sweep.1");
+}
+
 Test(cli, help_generate_equals_generate_dash_help)
 {
     check_help_pair("help generate", "generate --help", "attnres-generate.1");

@@ -490,3 +490,42 @@ Test(scaling, default_loss_column_is_the_final_evaluation)
     cr_assert_eq(s.g[0].n, 5);
     ar_scaling_free(&s);
 }
+
+/* fit-scaling reads results.csv as sweeps wrote it before the shape columns
+ * (n_layer, d_model, n_head) and after: the same points either way, and the
+ * default loss column is final_val_loss in both. */
+Test(scaling, table_old_and_new_sweep_columns)
+{
+    const char *dir = tu_tmpdir();
+    const char *old_t = "variant,size,nonembed_params,tokens,flops,pflops_days,val_loss,wall_s,steps,run,"
+                        "final_val_loss,final_eval_windows,final_eval_tokens\n"
+                        "baseline,a,100,1000,8.64e13,1e-6,3.9,1.0,10,a-baseline,3.8,10,160\n"
+                        "baseline,b,400,2000,3.456e14,4e-6,3.5,1.0,20,b-baseline,3.4,10,160\n";
+    const char *new_t = "variant,size,nonembed_params,tokens,flops,pflops_days,val_loss,wall_s,steps,run,"
+                        "final_val_loss,final_eval_windows,final_eval_tokens,n_layer,d_model,n_head\n"
+                        "baseline,a,100,1000,8.64e13,1e-6,3.9,1.0,10,a-baseline,3.8,10,160,4,64,2\n"
+                        "baseline,b,400,2000,3.456e14,4e-6,3.5,1.0,20,b-baseline,3.4,10,160,8,96,4\n";
+    const char *paths[2];
+    char p0[4096], p1[4096];
+    snprintf(p0, sizeof p0, "%s", write_table(dir, "old.csv", old_t));
+    snprintf(p1, sizeof p1, "%s", write_table(dir, "new.csv", new_t));
+    paths[0] = p0;
+    paths[1] = p1;
+    for (int k = 0; k < 2; k++) {
+        ar_scaling s;
+        ar_err e = {{0}};
+        cr_assert_eq(ar_scaling_load(&s, &paths[k], 1, "variant", "pflops_days", NULL, &e), 0, "%s", e.msg);
+        cr_assert_str_eq(s.ycol, "final_val_loss");
+        cr_assert_eq(s.ng, 1);
+        cr_assert_eq(s.g[0].n, 2);
+        cr_assert_float_eq(s.g[0].x[1], 4e-6, 1e-18);
+        cr_assert_float_eq(s.g[0].y[1], 3.4, 1e-12);
+        ar_scaling_free(&s);
+    }
+    /* both at once: one table of each kind */
+    ar_scaling s;
+    ar_err e = {{0}};
+    cr_assert_eq(ar_scaling_load(&s, paths, 2, "variant", "pflops_days", NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(s.g[0].n, 4);
+    ar_scaling_free(&s);
+}

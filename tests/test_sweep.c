@@ -127,6 +127,96 @@ Test(sweep, grid_resolves_every_run)
     ar_sweep_free(&s);
 }
 
+/* configs/arch-sweep.yaml: a 4 x 4 grid of (d_model/L_b, n_head/L_b), every
+ * cell of both methods trained on the same FLOPs (within half a step), each
+ * ratio exact so that the figure's rows and columns are single values. */
+Test(sweep, shipped_arch_sweep_config_resolves)
+{
+    const char *src = tu_source_dir();
+    if (!src)
+        cr_skip_test("AR_SOURCE_DIR is not set");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/configs/arch-sweep.yaml", src);
+    ar_sweep s;
+    ar_err e;
+    cr_assert_eq(ar_sweep_load(&s, path, NULL, 0, &e), 0, "%s", e.msg);
+    cr_assert_eq(ar_sweep_resolve_budgets(&s, &e), 0, "%s", e.msg);
+    cr_assert_eq(s.nvariants, 2);
+    cr_assert_eq(s.nsizes, 16);
+    double rs[16], hs[16], budget = s.runs[0].flops_budget;
+    int nr = 0, nh = 0;
+    cr_assert(budget > 0, "the grid is at fixed compute (flops:)");
+    for (int i = 0; i < s.nruns; i++) {
+        const ar_sweep_run *r = &s.runs[i];
+        const ar_model_cfg *m = &r->cfg.model;
+        cr_assert_float_eq(r->flops_budget, budget, 0, "%s: another budget", r->name);
+        cr_assert(r->cfg.model.residual.kind == (i % 2 ? AR_RES_BLOCK : AR_RES_BASELINE), "%s", r->name);
+        ar_sweep_compute c;
+        cr_assert_eq(ar_sweep_compute_of(r, &c, &e), 0, "%s", e.msg);
+        double step = c.flops_per_token * (double)r->cfg.train.batch_size * r->cfg.model.seq_len;
+        cr_expect(fabs(c.flops - budget) <= 0.5 * step, "%s: %.4g FLOPs", r->name, c.flops);
+        cr_expect_eq(r->cfg.train.final_eval_windows, 0);
+        double rv = (double)m->d_model / m->n_layer, hv = (double)m->n_head / m->n_layer;
+        int k;
+        for (k = 0; k < nr && rs[k] != rv; k++)
+            ;
+        if (k == nr)
+            rs[nr++] = rv;
+        for (k = 0; k < nh && hs[k] != hv; k++)
+            ;
+        if (k == nh)
+            hs[nh++] = hv;
+        /* every cell once per method */
+        for (int j = i % 2; j < i; j += 2) {
+            const ar_model_cfg *o = &s.runs[j].cfg.model;
+            cr_assert(!(o->d_model * m->n_layer == m->d_model * o->n_layer &&
+                        o->n_head * m->n_layer == m->n_head * o->n_layer),
+                      "%s and %s are the same cell", s.runs[j].name, r->name);
+        }
+    }
+    cr_expect_eq(nr, 4, "%d values of d_model/L_b", nr);
+    cr_expect_eq(nh, 4, "%d values of n_head/L_b", nh);
+    ar_sweep_free(&s);
+}
+
+/* configs/scaling-deep.yaml: five sizes of 8 to 16 transformer blocks x
+ * baseline, block, full, each evaluated on the whole validation split. */
+Test(sweep, shipped_scaling_deep_config_resolves)
+{
+    const char *src = tu_source_dir();
+    if (!src)
+        cr_skip_test("AR_SOURCE_DIR is not set");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/configs/scaling-deep.yaml", src);
+    ar_sweep s;
+    ar_err e;
+    cr_assert_eq(ar_sweep_load(&s, path, NULL, 0, &e), 0, "%s", e.msg);
+    cr_assert_eq(ar_sweep_resolve_budgets(&s, &e), 0, "%s", e.msg);
+    cr_assert_eq(s.nsizes, 5);
+    cr_assert_eq(s.nvariants, 3);
+    const ar_res_kind kinds[] = {AR_RES_BASELINE, AR_RES_BLOCK, AR_RES_FULL};
+    double prev = 0;
+    for (int i = 0; i < s.nruns; i++) {
+        const ar_sweep_run *r = &s.runs[i];
+        const ar_train_cfg *t = &r->cfg.train;
+        cr_assert(r->cfg.model.n_layer >= 8 && r->cfg.model.n_layer <= 16, "%s: n_layer %d", r->name,
+                  r->cfg.model.n_layer);
+        cr_assert_eq(r->cfg.model.residual.kind, kinds[i % 3], "%s", r->name);
+        cr_assert_eq(t->eval_windows, 0);
+        cr_assert_eq(t->final_eval_windows, 0);
+        cr_assert_eq(r->tokens, t->steps * t->batch_size * t->grad_accum * r->cfg.model.seq_len);
+        ar_sweep_compute c;
+        cr_assert_eq(ar_sweep_compute_of(r, &c, &e), 0, "%s", e.msg);
+        if (i % 3 == 0) { /* the sizes grow in compute */
+            cr_expect_gt(c.flops, prev, "%s", r->name);
+            prev = c.flops;
+        }
+    }
+    cr_assert_eq(s.runs[0].cfg.model.n_layer, 8);
+    cr_assert_eq(s.runs[s.nruns - 1].cfg.model.n_layer, 16);
+    ar_sweep_free(&s);
+}
+
 Test(sweep, set_overrides_the_base_and_sizes_win)
 {
     const char *sets[] = {"data.train=other.txt", "model.d_model=64", "train.eval_windows=9"};
@@ -310,6 +400,10 @@ Test(sweep, tiny_grid_writes_results_and_reuses_finished_runs)
         cr_assert(vl > 0 && vl < 6, "val_loss %g", vl);
         cr_assert_geq(cell_num(c, i, "wall_s"), 0);
         cr_assert_float_eq(cell_num(c, i, "steps"), i < 2 ? 6 : 8, 0);
+        /* the run's shape, for plot-sweep */
+        cr_assert_float_eq(cell_num(c, i, "n_layer"), nl, 0);
+        cr_assert_float_eq(cell_num(c, i, "d_model"), d, 0);
+        cr_assert_float_eq(cell_num(c, i, "n_head"), 2, 0);
     }
     /* N grows with the size and the block variant adds its queries and norms */
     cr_assert(cell_num(c, 1, "nonembed_params") > cell_num(c, 0, "nonembed_params"));
@@ -542,6 +636,16 @@ Test(sweep, cli_two_jobs_rerun_and_fit)
     cr_assert(strstr(out, "t1-block: already finished (val_loss ") && strstr(out, "final_val_loss "), "%s", out);
     free(out);
 
+    /* the table's shape columns through plot-sweep: t1 is d/L 16, H/L 2 and
+     * t2 d/L 12, H/L 1, one cell each per method */
+    out = run_cli(dir, &st, "plot-sweep runs/tiny --x d_model/L_b --y n_head/L_b 2>&1");
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "wrote 'runs/tiny/arch_sweep.png' (2 methods, 2 x 2 cells)"), "%s", out);
+    free(out);
+    char *png = tu_read_file(tu_path(dir, "runs/tiny/arch_sweep.png"), NULL);
+    cr_assert(png && memcmp(png, "\x89PNG", 4) == 0);
+    free(png);
+
     out = run_cli(dir, &st, "fit-scaling runs/tiny --json 2>&1");
     cr_assert_eq(st, 0, "%s", out);
     cr_assert(strstr(out, "\"baseline\":\"baseline\"") && strstr(out, "\"ratio\""), "%s", out);
@@ -562,6 +666,13 @@ Test(sweep, cli_errors)
     cr_assert_eq(st, 1, "%s", out);
     cr_assert(strstr(out, "tools/get-data.sh"), "the missing default corpus is not explained: %s", out);
     free(out);
+    if (tu_source_dir()) {
+        out = run_cli(dir, &st, "sweep '%s/configs/arch-sweep.yaml' --dry-run --set data.train=/dev/null 2>&1",
+                      tu_source_dir());
+        cr_assert_eq(st, 0, "%s", out);
+        cr_assert(strstr(out, "sweep of 32 runs (16 sizes x 2 variants)") && strstr(out, "r30-h1-block"), "%s", out);
+        free(out);
+    }
     out = run_cli(dir, &st, "sweep --dry-run --set data.train=/dev/null 2>&1");
     cr_assert_eq(st, 0, "%s", out);
     cr_assert(strstr(out, "s1-baseline") && strstr(out, "into 'runs/scaling'"), "%s", out);

@@ -228,13 +228,48 @@ static void draw_marks(cairo_t *cr, const heat *h)
     cairo_restore(cr);
 }
 
+/* A filled five-pointed star in the top right corner of each starred cell
+ * (outer radius 0.15 of the cell, inner radius 0.4 of it), dark on light
+ * colours and light on dark ones, with a thin outline of the other. */
+static void draw_stars(cairo_t *cr, const heat *h)
+{
+    if (!h->p->starred)
+        return;
+    double R = fmax(3, 0.15 * fmin(h->cw, h->ch)), r = 0.4 * R;
+    cairo_save(cr);
+    cairo_set_line_width(cr, 1);
+    for (int row = 0; row < h->rows; row++)
+        for (int c = 0; c < h->cols; c++) {
+            size_t i = (size_t)row * h->cols + c;
+            if (!h->p->starred[i])
+                continue;
+            double v = h->m[i];
+            vz_rgb col = isfinite(v) ? heat_colour(h, v) : (vz_rgb){0.94, 0.94, 0.94};
+            int dark = lum(col) < 0.45;
+            double cx = h->hx + (c + 1) * h->cw - R - 2, cy = row_y(h, row) + R + 2;
+            for (int k = 0; k < 10; k++) {
+                double a = -M_PI / 2 + k * M_PI / 5, rad = k % 2 ? r : R;
+                if (k == 0)
+                    cairo_move_to(cr, cx + rad * cos(a), cy + rad * sin(a));
+                else
+                    cairo_line_to(cr, cx + rad * cos(a), cy + rad * sin(a));
+            }
+            cairo_close_path(cr);
+            vz_set_grey(cr, dark ? 1 : 0.1);
+            cairo_fill_preserve(cr);
+            vz_set_grey(cr, dark ? 0.1 : 1);
+            cairo_stroke(cr);
+        }
+    cairo_restore(cr);
+}
+
 /* Cell values printed inside cells, when every one of them fits. */
 static void annotate_cells(cairo_t *cr, const heat *h)
 {
     if (fmin(h->cw, h->ch) < 24 || (long)h->rows * h->cols > 900)
         return;
     double amax = fmax(fabs(h->vmin), fabs(h->vmax));
-    int dec = amax < 0.1 ? 3 : amax < 10 ? 2 : amax < 100 ? 1 : 0;
+    int dec = h->p->decimals > 0 ? h->p->decimals : amax < 0.1 ? 3 : amax < 10 ? 2 : amax < 100 ? 1 : 0;
     vz_font(cr, fmin(11, fmin(h->cw * 0.3, h->ch * 0.45)), 0);
     char buf[48], txt[48];
     for (int pass = 0; pass < 2; pass++)
@@ -376,6 +411,7 @@ static void draw_panel(cairo_t *cr, const heat *h)
     draw_cells(cr, h);
     annotate_cells(cr, h);
     draw_marks(cr, h);
+    draw_stars(cr, h);
     draw_heat_labels(cr, h);
     draw_colour_bar(cr, h);
     draw_heat_titles(cr, h);

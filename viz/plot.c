@@ -48,6 +48,10 @@ static int data_limits(const ar_plot_opts *o, const ar_series *s, int ns, double
             lim[1] = fmax(lim[1], x);
             lim[2] = fmin(lim[2], y);
             lim[3] = fmax(lim[3], y);
+            if (s[k].ylo && s[k].yhi && point_ok(o, x, s[k].ylo[i]) && point_ok(o, x, s[k].yhi[i])) {
+                lim[2] = fmin(lim[2], fmin(s[k].ylo[i], s[k].yhi[i]));
+                lim[3] = fmax(lim[3], fmax(s[k].ylo[i], s[k].yhi[i]));
+            }
         }
     if (finite == 0)
         return ar_fail(e, "cannot plot '%s': no finite points to plot", path);
@@ -224,6 +228,20 @@ static void draw_series(cairo_t *cr, const fig *f, const ar_plot_opts *o, const 
     }
     cairo_stroke(cr);
     cairo_set_dash(cr, NULL, 0, 0);
+    /* error bars: a vertical line from ylo to yhi with caps 8 px wide */
+    for (int i = 0; s->ylo && s->yhi && i < s->n; i++) {
+        if (!point_ok(o, s->x[i], s->ylo[i]) || !point_ok(o, s->x[i], s->yhi[i]))
+            continue;
+        double px = vz_ax_px(&f->ax, s->x[i]), lo = vz_ax_px(&f->ay, s->ylo[i]), hi = vz_ax_px(&f->ay, s->yhi[i]);
+        double cap = 4 * f->s;
+        cairo_move_to(cr, px, lo);
+        cairo_line_to(cr, px, hi);
+        cairo_move_to(cr, px - cap, lo);
+        cairo_line_to(cr, px + cap, lo);
+        cairo_move_to(cr, px - cap, hi);
+        cairo_line_to(cr, px + cap, hi);
+        cairo_stroke(cr);
+    }
     for (int i = 0; i < s->n; i++) {
         if (!point_ok(o, s->x[i], s->y[i]))
             continue;

@@ -13,6 +13,7 @@ typedef struct {
     int markers;            /* 1: draw a dot at every point */
     int no_line;            /* 1: points only, no line between them (with markers) */
     int color;              /* 0: the series' own colour (by index); k >= 1: that of series k-1 */
+    const double *ylo, *yhi; /* NULL, or n error-bar ends: a capped vertical bar at each point where both are finite */
 } ar_series;
 
 typedef struct {
@@ -46,8 +47,10 @@ typedef struct {
     const char *const *row_labels, *const *col_labels; /* NULL = indices */
     double vmin, vmax;      /* colour range; NaN = the data's own minimum / maximum */
     const unsigned char *marked; /* rows x cols flags or NULL: 1 = cell outlined (dashed) */
-    const char *mark_note;  /* what an outline means, printed under the panel */
+    const unsigned char *starred; /* rows x cols flags or NULL: 1 = a star in the cell's top right corner */
+    const char *mark_note;  /* what an outline or a star means, printed under the panel */
     const char *cbar_label; /* beside the colour bar; NULL = none */
+    int decimals;           /* > 0: digits after the point of the values printed in cells; 0: by their size */
     int gap_before;         /* > 0: a gap above this row (e.g. before an output row) */
 } ar_heat_panel;
 

@@ -1,0 +1,229 @@
+/* Depth studies (study/depth_study.h, `attnres ablate --depths`): the paired
+ * statistics against values worked out by hand, the plan, and a tiny study
+ * end to end through the binary (tables that agree with each depth's own
+ * results, matched seeds, the figure, reuse on a rerun). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/config.h"
+#include "formats/csv.h"
+#include "study/checkpoint.h"
+#include "study/depth_study.h"
+#include "testutil.h"
+
+/* d = (0.1, 0.3, 0.2): mean 0.2, sd 0.1, se 0.1/sqrt(3), t = 2 sqrt(3),
+ * df 2.  With 2 degrees of freedom Student's t has the closed forms
+ * P(T > t) = (1 - t / sqrt(t^2 + 2)) / 2 and, for the quantile q at 0.975,
+ * q / sqrt(q^2 + 2) = 0.95, so q^2 = 2 x 0.9025 / 0.0975 and q = 4.302653;
+ * p = 1 - 2 sqrt(3) / sqrt(14) = 0.0741799. */
+Test(depth_study, paired_difference_by_hand)
+{
+    const double d[] = {0.1, 0.3, 0.2};
+    ar_depth_diff r;
+    ar_depth_diff_of(d, 3, &r);
+    double q = sqrt(2 * 0.9025 / 0.0975), se = 0.1 / sqrt(3);
+    cr_assert_eq(r.t.pairs, 3);
+    cr_assert_float_eq(r.t.mean, 0.2, 1e-12);
+    cr_assert_float_eq(r.t.sd, 0.1, 1e-12);
+    cr_assert_float_eq(r.t.se, se, 1e-12);
+    cr_assert_float_eq(r.t.t, 2 * sqrt(3), 1e-9);
+    cr_assert_float_eq(r.t.df, 2, 0);
+    cr_assert_float_eq(r.t.p, 1 - 2 * sqrt(3) / sqrt(14), 1e-9);
+    cr_assert_float_eq(r.ci_lo, 0.2 - q * se, 1e-9);
+    cr_assert_float_eq(r.ci_hi, 0.2 + q * se, 1e-9);
+    cr_assert_float_eq(q, 4.302653, 1e-6);
+
+    /* d = (-0.02, -0.04): mean -0.03, sd 0.01 sqrt(2), se 0.01, df 1:
+     * the Cauchy distribution, q = tan(0.475 pi) = 12.7062, p = 1 - 2
+     * atan(3) / pi (t = -3) */
+    const double d2[] = {-0.02, -0.04};
+    ar_depth_diff_of(d2, 2, &r);
+    cr_assert_float_eq(r.t.se, 0.01, 1e-12);
+    cr_assert_float_eq(r.t.p, 1 - 2 * atan(3) / M_PI, 1e-9);
+    cr_assert_float_eq(r.ci_lo, -0.03 - tan(0.475 * M_PI) * 0.01, 1e-9);
+    cr_assert_float_eq(r.ci_hi, -0.03 + tan(0.475 * M_PI) * 0.01, 1e-9);
+    cr_assert(r.ci_hi > 0, "two seeds at +-12.7 se: the interval holds zero");
+
+    /* one pair: only the mean */
+    ar_depth_diff_of(d, 1, &r);
+    cr_assert_float_eq(r.t.mean, 0.1, 1e-15);
+    cr_assert(isnan(r.t.se) && isnan(r.ci_lo) && isnan(r.ci_hi) && isnan(r.t.p));
+    /* identical differences: the interval is the point, no test */
+    const double same[] = {0.25, 0.25, 0.25}; /* exact in binary: sd = 0 */
+    ar_depth_diff_of(same, 3, &r);
+    cr_assert_float_eq(r.ci_lo, 0.25, 0);
+    cr_assert_float_eq(r.ci_hi, 0.25, 0);
+    cr_assert(isnan(r.t.p));
+}
+
+Test(depth_study, plan)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    c.model.d_model = 16;
+    c.model.n_head = 2;
+    c.model.d_ff = 32;
+    c.model.seq_len = 16;
+    ar_depth_study s;
+    ar_err e;
+    const int depths[] = {2, 4, 6};
+    cr_assert_eq(ar_depth_study_plan(&s, &c, depths, 3, "block,full", 2, &e), 0, "%s", e.msg);
+    cr_assert_eq(s.ndepths, 3);
+    for (int i = 0; i < 3; i++) {
+        const ar_ablation *a = &s.ab[i];
+        cr_assert_eq(a->nvariants, 3); /* baseline first */
+        cr_assert_str_eq(a->variant[0], "baseline");
+        cr_assert_eq(a->sweep.nruns, 6);
+        for (int k = 0; k < a->sweep.nruns; k++) {
+            const ar_config *r = &a->sweep.runs[k].cfg;
+            cr_assert_eq(r->model.n_layer, depths[i]);
+            cr_assert_eq(r->model.d_model, 16, "only the depth differs");
+            /* seed index k % 2: the same seed for every variant and depth */
+            cr_assert_eq(r->train.seed, c.train.seed + (uint64_t)(k % 2));
+        }
+    }
+    char buf[256];
+    ar_depth_study_dir(&s, 1, "out", buf, sizeof buf);
+    cr_assert_str_eq(buf, "out/L4");
+    ar_depth_study_free(&s);
+
+    const int twice[] = {2, 4, 2};
+    cr_assert_eq(ar_depth_study_plan(&s, &c, twice, 3, "block", 2, &e), -1);
+    cr_assert(strstr(e.msg, "depth 2 appears twice in '--depths'"), "%s", e.msg);
+    cr_assert_eq(ar_depth_study_plan(&s, &c, depths, 3, "blocky", 2, &e), -1);
+    cr_assert(strstr(e.msg, "unknown variant 'blocky'"), "%s", e.msg);
+}
+
+static const char *TINY = "model: {vocab: bytes, d_model: 16, n_layer: 1, n_head: 2, d_ff: 32, seq_len: 16,\n"
+                          "        residual: {kind: baseline}}\n"
+                          "data: {train: corpus.txt}\n"
+                          "train: {steps: 4, batch_size: 4, lr: 1.0e-2, min_lr: 1.0e-3, warmup: 1, eval_every: 0,\n"
+                          "        eval_windows: 4, save_every: 2, log_every: 1, threads: 1}\n";
+
+static double cell(const ar_csv *c, int r, const char *col)
+{
+    ar_err e;
+    int k = ar_csv_col(c, col);
+    cr_assert(k >= 0, "no column %s", col);
+    const char *s = ar_csv_cell(c, r, k);
+    if (!strcmp(s, "nan"))
+        return NAN;
+    double v;
+    cr_assert_eq(ar_csv_num(c, r, k, &v, &e), 0, "%s", e.msg);
+    return v;
+}
+
+Test(depth_study, tiny_study_end_to_end, .timeout = 240)
+{
+    const char *bin = tu_bin();
+    if (!bin)
+        cr_skip_test("AR_BIN not set");
+    const char *dir = tu_tmpdir();
+    char cdir[4200], cmd[9000];
+    snprintf(cdir, sizeof cdir, "%s", dir);
+    tu_write_corpus_text(tu_path(cdir, "corpus.txt"));
+    tu_write_file(tu_path(cdir, "tiny.yaml"), TINY, strlen(TINY));
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' ablate tiny.yaml --depths 1,2 --variant block --seeds 3 --out ds",
+             cdir, bin);
+    int st;
+    char *out = tu_run(cmd, &st);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "depth study done: 12 runs (0 reused, 12 trained)"), "%s", out);
+    free(out);
+
+    ar_csv *c;
+    ar_err e;
+    char path[4400];
+    snprintf(path, sizeof path, "%s/ds/depth_study.csv", cdir);
+    char *text = tu_read_file(path, NULL);
+    cr_assert(text && strncmp(text, AR_DEPTH_STUDY_COLUMNS "\n", strlen(AR_DEPTH_STUDY_COLUMNS) + 1) == 0, "%s",
+              text ? text : "(missing)");
+    free(text);
+    cr_assert_eq(ar_csv_read(&c, path, &e), 0, "%s", e.msg);
+    cr_assert_eq(c->nrows, 2);
+    for (int i = 0; i < 2; i++) {
+        int L = i + 1;
+        cr_assert_float_eq(cell(c, i, "n_layer"), L, 0);
+        cr_assert_str_eq(ar_csv_cell(c, i, ar_csv_col(c, "variant")), "block");
+        cr_assert_float_eq(cell(c, i, "pairs"), 3, 0);
+        /* the differences again from that depth's own results.csv, seed by seed */
+        char rp[4400];
+        snprintf(rp, sizeof rp, "%s/ds/L%d/results.csv", cdir, L);
+        ar_csv *r;
+        cr_assert_eq(ar_csv_read(&r, rp, &e), 0, "%s", e.msg);
+        cr_assert_eq(r->nrows, 6);
+        double base[3] = {NAN, NAN, NAN}, blk[3] = {NAN, NAN, NAN};
+        for (int k = 0; k < r->nrows; k++) {
+            int seed = (int)cell(r, k, "seed");
+            cr_assert_float_eq(cell(r, k, "n_layer"), L, 0);
+            cr_assert(seed >= 1 && seed <= 3);
+            const char *v = ar_csv_cell(r, k, ar_csv_col(r, "variant"));
+            if (strcmp(v, "baseline") == 0)
+                base[seed - 1] = cell(r, k, "final_val_loss");
+            else
+                blk[seed - 1] = cell(r, k, "final_val_loss");
+        }
+        ar_csv_free(r);
+        double d[3];
+        for (int k = 0; k < 3; k++)
+            d[k] = blk[k] - base[k];
+        ar_depth_diff want;
+        ar_depth_diff_of(d, 3, &want);
+        /* results.csv rounds losses to 1e-6 */
+        cr_expect(fabs(cell(c, i, "mean_diff") - want.t.mean) <= 2e-6, "mean %g vs %g", cell(c, i, "mean_diff"),
+                  want.t.mean);
+        cr_expect(fabs(cell(c, i, "se") - want.t.se) <= 2e-6, "se");
+        cr_expect(fabs(cell(c, i, "ci95_lo") - want.ci_lo) <= 2e-5 && fabs(cell(c, i, "ci95_hi") - want.ci_hi) <= 2e-5,
+                  "ci");
+        cr_expect(cell(c, i, "ci95_lo") < cell(c, i, "mean_diff") && cell(c, i, "mean_diff") < cell(c, i, "ci95_hi"));
+        cr_assert_float_eq(cell(c, i, "df"), 2, 0);
+        double p = cell(c, i, "p");
+        cr_expect(p >= 0 && p <= 1, "p %g", p);
+        /* seed k of block and of the baseline start from the same transformer
+         * weights and batches: the checkpoints record the same seed */
+        for (int k = 1; k <= 3; k++) {
+            char a[4400], b[4400];
+            ar_config ca, cb;
+            long sa, sb;
+            snprintf(a, sizeof a, "%s/ds/L%d/runs/baseline-seed%d", cdir, L, k);
+            snprintf(b, sizeof b, "%s/ds/L%d/runs/block-seed%d", cdir, L, k);
+            cr_assert_eq(ar_ckpt_read_config(a, &ca, &sa, &e), 0, "%s", e.msg);
+            cr_assert_eq(ar_ckpt_read_config(b, &cb, &sb, &e), 0, "%s", e.msg);
+            cr_assert_eq(ca.train.seed, cb.train.seed);
+            cr_assert_eq(ca.model.n_layer, L);
+        }
+    }
+    ar_csv_free(c);
+    snprintf(path, sizeof path, "%s/ds/depth_study.md", cdir);
+    char *md = tu_read_file(path, NULL);
+    cr_assert(md && strstr(md, "| n_layer | variant | pairs |") && strstr(md, "| 2 | block | 3 |"), "%s",
+              md ? md : "");
+    free(md);
+    size_t n;
+    snprintf(path, sizeof path, "%s/ds/depth_study.png", cdir);
+    char *png = tu_read_file(path, &n);
+    cr_assert(png && n > 1000 && memcmp(png, "\x89PNG", 4) == 0);
+    free(png);
+
+    /* a rerun trains nothing */
+    out = tu_run(cmd, &st);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "depth study done: 12 runs (12 reused, 0 trained)"), "%s", out);
+    free(out);
+
+    /* usage errors */
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' ablate tiny.yaml --depths 1,x --variant block", cdir, bin);
+    out = tu_run(cmd, &st);
+    cr_assert_eq(st, 2, "%s", out);
+    cr_assert(strstr(out, "'--depths' expects a comma-separated list of positive integers"), "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' ablate tiny.yaml --depths 1,2 --variant block --block-sizes 1", cdir,
+             bin);
+    out = tu_run(cmd, &st);
+    cr_assert_eq(st, 2, "%s", out);
+    cr_assert(strstr(out, "'--depths' and '--block-sizes' do not go together"), "%s", out);
+    free(out);
+}
