@@ -21,25 +21,6 @@ static const char *usage =
     "[--set KEY=VALUE]... "
     "[--out DIR] [--jobs J] [--device cpu|cuda] [--precision fp32|bf16] [--depths LIST]";
 
-/* "2,4,8" -> ints; -1 on a bad list */
-static int parse_ints(const char *s, int **out, int *n)
-{
-    *n = 0;
-    *out = calloc(strlen(s) / 2 + 2, sizeof(int));
-    const char *p = s;
-    while (*p) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > 100000 || (*end && *end != ','))
-            return -1;
-        (*out)[(*n)++] = (int)v;
-        p = *end ? end + 1 : end;
-        if (*end == ',' && !*p)
-            return -1;
-    }
-    return *n > 0 ? 0 : -1;
-}
-
 /* --block-layouts "2,2,4,8;4,4,4,4": one Block AttnRes variant a layout.
  * A malformed layout is a wrong command line (*rc: usage); a layout that
  * does not fit the model fails like a bad config. */
@@ -89,7 +70,7 @@ int cmd_ablate(int argc, char **argv)
         cli_usage_error(usage, "'--variant' is required (one of: %s, or all)", ar_ablate_variant_list());
         goto done;
     }
-    if (bs && parse_ints(bs, &bsz, &nbs) != 0) {
+    if (bs && cli_parse_int_list(bs, &bsz, &nbs) != 0) {
         cli_usage_error(usage, "'--block-sizes' expects a comma-separated list of positive integers, got '%s'", bs);
         goto done;
     }

@@ -16,24 +16,6 @@
 #include "signals.h"
 #include "sweep_view.h"
 
-int cli_parse_depths(const char *s, int **out, int *n)
-{
-    *n = 0;
-    *out = calloc(strlen(s) / 2 + 2, sizeof(int));
-    const char *p = s;
-    while (*p) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > 100000 || (*end && *end != ','))
-            return -1;
-        (*out)[(*n)++] = (int)v;
-        p = *end ? end + 1 : end;
-        if (*end == ',' && !*p)
-            return -1;
-    }
-    return *n > 0 ? 0 : -1;
-}
-
 static void print_table(const ar_depth_study *s, const ar_depth_diff *d)
 {
     int nv = s->ab[0].nvariants;
@@ -56,7 +38,7 @@ int cli_ablate_depths(const ar_config *cfg, const char *config, const char *vari
                       const char *out_opt, const char *depths, const char *usage)
 {
     int *dv = NULL, nd = 0, rc = AR_EXIT_FAIL;
-    if (cli_parse_depths(depths, &dv, &nd) != 0) {
+    if (cli_parse_int_list(depths, &dv, &nd) != 0) {
         free(dv);
         return cli_usage_error(usage, "'--depths' expects a comma-separated list of positive integers (n_layer "
                                       "values), got '%s'",

@@ -4,9 +4,6 @@
 
 #include "../core/config.h"
 
-/* "4,8,12" -> ints (malloc'd into *out); -1 on a bad list. */
-int cli_parse_depths(const char *s, int **out, int *n);
-
 /* Plans, trains and reports the study: cfg the loaded and checked config
  * (config its file, NULL for the defaults; for the default --out),
  * variants the --variant list, out_opt --out or NULL, depths the --depths

@@ -46,6 +46,9 @@ int cli_wants_help(int argc, char **argv);
 int cli_parse_long(const char *opt, const char *s, long min, long *out);
 /* The same for an int: also an error above INT_MAX. */
 int cli_parse_int(const char *opt, const char *s, long min, int *out);
+/* "2,4,8" -> positive ints (at most 100000 each) in a malloc'd *out (the
+ * caller frees it, also on failure); -1 on an empty or malformed list. */
+int cli_parse_int_list(const char *s, int **out, int *n);
 /* A finite number > 0 from option opt's value s: 0, or AR_EXIT_USAGE after
  * the usage error (cli_usage_error). */
 int cli_parse_positive(const char *usage, const char *opt, const char *s, double *out);

@@ -76,6 +76,24 @@ int cli_parse_int(const char *opt, const char *s, long min, int *out)
     return 0;
 }
 
+int cli_parse_int_list(const char *s, int **out, int *n)
+{
+    *n = 0;
+    *out = calloc(strlen(s) / 2 + 2, sizeof(int));
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 100000 || (*end && *end != ','))
+            return -1;
+        (*out)[(*n)++] = (int)v;
+        p = *end ? end + 1 : end;
+        if (*end == ',' && !*p)
+            return -1;
+    }
+    return *n > 0 ? 0 : -1;
+}
+
 int cli_parse_positive(const char *usage, const char *opt, const char *s, double *out)
 {
     char *end;
