@@ -252,7 +252,7 @@ void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha
                         mx = zr[s] > mx ? zr[s] : mx;
                     float sum = 0.0f;
                     for (int s = 0; s < k; s++)
-                        sum += ac[s] = expf(zr[s] - mx);
+                        sum += ac[s] = fast_expf(zr[s] - mx);
                     lse[c][i] = mx + logf(sum);
                     float *al = alpha[c] + (size_t)i * n[c];
                     for (int s = 0; s < k; s++) {
@@ -311,20 +311,20 @@ void cpu_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
             float M = lse[i];
             for (int t = 0; t < j; t++)
                 M = z[t] > M ? z[t] : M;
-            float S = expf(lse[i] - M);
+            float S = fast_expf(lse[i] - M);
             for (int t = 0; t < j; t++)
-                S += expf(z[t] - M);
+                S += fast_expf(z[t] - M);
             float LSE = M + logf(S);
-            at[0] = expf(lse[i] - LSE);
+            at[0] = fast_expf(lse[i] - LSE);
             lse[i] = LSE; /* the backward recovers u.x_s = (log alpha_s + LSE) / rstd_s */
             float *al = alpha + (size_t)i * n;
             for (int s = 0; s < k; s++)
-                al[s] = expf(al[s] - LSE);
+                al[s] = fast_expf(al[s] - LSE);
             if (j == 0)
                 continue; /* h = o already */
             x[0] = hi;
             for (int t = 0; t < j; t++) {
-                at[t + 1] = al[k + t] = expf(z[t] - LSE);
+                at[t + 1] = al[k + t] = fast_expf(z[t] - LSE);
                 x[t + 1] = intra[t] + (size_t)i * d;
             }
             /* h in place, or in a row of its own before the sublayer's RMSNorm */
