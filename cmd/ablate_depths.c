@@ -119,6 +119,7 @@ int cli_ablate_depths(const ar_config *cfg, const char *config, const char *vari
         rc = cli_interrupt_status();
     } else {
         print_table(&ds, diff);
+        ar_depth_study_onset_print(&ds, diff);
         printf("depth study done: %d runs (%d reused, %d trained); '%s/depth_study.csv', '%s/depth_study.md', "
                "'%s/depth_study.png', each depth's ablation in '%s/L<depth>/'\n",
                finished, reused, trained, out, out, out, out);

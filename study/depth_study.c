@@ -133,6 +133,46 @@ static void md_num(FILE *f, double v, const char *fmt)
         fputs("-", f);
 }
 
+int ar_depth_study_onset(const ar_depth_study *s, const ar_depth_diff *diff, int v, int *all_ci)
+{
+    int nv = s->ab[0].nvariants, onset = -1, ci = 1;
+    /* down from the deepest depth while the variant stays ahead */
+    for (int done = 0; done < s->ndepths; done++) {
+        int at = -1;
+        for (int i = 0; i < s->ndepths; i++)
+            if ((onset < 0 || s->depth[i] < onset) && (at < 0 || s->depth[i] > s->depth[at]))
+                at = i;
+        const ar_depth_diff *d = &diff[at * nv + v];
+        if (!(d->t.pairs >= 1 && isfinite(d->t.mean) && d->t.mean < 0))
+            break;
+        onset = s->depth[at];
+        ci &= isfinite(d->ci_hi) && d->ci_hi < 0;
+    }
+    if (all_ci)
+        *all_ci = onset > 0 && ci;
+    return onset;
+}
+
+/* One line per variant: from which depth it beats the baseline. */
+static void onset_lines(FILE *f, const ar_depth_study *s, const ar_depth_diff *diff)
+{
+    int nv = s->ab[0].nvariants, deepest = s->depth[0];
+    for (int i = 1; i < s->ndepths; i++)
+        deepest = s->depth[i] > deepest ? s->depth[i] : deepest;
+    for (int v = 1; v < nv; v++) {
+        int ci, at = ar_depth_study_onset(s, diff, v, &ci);
+        if (at < 0)
+            fprintf(f, "- %s: no lower loss than the baseline at the deepest depth studied (n_layer %d).\n",
+                    s->ab[0].variant[v], deepest);
+        else
+            fprintf(f, "- %s: lower loss than the baseline from n_layer %d on (at every depth studied from %d to "
+                       "%d); the 95%% interval is below zero at %s of them.\n",
+                    s->ab[0].variant[v], at, at, deepest, ci ? "all" : "not all");
+    }
+}
+
+void ar_depth_study_onset_print(const ar_depth_study *s, const ar_depth_diff *diff) { onset_lines(stdout, s, diff); }
+
 static int fill_md(FILE *f, void *ud)
 {
     const dctx *c = ud;
@@ -174,6 +214,8 @@ static int fill_md(FILE *f, void *ud)
             md_num(f, d->t.p, "%.3g");
             fputs(" |\n", f);
         }
+    fprintf(f, "\nWhere it pays:\n\n");
+    onset_lines(f, s, c->d);
     fprintf(f, "\nLosses are the runs' final evaluations (`final_val_loss`).  At each depth, seed k of a variant is\n"
                "compared with seed k of the baseline (the same batches and initial weights): pairs is the number\n"
                "of seeds finished on both sides, diff the mean of the differences d_k = variant - baseline\n"

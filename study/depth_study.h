@@ -57,6 +57,16 @@ void ar_depth_study_free(ar_depth_study *s);
 /* The run directory of depth index i: DIR/L<depth>. */
 void ar_depth_study_dir(const ar_depth_study *s, int i, const char *out_dir, char *buf, size_t n);
 
+/* Where variant v starts to pay: the smallest depth D of the study such
+ * that the variant's mean difference is below zero at D and at every
+ * deeper depth of the study (a finite mean at each); -1 where it is not
+ * below zero at the deepest.  *all_ci (if not NULL): 1 when, moreover, the
+ * 95% interval lies below zero at each of those depths. */
+int ar_depth_study_onset(const ar_depth_study *s, const ar_depth_diff *diff, int v, int *all_ci);
+/* The same as lines "- VARIANT: lower loss than the baseline from n_layer D on ..." on stdout
+ * (and in depth_study.md). */
+void ar_depth_study_onset_print(const ar_depth_study *s, const ar_depth_diff *diff);
+
 /* Writes each depth's ablation report (DIR/L<depth>/...) from the runs
  * finished so far, then depth_study.csv, .md and .png.  diff (NULL, or
  * ndepths x nvariants entries, [i * nvariants + v], v = 0 the baseline

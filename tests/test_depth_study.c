@@ -59,6 +59,45 @@ Test(depth_study, paired_difference_by_hand)
     cr_assert(isnan(r.t.p));
 }
 
+/* Where it pays, on hand-made differences at depths given out of order
+ * (4, 16, 8, 12): the smallest depth from which the mean stays below zero
+ * at every deeper one, and whether every interval there excludes zero. */
+Test(depth_study, onset_of_a_lower_loss)
+{
+    int depth[4] = {4, 16, 8, 12};
+    ar_ablation ab[4];
+    memset(ab, 0, sizeof ab);
+    for (int i = 0; i < 4; i++)
+        ab[i].nvariants = 3; /* baseline, and two variants */
+    ar_depth_study s = {.ndepths = 4, .depth = depth, .ab = ab};
+    ar_depth_diff d[12];
+    memset(d, 0, sizeof d);
+    /* variant 1: +0.02 at 4, -0.01 at 8 (CI across zero), -0.03 at 12, -0.04 at 16 (CIs below zero) */
+    const double m1[4] = {0.02, -0.04, -0.01, -0.03}, hi1[4] = {0.05, -0.01, 0.01, -0.005};
+    /* variant 2: below zero at 4 and 8, above at 12, below at 16: pays from 16 on */
+    const double m2[4] = {-0.01, -0.02, -0.01, 0.01};
+    for (int i = 0; i < 4; i++) {
+        d[i * 3 + 1].t.pairs = d[i * 3 + 2].t.pairs = 2;
+        d[i * 3 + 1].t.mean = m1[i];
+        d[i * 3 + 1].ci_hi = hi1[i];
+        d[i * 3 + 2].t.mean = m2[i];
+        d[i * 3 + 2].ci_hi = -0.001;
+    }
+    int ci;
+    cr_assert_eq(ar_depth_study_onset(&s, d, 1, &ci), 8);
+    cr_assert_eq(ci, 0, "the interval at n_layer 8 holds zero");
+    cr_assert_eq(ar_depth_study_onset(&s, d, 2, &ci), 16);
+    cr_assert_eq(ci, 1);
+    /* behind at the deepest: never */
+    d[1 * 3 + 1].t.mean = 0.001;
+    cr_assert_eq(ar_depth_study_onset(&s, d, 1, &ci), -1);
+    cr_assert_eq(ci, 0);
+    /* a depth without finished pairs stops the run of depths */
+    d[1 * 3 + 1].t.mean = -0.04;
+    d[3 * 3 + 1].t.pairs = 0;
+    cr_assert_eq(ar_depth_study_onset(&s, d, 1, &ci), 16);
+}
+
 Test(depth_study, plan)
 {
     ar_config c;
@@ -201,6 +240,7 @@ Test(depth_study, tiny_study_end_to_end, .timeout = 240)
     char *md = tu_read_file(path, NULL);
     cr_assert(md && strstr(md, "| n_layer | variant | pairs |") && strstr(md, "| 2 | block | 3 |"), "%s",
               md ? md : "");
+    cr_assert(strstr(md, "Where it pays:") && strstr(md, "- block: "), "%s", md);
     free(md);
     size_t n;
     snprintf(path, sizeof path, "%s/ds/depth_study.png", cdir);
