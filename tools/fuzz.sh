@@ -27,8 +27,8 @@ flags="-g -O1 -std=gnu11 -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-r
 gsl_libs=$(pkg-config --libs gsl)
 for h in $harnesses; do
     case $h in
-    config) src="formats/config.c core/config.c core/error.c" libs="-lyaml" ;;
-    safetensors) src="formats/safetensors.c formats/json.c core/atomic.c formats/config.c core/config.c core/error.c" libs="-lyaml -lz" ;;
+    config) src="formats/config.c core/config.c core/blocks.c core/error.c" libs="-lyaml" ;;
+    safetensors) src="formats/safetensors.c formats/json.c core/atomic.c formats/config.c core/config.c core/blocks.c core/error.c" libs="-lyaml -lz" ;;
     tokens) src="formats/tokens.c core/atomic.c core/error.c" libs="-lz" ;;
     metrics) src="formats/metrics.c formats/json.c core/atomic.c core/error.c" libs="" ;;
     csv) src="formats/csv.c formats/json.c study/scaling.c study/sweep_grid.c core/error.c" libs="$gsl_libs -lm" ;;
