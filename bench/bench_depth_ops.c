@@ -1,70 +1,26 @@
 /* Time per training step spent in each depth-attention op and in zero/add
  * and in the RMSNorms (forward and backward) that AttnRes fuses into them
- * (BENCHMARKS.md, "Depth-attention time per step"): wraps the CPU backend's
- * table with timers and trains the medium bench shape on synthetic tokens.
+ * (BENCHMARKS.md, "Depth-attention time per step"): the CPU backend's table
+ * under the op timer of `attnres bench --ops` (study/op_timer.h), training
+ * the medium bench shape on synthetic tokens.
  *
  * usage: bench_depth_ops KIND STEPS [S] [N]
  *   KIND 0 baseline, 1 full, 2 block (block_size S, or num_blocks N if N > 0);
  *   the first step is not counted. */
 #include "lib/model.h"
 #include "lib/optim.h"
+#include "study/op_timer.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
-static const ar_backend *cpu;
-static ar_backend W;
-static double T[16];
-#define WRAP(idx, name, params, args)                                                              \
-    static void w_##name params {                                                                  \
-        double t = now_s();                                                                        \
-        cpu->name args;                                                                            \
-        T[idx] += now_s() - t;                                                                     \
-    }
-WRAP(0, depth_fwd_inter,
-     (float *const *o, float *const *lse, float *const *alpha, const int *n, float *const *rs,
-      const float *const *src, int k, const float *const *w, const float *const *g, int C,
-      const float *ng, float *xn, float *nrstd, int N, int d),
-     (o, lse, alpha, n, rs, src, k, w, g, C, ng, xn, nrstd, N, d))
-WRAP(1, depth_fwd_merge,
-     (float *h, float *lse, float *alpha, int n, int k, float *const *rsi,
-      const float *const *intra, const float *w, const float *g, const float *ng, float *xn,
-      float *nrstd, int N, int d),
-     (h, lse, alpha, n, k, rsi, intra, w, g, ng, xn, nrstd, N, d))
-WRAP(3, depth_bwd_intra,
-     (float *const *dintra, float *dw, float *dg, float *cdot, float *dh, const float *h,
-      const float *dxn, const float *xn, const float *ng, float *dng,
-      const float *nrstd, const float *alpha, const float *lse, int n, int k,
-      const float *const *rsi, const float *const *src, const float *w, const float *g, int N,
-      int d),
-     (dintra, dw, dg, cdot, dh, h, dxn, xn, ng, dng, nrstd, alpha, lse, n, k, rsi, src, w,
-      g, N, d))
-WRAP(4, depth_bwd_inter,
-     (float *const *dsrc, float *const *dw, float *const *dg, const float *const *dh,
-      const float *const *cdot, const float *const *alpha, const float *const *lse, const int *n,
-      const float *const *rs, const float *const *src, int k, const float *const *w,
-      const float *const *g, int C, int ow, int N, int d),
-     (dsrc, dw, dg, dh, cdot, alpha, lse, n, rs, src, k, w, g, C, ow, N, d))
-WRAP(7, rmsnorm_fwd, (float *out, float *rstd, const float *x, const float *g, int N, int d),
-     (out, rstd, x, g, N, d))
-WRAP(8, rmsnorm_bwd,
-     (float *dx, float *dg, const float *dout, const float *x, const float *g, const float *rstd,
-      int ow, int N, int d),
-     (dx, dg, dout, x, g, rstd, ow, N, d))
-static void w_zero(void *p, size_t b) {
-    double t = now_s();
-    cpu->zero(p, b);
-    T[5] += now_s() - t;
-}
-static void w_add(float *y, const float *x, size_t n) {
-    double t = now_s();
-    cpu->add(y, x, n);
-    T[6] += now_s() - t;
-}
+static ar_op_tally T;
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: bench_depth_ops KIND STEPS [S] [N]\n");
@@ -74,17 +30,8 @@ int main(int argc, char **argv) {
     int steps = argc > 2 ? atoi(argv[2]) : 1;
     int S = argc > 3 ? atoi(argv[3]) : 2;
     int nb = argc > 4 ? atoi(argv[4]) : 0;
-    cpu = ar_backend_cpu();
-    W = *cpu;
-    W.depth_fwd_inter = w_depth_fwd_inter;
-    W.depth_fwd_merge = w_depth_fwd_merge;
-    W.depth_bwd_intra = w_depth_bwd_intra;
-    W.depth_bwd_inter = w_depth_bwd_inter;
-    W.zero = w_zero;
-    W.add = w_add;
-    W.rmsnorm_fwd = w_rmsnorm_fwd;
-    W.rmsnorm_bwd = w_rmsnorm_bwd;
-    const ar_backend *be = &W;
+    const ar_backend *be = ar_op_timer(ar_backend_cpu()); /* study/op_timer.h */
+    ar_op_timer_into(&T);
     be->set_threads(2);
     ar_config c;
     ar_config_defaults(&c);
@@ -113,8 +60,7 @@ int main(int argc, char **argv) {
     double tot = 0;
     for (int s = 0; s < steps; s++) {
         if (s == 1) {
-            for (int i = 0; i < 16; i++)
-                T[i] = 0;
+            memset(&T, 0, sizeof T);
             tot = 0;
         }
         double t0 = now_s();
@@ -126,7 +72,10 @@ int main(int argc, char **argv) {
     int ns = steps - 1;
     printf("kind %d step %.1f ms | fwd_inter %.1f merge %.1f bwd_intra %.1f "
            "bwd_inter %.1f zero %.1f add %.1f rmsnorm_fwd %.1f rmsnorm_bwd %.1f ms/step\n",
-           kind, 1e3 * tot / ns, 1e3 * T[0] / ns, 1e3 * T[1] / ns, 1e3 * T[3] / ns,
-           1e3 * T[4] / ns, 1e3 * T[5] / ns, 1e3 * T[6] / ns, 1e3 * T[7] / ns, 1e3 * T[8] / ns);
+           kind, 1e3 * tot / ns, 1e3 * T.seconds[AR_OP_DEPTH_FWD_INTER] / ns,
+           1e3 * T.seconds[AR_OP_DEPTH_FWD_MERGE] / ns, 1e3 * T.seconds[AR_OP_DEPTH_BWD_INTRA] / ns,
+           1e3 * T.seconds[AR_OP_DEPTH_BWD_INTER] / ns, 1e3 * T.seconds[AR_OP_ZERO] / ns,
+           1e3 * T.seconds[AR_OP_ADD] / ns, 1e3 * T.seconds[AR_OP_RMSNORM_FWD] / ns,
+           1e3 * T.seconds[AR_OP_RMSNORM_BWD] / ns);
     return 0;
 }

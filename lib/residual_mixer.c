@@ -71,10 +71,10 @@ typedef struct {
     int H, W, sigmoid, key_norm, qinput;
     float **P, **dP;
     mixer *mx;
-    float *fgrad, *dH, *dwq, *dqn, *ones, *dgdump;
+    float *fgrad, *dwq, *dqn, *ones, *dgdump;
     int cmax;            /* most mixers in a backward chunk (1: none batched) */
     int *csize, *ck;     /* per lowest mixer m0: its chunk's size and shared sources */
-    float **dHc;         /* cmax buffers N x d: the chunk's dL/dh, by place */
+    float **dHc;         /* cmax buffers N x d: dL/dh of each place in a chunk */
     const ar_param_table *pt;
     float *params, *grads;
 } mixer_res;
@@ -110,8 +110,7 @@ static void mixer_bind(ar_residual *r, float *params, float *grads, float *const
         s->dP[l] = be->alloc(nd);
     }
     s->fgrad = be->alloc(nd);
-    s->dH = be->alloc(nd);
-    for (int c = 0; c < s->cmax && s->cmax > 1; c++)
+    for (int c = 0; c < s->cmax; c++)
         s->dHc[c] = be->alloc(nd);
     if (s->qinput) {
         s->dwq = be->alloc(nd);
@@ -193,19 +192,19 @@ static void mix_bwd(mixer_res *s, int m, const float *dh, int N)
     const float *dhs[AR_MIXER_CHUNK_MAX], *cd[AR_MIXER_CHUNK_MAX], *al[AR_MIXER_CHUNK_MAX],
         *rs[AR_MIXER_CHUNK_MAX], *w[AR_MIXER_CHUNK_MAX], *g[AR_MIXER_CHUNK_MAX], *th[AR_MIXER_CHUNK_MAX];
     int n[AR_MIXER_CHUNK_MAX];
-    int lo = m == m0 ? m0 : m, hi = m == m0 ? m0 + C - 1 : m;
-    for (int q = lo; q <= hi; q++) {
+    /* the argument lists: the whole chunk at m0, else this mixer alone */
+    int hi = m == m0 ? m0 + C - 1 : m;
+    for (int q = m; q <= hi; q++) {
         const mixer *y = &s->mx[q];
-        int c = q - lo;
+        int c = q - m;
         dw[c] = gp(s, y->q_idx), dg[c] = gp(s, y->g_idx), dt[c] = gp(s, y->t_idx);
         dhs[c] = s->dHc[y->pos], cd[c] = y->cdot, al[c] = y->alpha, rs[c] = y->rstd, n[c] = y->n;
         w[c] = pp(s, y->q_idx), g[c] = pp(s, y->g_idx), th[c] = pp(s, y->t_idx);
     }
     be->depth_mix_cdot(x->cdot, dh, x->h, s->H, N, d);
     if (x->n > k)
-        be->depth_mix_bwd_chunk(x->dsp, x->sp, k, x->n, 1, dw + (m - lo), dg + (m - lo), dt + (m - lo),
-                                dhs + (m - lo), cd + (m - lo), al + (m - lo), rs + (m - lo), n + (m - lo),
-                                w + (m - lo), g + (m - lo), th + (m - lo), s->sigmoid, s->H, N, d);
+        be->depth_mix_bwd_chunk(x->dsp, x->sp, k, x->n, 1, dw, dg, dt, dhs, cd, al, rs, n, w, g, th, s->sigmoid,
+                                s->H, N, d);
     if (m == m0)
         be->depth_mix_bwd_chunk(x->dsp, x->sp, 0, k, C, dw, dg, dt, dhs, cd, al, rs, n, w, g, th, s->sigmoid,
                                 s->H, N, d);
@@ -230,7 +229,7 @@ static void mixer_zero_grads(ar_residual *r, int N)
     size_t nd = (size_t)N * r->d * sizeof(float);
     for (int l = 0; l <= r->L; l++)
         r->be->zero(MR(r)->dP[l], nd);
-    /* fgrad and dH are written, not added into (final_grad_overwrite,
+    /* fgrad and dHc are written, not added into (final_grad_overwrite,
      * input_grad_overwrite) */
 }
 static float *mixer_final_grad_buf(ar_residual *r) { return MR(r)->fgrad; }
@@ -254,7 +253,7 @@ static float *mixer_input_grad_buf(ar_residual *r, int l, int N, float *spare)
     (void)N;
     (void)spare;
     mixer_res *s = MR(r);
-    return s->cmax > 1 ? s->dHc[s->mx[l].pos] : s->dH;
+    return s->dHc[s->mx[l].pos];
 }
 static void mixer_input_bwd(ar_residual *r, int l, int N) { mix_bwd(MR(r), l, mixer_input_grad_buf(r, l, N, NULL), N); }
 static float *mixer_embed_grad(ar_residual *r) { return MR(r)->dP[0]; }
@@ -297,11 +296,11 @@ static void mixer_destroy(ar_residual *r)
         be->free(s->P[l]);
         be->free(s->dP[l]);
     }
-    float *bufs[] = {s->fgrad, s->dH, s->dwq, s->dqn, s->ones, s->dgdump};
+    float *bufs[] = {s->fgrad, s->dwq, s->dqn, s->ones, s->dgdump};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i])
             be->free(bufs[i]);
-    for (int c = 0; c < s->cmax && s->cmax > 1; c++)
+    for (int c = 0; c < s->cmax; c++)
         if (s->dHc[c])
             be->free(s->dHc[c]);
     free(s->dHc);
