@@ -1,6 +1,8 @@
+#define _GNU_SOURCE /* nftw FTW_DEPTH, FTW_PHYS */
 #include "testutil.h"
 
 #include <criterion/criterion.h>
+#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,12 +13,49 @@
 
 #include "formats/safetensors.h"
 
+/* Every directory tu_tmpdir() made, removed when the process that made it
+ * exits (Criterion runs each test in a process of its own, and exit handlers
+ * run after a failed assertion too), so a suite run leaves /tmp as it found
+ * it.  A child forked by a test inherits the list but not the right to
+ * remove: only the maker's pid does.  ATTNRES_KEEP_TEST_DIRS=1 keeps them,
+ * to look at what a failing test wrote. */
+static char *made_dirs[64];
+static int n_made;
+static pid_t maker;
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void remove_made_dirs(void)
+{
+    if (getpid() != maker)
+        return;
+    const char *keep = getenv("ATTNRES_KEEP_TEST_DIRS");
+    for (int i = 0; i < n_made; i++) {
+        if (!(keep && *keep && strcmp(keep, "0") != 0))
+            nftw(made_dirs[i], remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        free(made_dirs[i]);
+    }
+    n_made = 0;
+}
+
 const char *tu_tmpdir(void)
 {
     static char buf[4096];
     const char *base = getenv("TMPDIR");
     snprintf(buf, sizeof buf, "%s/attnres-test-XXXXXX", base && *base ? base : "/tmp");
     cr_assert(mkdtemp(buf) != NULL, "mkdtemp failed");
+    if (maker != getpid()) { /* first directory of this process */
+        maker = getpid();
+        n_made = 0;
+        atexit(remove_made_dirs);
+    }
+    if (n_made < (int)(sizeof made_dirs / sizeof *made_dirs))
+        made_dirs[n_made++] = strdup(buf);
     return buf;
 }
 
