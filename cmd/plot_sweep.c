@@ -76,6 +76,8 @@ int cmd_plot_sweep(int argc, char **argv)
             else
                 printf("%-20s no run with a value of %s\n", g.method[m], g.metric);
         }
+        if (g.seeds > 1)
+            printf("cells are means over seeds (up to %d runs a cell)\n", g.seeds);
         printf("wrote '%s' (%d methods, %d x %d cells)\n", out, g.nm, g.nx, g.ny);
         rc = AR_EXIT_OK;
     }

@@ -227,23 +227,41 @@ int ar_sweep_grid_load(ar_sweep_grid *g, const char *path, const ar_axis_expr *x
     }
     size_t cells = (size_t)g->ny * g->nx;
     g->v = ar_xcalloc((size_t)g->nm * cells, sizeof *g->v);
-    int *from = ar_xcalloc((size_t)g->nm * cells, sizeof *from); /* row + 1 that filled a cell */
-    for (size_t i = 0; i < (size_t)g->nm * cells; i++)
-        g->v[i] = NAN;
-    for (int r = 0; r < n; r++) {
+    /* A table of several seeds (ablate's results.csv has a `seed` column):
+     * the runs of one method in one cell with different seeds are averaged
+     * over those with a value; two runs with the same seed (or any two,
+     * without the column) are an error. */
+    int ks = ar_csv_col(c, "seed");
+    size_t *ci = ar_xcalloc((size_t)n, sizeof *ci);
+    double *sum = ar_xcalloc((size_t)g->nm * cells, sizeof *sum);
+    int *cnt = ar_xcalloc((size_t)g->nm * cells, sizeof *cnt), *runs = ar_xcalloc((size_t)g->nm * cells, sizeof *runs);
+    int clash = 0;
+    for (int r = 0; r < n && !clash; r++) {
         size_t i = (size_t)mi[r] * cells + (size_t)find_index(g->ys, g->ny, yv[r]) * g->nx +
                    (size_t)find_index(g->xs, g->nx, xv[r]);
-        if (from[i]) {
-            ar_fail(e, "%s:%d and line %d: two runs of '%s' in the same cell (%s = %g, %s = %g); plot a table of "
-                       "one compute budget, or choose axes that tell them apart",
-                    file, c->line[from[i] - 1], c->line[r], g->method[mi[r]], x->text, xv[r], y->text, yv[r]);
-            free(from);
-            goto out;
-        }
-        from[i] = r + 1;
-        g->v[i] = mv[r];
+        ci[r] = i;
+        for (int q = 0; q < r; q++)
+            if (ci[q] == i && (ks < 0 || strcmp(ar_csv_cell(c, q, ks), ar_csv_cell(c, r, ks)) == 0)) {
+                ar_fail(e, "%s:%d and line %d: two runs of '%s'%s in the same cell (%s = %g, %s = %g); plot a "
+                           "table of one compute budget, or choose axes that tell them apart",
+                        file, c->line[q], c->line[r], g->method[mi[r]], ks < 0 ? "" : " with the same seed",
+                        x->text, xv[r], y->text, yv[r]);
+                clash = 1;
+                break;
+            }
+        runs[i]++;
+        g->seeds = runs[i] > g->seeds ? runs[i] : g->seeds;
+        if (isfinite(mv[r]))
+            sum[i] += mv[r], cnt[i]++;
     }
-    free(from);
+    for (size_t i = 0; i < (size_t)g->nm * cells; i++)
+        g->v[i] = cnt[i] ? sum[i] / cnt[i] : NAN;
+    free(ci);
+    free(sum);
+    free(cnt);
+    free(runs);
+    if (clash)
+        goto out;
     g->best = ar_xcalloc((size_t)g->nm, sizeof *g->best);
     for (int m = 0; m < g->nm; m++) {
         g->best[m] = -1;

@@ -74,11 +74,14 @@ int ar_sweep_grid_plot(const ar_sweep_grid *g, const ar_axis_expr *x, const ar_a
                                .vmax = hi, .starred = star + (size_t)m * cells, .mark_note = notes[m],
                                .cbar_label = g->metric, .decimals = 3};
     }
-    char title[256];
+    char title[256], seeds[64] = "";
+    if (g->seeds > 1)
+        snprintf(seeds, sizeof seeds, ", mean over seeds (up to %d a cell)", g->seeds);
     if (isfinite(g->flops))
-        snprintf(title, sizeof title, "Architecture sweep at fixed compute (%.3g FLOPs): %s", g->flops, g->metric);
+        snprintf(title, sizeof title, "Architecture sweep at fixed compute (%.3g FLOPs): %s%s", g->flops, g->metric,
+                 seeds);
     else
-        snprintf(title, sizeof title, "Architecture sweep: %s", g->metric);
+        snprintf(title, sizeof title, "Architecture sweep: %s%s", g->metric, seeds);
     /* a method none of whose runs has a value has no panel (there is
      * nothing to draw in it) */
     int np = 0;

@@ -161,6 +161,43 @@ Test(plot_sweep, load_errors_name_the_file_and_what_was_expected)
     expect_load_error(dir, t, "d_model/L_b", "n_head/L_b", NULL, "expects a number, got 'abc'", ":2:");
 }
 
+/* An ablate table (a `seed` column): the runs of one method in a cell are
+ * averaged over the seeds with a value; the same seed twice is an error. */
+Test(plot_sweep, seeds_in_a_cell_are_averaged)
+{
+    const char *dir = tu_tmpdir();
+    const char *head = "variant,seed,final_val_loss,n_layer,d_model,n_head\n";
+    char t[2048];
+    snprintf(t, sizeof t, "%s"
+             "baseline,1,2.0,4,64,2\nbaseline,2,2.3,4,64,2\nbaseline,3,,4,64,2\n"
+             "baseline,1,1.5,8,64,2\n"
+             "block,1,1.9,4,64,2\nblock,2,2.0,4,64,2\nblock,1,nan,8,64,2\n",
+             head);
+    write_table(dir, t);
+    ar_axis_expr x, y;
+    ar_err e;
+    cr_assert_eq(ar_axis_expr_parse("L_b", &x, &e), 0);
+    cr_assert_eq(ar_axis_expr_parse("n_head", &y, &e), 0);
+    ar_sweep_grid g;
+    cr_assert_eq(ar_sweep_grid_load(&g, dir, &x, &y, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(g.nm, 2);
+    cr_assert_eq(g.nx, 2);
+    cr_assert_eq(g.ny, 1);
+    cr_assert_eq(g.seeds, 3);
+    cr_assert_float_eq(g.v[0], 2.15, 1e-12, "baseline at L 4: mean of 2.0 and 2.3 (seed 3 has no value), got %g",
+                       g.v[0]);
+    cr_assert_float_eq(g.v[1], 1.5, 1e-12);
+    cr_assert_float_eq(g.v[2], 1.95, 1e-12);
+    cr_assert(isnan(g.v[3]), "block at L 8 has no value: empty cell, got %g", g.v[3]);
+    cr_assert_eq(g.best[0], 1);
+    cr_assert_eq(g.best[1], 0);
+    ar_sweep_grid_free(&g);
+    /* seed 2 twice for the baseline at L 4 */
+    snprintf(t, sizeof t, "%sbaseline,1,2.0,4,64,2\nbaseline,2,2.3,4,64,2\nblock,2,2.0,4,64,2\nbaseline,2,2.2,4,64,2\n",
+             head);
+    expect_load_error(dir, t, "L_b", "n_head", NULL, ":3 and line 5", "with the same seed in the same cell");
+}
+
 /* The command: exit statuses, its one-line errors, the default figure. */
 Test(plot_sweep, command_line)
 {
