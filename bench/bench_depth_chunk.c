@@ -80,7 +80,7 @@ int main(int argc, char **argv)
             evict();
         double t = omp_get_wtime();
         be->depth_fwd_inter(o, lse, al, n, rs, (const float *const *)src, k,
-                            (const float *const *)w, (const float *const *)g, C, NULL, NULL, NULL,
+                            (const float *const *)w, (const float *const *)g, C, NULL, NULL, NULL, 0,
                             N, d);
         t = omp_get_wtime() - t;
         tot += t;
@@ -115,7 +115,7 @@ int main(int argc, char **argv)
                 evict();
             double t = omp_get_wtime();
             be->depth_fwd_merge(hb, lse[0], al[0], k + j, k, rs + k,
-                                (const float *const *)src + k, w[0], g[0], g[1 % C], xn, lse[1 % C],
+                                (const float *const *)src + k, w[0], g[0], g[1 % C], xn, lse[1 % C], 0,
                                 N, d);
             t = omp_get_wtime() - t;
             tot += t;
@@ -153,12 +153,12 @@ int main(int argc, char **argv)
                 be->depth_bwd_intra(dsrc + k - 1, dw[0], dg[0], cd[0], dh[0], NULL, dxn, xn,
                                     g[0], dw[1 % C], nr, al[0], lse[0], k, k - 1,
                                     (const float *const *)rs + k - 1, (const float *const *)src,
-                                    w[0], g[0], N, d);
+                                    w[0], g[0], 0, N, d);
             else
                 be->depth_bwd_inter(dsrc, dw, dg, (const float *const *)dh, (const float *const *)cd,
                                     (const float *const *)al, (const float *const *)lse, nk,
                                     (const float *const *)rs, (const float *const *)src, k,
-                                    (const float *const *)w, (const float *const *)g, C, 0, N, d);
+                                    (const float *const *)w, (const float *const *)g, C, 0, 0, N, d);
             t = omp_get_wtime() - t;
             tot += t;
             best = t < best ? t : best;

@@ -120,6 +120,12 @@ int ar_cfg_depth_flags(const ar_model_cfg *m)
            r->heads > 1;
 }
 
+int ar_cfg_depth_flags_general(const ar_model_cfg *m)
+{
+    const ar_residual_cfg *r = &m->residual;
+    return r->query != AR_QUERY_LEARNED || r->heads > 1;
+}
+
 int ar_cfg_heads(const ar_model_cfg *m) { return m->residual.heads > 1 ? m->residual.heads : 1; }
 int ar_cfg_streams(const ar_model_cfg *m) { return m->residual.streams > 0 ? m->residual.streams : 4; }
 

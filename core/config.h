@@ -168,9 +168,12 @@ ar_model_cfg ar_cfg_training_model(const ar_config *c);
 int ar_cfg_block_size(const ar_model_cfg *m);
 
 /* Whether the config's depth-attention flags (score, key_norm, query,
- * heads) differ from plain AttnRes: such full/block models run on the
- * general one-phase mixer of lib/residual_mixer.c. */
+ * heads) differ from plain AttnRes. */
 int ar_cfg_depth_flags(const ar_model_cfg *m);
+/* Those of them that need the general one-phase mixer of
+ * lib/residual_mixer.c (query, heads); score and key_norm alone keep the
+ * two-phase one (lib/residual_depth.c). */
+int ar_cfg_depth_flags_general(const ar_model_cfg *m);
 
 /* Effective depth-attention heads (1 when not given) and mHC streams (4). */
 int ar_cfg_heads(const ar_model_cfg *m);

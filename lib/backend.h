@@ -163,6 +163,16 @@ typedef struct ar_backend {
      * has n[c] >= k sources, the other n[c]-k ("intra", produced inside the
      * chunk) join later.  u_c = w[c]*g[c]; alpha[c] is N x n[c]; rs[s] (N) is
      * the rstd of source s.  The results equal the simple ops' to rounding.
+     * Without key norm (`key_norm: false`) g is NULL (the array g and dg of
+     * the chunk ops, the row g of the one-mixer ops, and their dg): u_c =
+     * w[c], every rstd is 1 (rs, rsi written with 1), the backward has no
+     * r^3 term and no dg; the logit is u.x, as depth_mix_fwd's without g.
+     * sigmoid != 0 (`score: sigmoid`): every weight is sigmoid(z), not
+     * normalised, so phase 1's o = sum_{s<k} sigmoid(z[c,s]) src[s] and
+     * phase 2's h = o + sum_t sigmoid(z_t) intra[t]; lse is not used
+     * (written 0); the backward's dl = alpha (1 - alpha) da (no cdot term;
+     * a mixer of one source has one too), with u.x = logit(alpha) / rstd
+     * where the key norm needs it.
      *
      * Phase 1, all mixers of a chunk, per token i:
      *   rs[s][i] = 1/sqrt(mean_j src[s][i,j]^2 + eps)   (=)
@@ -178,7 +188,7 @@ typedef struct ar_backend {
     void (*depth_fwd_inter)(float *const *o, float *const *lse, float *const *alpha, const int *n,
                             float *const *rs, const float *const *src, int k,
                             const float *const *w, const float *const *g, int C, const float *ng,
-                            float *xn, float *nrstd, int N, int d);
+                            float *xn, float *nrstd, int sigmoid, int N, int d);
     /* Phase 2, one mixer with j = n-k intra sources, h holding o on entry:
      *   rsi[t][i] = rstd(intra[t][i,:]) (=);  z_t = rsi[t][i] (u . intra[t][i,:])
      *   LSE = log(exp(lse[i]) + sum_t exp z_t)
@@ -190,8 +200,8 @@ typedef struct ar_backend {
      * (saves writing h and reading it back). */
     void (*depth_fwd_merge)(float *h, float *lse, float *alpha, int n, int k,
                             float *const *rsi, const float *const *intra, const float *w,
-                            const float *g, const float *ng, float *xn, float *nrstd, int N,
-                            int d);
+                            const float *g, const float *ng, float *xn, float *nrstd,
+                            int sigmoid, int N, int d);
     /* Backward, intra part of one mixer (as soon as its dh is known), over
      * its own sources src[k..n-1] (src lists all n):
      *   cdot[i] = dh[i,:].h[i,:]   (=)   (= sum_s alpha_s da_s)
@@ -209,8 +219,8 @@ typedef struct ar_backend {
                             const float *h, const float *dxn, const float *xn,
                             const float *ng, float *dng, const float *nrstd, const float *alpha,
                             const float *lse, int n, int k, const float *const *rsi,
-                            const float *const *src, const float *w, const float *g, int N,
-                            int d);
+                            const float *const *src, const float *w, const float *g,
+                            int sigmoid, int N, int d);
     /* Backward, shared part of a chunk (after its lowest mixer's intra part):
      *   dl[c,s] = alpha[c][i,s] (dh[c].x_s - cdot[c][i])   (0 where n[c] = 1)
      *   dsrc[s] += sum_c alpha dh[c] + dl (rs u_c - (u_c.x_s) rs^3 x_s / d)
@@ -222,7 +232,7 @@ typedef struct ar_backend {
                             const float *const *alpha, const float *const *lse, const int *n,
                             const float *const *rs, const float *const *src, int k,
                             const float *const *w, const float *const *g, int C,
-                            int overwrite, int N, int d);
+                            int overwrite, int sigmoid, int N, int d);
 
     /* ---- general one-phase depth mixing (the general depth mixer,
      * lib/residual_mixer.c) ----

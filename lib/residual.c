@@ -10,9 +10,10 @@ ar_residual *ar_residual_create(const ar_model_cfg *cfg, const ar_backend *be, i
         return ar_residual_sum_create(cfg, be, maxN);
     case AR_RES_FULL:
     case AR_RES_BLOCK:
-        /* flags that change scores, keys, queries or heads need the general
-         * depth mixer; plain AttnRes keeps the optimised two-phase one */
-        if (ar_cfg_depth_flags(cfg) || ar_depth_general)
+        /* flags that change queries or heads need the general depth mixer;
+         * plain AttnRes, also with score: sigmoid or key_norm: false,
+         * keeps the optimised two-phase one */
+        if (ar_cfg_depth_flags_general(cfg) || ar_depth_general)
             return ar_residual_mixer_create(cfg, be, maxN, pt);
         return ar_residual_depth_create(cfg, be, maxN, nchunks, pt);
     case AR_RES_STATIC:

@@ -10,7 +10,8 @@
  *     [b_0 .. b_{n-1}, P_{l-1}]   (i >= 2)
  * and h_out mixes [b_0 .. b_{nb}] (nb = ceil(L/S) for block_size S, the
  * last one possibly shorter).  Each mixer m = 1..L+1 (L+1 = final) has its own pseudo-query w_m
- * (zero-initialised, so every alpha starts at 1/n) and key-norm gain g_m.
+ * (zero-initialised, so every alpha starts at 1/n) and key-norm gain g_m
+ * (none with key_norm: false, whose logits are w_m . x unnormalised).
  *
  * Backward: dv_l = dP_l once every later consumer has added into it.  One
  * gradient buffer per block, dB_n: every later mixer adds into it while it
@@ -81,6 +82,8 @@ typedef struct {
     ar_residual base;
     ar_blocks blk;        /* the block layout */
     int nch, cmax;
+    int key_norm; /* 0 (key_norm: false): no gains, g_idx -1 */
+    int sigmoid;  /* score: sigmoid: independent weights sigmoid(z) */
     float **P;            /* L+1 buffers maxN x d */
     float **dB;           /* nb+1 buffers maxN x d: gradient of block n's sums */
     int nb;               /* blocks after the embedding (blk.nb) */
@@ -154,8 +157,9 @@ static void plan_chunks(depth_res *s, int npipe)
     }
 }
 
-static const float *pq(depth_res *s, int idx) { return s->params + s->pt->p[idx].offset; }
-static float *gq(depth_res *s, int idx) { return s->grads + s->pt->p[idx].offset; }
+/* a parameter and its gradient; index -1 (no key-norm gain): NULL */
+static const float *pq(depth_res *s, int idx) { return idx < 0 ? NULL : s->params + s->pt->p[idx].offset; }
+static float *gq(depth_res *s, int idx) { return idx < 0 ? NULL : s->grads + s->pt->p[idx].offset; }
 
 static void depth_bind(ar_residual *r, float *params, float *grads, float *const *scratch,
                        int nscratch)
@@ -218,15 +222,16 @@ static void depth_bind(ar_residual *r, float *params, float *grads, float *const
 /* With one shared source, phase 1's o is that source itself (its weight
  * is exp(0)/1 = 1): mixers after the first then merge from it in place of
  * an o written and read back (3 rows of N x d per chunk at the bench
- * shapes).  The first mixer's o is needed: it is h, or fused into xn. */
-static int o_elided(const chunk *c, int pos) { return c->k == 1 && pos > 0; }
+ * shapes).  The first mixer's o is needed: it is h, or fused into xn.
+ * Not under score: sigmoid, whose one weight is sigmoid(z), not 1. */
+static int o_elided(const depth_res *s, const chunk *c, int pos) { return !s->sigmoid && c->k == 1 && pos > 0; }
 
 /* Sublayer inputs of chunk c live in hb[0..C-1] (the final mixer's too),
  * but for elided o's (NULL: not written). */
 static float **chunk_h(depth_res *s, chunk *c)
 {
     for (int p = 0; p < c->C; p++)
-        c->h[p] = o_elided(c, p) ? NULL : s->hb[p];
+        c->h[p] = o_elided(s, c, p) ? NULL : s->hb[p];
     return c->h;
 }
 
@@ -244,12 +249,12 @@ static const float *mix_fwd(depth_res *s, int m, int N, const ar_norm_out *nf)
     if (m == c->m0) {
         mixer *x0 = &s->mx[c->m0];
         be->depth_fwd_inter(chunk_h(s, c), c->lse, c->alpha, c->n, x0->rsp, x0->sp, c->k, c->w,
-                            c->g, c->C, fuse1 ? nf->gain : NULL, fuse1 ? nf->xn : NULL,
-                            fuse1 ? nf->rstd : NULL, N, s->base.d);
+                            s->key_norm ? c->g : NULL, c->C, fuse1 ? nf->gain : NULL, fuse1 ? nf->xn : NULL,
+                            fuse1 ? nf->rstd : NULL, s->sigmoid, N, s->base.d);
     }
     float *h = s->hb[x->pos];
     int fuse = nf && x->n > c->k;
-    if (o_elided(c, x->pos)) {
+    if (o_elided(s, c, x->pos)) {
         if (fuse) /* read only, never written: the source itself */
             h = (float *)x->sp[0];
         else
@@ -257,7 +262,7 @@ static const float *mix_fwd(depth_res *s, int m, int N, const ar_norm_out *nf)
     }
     be->depth_fwd_merge(h, x->lse, x->alpha, x->n, c->k, x->rsp + c->k, x->sp + c->k,
                         pq(s, x->q_idx), pq(s, x->g_idx), fuse ? nf->gain : NULL,
-                        fuse ? nf->xn : NULL, fuse ? nf->rstd : NULL, N, s->base.d);
+                        fuse ? nf->xn : NULL, fuse ? nf->rstd : NULL, s->sigmoid, N, s->base.d);
     return fuse || fuse1 ? NULL : h;
 }
 
@@ -275,16 +280,16 @@ static void mix_bwd(depth_res *s, int m, const float *h, const ar_norm_grad *ng,
                         ng ? ng->xn : NULL, ng ? ng->gain : NULL, ng ? ng->dgain : NULL,
                         ng ? ng->rstd : NULL, x->alpha, x->lse, x->n, c->k,
                         (const float *const *)x->rsp + c->k, x->sp, pq(s, x->q_idx),
-                        pq(s, x->g_idx), N, s->base.d);
+                        pq(s, x->g_idx), s->sigmoid, N, s->base.d);
     if (m == c->m0) {
         mixer *x0 = &s->mx[c->m0];
         /* The final mixer comes first in the backward and reaches every dB
          * (its sources are all block summaries): it initialises them. */
-        be->depth_bwd_inter(x0->dsp, c->dw, c->dg, (const float *const *)c->dh,
+        be->depth_bwd_inter(x0->dsp, c->dw, s->key_norm ? c->dg : NULL, (const float *const *)c->dh,
                             (const float *const *)c->cdot, (const float *const *)c->alpha,
                             (const float *const *)c->lse, c->n,
-                            (const float *const *)x0->rsp, x0->sp, c->k, c->w, c->g, c->C,
-                            m == s->base.L + 1, N, s->base.d);
+                            (const float *const *)x0->rsp, x0->sp, c->k, c->w, s->key_norm ? c->g : NULL, c->C,
+                            m == s->base.L + 1, s->sigmoid, N, s->base.d);
     }
 }
 
@@ -438,6 +443,9 @@ ar_residual *ar_residual_depth_create(const ar_model_cfg *cfg, const ar_backend 
     s->base.maxN = maxN;
     s->base.final_grad_overwrite = 1;
     ar_blocks_of_cfg(&s->blk, cfg);
+    /* key_norm: false has no gain: logits u.x with rstd 1 (lib/backend.h) */
+    s->key_norm = cfg->residual.key_norm == AR_KEY_NORM_ON;
+    s->sigmoid = cfg->residual.score == AR_SCORE_SIGMOID;
     s->pt = pt;
     s->P = ar_xcalloc((size_t)L + 1, sizeof(float *));
     s->nb = s->blk.nb;
@@ -456,7 +464,7 @@ ar_residual *ar_residual_depth_create(const ar_model_cfg *cfg, const ar_backend 
         }
         plan_sources(&s->mx[m], m, &s->blk);
         s->mx[m].q_idx = ar_params_add(pt, qn, d, 0, AR_INIT_ZEROS, 0, m);
-        s->mx[m].g_idx = ar_params_add(pt, gn, d, 0, AR_INIT_ONES, 0, m);
+        s->mx[m].g_idx = s->key_norm ? ar_params_add(pt, gn, d, 0, AR_INIT_ONES, 0, m) : -1;
     }
     plan_chunks(s, nchunks);
     s->hb = ar_xcalloc((size_t)s->cmax, sizeof(float *));

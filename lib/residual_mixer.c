@@ -1,12 +1,13 @@
 /* The general depth mixer (docs/reference.md §2.5-2.11): one one-phase
  * mixer with a per-mixer source list (lib/depth_sources.h), used for
- *   full / block with any of  score: sigmoid,  key_norm: false,  query: input,
- *                             heads: H > 1
+ *   full / block with  query: input  or  heads: H > 1  (score and key_norm
+ *                             may be set too)
  *   swa      sources v_0 and the last `window` sublayer outputs
  *   static   alpha = softmax(theta_l), one learned logit per source (Full's sources)
  *   rescaled alpha = 1/n (Full's sources; no parameters)
- * Plain full/block (no flags) run on the optimised two-phase residual_depth.c;
- * with ar_depth_general set they run here too (tests compare the two).
+ * Plain full/block, also with score: sigmoid or key_norm: false alone, run
+ * on the optimised two-phase residual_depth.c; with ar_depth_general set
+ * they run here too (tests compare the two).
  *
  * Notation of residual_depth.c: P_l is the running sum of the current block
  * (P_l = v_l when l opens a block, else P_{l-1} + v_l; blocks of 1 for

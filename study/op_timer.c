@@ -96,24 +96,24 @@ T_(AR_OP_DEPTH_ATTN_BWD, depth_attn_bwd, 0,
 T_(AR_OP_DEPTH_FWD_INTER, depth_fwd_inter, 0,
    (float *const *o, float *const *lse, float *const *alpha, const int *n, float *const *rs,
     const float *const *src, int k, const float *const *w, const float *const *g, int C, const float *ng,
-    float *xn, float *nrstd, int N, int d),
-   (o, lse, alpha, n, rs, src, k, w, g, C, ng, xn, nrstd, N, d))
+    float *xn, float *nrstd, int sigmoid, int N, int d),
+   (o, lse, alpha, n, rs, src, k, w, g, C, ng, xn, nrstd, sigmoid, N, d))
 T_(AR_OP_DEPTH_FWD_MERGE, depth_fwd_merge, 0,
    (float *h, float *lse, float *alpha, int n, int k, float *const *rsi, const float *const *intra,
-    const float *w, const float *g, const float *ng, float *xn, float *nrstd, int N, int d),
-   (h, lse, alpha, n, k, rsi, intra, w, g, ng, xn, nrstd, N, d))
+    const float *w, const float *g, const float *ng, float *xn, float *nrstd, int sigmoid, int N, int d),
+   (h, lse, alpha, n, k, rsi, intra, w, g, ng, xn, nrstd, sigmoid, N, d))
 T_(AR_OP_DEPTH_BWD_INTRA, depth_bwd_intra, 0,
    (float *const *dintra, float *dw, float *dg, float *cdot, float *dh, const float *h, const float *dxn,
     const float *xn, const float *ng, float *dng, const float *nrstd, const float *alpha, const float *lse,
-    int n, int k, const float *const *rsi, const float *const *src, const float *w, const float *g, int N,
-    int d),
-   (dintra, dw, dg, cdot, dh, h, dxn, xn, ng, dng, nrstd, alpha, lse, n, k, rsi, src, w, g, N, d))
+    int n, int k, const float *const *rsi, const float *const *src, const float *w, const float *g,
+    int sigmoid, int N, int d),
+   (dintra, dw, dg, cdot, dh, h, dxn, xn, ng, dng, nrstd, alpha, lse, n, k, rsi, src, w, g, sigmoid, N, d))
 T_(AR_OP_DEPTH_BWD_INTER, depth_bwd_inter, 0,
    (float *const *dsrc, float *const *dw, float *const *dg, const float *const *dh, const float *const *cdot,
     const float *const *alpha, const float *const *lse, const int *n, const float *const *rs,
-    const float *const *src, int k, const float *const *w, const float *const *g, int C, int ow, int N,
-    int d),
-   (dsrc, dw, dg, dh, cdot, alpha, lse, n, rs, src, k, w, g, C, ow, N, d))
+    const float *const *src, int k, const float *const *w, const float *const *g, int C, int ow,
+    int sigmoid, int N, int d),
+   (dsrc, dw, dg, dh, cdot, alpha, lse, n, rs, src, k, w, g, C, ow, sigmoid, N, d))
 T_(AR_OP_DEPTH_MIX_FWD, depth_mix_fwd, 0,
    (float *h, float *alpha, float *rstd, const float *const *src, int n, const float *w, int wstride,
     const float *g, const float *theta, int sigmoid, int H, int N, int d),

@@ -481,7 +481,8 @@ static void host_ints(const char *op, const char *arg, const int *v, int C)
 
 static void g_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha, const int *n,
                               float *const *rs, const float *const *src, int k, const float *const *w,
-                              const float *const *g, int C, const float *ng, float *xn, float *nrstd, int N, int d)
+                              const float *const *g, int C, const float *ng, float *xn, float *nrstd, int sigmoid,
+                              int N, int d)
 {
     const char *op = "depth_fwd_inter";
     size_t nd = (size_t)N * d;
@@ -499,16 +500,17 @@ static void g_depth_fwd_inter(float *const *o, float *const *lse, float *const *
     dev_list(op, "rs", (const float *const *)rs, k, N, 0);
     dev_list(op, "src", src, k, nd, 0);
     dev_list(op, "w", w, C, d, 0);
-    dev_list(op, "g", g, C, d, 0);
+    if (g) /* NULL: no key norm */
+        dev_list(op, "g", g, C, d, 0);
     dev(op, "xn", xn, F(nd), 1);
     dev(op, "ng", ng, F(d), !xn);
     dev(op, "nrstd", nrstd, F(N), !xn);
-    RUN(cpu()->depth_fwd_inter(o, lse, alpha, n, rs, src, k, w, g, C, ng, xn, nrstd, N, d));
+    RUN(cpu()->depth_fwd_inter(o, lse, alpha, n, rs, src, k, w, g, C, ng, xn, nrstd, sigmoid, N, d));
 }
 
 static void g_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k, float *const *rsi,
                               const float *const *intra, const float *w, const float *g, const float *ng, float *xn,
-                              float *nrstd, int N, int d)
+                              float *nrstd, int sigmoid, int N, int d)
 {
     const char *op = "depth_fwd_merge";
     size_t nd = (size_t)N * d;
@@ -518,24 +520,24 @@ static void g_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k, 
     dev_list(op, "rsi", (const float *const *)rsi, n - k, N, 0);
     dev_list(op, "intra", intra, n - k, nd, 0);
     dev(op, "w", w, F(d), 0);
-    dev(op, "g", g, F(d), 0);
+    dev(op, "g", g, F(d), 1); /* NULL: no key norm */
     dev(op, "xn", xn, F(nd), 1);
     dev(op, "ng", ng, F(d), !xn);
     dev(op, "nrstd", nrstd, F(N), !xn);
-    RUN(cpu()->depth_fwd_merge(h, lse, alpha, n, k, rsi, intra, w, g, ng, xn, nrstd, N, d));
+    RUN(cpu()->depth_fwd_merge(h, lse, alpha, n, k, rsi, intra, w, g, ng, xn, nrstd, sigmoid, N, d));
 }
 
 static void g_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot, float *dh,
                               const float *h, const float *dxn, const float *xn, const float *ng,
                               float *dng, const float *nrstd, const float *alpha, const float *lse, int n, int k,
                               const float *const *rsi, const float *const *src, const float *w, const float *g,
-                              int N, int d)
+                              int sigmoid, int N, int d)
 {
     const char *op = "depth_bwd_intra";
     size_t nd = (size_t)N * d;
     dev_list(op, "dintra", (const float *const *)dintra, n - k, nd, 0);
     dev(op, "dw", dw, F(d), 0);
-    dev(op, "dg", dg, F(d), 0);
+    dev(op, "dg", dg, F(d), !g); /* no key norm: no gain, no gradient */
     dev(op, "cdot", cdot, F(N), 0);
     dev(op, "dh", dh, F(nd), 0);
     dev(op, "h", h, F(nd), !!dxn);
@@ -550,22 +552,24 @@ static void g_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float 
     host(op, "src", src);
     dev_list(op, "src", src, n, nd, 0);
     dev(op, "w", w, F(d), 0);
-    dev(op, "g", g, F(d), 0);
+    dev(op, "g", g, F(d), 1);
     RUN(cpu()->depth_bwd_intra(dintra, dw, dg, cdot, dh, h, dxn, xn, ng, dng, nrstd, alpha, lse, n, k,
-                               rsi, src, w, g, N, d));
+                               rsi, src, w, g, sigmoid, N, d));
 }
 
 static void g_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg, const float *const *dh,
                               const float *const *cdot, const float *const *alpha, const float *const *lse,
                               const int *n, const float *const *rs, const float *const *src, int k,
-                              const float *const *w, const float *const *g, int C, int overwrite, int N, int d)
+                              const float *const *w, const float *const *g, int C, int overwrite, int sigmoid,
+                              int N, int d)
 {
     const char *op = "depth_bwd_inter";
     size_t nd = (size_t)N * d;
     host_ints(op, "n", n, C);
     dev_list(op, "dsrc", (const float *const *)dsrc, k, nd, 0);
     dev_list(op, "dw", (const float *const *)dw, C, d, 0);
-    dev_list(op, "dg", (const float *const *)dg, C, d, 0);
+    if (g) /* NULL with dg: no key norm */
+        dev_list(op, "dg", (const float *const *)dg, C, d, 0);
     dev_list(op, "dh", dh, C, nd, 0);
     dev_list(op, "cdot", cdot, C, N, 0);
     host(op, "alpha", alpha);
@@ -575,8 +579,9 @@ static void g_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const
     dev_list(op, "rs", rs, k, N, 0);
     dev_list(op, "src", src, k, nd, 0);
     dev_list(op, "w", w, C, d, 0);
-    dev_list(op, "g", g, C, d, 0);
-    RUN(cpu()->depth_bwd_inter(dsrc, dw, dg, dh, cdot, alpha, lse, n, rs, src, k, w, g, C, overwrite, N, d));
+    if (g)
+        dev_list(op, "g", g, C, d, 0);
+    RUN(cpu()->depth_bwd_inter(dsrc, dw, dg, dh, cdot, alpha, lse, n, rs, src, k, w, g, C, overwrite, sigmoid, N, d));
 }
 
 /* ---- one-phase depth mixing, weighted sums ---- */

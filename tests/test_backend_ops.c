@@ -770,13 +770,15 @@ Test(backend_ops, depth_attn)
 
 /* A chunk of C mixers sharing k sources; mixer c has j[c] sources of its
  * own, Full-style (src[k .. k+j[c]-1]).  Every op of the two-phase scheme
- * on both backends, each fed A's results of the ops before it. */
-static void two_phase_case(int C, int k, const int *j, int N, int d)
+ * on both backends, each fed A's results of the ops before it.  kn 0: no
+ * key norm (g and dg NULL); sig 1: score sigmoid. */
+static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int sig)
 {
     char js[64] = "";
     for (int c = 0; c < C; c++)
         snprintf(js + strlen(js), sizeof js - strlen(js), "%s%d", c ? "," : "", j[c]);
-    at("depth two-phase C=%d k=%d j=[%s] N=%d d=%d", C, k, js, N, d);
+    at("depth two-phase C=%d k=%d j=[%s] N=%d d=%d%s%s", C, k, js, N, d, kn ? "" : " key_norm false",
+       sig ? " sigmoid" : "");
     size_t nd = (size_t)N * d;
     int n[8], jmax = 0;
     for (int c = 0; c < C; c++) {
@@ -807,8 +809,8 @@ static void two_phase_case(int C, int k, const int *j, int N, int d)
         rs2[s] = junk(N);
     tp *ng = rnd(d, 0.5f, 1.5f), *xn = junk(nd), *nrstd = junk(N);
     tl lo2 = list(o2n, C), llse2 = list(lse2, C), lal2 = list(alpha2, C), lrs2 = list(rs2, k);
-    BOTH be->depth_fwd_inter(DL(lo2), DL(llse2), DL(lal2), n, DL(lrs2), CL(lsrc), k, CL(lw), CL(lg), C,
-                             D(ng), D(xn), D(nrstd), N, d);
+    BOTH be->depth_fwd_inter(DL(lo2), DL(llse2), DL(lal2), n, DL(lrs2), CL(lsrc), k, CL(lw), kn ? CL(lg) : NULL, C,
+                             D(ng), D(xn), D(nrstd), sig, N, d);
     check("depth_fwd_inter (xn) xn", xn);
     check("depth_fwd_inter (xn) nrstd", nrstd);
     for (int c = 0; c < C; c++) {
@@ -822,8 +824,8 @@ static void two_phase_case(int C, int k, const int *j, int N, int d)
     }
 
     /* phase 1 */
-    BOTH be->depth_fwd_inter(DL(lo), DL(llse), DL(lal), n, DL(lrs), CL(lsrc), k, CL(lw), CL(lg), C,
-                             NULL, NULL, NULL, N, d);
+    BOTH be->depth_fwd_inter(DL(lo), DL(llse), DL(lal), n, DL(lrs), CL(lsrc), k, CL(lw), kn ? CL(lg) : NULL, C,
+                             NULL, NULL, NULL, sig, N, d);
     for (int c = 0; c < C; c++) {
         snprintf(what, sizeof what, "depth_fwd_inter o[%d]", c);
         check(what, o[c]);
@@ -851,7 +853,7 @@ static void two_phase_case(int C, int k, const int *j, int N, int d)
             tl lrsi3 = list(rsi3, j[c]);
             tp *xn3 = junk(nd), *nr3 = junk(N);
             BOTH be->depth_fwd_merge(D(h3), D(lse3), D(al3), n[c], k, DL(lrsi3), CL(lintra),
-                                     D(w[c]), D(g[c]), D(ng), D(xn3), D(nr3), N, d);
+                                     D(w[c]), kn ? D(g[c]) : NULL, D(ng), D(xn3), D(nr3), sig, N, d);
             snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d xn", c);
             check(what, xn3);
             snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d nrstd", c);
@@ -864,7 +866,7 @@ static void two_phase_case(int C, int k, const int *j, int N, int d)
             check(what, al3);
         }
         BOTH be->depth_fwd_merge(D(o[c]), D(lse[c]), D(alpha[c]), n[c], k, DL(lrsi), CL(lintra),
-                                 D(w[c]), D(g[c]), NULL, NULL, NULL, N, d);
+                                 D(w[c]), kn ? D(g[c]) : NULL, NULL, NULL, NULL, sig, N, d);
         snprintf(what, sizeof what, "depth_fwd_merge mixer %d h", c);
         check(what, o[c]);
         snprintf(what, sizeof what, "depth_fwd_merge mixer %d lse", c);
@@ -902,18 +904,19 @@ static void two_phase_case(int C, int k, const int *j, int N, int d)
         }
         tl ldi = list(dsrc + k, j[c]), lrsi = list(rs + k, j[c]), lsrc = list(src, n[c]);
         /* no intra sources: the lists of their gradients and rstd are not read */
-        BOTH be->depth_bwd_intra(j[c] ? DL(ldi) : NULL, D(dw[c]), D(dg[c]), D(cdot[c]), D(dh[c]),
+        BOTH be->depth_bwd_intra(j[c] ? DL(ldi) : NULL, D(dw[c]), kn ? D(dg[c]) : NULL, D(cdot[c]), D(dh[c]),
                                  h ? D(h) : NULL, dxn ? D(dxn) : NULL,
                                  xn ? D(xn) : NULL, ng ? D(ng) : NULL, dng ? D(dng) : NULL,
                                  nr ? D(nr) : NULL, D(alpha[c]), D(lse[c]), n[c], k,
-                                 j[c] ? CL(lrsi) : NULL, CL(lsrc), D(w[c]), D(g[c]), N, d);
+                                 j[c] ? CL(lrsi) : NULL, CL(lsrc), D(w[c]), kn ? D(g[c]) : NULL, sig, N, d);
         const char *fz = fused ? " (fused norm)" : "";
         snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d cdot", fz, c);
         check(what, cdot[c]);
         snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dw", fz, c);
         check(what, dw[c]);
         snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dg", fz, c);
-        check(what, dg[c]);
+        if (kn)
+            check(what, dg[c]);
         take(cdot[c]), take(dw[c]), take(dg[c]);
         if (fused) {
             snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dh", fz, c);
@@ -938,10 +941,10 @@ static void two_phase_case(int C, int k, const int *j, int N, int d)
     for (int c = 0; c < C; c++)
         dwO[c] = dup_tp(dw[c]), dgO[c] = dup_tp(dg[c]);
     tl ldsrcO = list(dsrcO, k), ldwO = list(dwO, C), ldgO = list(dgO, C);
-    BOTH be->depth_bwd_inter(DL(ldsrc), DL(ldw), DL(ldg), CL(ldh), CL(lcd), CL(lal), CL(llse), n,
-                             CL(lrs), CL(lsrc), k, CL(lw), CL(lg), C, 0, N, d);
-    BOTH be->depth_bwd_inter(DL(ldsrcO), DL(ldwO), DL(ldgO), CL(ldh), CL(lcd), CL(lal), CL(llse), n,
-                             CL(lrs), CL(lsrc), k, CL(lw), CL(lg), C, 1, N, d);
+    BOTH be->depth_bwd_inter(DL(ldsrc), DL(ldw), kn ? DL(ldg) : NULL, CL(ldh), CL(lcd), CL(lal), CL(llse), n,
+                             CL(lrs), CL(lsrc), k, CL(lw), kn ? CL(lg) : NULL, C, 0, sig, N, d);
+    BOTH be->depth_bwd_inter(DL(ldsrcO), DL(ldwO), kn ? DL(ldgO) : NULL, CL(ldh), CL(lcd), CL(lal), CL(llse), n,
+                             CL(lrs), CL(lsrc), k, CL(lw), kn ? CL(lg) : NULL, C, 1, sig, N, d);
     for (int s = 0; s < k; s++) {
         snprintf(what, sizeof what, "depth_bwd_inter dsrc[%d]", s);
         check(what, dsrc[s]);
@@ -952,11 +955,13 @@ static void two_phase_case(int C, int k, const int *j, int N, int d)
         snprintf(what, sizeof what, "depth_bwd_inter dw[%d]", c);
         check(what, dw[c]);
         snprintf(what, sizeof what, "depth_bwd_inter dg[%d]", c);
-        check(what, dg[c]);
+        if (kn)
+            check(what, dg[c]);
         snprintf(what, sizeof what, "depth_bwd_inter (overwrite) dw[%d]", c);
         check(what, dwO[c]);
         snprintf(what, sizeof what, "depth_bwd_inter (overwrite) dg[%d]", c);
-        check(what, dgO[c]);
+        if (kn)
+            check(what, dgO[c]);
     }
     release();
 }
@@ -965,12 +970,20 @@ Test(backend_ops, depth_two_phase)
 {
     NEED_B();
     int full[4] = {0, 1, 2, 3}, block[3] = {0, 1, 1}, one[1] = {0}, two[2] = {2, 2};
-    two_phase_case(4, 5, full, 37, 72);
-    two_phase_case(3, 4, block, 13, 20);
-    two_phase_case(1, 6, one, 33, 20);
-    two_phase_case(1, 1, one, 9, 12);
-    two_phase_case(2, 1, two, 41, 16);
-    two_phase_case(4, 6, full, 1024, 512);
+    two_phase_case(4, 5, full, 37, 72, 1, 0);
+    two_phase_case(3, 4, block, 13, 20, 1, 0);
+    two_phase_case(1, 6, one, 33, 20, 1, 0);
+    two_phase_case(1, 1, one, 9, 12, 1, 0);
+    two_phase_case(2, 1, two, 41, 16, 1, 0);
+    two_phase_case(4, 6, full, 1024, 512, 1, 0);
+    /* key_norm: false, score: sigmoid, both */
+    two_phase_case(4, 5, full, 37, 72, 0, 0);
+    two_phase_case(3, 4, block, 13, 20, 0, 0);
+    two_phase_case(2, 1, two, 41, 16, 0, 0);
+    two_phase_case(4, 5, full, 37, 72, 1, 1);
+    two_phase_case(3, 4, block, 13, 20, 1, 1);
+    two_phase_case(1, 1, one, 9, 12, 1, 1);
+    two_phase_case(2, 1, two, 41, 16, 0, 1);
 }
 
 /* ---- general depth mixing (ablation variants) ------------------------ */

@@ -97,11 +97,11 @@ static void two_phase_fwd(chunk_case *t, float **h, float **alpha, float **lse, 
 {
     be->depth_fwd_inter(h, lse, alpha, t->n, rs, (const float *const *)t->src, t->k,
                         (const float *const *)t->w, (const float *const *)t->g, t->C, NULL, NULL,
-                        NULL, t->N, t->d);
+                        NULL, 0, t->N, t->d);
     for (int c = 0; c < t->C; c++)
         be->depth_fwd_merge(h[c], lse[c], alpha[c], t->n[c], t->k, rs + t->k,
                             (const float *const *)t->src + t->k, t->w[c], t->g[c], NULL, NULL,
-                            NULL, t->N, t->d);
+                            NULL, 0, t->N, t->d);
 }
 
 static double rel(const float *a, const float *b, size_t n) { return tu_rel_err(a, b, n); }
@@ -158,14 +158,14 @@ static void check_chunk(int C, int k, const int *j, int N, int d)
     for (int c = C - 1; c >= 0; c--) {
         be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, NULL, NULL, NULL,
                             NULL, alpha[c], lse[c], t.n[c], k, (const float *const *)rs + k,
-                            (const float *const *)t.src, t.w[c], t.g[c], N, d);
+                            (const float *const *)t.src, t.w[c], t.g[c], 0, N, d);
         be->depth_attn_bwd(rdsrc, rdw[c], rdg[c], t.dh[c], ral[c], rrs[c],
                            (const float *const *)t.src, t.n[c], t.w[c], t.g[c], N, d);
     }
     be->depth_bwd_inter(dsrc, dw, dg, (const float *const *)t.dh, (const float *const *)cdot,
                         (const float *const *)alpha, (const float *const *)lse, t.n, (const float *const *)rs,
                         (const float *const *)t.src, k, (const float *const *)t.w,
-                        (const float *const *)t.g, C, 0, N, d);
+                        (const float *const *)t.g, C, 0, 0, N, d);
     for (int s = 0; s < ns; s++) {
         double e = rel(dsrc[s], rdsrc[s], nd);
         cr_expect_lt(e, 1e-5, "dsrc[%d] differs from the one-phase backward by %g", s, e);
@@ -273,11 +273,11 @@ Test(depth, two_phase_gradients_match_finite_differences)
     for (int c = C - 1; c >= 0; c--)
         be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, NULL, NULL, NULL,
                             NULL, alpha[c], lse[c], t.n[c], k, (const float *const *)rs + k,
-                            (const float *const *)t.src, t.w[c], t.g[c], N, d);
+                            (const float *const *)t.src, t.w[c], t.g[c], 0, N, d);
     be->depth_bwd_inter(dsrc, dw, dg, (const float *const *)t.dh, (const float *const *)cdot,
                         (const float *const *)alpha, (const float *const *)lse, t.n, (const float *const *)rs,
                         (const float *const *)t.src, k, (const float *const *)t.w,
-                        (const float *const *)t.g, C, 0, N, d);
+                        (const float *const *)t.g, C, 0, 0, N, d);
     char what[64];
     for (int s = 0; s < ns; s++) {
         snprintf(what, sizeof what, "source %d", s);
@@ -318,11 +318,11 @@ Test(depth, backward_bitwise_independent_of_threads)
             be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, NULL, NULL,
                                 NULL, NULL, alpha[c], lse[c], t.n[c], k,
                                 (const float *const *)rs + k, (const float *const *)t.src, t.w[c],
-                                t.g[c], N, d);
+                                t.g[c], 0, N, d);
         be->depth_bwd_inter(dsrc, dw, dg, (const float *const *)t.dh, (const float *const *)cdot,
                             (const float *const *)alpha, (const float *const *)lse, t.n, (const float *const *)rs,
                             (const float *const *)t.src, k, (const float *const *)t.w,
-                            (const float *const *)t.g, C, 0, N, d);
+                            (const float *const *)t.g, C, 0, 0, N, d);
         for (int c = 0; c < C; c++) {
             out[run][2 * c] = dw[c], out[run][2 * c + 1] = dg[c];
             free(h[c]), free(alpha[c]), free(lse[c]), free(cdot[c]);
@@ -360,17 +360,17 @@ Test(depth, backward_overwrite_equals_accumulate_onto_zero)
         rs[s] = zeros(N), acc[s] = zeros(nd), ovw[s] = rnd(nd, -5, 5);
     two_phase_fwd(&t, h, alpha, lse, rs);
     be->depth_bwd_intra(NULL, dw[0], dg[0], cdot[0], t.dh[0], h[0], NULL, NULL, NULL, NULL, NULL,
-                        alpha[0], lse[0], k, k, NULL, (const float *const *)t.src, t.w[0], t.g[0],
+                        alpha[0], lse[0], k, k, NULL, (const float *const *)t.src, t.w[0], t.g[0], 0,
                         N, d);
     const float *const *cd = (const float *const *)cdot;
     be->depth_bwd_inter(acc, dw, dg, (const float *const *)t.dh, cd, (const float *const *)alpha,
                         (const float *const *)lse, t.n, (const float *const *)rs,
                         (const float *const *)t.src, k, (const float *const *)t.w,
-                        (const float *const *)t.g, C, 0, N, d);
+                        (const float *const *)t.g, C, 0, 0, N, d);
     be->depth_bwd_inter(ovw, dw2, dg2, (const float *const *)t.dh, cd, (const float *const *)alpha,
                         (const float *const *)lse, t.n, (const float *const *)rs,
                         (const float *const *)t.src, k, (const float *const *)t.w,
-                        (const float *const *)t.g, C, 1, N, d);
+                        (const float *const *)t.g, C, 1, 0, N, d);
     for (int s = 0; s < k; s++) {
         cr_expect(memcmp(acc[s], ovw[s], nd * sizeof(float)) == 0, "dsrc[%d]: overwrite != accumulate", s);
         free(rs[s]), free(acc[s]), free(ovw[s]);
@@ -413,7 +413,7 @@ static void check_fused_norm(int N, int d, int zero)
         be->depth_bwd_intra(out[v], dw[v], dg[v], cd[v], dh[v], v ? NULL : h, v ? dxn : NULL,
                             v ? xn : NULL, v ? ng : NULL, v ? dng[v] : NULL, v ? nr : NULL, alpha,
                             lse, t.n[0], k, (const float *const *)rs + k,
-                            (const float *const *)t.src, t.w[0], t.g[0], N, d);
+                            (const float *const *)t.src, t.w[0], t.g[0], 0, N, d);
     }
     double e;
     cr_expect_lt(e = rel(dh[1], dh[0], nd), 1e-5, "fused dh differs by %g", e);
@@ -480,7 +480,7 @@ Test(depth, one_source_no_logit_gradient)
     const float *rsl[1] = {rsx};
     /* own source (k = 0): the intra op */
     be->depth_bwd_intra(dsrc, dw, dg, cd, dh, NULL, dxn, xn, ng, dng, nr, al, lse, 1, 0, rsl, src,
-                        w, g, N, d);
+                        w, g, 0, N, d);
     cr_expect(memcmp(dw, dw0, d * sizeof(float)) == 0, "intra: dw changed");
     cr_expect(memcmp(dg, dg0, d * sizeof(float)) == 0, "intra: dg changed");
     for (size_t i = 0; i < nd; i++)
@@ -490,7 +490,7 @@ Test(depth, one_source_no_logit_gradient)
     const float *dhl[1] = {dh}, *cdl[1] = {cd}, *all[1] = {al}, *lsel[1] = {lse}, *wl[1] = {w}, *gl[1] = {g};
     float *dwl[1] = {dw}, *dgl[1] = {dg};
     int n1 = 1;
-    be->depth_bwd_inter(dsrc, dwl, dgl, dhl, cdl, all, lsel, &n1, rsl, src, 1, wl, gl, 1, 0, N, d);
+    be->depth_bwd_inter(dsrc, dwl, dgl, dhl, cdl, all, lsel, &n1, rsl, src, 1, wl, gl, 1, 0, 0, N, d);
     cr_expect(memcmp(dw, dw0, d * sizeof(float)) == 0, "inter: dw changed");
     cr_expect(memcmp(dg, dg0, d * sizeof(float)) == 0, "inter: dg changed");
     for (size_t i = 0; i < nd; i++)
@@ -514,7 +514,7 @@ Test(depth, merge_fused_with_rmsnorm_equals_merge_then_norm)
     for (int v = 0; v < 2; v++)
         alpha[v] = zeros((size_t)N * t.n[0]), lse[v] = zeros(N);
     be->depth_fwd_inter(o, lse, alpha, t.n, rs, (const float *const *)t.src, k,
-                        (const float *const *)t.w, (const float *const *)t.g, C, NULL, NULL, NULL,
+                        (const float *const *)t.w, (const float *const *)t.g, C, NULL, NULL, NULL, 0,
                         N, d);
     memcpy(alpha[1], alpha[0], (size_t)N * t.n[0] * sizeof(float));
     memcpy(lse[1], lse[0], N * sizeof(float));
@@ -524,10 +524,10 @@ Test(depth, merge_fused_with_rmsnorm_equals_merge_then_norm)
     float *ng = rnd(d, 0.5f, 1.5f), *xa = zeros(nd), *xb = rnd(nd, -9, 9), *ra = zeros(N), *rb = zeros(N);
     const float *const *intra = (const float *const *)t.src + k;
     be->depth_fwd_merge(h, lse[0], alpha[0], t.n[0], k, rs + k, intra, t.w[0], t.g[0], NULL, NULL,
-                        NULL, N, d);
+                        NULL, 0, N, d);
     be->rmsnorm_fwd(xa, ra, h, ng, N, d);
     be->depth_fwd_merge(o[0], lse[1], alpha[1], t.n[0], k, rs + k, intra, t.w[0], t.g[0], ng, xb,
-                        rb, N, d);
+                        rb, 0, N, d);
     double ex = rel(xb, xa, nd), er = rel(rb, ra, N);
     cr_expect_lt(ex, 1e-6, "fused xn differs from merge + rmsnorm_fwd by %g", ex);
     cr_expect_lt(er, 1e-6, "fused rstd differs by %g", er);
@@ -565,7 +565,7 @@ Test(depth, inter_fused_with_rmsnorm_equals_inter_then_norm)
     for (int v = 0; v < 2; v++)
         be->depth_fwd_inter(o[v], lse[v], alpha[v], t.n, rs[v], (const float *const *)t.src, k,
                             (const float *const *)t.w, (const float *const *)t.g, C, v ? ng : NULL,
-                            v ? xb : NULL, v ? rb : NULL, N, d);
+                            v ? xb : NULL, v ? rb : NULL, 0, N, d);
     be->rmsnorm_fwd(xa, ra, o[0][0], ng, N, d);
     double ex = rel(xb, xa, nd), er = rel(rb, ra, N);
     cr_expect_lt(ex, 1e-6, "fused xn differs from phase 1 + rmsnorm_fwd by %g", ex);
@@ -618,7 +618,7 @@ Test(depth, inter_skips_null_outputs)
         for (int v = 0; v < 2; v++)
             be->depth_fwd_inter(v ? on : o[0], lse[v], alpha[v], t.n, rs[v], (const float *const *)t.src,
                                 k, (const float *const *)t.w, (const float *const *)t.g, C, NULL, NULL,
-                                NULL, N, d);
+                                NULL, 0, N, d);
         for (int c = 0; c < C; c++) {
             if (on[c])
                 cr_expect(memcmp(o[0][c], o[1][c], nd * sizeof(float)) == 0, "k %d: o[%d] differs", k, c);

@@ -592,6 +592,60 @@ Test(variants, mixer_backward_in_chunks_equals_one_at_a_time)
     }
 }
 
+/* key_norm: false (rstd 1, no gain) and score: sigmoid run on the two-phase
+ * mixer of plain AttnRes: against the general one-phase mixer on random
+ * weights and tokens, Full and Block (blocks of 2 and 3 that chunks cross),
+ * chunks of 1 to 4 mixers, each flag alone and both.
+ * Loss, logits and every gradient agree to float rounding; the parameter
+ * lists (names, order) are the same, so checkpoints move between them. */
+static double compare_mixers(ar_model_cfg c, int chunk)
+{
+    ar_model *ma, *mb;
+    ar_err e;
+    int B = 2, saved = ar_depth_chunk, saved_general = ar_depth_general;
+    ar_depth_chunk = chunk;
+    ar_depth_general = 0;
+    cr_assert_eq(ar_model_create(&ma, &c, cpu(), B, &e), 0, "%s", e.msg);
+    ar_depth_general = 1;
+    cr_assert_eq(ar_model_create(&mb, &c, cpu(), B, &e), 0, "%s", e.msg);
+    ar_depth_chunk = saved;
+    ar_depth_general = saved_general;
+    cr_assert_eq(ma->pt.n, mb->pt.n);
+    for (int j = 0; j < ma->pt.n; j++)
+        cr_assert_str_eq(ma->pt.p[j].name, mb->pt.p[j].name);
+    tu_model_randomize(ma, 23);
+    ar_model_zero_grad(mb);
+    for (int j = 0; j < mb->pt.n; j++)
+        memcpy(ar_model_param(mb, j), ar_model_param(ma, j), mb->pt.p[j].numel * sizeof(float));
+    double d = tu_model_diff(ma, mb, B);
+    ar_model_free(ma);
+    ar_model_free(mb);
+    return d;
+}
+
+Test(variants, two_phase_flags_equal_general_mixer)
+{
+    int blocks[] = {1, 3, 2};
+    const char *flag[] = {"key_norm false", "sigmoid", "sigmoid, key_norm false"};
+    for (int f = 0; f < 3; f++)
+        for (size_t i = 0; i < sizeof blocks / sizeof *blocks; i++) {
+            ar_model_cfg c = tiny(blocks[i] == 1 ? AR_RES_FULL : AR_RES_BLOCK);
+            c.n_layer = 4;
+            if (f != 1)
+                c.residual.key_norm = AR_KEY_NORM_OFF;
+            if (f != 0)
+                c.residual.score = AR_SCORE_SIGMOID;
+            if (blocks[i] > 1)
+                c.residual.block_size = blocks[i];
+            valid(&c);
+            for (int chunk = 1; chunk <= 4; chunk++) {
+                double d = compare_mixers(c, chunk);
+                cr_expect_lt(d, 2e-5, "%s, S = %d, chunks of %d: two-phase differs from the general mixer by %g",
+                             flag[f], blocks[i], chunk, d);
+            }
+        }
+}
+
 Test(variants, rescaled_gives_uniform_weights)
 {
     ar_model_cfg c = tiny(AR_RES_RESCALED);

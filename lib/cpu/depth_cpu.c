@@ -187,14 +187,25 @@ static void mix(float *const *y, int C, const float *a, const float *const *x, i
     }
 }
 
-/* u[c] = w[c] * g[c], C rows of d, in workspace slot WS_A. */
+/* u[c] = w[c] * g[c] (w[c] without key norm, g NULL), C rows of d, in
+ * workspace slot WS_A. */
 static float *queries(const float *const *w, const float *const *g, int C, int d)
 {
     float *u = cpu_ws(WS_A, (size_t)C * d * sizeof(float));
     for (int c = 0; c < C; c++)
         for (int j = 0; j < d; j++)
-            u[(size_t)c * d + j] = w[c][j] * g[c][j];
+            u[(size_t)c * d + j] = g ? w[c][j] * g[c][j] : w[c][j];
     return u;
+}
+
+/* score: sigmoid's weight 1 / (1 + e^-z) */
+static inline float sigmoidf_fast(float z) { return 1.0f / (1.0f + fast_expf(-z)); }
+
+/* The key's scale: rstd of the row from its sum of squares, or 1 without
+ * key norm (the logit is then u.x itself). */
+static inline float key_rstd(int key_norm, float xx, int d)
+{
+    return key_norm ? 1.0f / sqrtf(xx / d + AR_RMS_EPS) : 1.0f;
 }
 
 /* Phase 1, over tiles of TILE tokens.  Pass A, source by source: z[c,s] =
@@ -208,9 +219,10 @@ static float *queries(const float *const *w, const float *const *g, int C, int d
 void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha, const int *n,
                          float *const *rs, const float *const *src, int k, const float *const *w,
                          const float *const *g, int C, const float *ng, float *xn, float *nrstd,
-                         int N, int d)
+                         int sigmoid, int N, int d)
 {
     const float *u = queries(w, g, C, d);
+    int key_norm = g != NULL;
     int nt = omp_get_max_threads(), ntile = (N + TILE - 1) / TILE;
     /* per thread: z (TILE x C x k), then one token's weights (C x k) */
     size_t ck = (size_t)C * k, per = (TILE + 1) * ck;
@@ -233,9 +245,9 @@ void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha
             int i0 = tb * TILE, i1 = i0 + TILE < N ? i0 + TILE : N;
             for (int s = 0; s < k; s++)
                 for (int i = i0; i < i1; i++) {
-                    float xx;
-                    dots(ur, C, src[s] + (size_t)i * d, d, zc, &xx, 1);
-                    float r = 1.0f / sqrtf(xx / d + AR_RMS_EPS);
+                    float xx = 0.0f;
+                    dots(ur, C, src[s] + (size_t)i * d, d, zc, key_norm ? &xx : NULL, 1);
+                    float r = key_rstd(key_norm, xx, d);
                     rs[s][i] = r;
                     for (int c = 0; c < C; c++)
                         zt[(size_t)(i - i0) * ck + c * k + s] = r * zc[c];
@@ -247,6 +259,15 @@ void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha
                 for (int c = 0; c < C; c++) {
                     const float *zr = z + c * k;
                     float *ac = a + c * k;
+                    float *al = alpha[c] + (size_t)i * n[c];
+                    if (sigmoid) { /* independent weights, no normaliser */
+                        for (int s = 0; s < k; s++) {
+                            ac[s] = sigmoidf_fast(zr[s]);
+                            al[s] = zr[s]; /* raw logit; phase 2 squashes */
+                        }
+                        lse[c][i] = 0.0f;
+                        continue;
+                    }
                     float mx = zr[0];
                     for (int s = 1; s < k; s++)
                         mx = zr[s] > mx ? zr[s] : mx;
@@ -254,7 +275,6 @@ void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha
                     for (int s = 0; s < k; s++)
                         sum += ac[s] = fast_expf(zr[s] - mx);
                     lse[c][i] = mx + logf(sum);
-                    float *al = alpha[c] + (size_t)i * n[c];
                     for (int s = 0; s < k; s++) {
                         al[s] = zr[s]; /* raw logit; phase 2 normalises */
                         ac[s] /= sum;
@@ -289,9 +309,10 @@ void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha
  * per token h, o and the x_t in one sweep, as a mix of j + 1 rows. */
 void cpu_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
                          float *const *rsi, const float *const *intra, const float *w,
-                         const float *g, const float *ng, float *xn, float *nrstd, int N, int d)
+                         const float *g, const float *ng, float *xn, float *nrstd, int sigmoid,
+                         int N, int d)
 {
-    const float *u = queries(&w, &g, 1, d);
+    const float *u = queries(&w, g ? &g : NULL, 1, d);
     int j = n - k, ntile = (N + TILE - 1) / TILE;
 #pragma omp parallel for schedule(static) if ((long)N * d * (j + 1) > PAR_MIN)
     for (int tb = 0; tb < ntile; tb++) {
@@ -302,12 +323,30 @@ void cpu_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
             for (int i = i0; i < i1; i++) {
                 float xx, ux;
                 dots(&u, 1, intra[t] + (size_t)i * d, d, &ux, &xx, 1);
-                float r = 1.0f / sqrtf(xx / d + AR_RMS_EPS);
+                float r = key_rstd(g != NULL, xx, d);
                 rsi[t][i] = r;
                 zt[i - i0][t] = r * ux;
             }
         for (int i = i0; i < i1; i++) {
             float *hi = h + (size_t)i * d, *z = zt[i - i0];
+            if (sigmoid) { /* h = o + sum_t sigmoid(z_t) x_t */
+                float *al = alpha + (size_t)i * n;
+                for (int s = 0; s < k; s++)
+                    al[s] = sigmoidf_fast(al[s]);
+                if (j == 0)
+                    continue;
+                at[0] = 1.0f;
+                x[0] = hi;
+                for (int t = 0; t < j; t++) {
+                    at[t + 1] = al[k + t] = sigmoidf_fast(z[t]);
+                    x[t + 1] = intra[t] + (size_t)i * d;
+                }
+                float *y = xn ? hr : hi;
+                mix(&y, 1, at, x, j + 1, 1, 0, d);
+                if (xn)
+                    cpu_rmsnorm_row(xn + (size_t)i * d, nrstd + i, hr, ng, d);
+                continue;
+            }
             float M = lse[i];
             for (int t = 0; t < j; t++)
                 M = z[t] > M ? z[t] : M;
@@ -339,8 +378,29 @@ void cpu_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
 /* u.x_s from the saved weight: logit = log(alpha_s) + LSE = rstd_s (u.x_s),
  * one log instead of a sweep over x_s.  Only called with alpha_s > 0. */
 static inline float key_dot(float a, float LSE, float r) { return (logf(a) + LSE) / r; }
+/* The same under score: sigmoid, logit = log(a / (1 - a)): only called
+ * with 0 < a < 1 (dl = a (1 - a) da is 0 otherwise). */
+static inline float key_dot_sigmoid(float a, float r) { return (logf(a) - log1pf(-a)) / r; }
 
-/* dw += g * P, dg += w * P with P the sum of the nch partials (in order). */
+/* The logit gradient dl of weight a from da = dh.x: softmax a (da - cdot)
+ * (0 for a mixer of one source: exactly), sigmoid a (1 - a) da. */
+static inline float logit_grad(int sigmoid, float a, float da, float cdot, int n)
+{
+    if (sigmoid)
+        return a * (1.0f - a) * da;
+    return n > 1 ? a * (da - cdot) : 0.0f;
+}
+
+/* u.x for the key norm's r^3 term, from the saved weight (0 where dl is). */
+static inline float key_dot_of(int sigmoid, float a, float dl, float LSE, float r)
+{
+    if (dl == 0.0f)
+        return 0.0f;
+    return sigmoid ? key_dot_sigmoid(a, r) : key_dot(a, LSE, r);
+}
+
+/* dw += g * P, dg += w * P with P the sum of the nch partials (in order);
+ * without key norm (g NULL) dw += P. */
 static void reduce_partials(float *dw, float *dg, const float *part, int nch, size_t stride,
                             const float *w, const float *g, int d)
 {
@@ -348,8 +408,9 @@ static void reduce_partials(float *dw, float *dg, const float *part, int nch, si
         float acc = 0.0f;
         for (int ch = 0; ch < nch; ch++)
             acc += part[(size_t)ch * stride + q];
-        dw[q] += g[q] * acc;
-        dg[q] += w[q] * acc;
+        dw[q] += g ? g[q] * acc : acc;
+        if (g)
+            dg[q] += w[q] * acc;
     }
 }
 
@@ -397,11 +458,13 @@ void cpu_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot
                          const float *h, const float *dxn, const float *xn,
                          const float *ng, float *dng, const float *nrstd, const float *alpha,
                          const float *lse, int n, int k, const float *const *rsi,
-                         const float *const *src, const float *w, const float *g, int N, int d)
+                         const float *const *src, const float *w, const float *g, int sigmoid,
+                         int N, int d)
 {
     int j = n - k;
     const float *const *intra = src + k;
-    const float *u = queries(&w, &g, 1, d);
+    const float *u = queries(&w, g ? &g : NULL, 1, d);
+    float kn = g != NULL; /* the key norm's r^3 term: none without it */
     int nch = (N + RED_CHUNK - 1) / RED_CHUNK;
     /* partials: nch x d for dw/dg, then nch x d for dng; then 1/ng and the
      * columns where ng = 0 */
@@ -446,8 +509,8 @@ void cpu_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot
                     float a = al[k + t], r = rsi[t][i];
                     if (a == 0.0f)
                         continue; /* underflowed weight: no contribution */
-                    float dl = n > 1 ? a * (dotf(dr, x, d) - c) : 0.0f;
-                    float c1 = dl * r, c2 = dl * key_dot(a, lse[i], r) * r * r * r / d;
+                    float dl = logit_grad(sigmoid, a, dotf(dr, x, d), c, n);
+                    float c1 = dl * r, c2 = kn * dl * key_dot_of(sigmoid, a, dl, lse[i], r) * r * r * r / d;
 #pragma omp simd
                     for (int q = 0; q < d; q++) {
                         dx[q] += a * dr[q] + c1 * u[q] - c2 * x[q];
@@ -509,9 +572,10 @@ void cpu_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg,
                          const float *const *alpha, const float *const *lse, const int *n,
                          const float *const *rs, const float *const *src, int k,
                          const float *const *w, const float *const *g, int C, int overwrite,
-                         int N, int d)
+                         int sigmoid, int N, int d)
 {
     const float *u = queries(w, g, C, d);
+    float kn = g != NULL; /* the key norm's r^3 term: none without it */
     int nch = (N + RED_CHUNK - 1) / RED_CHUNK;
     size_t stride = (size_t)C * d;
     float *part = cpu_ws(WS_B, (size_t)nch * stride * sizeof(float));
@@ -539,19 +603,18 @@ void cpu_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg,
                 dots(dr, C, x, d, t, NULL, 1);
                 for (int c = 0; c < C; c++) {
                     a[c] = alpha[c][(size_t)i * n[c] + s];
-                    /* one source: no logit gradient, exactly */
-                    float dl = n[c] > 1 ? a[c] * (t[c] - cdot[c][i]) : 0.0f;
+                    float dl = logit_grad(sigmoid, a[c], t[c], cdot[c][i], n[c]);
                     c1[c] = dl * r;
                     if (a[c] != 0.0f) /* an underflowed weight contributes nothing */
-                        norm += dl * key_dot(a[c], lse[c][i], r);
+                        norm += dl * key_dot_of(sigmoid, a[c], dl, lse[c][i], r);
                 }
                 inter_update(dsrc[s] + (size_t)i * d, !overwrite, C, a, dr, c1, ur,
-                             -norm * r * r * r / d, x, pc, d);
+                             -kn * norm * r * r * r / d, x, pc, d);
             }
         }
     }
     for (int c = 0; c < C; c++)
-        reduce_partials(dw[c], dg[c], part + (size_t)c * d, nch, stride, w[c], g[c], d);
+        reduce_partials(dw[c], g ? dg[c] : NULL, part + (size_t)c * d, nch, stride, w[c], g ? g[c] : NULL, d);
 }
 
 /* ------------------------------------------------------------------------ */

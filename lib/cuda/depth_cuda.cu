@@ -21,7 +21,7 @@
 /* This thread's channels of row x into xv, and block-wide the key's
  * r = 1/sqrt(mean x^2 + eps) (returned) and logit *z = r (u.x). */
 __device__ __forceinline__ float key_logit(const float *x, const float *u, float *xv, int tid, int T,
-                                           int d, float *z)
+                                           int d, float *z, int kn = 1)
 {
     float v[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -32,7 +32,7 @@ __device__ __forceinline__ float key_logit(const float *x, const float *u, float
         v[1] += u[q] * xv[q];
     }
     block_sum<2>(v);
-    float r = 1.0f / sqrtf(v[0] / d + AR_RMS_EPS);
+    float r = kn ? 1.0f / sqrtf(v[0] / d + AR_RMS_EPS) : 1.0f; /* kn 0: no key norm */
     *z = r * v[1];
     return r;
 }
@@ -71,6 +71,29 @@ __device__ __forceinline__ void online_add(float z, const float *xv, float *m, f
     for (int q = 0; q < MAXV; q++)
         acc[q] = acc[q] * sc + p * xv[q];
     *m = mn;
+}
+
+/* score: sigmoid: acc += sigmoid(z) x (weights not normalised) */
+__device__ __forceinline__ void sigmoid_add(float z, const float *xv, float *acc)
+{
+    float p = 1.0f / (1.0f + expf(-z));
+#pragma unroll
+    for (int q = 0; q < MAXV; q++)
+        acc[q] += p * xv[q];
+}
+
+/* The logit gradient of weight a from da = dh.x: softmax a (da - cdot) (0
+ * for one source), sigmoid a (1 - a) da; and u.x for the key norm's r^3
+ * term from a (0 where dl is 0). */
+__device__ __forceinline__ float logit_grad(int sigmoid, float a, float da, float cdot, int n)
+{
+    return sigmoid ? a * (1.0f - a) * da : n > 1 ? a * (da - cdot) : 0.0f;
+}
+__device__ __forceinline__ float key_dot_of(int sigmoid, float a, float dl, float lse, float r)
+{
+    if (dl == 0.0f)
+        return 0.0f;
+    return sigmoid ? (logf(a) - log1pf(-a)) / r : (logf(a) + lse) / r;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -243,7 +266,7 @@ struct fwd_grp {
  * One read of each shared source per group, by online softmax. */
 __global__ void __launch_bounds__(MAXT)
 inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, const float *ng,
-                 float *xn, float *nrstd, int d)
+                 float *xn, float *nrstd, int sigmoid, int d)
 {
     size_t i = blockIdx.x;
     int T = blockDim.x, tid = threadIdx.x;
@@ -251,11 +274,11 @@ inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, con
 #pragma unroll
     for (int c = 0; c < CG; c++) {
         m[c] = -INFINITY;
-        l[c] = 0.0f;
+        l[c] = sigmoid ? 1.0f : 0.0f; /* sigmoid: no normaliser */
 #pragma unroll
         for (int q = 0; q < MAXV; q++) {
             int j = tid + q * T;
-            u[c][q] = c < G && j < d ? p.w[c][j] * p.g[c][j] : 0.0f;
+            u[c][q] = c < G && j < d ? (p.g[c] ? p.w[c][j] * p.g[c][j] : p.w[c][j]) : 0.0f;
             acc[c][q] = 0.0f;
         }
     }
@@ -275,7 +298,7 @@ inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, con
                 v[c] += u[c][q] * xv[q];
         }
         block_sum<CG + 1>(v);
-        float r = 1.0f / sqrtf(v[CG] / d + AR_RMS_EPS);
+        float r = p.g[0] ? 1.0f / sqrtf(v[CG] / d + AR_RMS_EPS) : 1.0f; /* g NULL: no key norm */
         if (tid == 0 && write_rs)
             rs.p[s][i] = r;
 #pragma unroll
@@ -285,6 +308,10 @@ inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, con
             float z = r * v[c];
             if (tid == 0)
                 p.alpha[c][i * p.n[c] + s] = z; /* raw logit; phase 2 normalises */
+            if (sigmoid) {
+                sigmoid_add(z, xv, acc[c]);
+                continue;
+            }
             float mn = fmaxf(m[c], z), sc = expf(m[c] - mn), e = expf(z - mn);
             l[c] = l[c] * sc + e;
 #pragma unroll
@@ -298,7 +325,7 @@ inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, con
         if (c >= G)
             break;
         if (tid == 0)
-            p.lse[c][i] = m[c] + logf(l[c]);
+            p.lse[c][i] = sigmoid ? 0.0f : m[c] + logf(l[c]);
         if (c == 0 && xn) { /* uniform over the block */
             store_rmsnorm(acc[0], l[0], ng, xn, nrstd, i, tid, T, d);
             continue;
@@ -317,7 +344,8 @@ inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, con
 extern "C" void cuda_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha,
                                      const int *n, float *const *rs, const float *const *src,
                                      int k, const float *const *w, const float *const *g, int C,
-                                     const float *ng, float *xn, float *nrstd, int N, int d)
+                                     const float *ng, float *xn, float *nrstd, int sigmoid, int N,
+                                     int d)
 {
     const char *op = "depth_fwd_inter";
     if (N <= 0 || d <= 0 || C <= 0)
@@ -334,12 +362,12 @@ extern "C" void cuda_depth_fwd_inter(float *const *o, float *const *lse, float *
             p.lse[c] = lse[c0 + c];
             p.alpha[c] = alpha[c0 + c];
             p.w[c] = w[c0 + c];
-            p.g[c] = g[c0 + c];
+            p.g[c] = g ? g[c0 + c] : NULL;
             p.n[c] = n[c0 + c];
         }
         float *x = c0 == 0 ? xn : NULL;
         inter_fwd_kernel<<<N, T, 0, ar_cuda_stream()>>>(p, G, rl, c0 == 0, sl, k, ng, x, nrstd,
-                                                         d);
+                                                         sigmoid, d);
         AR_CUDA_LAUNCHED();
     }
 }
@@ -353,7 +381,8 @@ extern "C" void cuda_depth_fwd_inter(float *const *o, float *const *lse, float *
  * With j = 0 only lse and alpha change (LSE = lse exactly: l = 1). */
 __global__ void __launch_bounds__(MAXT)
 merge_kernel(float *h, float *lse, float *alpha, int n, int k, mlist rsi, clist intra,
-             const float *w, const float *g, const float *ng, float *xn, float *nrstd, int d)
+             const float *w, const float *g, const float *ng, float *xn, float *nrstd, int sigmoid,
+             int d)
 {
     extern __shared__ float zt[];
     size_t i = blockIdx.x;
@@ -362,28 +391,31 @@ merge_kernel(float *h, float *lse, float *alpha, int n, int k, mlist rsi, clist 
 #pragma unroll
     for (int q = 0; q < MAXV; q++) {
         int j = tid + q * T;
-        u[q] = j < d ? w[j] * g[j] : 0.0f;
+        u[q] = j < d ? (g ? w[j] * g[j] : w[j]) : 0.0f;
         acc[q] = nj > 0 && j < d ? h[i * d + j] : 0.0f;
     }
     float m = lse[i], l = 1.0f;
     for (int t = 0; t < nj; t++) {
         float xv[MAXV], z;
-        float r = key_logit(intra.p[t] + i * d, u, xv, tid, T, d, &z);
+        float r = key_logit(intra.p[t] + i * d, u, xv, tid, T, d, &z, g != NULL);
         if (tid == 0) {
             rsi.p[t][i] = r;
             zt[t] = z;
         }
-        online_add(z, xv, &m, &l, acc);
+        if (sigmoid)
+            sigmoid_add(z, xv, acc);
+        else
+            online_add(z, xv, &m, &l, acc);
     }
-    float LSE = m + logf(l);
+    float LSE = sigmoid ? 0.0f : m + logf(l);
     __syncthreads(); /* zt complete; every thread has read lse[i] */
     if (tid == 0)
         lse[i] = LSE;
     float *al = alpha + i * n;
     for (int s = tid; s < k; s += T)
-        al[s] = expf(al[s] - LSE);
+        al[s] = sigmoid ? 1.0f / (1.0f + expf(-al[s])) : expf(al[s] - LSE);
     for (int t = tid; t < nj; t += T)
-        al[k + t] = expf(zt[t] - LSE);
+        al[k + t] = sigmoid ? 1.0f / (1.0f + expf(-zt[t])) : expf(zt[t] - LSE);
     if (nj == 0)
         return; /* h = o already */
     if (!xn) {
@@ -401,7 +433,7 @@ merge_kernel(float *h, float *lse, float *alpha, int n, int k, mlist rsi, clist 
 extern "C" void cuda_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
                                      float *const *rsi, const float *const *intra, const float *w,
                                      const float *g, const float *ng, float *xn, float *nrstd,
-                                     int N, int d)
+                                     int sigmoid, int N, int d)
 {
     const char *op = "depth_fwd_merge";
     if (N <= 0 || d <= 0)
@@ -410,7 +442,7 @@ extern "C" void cuda_depth_fwd_merge(float *h, float *lse, float *alpha, int n, 
     clist il = make_clist(intra, nj, op);
     mlist rl = make_mlist(rsi, nj, op);
     merge_kernel<<<N, T, (size_t)(nj > 0 ? nj : 1) * sizeof(float), ar_cuda_stream()>>>(
-        h, lse, alpha, n, k, rl, il, w, g, ng, xn, nrstd, d);
+        h, lse, alpha, n, k, rl, il, w, g, ng, xn, nrstd, sigmoid, d);
     AR_CUDA_LAUNCHED();
 }
 
@@ -430,14 +462,14 @@ __global__ void __launch_bounds__(MAXT)
 intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh, const float *h,
                  const float *dxn, const float *xn, const float *ng,
                  const float *nrstd, const float *alpha, const float *lse, int n, int k,
-                 clist rsi, clist src, const float *w, const float *g, int N, int d, int tpb)
+                 clist rsi, clist src, const float *w, const float *g, int sigmoid, int N, int d, int tpb)
 {
     int T = blockDim.x, tid = threadIdx.x, nj = n - k;
     float u[MAXV], pp[MAXV], pn[MAXV];
 #pragma unroll
     for (int q = 0; q < MAXV; q++) {
         int j = tid + q * T;
-        u[q] = j < d ? w[j] * g[j] : 0.0f;
+        u[q] = j < d ? (g ? w[j] * g[j] : w[j]) : 0.0f;
         pp[q] = 0.0f;
         pn[q] = 0.0f;
     }
@@ -504,8 +536,8 @@ intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh
                 v1[0] += gy[q] * xv[q];
             }
             block_sum<1>(v1);
-            float dl = n > 1 ? a * (v1[0] - c) : 0.0f; /* one source: no logit gradient */
-            float c1 = dl * r, c2 = dl * ((logf(a) + L) / r) * r * r * r / d;
+            float dl = logit_grad(sigmoid, a, v1[0], c, n);
+            float c1 = dl * r, c2 = g ? dl * key_dot_of(sigmoid, a, dl, L, r) * r * r * r / d : 0.0f; /* no key norm: no r^3 term */
             float *dx = dintra.p[t] + i * d;
 #pragma unroll
             for (int q = 0; q < MAXV; q++) {
@@ -534,7 +566,7 @@ extern "C" void cuda_depth_bwd_intra(float *const *dintra, float *dw, float *dg,
                                      const float *nrstd, const float *alpha, const float *lse,
                                      int n, int k, const float *const *rsi,
                                      const float *const *src, const float *w, const float *g,
-                                     int N, int d)
+                                     int sigmoid, int N, int d)
 {
     const char *op = "depth_bwd_intra";
     if (N <= 0 || d <= 0)
@@ -547,7 +579,7 @@ extern "C" void cuda_depth_bwd_intra(float *const *dintra, float *dw, float *dg,
     float *npart = part + (size_t)nb * d;
     intra_bwd_kernel<<<nb, T, 0, ar_cuda_stream()>>>(dl, part, npart, cdot, dh, h, dxn, xn,
                                                       ng, nrstd, alpha, lse, n, k, rl, sl, w, g,
-                                                      N, d, tpb);
+                                                      sigmoid, N, d, tpb);
     AR_CUDA_LAUNCHED();
     if (nj > 0)
         ar_cu_reduce_wg(dw, dg, part, nb, (size_t)d, w, g, d);
@@ -571,7 +603,7 @@ struct bwd_grp {
  * dsrc pointers are handled in source order (one thread per channel). */
 __global__ void __launch_bounds__(MAXT)
 inter_bwd_kernel(mlist dsrc, float *part, bwd_grp p, int G, clist rs, clist src, int k,
-                 int overwrite, int N, int d, int tpb)
+                 int overwrite, int sigmoid, int N, int d, int tpb)
 {
     int T = blockDim.x, tid = threadIdx.x;
     float pp[CG][MAXV];
@@ -614,12 +646,12 @@ inter_bwd_kernel(mlist dsrc, float *part, bwd_grp p, int G, clist rs, clist src,
                 if (c >= G)
                     continue;
                 a[c] = p.alpha[c][i * p.n[c] + s];
-                float dl = p.n[c] > 1 ? a[c] * (v[c] - p.cdot[c][i]) : 0.0f; /* one source: none */
+                float dl = logit_grad(sigmoid, a[c], v[c], p.cdot[c][i], p.n[c]);
                 c1[c] = dl * r;
                 if (a[c] != 0.0f) /* an underflowed weight contributes nothing */
-                    norm += dl * ((logf(a[c]) + p.lse[c][i]) / r);
+                    norm += dl * key_dot_of(sigmoid, a[c], dl, p.lse[c][i], r);
             }
-            float cx = -norm * r * r * r / d;
+            float cx = p.g[0] ? -norm * r * r * r / d : 0.0f; /* g NULL: no key norm, no r^3 term */
             float *dx = dsrc.p[s] + i * d;
 #pragma unroll
             for (int q = 0; q < MAXV; q++) {
@@ -634,7 +666,7 @@ inter_bwd_kernel(mlist dsrc, float *part, bwd_grp p, int G, clist rs, clist src,
 #pragma unroll
                 for (int c = 0; c < CG; c++)
                     if (c < G)
-                        y += c1[c] * (p.w[c][j] * p.g[c][j]);
+                        y += c1[c] * (p.g[c] ? p.w[c][j] * p.g[c][j] : p.w[c][j]);
                 dx[j] = y + cx * xv[q];
 #pragma unroll
                 for (int c = 0; c < CG; c++)
@@ -660,7 +692,8 @@ extern "C" void cuda_depth_bwd_inter(float *const *dsrc, float *const *dw, float
                                      const float *const *alpha, const float *const *lse,
                                      const int *n, const float *const *rs,
                                      const float *const *src, int k, const float *const *w,
-                                     const float *const *g, int C, int overwrite, int N, int d)
+                                     const float *const *g, int C, int overwrite, int sigmoid,
+                                     int N, int d)
 {
     const char *op = "depth_bwd_inter";
     if (N <= 0 || d <= 0 || C <= 0 || k <= 0)
@@ -679,15 +712,15 @@ extern "C" void cuda_depth_bwd_inter(float *const *dsrc, float *const *dw, float
             p.alpha[c] = alpha[c0 + c];
             p.lse[c] = lse[c0 + c];
             p.w[c] = w[c0 + c];
-            p.g[c] = g[c0 + c];
+            p.g[c] = g ? g[c0 + c] : NULL;
             p.n[c] = n[c0 + c];
         }
         /* later groups add onto the first group's result */
         inter_bwd_kernel<<<nb, T, 0, ar_cuda_stream()>>>(dl, part, p, G, rl, sl, k,
-                                                          overwrite && c0 == 0, N, d, tpb);
+                                                          overwrite && c0 == 0, sigmoid, N, d, tpb);
         AR_CUDA_LAUNCHED();
         for (int c = 0; c < G; c++)
-            ar_cu_reduce_wg(dw[c0 + c], dg[c0 + c], part + (size_t)c * d, nb, (size_t)CG * d,
-                            w[c0 + c], g[c0 + c], d);
+            ar_cu_reduce_wg(dw[c0 + c], g ? dg[c0 + c] : NULL, part + (size_t)c * d, nb, (size_t)CG * d,
+                            w[c0 + c], g ? g[c0 + c] : NULL, d);
     }
 }

@@ -37,8 +37,8 @@ __global__ static void reduce_wg_kernel(float *dw, float *dg, const float *part,
     if (threadIdx.x >= 32 || j >= d)
         return;
     if (dw)
-        dw[j] += g[j] * acc;
-    if (dg)
+        dw[j] += g ? g[j] * acc : acc; /* g NULL: no key-norm gain */
+    if (dg && g)
         dg[j] += w[j] * acc;
 }
 

@@ -96,7 +96,8 @@ static inline int red_nblk(int N, int tpb) { return (N + tpb - 1) / tpb; }
 /* Column sums over the nb per-block partials part[b*stride + j] (blocks in
  * order), added into the accumulating output (rows_cuda.cu):
  *   ar_cu_reduce_wg:  dw[j] += g[j] acc_j;  dg[j] += w[j] acc_j, j < d
- *                     (dw or dg NULL: skipped)
+ *                     (dw or dg NULL: skipped; g NULL, no key norm:
+ *                     dw[j] += acc_j and no dg)
  *   ar_cu_reduce_add: y[j] += acc_j, j < len */
 void ar_cu_reduce_wg(float *dw, float *dg, const float *part, int nb, size_t stride, const float *w,
                      const float *g, int d);
