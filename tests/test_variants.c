@@ -542,17 +542,25 @@ static double compare(ar_model_cfg a, ar_model_cfg b, int gen_a, int gen_b, int 
  * every kind and flag it serves, L = 8 sublayers so that chunks of 3 and 4
  * leave a shorter last chunk, block kinds with blocks of 3 that chunks
  * cross.  Loss, logits and every gradient agree to float rounding. */
-static double compare_chunks(ar_model_cfg c, int ca, int cb)
+/* Models a and b of config c, built with the given ar_depth_chunk and
+ * ar_depth_general, the same random weights (seed): their largest
+ * difference in loss, logits or any gradient (tu_model_diff).  The two
+ * parameter lists must match name for name. */
+static double compare_builds(ar_model_cfg c, int chunk_a, int general_a, int chunk_b, int general_b,
+                             uint64_t seed)
 {
     ar_model *ma, *mb;
     ar_err e;
-    int B = 2, saved = ar_depth_chunk;
-    ar_depth_chunk = ca;
+    int B = 2, saved = ar_depth_chunk, saved_general = ar_depth_general;
+    ar_depth_chunk = chunk_a, ar_depth_general = general_a;
     cr_assert_eq(ar_model_create(&ma, &c, cpu(), B, &e), 0, "%s", e.msg);
-    ar_depth_chunk = cb;
+    ar_depth_chunk = chunk_b, ar_depth_general = general_b;
     cr_assert_eq(ar_model_create(&mb, &c, cpu(), B, &e), 0, "%s", e.msg);
-    ar_depth_chunk = saved;
-    tu_model_randomize(ma, 17);
+    ar_depth_chunk = saved, ar_depth_general = saved_general;
+    cr_assert_eq(ma->pt.n, mb->pt.n);
+    for (int j = 0; j < ma->pt.n; j++)
+        cr_assert_str_eq(ma->pt.p[j].name, mb->pt.p[j].name);
+    tu_model_randomize(ma, seed);
     ar_model_zero_grad(mb);
     for (int j = 0; j < mb->pt.n; j++)
         memcpy(ar_model_param(mb, j), ar_model_param(ma, j), mb->pt.p[j].numel * sizeof(float));
@@ -560,6 +568,11 @@ static double compare_chunks(ar_model_cfg c, int ca, int cb)
     ar_model_free(ma);
     ar_model_free(mb);
     return d;
+}
+
+static double compare_chunks(ar_model_cfg c, int ca, int cb)
+{
+    return compare_builds(c, ca, ar_depth_general, cb, ar_depth_general, 17);
 }
 
 Test(variants, mixer_backward_in_chunks_equals_one_at_a_time)
@@ -598,30 +611,7 @@ Test(variants, mixer_backward_in_chunks_equals_one_at_a_time)
  * chunks of 1 to 4 mixers, each flag alone and both.
  * Loss, logits and every gradient agree to float rounding; the parameter
  * lists (names, order) are the same, so checkpoints move between them. */
-static double compare_mixers(ar_model_cfg c, int chunk)
-{
-    ar_model *ma, *mb;
-    ar_err e;
-    int B = 2, saved = ar_depth_chunk, saved_general = ar_depth_general;
-    ar_depth_chunk = chunk;
-    ar_depth_general = 0;
-    cr_assert_eq(ar_model_create(&ma, &c, cpu(), B, &e), 0, "%s", e.msg);
-    ar_depth_general = 1;
-    cr_assert_eq(ar_model_create(&mb, &c, cpu(), B, &e), 0, "%s", e.msg);
-    ar_depth_chunk = saved;
-    ar_depth_general = saved_general;
-    cr_assert_eq(ma->pt.n, mb->pt.n);
-    for (int j = 0; j < ma->pt.n; j++)
-        cr_assert_str_eq(ma->pt.p[j].name, mb->pt.p[j].name);
-    tu_model_randomize(ma, 23);
-    ar_model_zero_grad(mb);
-    for (int j = 0; j < mb->pt.n; j++)
-        memcpy(ar_model_param(mb, j), ar_model_param(ma, j), mb->pt.p[j].numel * sizeof(float));
-    double d = tu_model_diff(ma, mb, B);
-    ar_model_free(ma);
-    ar_model_free(mb);
-    return d;
-}
+static double compare_mixers(ar_model_cfg c, int chunk) { return compare_builds(c, chunk, 0, chunk, 1, 23); }
 
 Test(variants, two_phase_flags_equal_general_mixer)
 {
