@@ -26,13 +26,13 @@
  * usage: bench_gemm_shapes D F B T L V THREADS     (N = B T rows)
  *   bench-small:  bench_gemm_shapes 256 688 16 256 6 256 2
  *   bench-medium: see configs/bench-medium.yaml for its shape */
-#include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "lib/backend.h"
+#include "study/bench.h"
 
 #define REPS 9
 
@@ -70,21 +70,6 @@ static void time_product(int N, int in, int outd, double *fwd, double *bwd)
         *bwd = t < *bwd ? t : *bwd;
     }
     be->free(x), be->free(W), be->free(y), be->free(dx), be->free(dW);
-}
-
-static double ceiling_gflops(void)
-{
-    int n = 2048;
-    float *a = rnd((size_t)n * n, 6), *b = rnd((size_t)n * n, 7), *c = rnd((size_t)n * n, 8);
-    double best = 1e30;
-    for (int r = 0; r < 5; r++) {
-        double t = now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-        t = now_s() - t;
-        best = t < best ? t : best;
-    }
-    be->free(a), be->free(b), be->free(c);
-    return 2.0 * n * n * n / best / 1e9;
 }
 
 typedef struct {
@@ -128,7 +113,7 @@ int main(int argc, char **argv)
     omp_set_num_threads(threads);
     be = ar_backend_cpu();
     const char *ct = getenv("OPENBLAS_CORETYPE");
-    double ceil = ceiling_gflops();
+    double ceil = ar_bench_sgemm_gflops(AR_BENCH_CEILING_N, AR_BENCH_CEILING_REPS); /* as attnres bench */
     printf("threads %d, OPENBLAS_CORETYPE=%s, sgemm ceiling %.1f GFLOP/s (2048^3, best of 5)\n", threads,
            ct ? ct : "(unset)", ceil);
     printf("d %d, d_ff %d, N %d x %d rows, %d blocks, vocab %d; best of %d\n\n", d, F, B, T, L, V, REPS);

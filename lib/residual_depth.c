@@ -143,9 +143,10 @@ static void plan_chunks(depth_res *s, int npipe)
         c->alpha = ar_xcalloc((size_t)c->C, sizeof(float *));
         c->cdot = ar_xcalloc((size_t)c->C, sizeof(float *));
         c->dw = ar_xcalloc((size_t)c->C, sizeof(float *));
-        c->dg = ar_xcalloc((size_t)c->C, sizeof(float *));
+        /* no gain lists without key norm: the ops take NULL (lib/backend.h) */
+        c->dg = s->key_norm ? ar_xcalloc((size_t)c->C, sizeof(float *)) : NULL;
         c->w = ar_xcalloc((size_t)c->C, sizeof(float *));
-        c->g = ar_xcalloc((size_t)c->C, sizeof(float *));
+        c->g = s->key_norm ? ar_xcalloc((size_t)c->C, sizeof(float *)) : NULL;
         c->dh = ar_xcalloc((size_t)c->C, sizeof(float *));
         c->n = ar_xcalloc((size_t)c->C, sizeof(int));
         for (int q = c->m0; q <= c->m1; q++) {
@@ -210,9 +211,11 @@ static void depth_bind(ar_residual *r, float *params, float *grads, float *const
             c->alpha[p] = x->alpha;
             c->cdot[p] = x->cdot;
             c->w[p] = pq(s, x->q_idx);
-            c->g[p] = pq(s, x->g_idx);
+            if (c->g)
+                c->g[p] = pq(s, x->g_idx);
             c->dw[p] = gq(s, x->q_idx);
-            c->dg[p] = gq(s, x->g_idx);
+            if (c->dg)
+                c->dg[p] = gq(s, x->g_idx);
             c->dh[p] = c->m0 + p <= r->L ? s->P[c->m0 + p] : s->fgrad;
             c->n[p] = x->n;
         }
@@ -249,7 +252,7 @@ static const float *mix_fwd(depth_res *s, int m, int N, const ar_norm_out *nf)
     if (m == c->m0) {
         mixer *x0 = &s->mx[c->m0];
         be->depth_fwd_inter(chunk_h(s, c), c->lse, c->alpha, c->n, x0->rsp, x0->sp, c->k, c->w,
-                            s->key_norm ? c->g : NULL, c->C, fuse1 ? nf->gain : NULL, fuse1 ? nf->xn : NULL,
+                            c->g, c->C, fuse1 ? nf->gain : NULL, fuse1 ? nf->xn : NULL,
                             fuse1 ? nf->rstd : NULL, s->sigmoid, N, s->base.d);
     }
     float *h = s->hb[x->pos];
@@ -285,10 +288,10 @@ static void mix_bwd(depth_res *s, int m, const float *h, const ar_norm_grad *ng,
         mixer *x0 = &s->mx[c->m0];
         /* The final mixer comes first in the backward and reaches every dB
          * (its sources are all block summaries): it initialises them. */
-        be->depth_bwd_inter(x0->dsp, c->dw, s->key_norm ? c->dg : NULL, (const float *const *)c->dh,
+        be->depth_bwd_inter(x0->dsp, c->dw, c->dg, (const float *const *)c->dh,
                             (const float *const *)c->cdot, (const float *const *)c->alpha,
                             (const float *const *)c->lse, c->n,
-                            (const float *const *)x0->rsp, x0->sp, c->k, c->w, s->key_norm ? c->g : NULL, c->C,
+                            (const float *const *)x0->rsp, x0->sp, c->k, c->w, c->g, c->C,
                             m == s->base.L + 1, s->sigmoid, N, s->base.d);
     }
 }

@@ -786,7 +786,7 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
         jmax = j[c] > jmax ? j[c] : jmax;
     }
     int ns = k + jmax;
-    tp *src[MAXL], *w[8], *g[8], *o[8], *lse[8], *alpha[8], *rs[MAXL];
+    tp *src[MAXL] = {0}, *w[8] = {0}, *g[8] = {0}, *o[8] = {0}, *lse[8] = {0}, *alpha[8] = {0}, *rs[MAXL] = {0};
     sources(src, ns, N, d);
     for (int c = 0; c < C; c++) {
         w[c] = queries(d, d), g[c] = rnd(d, 0.5f, 1.5f);
@@ -969,21 +969,22 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
 Test(backend_ops, depth_two_phase)
 {
     NEED_B();
-    int full[4] = {0, 1, 2, 3}, block[3] = {0, 1, 1}, one[1] = {0}, two[2] = {2, 2};
-    two_phase_case(4, 5, full, 37, 72, 1, 0);
-    two_phase_case(3, 4, block, 13, 20, 1, 0);
-    two_phase_case(1, 6, one, 33, 20, 1, 0);
-    two_phase_case(1, 1, one, 9, 12, 1, 0);
-    two_phase_case(2, 1, two, 41, 16, 1, 0);
-    two_phase_case(4, 6, full, 1024, 512, 1, 0);
-    /* key_norm: false, score: sigmoid, both */
-    two_phase_case(4, 5, full, 37, 72, 0, 0);
-    two_phase_case(3, 4, block, 13, 20, 0, 0);
-    two_phase_case(2, 1, two, 41, 16, 0, 0);
-    two_phase_case(4, 5, full, 37, 72, 1, 1);
-    two_phase_case(3, 4, block, 13, 20, 1, 1);
-    two_phase_case(1, 1, one, 9, 12, 1, 1);
-    two_phase_case(2, 1, two, 41, 16, 0, 1);
+    static const int full[4] = {0, 1, 2, 3}, block[3] = {0, 1, 1}, one[1] = {0}, two[2] = {2, 2};
+    /* C, k, own sources per mixer, N, d, key norm, sigmoid */
+    static const struct {
+        int C, k;
+        const int *j;
+        int N, d, kn, sig;
+    } cases[] = {
+        {4, 5, full, 37, 72, 1, 0}, {3, 4, block, 13, 20, 1, 0}, {1, 6, one, 33, 20, 1, 0},
+        {1, 1, one, 9, 12, 1, 0},   {2, 1, two, 41, 16, 1, 0},   {4, 6, full, 1024, 512, 1, 0},
+        /* key_norm: false, score: sigmoid, both */
+        {4, 5, full, 37, 72, 0, 0}, {3, 4, block, 13, 20, 0, 0}, {2, 1, two, 41, 16, 0, 0},
+        {4, 5, full, 37, 72, 1, 1}, {3, 4, block, 13, 20, 1, 1}, {1, 1, one, 9, 12, 1, 1},
+        {2, 1, two, 41, 16, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        two_phase_case(cases[i].C, cases[i].k, cases[i].j, cases[i].N, cases[i].d, cases[i].kn, cases[i].sig);
 }
 
 /* ---- general depth mixing (ablation variants) ------------------------ */

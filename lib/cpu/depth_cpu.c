@@ -329,43 +329,34 @@ void cpu_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
             }
         for (int i = i0; i < i1; i++) {
             float *hi = h + (size_t)i * d, *z = zt[i - i0];
-            if (sigmoid) { /* h = o + sum_t sigmoid(z_t) x_t */
-                float *al = alpha + (size_t)i * n;
+            /* the weights: at[0] of o, then the intra sources' (also into alpha) */
+            float *al = alpha + (size_t)i * n;
+            if (sigmoid) { /* h = o + sum_t sigmoid(z_t) x_t: no normaliser */
                 for (int s = 0; s < k; s++)
                     al[s] = sigmoidf_fast(al[s]);
-                if (j == 0)
-                    continue;
                 at[0] = 1.0f;
-                x[0] = hi;
-                for (int t = 0; t < j; t++) {
+                for (int t = 0; t < j; t++)
                     at[t + 1] = al[k + t] = sigmoidf_fast(z[t]);
-                    x[t + 1] = intra[t] + (size_t)i * d;
-                }
-                float *y = xn ? hr : hi;
-                mix(&y, 1, at, x, j + 1, 1, 0, d);
-                if (xn)
-                    cpu_rmsnorm_row(xn + (size_t)i * d, nrstd + i, hr, ng, d);
-                continue;
+            } else {
+                float M = lse[i];
+                for (int t = 0; t < j; t++)
+                    M = z[t] > M ? z[t] : M;
+                float S = fast_expf(lse[i] - M);
+                for (int t = 0; t < j; t++)
+                    S += fast_expf(z[t] - M);
+                float LSE = M + logf(S);
+                at[0] = fast_expf(lse[i] - LSE);
+                lse[i] = LSE; /* the backward recovers u.x_s = (log alpha_s + LSE) / rstd_s */
+                for (int s = 0; s < k; s++)
+                    al[s] = fast_expf(al[s] - LSE);
+                for (int t = 0; t < j; t++)
+                    at[t + 1] = al[k + t] = fast_expf(z[t] - LSE);
             }
-            float M = lse[i];
-            for (int t = 0; t < j; t++)
-                M = z[t] > M ? z[t] : M;
-            float S = fast_expf(lse[i] - M);
-            for (int t = 0; t < j; t++)
-                S += fast_expf(z[t] - M);
-            float LSE = M + logf(S);
-            at[0] = fast_expf(lse[i] - LSE);
-            lse[i] = LSE; /* the backward recovers u.x_s = (log alpha_s + LSE) / rstd_s */
-            float *al = alpha + (size_t)i * n;
-            for (int s = 0; s < k; s++)
-                al[s] = fast_expf(al[s] - LSE);
             if (j == 0)
                 continue; /* h = o already */
             x[0] = hi;
-            for (int t = 0; t < j; t++) {
-                at[t + 1] = al[k + t] = fast_expf(z[t] - LSE);
+            for (int t = 0; t < j; t++)
                 x[t + 1] = intra[t] + (size_t)i * d;
-            }
             /* h in place, or in a row of its own before the sublayer's RMSNorm */
             float *y = xn ? hr : hi;
             mix(&y, 1, at, x, j + 1, 1, 0, d);
@@ -605,8 +596,7 @@ void cpu_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg,
                     a[c] = alpha[c][(size_t)i * n[c] + s];
                     float dl = logit_grad(sigmoid, a[c], t[c], cdot[c][i], n[c]);
                     c1[c] = dl * r;
-                    if (a[c] != 0.0f) /* an underflowed weight contributes nothing */
-                        norm += dl * key_dot_of(sigmoid, a[c], dl, lse[c][i], r);
+                    norm += dl * key_dot_of(sigmoid, a[c], dl, lse[c][i], r); /* 0 where dl is */
                 }
                 inter_update(dsrc[s] + (size_t)i * d, !overwrite, C, a, dr, c1, ur,
                              -kn * norm * r * r * r / d, x, pc, d);

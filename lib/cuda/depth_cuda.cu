@@ -648,8 +648,7 @@ inter_bwd_kernel(mlist dsrc, float *part, bwd_grp p, int G, clist rs, clist src,
                 a[c] = p.alpha[c][i * p.n[c] + s];
                 float dl = logit_grad(sigmoid, a[c], v[c], p.cdot[c][i], p.n[c]);
                 c1[c] = dl * r;
-                if (a[c] != 0.0f) /* an underflowed weight contributes nothing */
-                    norm += dl * key_dot_of(sigmoid, a[c], dl, p.lse[c][i], r);
+                norm += dl * key_dot_of(sigmoid, a[c], dl, p.lse[c][i], r); /* 0 where dl is */
             }
             float cx = p.g[0] ? -norm * r * r * r / d : 0.0f; /* g NULL: no key norm, no r^3 term */
             float *dx = dsrc.p[s] + i * d;
