@@ -209,6 +209,14 @@ Test(depth, single_mixer_and_single_source)
     check_chunk(2, 1, j2, 41, 16);
 }
 
+/* Rows longer than 128 floats: phase 1 goes over tiles of 16 tokens, not
+ * token by token (lib/cpu/depth_cpu.c); N leaves a partial tile. */
+Test(depth, long_rows_tiled)
+{
+    int j[3] = {0, 1, 2};
+    check_chunk(3, 5, j, 45, 160);
+}
+
 /* Large enough for the threaded paths (N*d*k*C well above the serial cutoff). */
 Test(depth, large_chunk_threaded)
 {

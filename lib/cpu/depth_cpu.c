@@ -214,8 +214,14 @@ static inline float key_rstd(int key_norm, float xx, int d)
  * follows, where token by token it met k streams of one 2 KiB row each).
  * Pass B, token by token: per mixer the softmax over the k shared sources
  * and lse, then o_c = sum_s softmax_s x_s for all C mixers in one sweep of
- * the rows (now in L2: TILE * k rows). */
+ * the rows (now in L2: TILE * k rows).
+ * Short rows (d <= SHORT_ROW) go token by token instead (tiles of one):
+ * a token's k rows then stay in L1 from pass A to pass B, and rows of a
+ * few cache lines are prefetched in time by dots.  Full AttnRes at d 64,
+ * 16 blocks, one thread: phase 1 7.9 -> 6.1 ms a forward; at d 128 12.4 ->
+ * 9.5; at d 256 no difference either way (BENCHMARKS.md). */
 #define TILE 16
+#define SHORT_ROW 128
 void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha, const int *n,
                          float *const *rs, const float *const *src, int k, const float *const *w,
                          const float *const *g, int C, const float *ng, float *xn, float *nrstd,
@@ -223,7 +229,8 @@ void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha
 {
     const float *u = queries(w, g, C, d);
     int key_norm = g != NULL;
-    int nt = omp_get_max_threads(), ntile = (N + TILE - 1) / TILE;
+    int tile = d <= SHORT_ROW ? 1 : TILE;
+    int nt = omp_get_max_threads(), ntile = (N + tile - 1) / tile;
     /* per thread: z (TILE x C x k), then one token's weights (C x k) */
     size_t ck = (size_t)C * k, per = (TILE + 1) * ck;
     float *zall = cpu_ws(WS_B, (size_t)nt * per * sizeof(float));
@@ -242,7 +249,7 @@ void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha
             ur[c] = u + (size_t)c * d;
 #pragma omp for schedule(static) nowait
         for (int tb = 0; tb < ntile; tb++) {
-            int i0 = tb * TILE, i1 = i0 + TILE < N ? i0 + TILE : N;
+            int i0 = tb * tile, i1 = i0 + tile < N ? i0 + tile : N;
             for (int s = 0; s < k; s++)
                 for (int i = i0; i < i1; i++) {
                     float xx = 0.0f;
