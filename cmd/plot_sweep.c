@@ -2,18 +2,22 @@
  * one heatmap per method of a sweep's results.csv over two axis
  * expressions of the runs' shape. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "../core/error.h"
 #include "../study/sweep_plot.h"
 #include "cmds.h"
 #include "options.h"
 
-static const char *usage = "attnres plot-sweep DIR --x EXPR --y EXPR [--metric COLUMN] [--out FILE] "
+static const char *usage = "attnres plot-sweep DIR... --x EXPR --y EXPR [--metric COLUMN] [--out FILE] "
                            "[--format png|svg|pdf]";
 
 int cmd_plot_sweep(int argc, char **argv)
 {
-    const char *dir = NULL, *xs = NULL, *ys = NULL, *metric = NULL, *fmt = NULL;
+    const char *xs = NULL, *ys = NULL, *metric = NULL, *fmt = NULL;
+    const char **dirs = ar_xcalloc((size_t)argc, sizeof *dirs); /* the tables, read as one */
+    int ndirs = 0;
     ar_fig_format format = AR_FIG_AUTO;
     static const char *const own[] = {"--x", "--y", "--metric", "--format", NULL};
     cli_opts so;
@@ -28,12 +32,16 @@ int cmd_plot_sweep(int argc, char **argv)
             metric = v;
         else if (!strcmp(a, "--format"))
             fmt = v;
-        else if (cli_opts_argument(&so, a, &dir) != 0)
+        else if (a[0] == '-' && a[1]) {
+            cli_usage_error(usage, "unknown option '%s'", a);
             goto done;
+        } else
+            dirs[ndirs++] = a;
     }
     if (so.bad)
         goto done;
-    if (!dir) {
+    const char *dir = dirs[0]; /* the figure's default place and its metadata */
+    if (!ndirs) {
         cli_usage_error(usage, "missing DIR (an 'attnres sweep' output directory, or its results.csv)");
         goto done;
     }
@@ -59,7 +67,7 @@ int cmd_plot_sweep(int argc, char **argv)
     else
         cli_figure_path(dir, "arch_sweep", format, out, sizeof out);
     ar_sweep_grid g;
-    if (ar_sweep_grid_load(&g, dir, &x, &y, metric, &e) != 0) {
+    if (ar_sweep_grid_load(&g, dirs, ndirs, &x, &y, metric, &e) != 0) {
         cli_error("%s", e.msg);
         goto done;
     }
@@ -83,6 +91,7 @@ int cmd_plot_sweep(int argc, char **argv)
     }
     ar_sweep_grid_free(&g);
 done:
+    free(dirs);
     cli_opts_free(&so);
     return rc;
 }

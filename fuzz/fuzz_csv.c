@@ -34,7 +34,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ar_sweep_grid g;
         FUZZ_CHECK(ar_axis_expr_parse("d_model/L_b", &x, &e) == 0 && ar_axis_expr_parse("n_head/L_b", &y, &e) == 0,
                    "axis expressions: %s", e.msg);
-        if (ar_sweep_grid_load(&g, path, &x, &y, NULL, &e) != 0) {
+        const char *tables[] = {path};
+        if (ar_sweep_grid_load(&g, tables, 1, &x, &y, NULL, &e) != 0) {
             fuzz_check_message(&e, path);
         } else {
             FUZZ_CHECK(g.nm >= 1 && g.nx >= 1 && g.ny >= 1, "an empty grid: %d x %d x %d", g.nm, g.nx, g.ny);

@@ -302,8 +302,8 @@ static int fill_results(FILE *f, void *ud)
             fprintf(f, "nan");
         fprintf(f, ",%.1f,%ld,", w->wall_s, w->steps);
         ar_csv_write_field(f, r->name);
-        fprintf(f, ",%.6f,%ld,%ld,%d,%d,%d\n", w->fe.loss, w->fe.windows, w->fe.tokens, r->cfg.model.n_layer,
-                r->cfg.model.d_model, r->cfg.model.n_head);
+        fprintf(f, ",%.6f,%ld,%ld,%d,%d,%d,%llu\n", w->fe.loss, w->fe.windows, w->fe.tokens, r->cfg.model.n_layer,
+                r->cfg.model.d_model, r->cfg.model.n_head, (unsigned long long)r->cfg.train.seed);
     }
     return ferror(f) ? -1 : 0;
 }

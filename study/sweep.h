@@ -29,10 +29,12 @@
 /* The results table's header.  New columns go at the end, so that readers
  * that look columns up by name (fit-scaling, plot-sweep) read old tables
  * too; n_layer (transformer blocks), d_model and n_head are the run's
- * shape, for plots against architecture (plot-sweep). */
+ * shape, for plots against architecture (plot-sweep); seed is the run's
+ * train.seed, so that the tables of one sweep run with several seeds
+ * (--set train.seed=K) can be read together (plot-sweep averages them). */
 #define AR_SWEEP_COLUMNS                                                                                     \
     "variant,size,nonembed_params,tokens,flops,pflops_days,val_loss,wall_s,steps,run,final_val_loss,"       \
-    "final_eval_windows,final_eval_tokens,n_layer,d_model,n_head"
+    "final_eval_windows,final_eval_tokens,n_layer,d_model,n_head,seed"
 
 /* The final evaluation of a finished run: the checkpoint at its planned
  * steps evaluated once, after training, by the protocol of `attnres eval`

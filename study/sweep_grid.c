@@ -128,71 +128,80 @@ static int find_index(const double *vals, int n, double v)
     return -1;
 }
 
-int ar_sweep_grid_load(ar_sweep_grid *g, const char *path, const ar_axis_expr *x, const ar_axis_expr *y,
-                       const char *metric, ar_err *e)
+/* path's table: path itself, or path/results.csv for a directory; an
+ * error where it cannot be read. */
+static int table_file(const char *path, char *file, size_t n, ar_err *e)
 {
-    memset(g, 0, sizeof *g);
-    char file[4096];
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        snprintf(file, sizeof file, "%s%sresults.csv", path, path[0] && path[strlen(path) - 1] == '/' ? "" : "/");
+        snprintf(file, n, "%s%sresults.csv", path, path[0] && path[strlen(path) - 1] == '/' ? "" : "/");
     else
-        snprintf(file, sizeof file, "%s", path);
-    if (access(file, R_OK) != 0) {
-        if (strcmp(file, path) != 0)
-            return ar_fail(e, "'%s' not found: '%s' is not the output directory of an 'attnres sweep' that has "
-                              "finished a run (expected DIR/results.csv)",
-                           file, path);
-        return ar_fail(e, "'%s' not found: expected an 'attnres sweep' output directory (holding results.csv) "
-                          "or a results table",
-                       file);
+        snprintf(file, n, "%s", path);
+    if (access(file, R_OK) == 0)
+        return 0;
+    if (strcmp(file, path) != 0)
+        return ar_fail(e, "'%s' not found: '%s' is not the output directory of an 'attnres sweep' that has "
+                          "finished a run (expected DIR/results.csv)",
+                       file, path);
+    return ar_fail(e, "'%s' not found: expected an 'attnres sweep' output directory (holding results.csv) "
+                      "or a results table",
+                   file);
+}
+
+/* One data row of one of the tables. */
+typedef struct {
+    double x, y, v;   /* axis values and the metric (NaN: none) */
+    int method;
+    const ar_csv *c;  /* its table, for errors and the seed */
+    int row, ks;      /* its row there; the table's seed column, -1: none */
+    size_t cell;
+} grid_row;
+
+/* The rows of table c appended to *rows; the metric's name is fixed by the
+ * first table (g->metric). */
+static int load_table(ar_sweep_grid *g, const ar_csv *c, int first, const ar_axis_expr *x, const ar_axis_expr *y,
+                      const char *metric, grid_row **rows, int *n, int *kf_all, double *flo, double *fhi, ar_err *e)
+{
+    if (first) {
+        const char *mname = metric ? metric : ar_csv_col(c, "final_val_loss") >= 0 ? "final_val_loss" : "val_loss";
+        snprintf(g->metric, sizeof g->metric, "%s", mname);
     }
-    ar_csv *c;
-    if (ar_csv_read(&c, file, e) != 0)
-        return -1;
-    int rc = -1;
-    double *xv = NULL, *yv = NULL, *mv = NULL;
-    int *mi = NULL;
-    const char *mname = metric ? metric : ar_csv_col(c, "final_val_loss") >= 0 ? "final_val_loss" : "val_loss";
-    snprintf(g->metric, sizeof g->metric, "%s", mname);
     char what[160];
     expr_cols kx, ky;
-    int kv = ar_csv_require_col(c, "variant", e), km = kv < 0 ? -1 : ar_csv_require_col(c, mname, e);
+    int kv = ar_csv_require_col(c, "variant", e), km = kv < 0 ? -1 : ar_csv_require_col(c, g->metric, e);
     if (kv >= 0 && km < 0) {
         char msg[sizeof e->msg];
         snprintf(msg, sizeof msg, "%s", e->msg);
-        ar_fail(e, "%.1500s, named %s", msg, metric ? "in --metric" : "as the default metric");
+        ar_fail(e, "%.1500s, named %s", msg,
+                metric ? "in --metric" : first ? "as the default metric" : "as the default metric (the first table's; --metric picks another)");
     }
     if (kv < 0 || km < 0)
-        goto out;
+        return -1;
     snprintf(what, sizeof what, "in --x '%s'", x->text);
     kx.den = ky.den = -1;
     if ((kx.num = expr_col(c, x->num, what, e)) < 0 || (x->den[0] && (kx.den = expr_col(c, x->den, what, e)) < 0))
-        goto out;
+        return -1;
     snprintf(what, sizeof what, "in --y '%s'", y->text);
     if ((ky.num = expr_col(c, y->num, what, e)) < 0 || (y->den[0] && (ky.den = expr_col(c, y->den, what, e)) < 0))
-        goto out;
-    if (c->nrows == 0) {
-        ar_fail(e, "'%s' has no finished runs (no data rows): nothing to plot", file);
-        goto out;
-    }
-    int n = c->nrows;
-    xv = ar_xcalloc((size_t)n, sizeof *xv);
-    yv = ar_xcalloc((size_t)n, sizeof *yv);
-    mv = ar_xcalloc((size_t)n, sizeof *mv);
-    mi = ar_xcalloc((size_t)n, sizeof *mi);
-    int kf = ar_csv_col(c, "flops");
-    double flo = INFINITY, fhi = 0;
-    for (int r = 0; r < n; r++) {
-        if (expr_value(c, r, &kx, x, &xv[r], e) != 0 || expr_value(c, r, &ky, y, &yv[r], e) != 0)
-            goto out;
+        return -1;
+    if (c->nrows == 0)
+        return ar_fail(e, "'%s' has no finished runs (no data rows): nothing to plot", c->name);
+    int kf = ar_csv_col(c, "flops"), ks = ar_csv_col(c, "seed");
+    *rows = realloc(*rows, (size_t)(*n + c->nrows) * sizeof **rows);
+    if (!*rows)
+        abort();
+    for (int r = 0; r < c->nrows; r++) {
+        grid_row *w = &(*rows)[*n];
+        *w = (grid_row){.c = c, .row = r, .ks = ks};
+        if (expr_value(c, r, &kx, x, &w->x, e) != 0 || expr_value(c, r, &ky, y, &w->y, e) != 0)
+            return -1;
         const char *cell = ar_csv_cell(c, r, km);
         while (isspace((unsigned char)*cell))
             cell++;
         if (!*cell || !strncasecmp(cell, "nan", 3))
-            mv[r] = NAN; /* a run without the value: an empty cell */
-        else if (ar_csv_num(c, r, km, &mv[r], e) != 0)
-            goto out;
+            w->v = NAN; /* a run without the value: an empty cell */
+        else if (ar_csv_num(c, r, km, &w->v, e) != 0)
+            return -1;
         const char *name = ar_csv_cell(c, r, kv);
         int m = 0;
         while (m < g->nm && strcmp(g->method[m], name) != 0)
@@ -203,21 +212,48 @@ int ar_sweep_grid_load(ar_sweep_grid *g, const char *path, const ar_axis_expr *x
                 abort();
             g->method[g->nm++] = ar_xstrdup(name);
         }
-        mi[r] = m;
-        value_index(&g->xs, &g->nx, xv[r]);
-        value_index(&g->ys, &g->ny, yv[r]);
+        w->method = m;
+        value_index(&g->xs, &g->nx, w->x);
+        value_index(&g->ys, &g->ny, w->y);
         double f;
         ar_err fe;
         if (kf >= 0 && ar_csv_num(c, r, kf, &f, &fe) == 0 && f > 0) {
-            flo = fmin(flo, f);
-            fhi = fmax(fhi, f);
+            *flo = fmin(*flo, f);
+            *fhi = fmax(*fhi, f);
         } else {
-            kf = -1;
+            *kf_all = 0;
         }
+        (*n)++;
+    }
+    return 0;
+}
+
+/* Whether rows a and b (one method, one cell) are the same run twice: not
+ * told apart by a seed (either table without the column, or equal seeds). */
+static int same_run(const grid_row *a, const grid_row *b)
+{
+    return a->ks < 0 || b->ks < 0 || strcmp(ar_csv_cell(a->c, a->row, a->ks), ar_csv_cell(b->c, b->row, b->ks)) == 0;
+}
+
+int ar_sweep_grid_load(ar_sweep_grid *g, const char *const *inputs, int ninputs, const ar_axis_expr *x,
+                       const ar_axis_expr *y, const char *metric, ar_err *e)
+{
+    memset(g, 0, sizeof *g);
+    if (ninputs < 1)
+        return ar_fail(e, "no results table given (an 'attnres sweep' output directory or its results.csv)");
+    ar_csv **cs = ar_xcalloc((size_t)ninputs, sizeof *cs);
+    grid_row *rows = NULL;
+    int n = 0, rc = -1, kf_all = 1;
+    double flo = INFINITY, fhi = 0;
+    for (int t = 0; t < ninputs; t++) {
+        char file[4096];
+        if (table_file(inputs[t], file, sizeof file, e) != 0 || ar_csv_read(&cs[t], file, e) != 0 ||
+            load_table(g, cs[t], t == 0, x, y, metric, &rows, &n, &kf_all, &flo, &fhi, e) != 0)
+            goto out;
     }
     /* a `flops:` budget is met to within half a step, so the runs of one
      * budget differ a little: within 2% they count as one compute */
-    g->flops = kf >= 0 && fhi <= 1.02 * flo ? 0.5 * (flo + fhi) : NAN;
+    g->flops = kf_all && fhi <= 1.02 * flo ? 0.5 * (flo + fhi) : NAN;
     qsort(g->xs, (size_t)g->nx, sizeof *g->xs, cmp_up);
     qsort(g->ys, (size_t)g->ny, sizeof *g->ys, cmp_up);
     for (int i = 0; i < g->ny / 2; i++) { /* largest y on top */
@@ -227,36 +263,44 @@ int ar_sweep_grid_load(ar_sweep_grid *g, const char *path, const ar_axis_expr *x
     }
     size_t cells = (size_t)g->ny * g->nx;
     g->v = ar_xcalloc((size_t)g->nm * cells, sizeof *g->v);
-    /* A table of several seeds (ablate's results.csv has a `seed` column):
-     * the runs of one method in one cell with different seeds are averaged
-     * over those with a value; two runs with the same seed (or any two,
-     * without the column) are an error. */
-    int ks = ar_csv_col(c, "seed");
-    size_t *ci = ar_xcalloc((size_t)n, sizeof *ci);
+    /* Tables of several seeds (a `seed` column: ablate's results.csv, and
+     * a sweep's; or one sweep per seed, given together): the runs of one
+     * method in one cell with different seeds are averaged over those with
+     * a value; two runs not told apart by a seed are an error. */
     double *sum = ar_xcalloc((size_t)g->nm * cells, sizeof *sum);
     int *cnt = ar_xcalloc((size_t)g->nm * cells, sizeof *cnt), *runs = ar_xcalloc((size_t)g->nm * cells, sizeof *runs);
     int clash = 0;
     for (int r = 0; r < n && !clash; r++) {
-        size_t i = (size_t)mi[r] * cells + (size_t)find_index(g->ys, g->ny, yv[r]) * g->nx +
-                   (size_t)find_index(g->xs, g->nx, xv[r]);
-        ci[r] = i;
-        for (int q = 0; q < r; q++)
-            if (ci[q] == i && (ks < 0 || strcmp(ar_csv_cell(c, q, ks), ar_csv_cell(c, r, ks)) == 0)) {
-                ar_fail(e, "%s:%d and line %d: two runs of '%s'%s in the same cell (%s = %g, %s = %g); plot a "
-                           "table of one compute budget, or choose axes that tell them apart",
-                        file, c->line[q], c->line[r], g->method[mi[r]], ks < 0 ? "" : " with the same seed",
-                        x->text, xv[r], y->text, yv[r]);
-                clash = 1;
-                break;
-            }
+        grid_row *w = &rows[r];
+        size_t i = (size_t)w->method * cells + (size_t)find_index(g->ys, g->ny, w->y) * g->nx +
+                   (size_t)find_index(g->xs, g->nx, w->x);
+        w->cell = i;
+        for (int q = 0; q < r; q++) {
+            const grid_row *o = &rows[q];
+            if (o->cell != i || !same_run(o, w))
+                continue;
+            char second[4200];
+            if (o->c == w->c)
+                snprintf(second, sizeof second, "line %d", w->c->line[w->row]);
+            else
+                snprintf(second, sizeof second, "%s:%d", w->c->name, w->c->line[w->row]);
+            ar_fail(e, "%s:%d and %s: two runs of '%s'%s in the same cell (%s = %g, %s = %g); plot a table of "
+                       "one compute budget, or choose axes that tell them apart",
+                    o->c->name, o->c->line[o->row], second, g->method[w->method],
+                    o->ks >= 0 && w->ks >= 0 ? " with the same seed"
+                    : o->c != w->c           ? " (tables without a `seed` column)"
+                                             : "",
+                    x->text, w->x, y->text, w->y);
+            clash = 1;
+            break;
+        }
         runs[i]++;
         g->seeds = runs[i] > g->seeds ? runs[i] : g->seeds;
-        if (isfinite(mv[r]))
-            sum[i] += mv[r], cnt[i]++;
+        if (isfinite(w->v))
+            sum[i] += w->v, cnt[i]++;
     }
     for (size_t i = 0; i < (size_t)g->nm * cells; i++)
         g->v[i] = cnt[i] ? sum[i] / cnt[i] : NAN;
-    free(ci);
     free(sum);
     free(cnt);
     free(runs);
@@ -273,11 +317,11 @@ int ar_sweep_grid_load(ar_sweep_grid *g, const char *path, const ar_axis_expr *x
     }
     rc = 0;
 out:
-    free(xv);
-    free(yv);
-    free(mv);
-    free(mi);
-    ar_csv_free(c);
+    free(rows);
+    for (int t = 0; t < ninputs; t++)
+        if (cs[t])
+            ar_csv_free(cs[t]);
+    free(cs);
     if (rc != 0)
         ar_sweep_grid_free(g);
     return rc;

@@ -33,20 +33,21 @@ typedef struct {
     double *v;        /* nm * ny * nx, v[(m * ny + r) * nx + c]; NaN = no run, or no value */
     int *best;        /* nm: index r * nx + c of the method's lowest value, -1 if none */
     char metric[128];
-    int seeds;        /* the most runs (seeds) averaged into one cell: 1 for a sweep's table */
+    int seeds;        /* the most runs (seeds) averaged into one cell: 1 for one seed */
     double flops;     /* the runs' common compute (`flops` column, all within 2%: their midrange), else NaN */
 } ar_sweep_grid;
 
-/* Reads `path` (a results.csv, or a directory holding one) into g.  metric
- * NULL: final_val_loss where the table has it, else val_loss.  Errors name
- * the file and what was expected: a missing table, no data rows, a missing
- * column (with the columns there), a value that is not a number, a zero
- * denominator, and two runs of one method in the same cell (with the same
- * seed, where the table has a `seed` column: runs of different seeds in a
- * cell are averaged).  A row whose metric is empty or nan leaves its cell
- * empty, or out of its cell's mean. */
-int ar_sweep_grid_load(ar_sweep_grid *g, const char *path, const ar_axis_expr *x, const ar_axis_expr *y,
-                       const char *metric, ar_err *e);
+/* Reads the tables inputs[0..ninputs-1] (each a results.csv, or a
+ * directory holding one) into g, as one table.  metric NULL: final_val_loss
+ * where the first table has it, else val_loss.  Errors name the file and
+ * what was expected: a missing table, no data rows, a missing column (with
+ * the columns there), a value that is not a number, a zero denominator,
+ * and two runs of one method in the same cell not told apart by a `seed`
+ * column (runs of different seeds in a cell are averaged: ablate's table,
+ * a sweep's, or one sweep per seed given together).  A row whose metric is
+ * empty or nan leaves its cell empty, or out of its cell's mean. */
+int ar_sweep_grid_load(ar_sweep_grid *g, const char *const *inputs, int ninputs, const ar_axis_expr *x,
+                       const ar_axis_expr *y, const char *metric, ar_err *e);
 void ar_sweep_grid_free(ar_sweep_grid *g);
 
 #endif

@@ -4,6 +4,7 @@
  * command through the binary. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +73,7 @@ Test(plot_sweep, grid_cells_and_optimum)
     cr_assert_eq(ar_axis_expr_parse("d_model/L_b", &x, &e), 0);
     cr_assert_eq(ar_axis_expr_parse("n_head/L_b", &y, &e), 0);
     ar_sweep_grid g;
-    cr_assert_eq(ar_sweep_grid_load(&g, dir, &x, &y, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(ar_sweep_grid_load(&g, (const char *[]){dir}, 1, &x, &y, NULL, &e), 0, "%s", e.msg);
     cr_assert_str_eq(g.metric, "final_val_loss");
     cr_assert_eq(g.nm, 2);
     cr_assert_str_eq(g.method[0], "baseline");
@@ -110,7 +111,7 @@ Test(plot_sweep, grid_cells_and_optimum)
     /* another metric, plain columns: x d_model, y n_layer */
     cr_assert_eq(ar_axis_expr_parse("d_model", &x, &e), 0);
     cr_assert_eq(ar_axis_expr_parse("n_layer", &y, &e), 0);
-    cr_assert_eq(ar_sweep_grid_load(&g, path, &x, &y, "val_loss", &e), 0, "%s", e.msg);
+    cr_assert_eq(ar_sweep_grid_load(&g, (const char *[]){path}, 1, &x, &y, "val_loss", &e), 0, "%s", e.msg);
     cr_assert_str_eq(g.metric, "val_loss");
     cr_assert_eq(g.nx, 3); /* 32, 64, 128 */
     cr_assert_eq(g.ny, 2); /* 8, 4 */
@@ -128,7 +129,7 @@ static void expect_load_error(const char *dir, const char *text, const char *xs,
     cr_assert_eq(ar_axis_expr_parse(xs, &x, &e), 0);
     cr_assert_eq(ar_axis_expr_parse(ys, &y, &e), 0);
     ar_sweep_grid g;
-    cr_assert_eq(ar_sweep_grid_load(&g, dir, &x, &y, metric, &e), -1, "accepted:\n%s", text ? text : "(none)");
+    cr_assert_eq(ar_sweep_grid_load(&g, (const char *[]){dir}, 1, &x, &y, metric, &e), -1, "accepted:\n%s", text ? text : "(none)");
     cr_assert(strstr(e.msg, want1) && (!want2 || strstr(e.msg, want2)), "expected '%s' and '%s' in\n  %s", want1,
               want2 ? want2 : "", e.msg);
 }
@@ -179,7 +180,7 @@ Test(plot_sweep, seeds_in_a_cell_are_averaged)
     cr_assert_eq(ar_axis_expr_parse("L_b", &x, &e), 0);
     cr_assert_eq(ar_axis_expr_parse("n_head", &y, &e), 0);
     ar_sweep_grid g;
-    cr_assert_eq(ar_sweep_grid_load(&g, dir, &x, &y, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(ar_sweep_grid_load(&g, (const char *[]){dir}, 1, &x, &y, NULL, &e), 0, "%s", e.msg);
     cr_assert_eq(g.nm, 2);
     cr_assert_eq(g.nx, 2);
     cr_assert_eq(g.ny, 1);
@@ -196,6 +197,59 @@ Test(plot_sweep, seeds_in_a_cell_are_averaged)
     snprintf(t, sizeof t, "%sbaseline,1,2.0,4,64,2\nbaseline,2,2.3,4,64,2\nblock,2,2.0,4,64,2\nbaseline,2,2.2,4,64,2\n",
              head);
     expect_load_error(dir, t, "L_b", "n_head", NULL, ":3 and line 5", "with the same seed in the same cell");
+}
+
+/* One sweep per seed, given together: read as one table, each cell the
+ * mean of its seeds; tables that cannot tell their runs apart (no `seed`
+ * column, or the same seed) are an error naming both files and lines. */
+Test(plot_sweep, tables_of_several_seeds_are_read_as_one)
+{
+    /* two sweep directories (tu_path's buffer is reused: copies) */
+    char d1[4200], d2[4200];
+    snprintf(d1, sizeof d1, "%s", tu_path(tu_tmpdir(), "seed1"));
+    snprintf(d2, sizeof d2, "%s", tu_path(tu_tmpdir(), "seed2"));
+    cr_assert_eq(mkdir(d1, 0755), 0);
+    cr_assert_eq(mkdir(d2, 0755), 0);
+    const char *head = "variant,final_val_loss,n_layer,d_model,n_head,seed\n";
+    char t[1024];
+    snprintf(t, sizeof t, "%sbaseline,2.0,4,64,2,1\nblock,1.8,4,64,2,1\nbaseline,1.6,8,64,2,1\n", head);
+    write_table(d1, t);
+    /* the second seed lacks one cell and adds a method */
+    snprintf(t, sizeof t, "%sbaseline,2.4,4,64,2,2\nblock,1.9,4,64,2,2\nfull,1.7,8,64,2,2\n", head);
+    write_table(d2, t);
+    ar_axis_expr x, y;
+    ar_err e;
+    cr_assert_eq(ar_axis_expr_parse("L_b", &x, &e), 0);
+    cr_assert_eq(ar_axis_expr_parse("n_head", &y, &e), 0);
+    ar_sweep_grid g;
+    cr_assert_eq(ar_sweep_grid_load(&g, (const char *[]){d1, d2}, 2, &x, &y, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(g.nm, 3);
+    cr_assert_eq(g.nx, 2);
+    cr_assert_eq(g.seeds, 2);
+    cr_assert_float_eq(g.v[0], 2.2, 1e-12, "baseline at L 4: mean of both seeds, got %g", g.v[0]);
+    cr_assert_float_eq(g.v[1], 1.6, 1e-12, "baseline at L 8: seed 1 alone, got %g", g.v[1]);
+    cr_assert_float_eq(g.v[2], 1.85, 1e-12);
+    cr_assert(isnan(g.v[3]));
+    cr_assert(isnan(g.v[4]), "full at L 4 has no run: %g", g.v[4]);
+    cr_assert_float_eq(g.v[5], 1.7, 1e-12);
+    ar_sweep_grid_free(&g);
+
+    /* the same table twice: the same seeds */
+    char want[8500];
+    snprintf(want, sizeof want, "%s/results.csv:2 and %s/results.csv:2", d1, d1);
+    cr_assert_eq(ar_sweep_grid_load(&g, (const char *[]){d1, d1}, 2, &x, &y, NULL, &e), -1);
+    cr_assert(strstr(e.msg, want) && strstr(e.msg, "with the same seed"), "%s", e.msg);
+    /* a second table from before the seed column */
+    snprintf(t, sizeof t, "variant,final_val_loss,n_layer,d_model,n_head\nbaseline,2.4,4,64,2\n");
+    write_table(d2, t);
+    snprintf(want, sizeof want, "%s/results.csv:2 and %s/results.csv:2", d1, d2);
+    cr_assert_eq(ar_sweep_grid_load(&g, (const char *[]){d1, d2}, 2, &x, &y, NULL, &e), -1);
+    cr_assert(strstr(e.msg, want) && strstr(e.msg, "without a `seed` column"), "%s", e.msg);
+    /* the metric of the first table is every table's */
+    snprintf(t, sizeof t, "variant,val_loss,n_layer,d_model,n_head,seed\nbaseline,2.4,4,64,2,2\n");
+    write_table(d2, t);
+    cr_assert_eq(ar_sweep_grid_load(&g, (const char *[]){d1, d2}, 2, &x, &y, NULL, &e), -1);
+    cr_assert(strstr(e.msg, "no column 'final_val_loss'") && strstr(e.msg, "--metric"), "%s", e.msg);
 }
 
 /* The command: exit statuses, its one-line errors, the default figure. */
@@ -267,7 +321,7 @@ Test(plot_sweep, common_compute)
         ar_sweep_grid g;
         cr_assert_eq(ar_axis_expr_parse("d_model/L_b", &x, &e), 0);
         cr_assert_eq(ar_axis_expr_parse("n_head/L_b", &y, &e), 0);
-        cr_assert_eq(ar_sweep_grid_load(&g, dir, &x, &y, NULL, &e), 0, "%s", e.msg);
+        cr_assert_eq(ar_sweep_grid_load(&g, (const char *[]){dir}, 1, &x, &y, NULL, &e), 0, "%s", e.msg);
         if (k == 0)
             cr_assert(isnan(g.flops), "two budgets: %g", g.flops);
         else

@@ -404,6 +404,8 @@ Test(sweep, tiny_grid_writes_results_and_reuses_finished_runs)
         cr_assert_float_eq(cell_num(c, i, "n_layer"), nl, 0);
         cr_assert_float_eq(cell_num(c, i, "d_model"), d, 0);
         cr_assert_float_eq(cell_num(c, i, "n_head"), 2, 0);
+        /* the run's train.seed (the config's 1; --set train.seed=K for another) */
+        cr_assert_float_eq(cell_num(c, i, "seed"), 1, 0);
     }
     /* N grows with the size and the block variant adds its queries and norms */
     cr_assert(cell_num(c, 1, "nonembed_params") > cell_num(c, 0, "nonembed_params"));
