@@ -561,6 +561,14 @@ static double compare_builds(ar_model_cfg c, int chunk_a, int general_a, int chu
     for (int j = 0; j < ma->pt.n; j++)
         cr_assert_str_eq(ma->pt.p[j].name, mb->pt.p[j].name);
     tu_model_randomize(ma, seed);
+    /* at widths past tiny()'s 12, matrices and queries scaled by sqrt(12/d):
+     * activations and logits of the size they have at d 12, where the
+     * absolute differences below are float rounding */
+    float sc = sqrtf(12.0f / (float)c.d_model);
+    for (int j = 0; j < ma->pt.n && c.d_model > 12; j++)
+        if (ma->pt.p[j].init != AR_INIT_ONES)
+            for (size_t q = 0; q < ma->pt.p[j].numel; q++)
+                ar_model_param(ma, j)[q] *= sc;
     ar_model_zero_grad(mb);
     for (int j = 0; j < mb->pt.n; j++)
         memcpy(ar_model_param(mb, j), ar_model_param(ma, j), mb->pt.p[j].numel * sizeof(float));
@@ -634,6 +642,31 @@ Test(variants, two_phase_flags_equal_general_mixer)
                              flag[f], blocks[i], chunk, d);
             }
         }
+}
+
+/* Rows of the widths where the CPU kernels change course (lib/cpu/
+ * depth_cpu.c): d 144 (phase 1 in tiles; u.x in the backward by a dot
+ * product, with a tail of the vector width) and d 272 (u.x from the saved
+ * weight by logs), softmax and sigmoid with key norm, Full and Block. */
+Test(variants, two_phase_wide_rows_equal_general_mixer)
+{
+    int widths[] = {144, 272};
+    for (int wi = 0; wi < 2; wi++)
+        for (int f = 0; f < 2; f++)
+            for (int S = 1; S <= 2; S++) {
+                ar_model_cfg c = tiny(S == 1 ? AR_RES_FULL : AR_RES_BLOCK);
+                c.d_model = widths[wi];
+                c.d_ff = 64;
+                c.n_layer = 3;
+                if (f)
+                    c.residual.score = AR_SCORE_SIGMOID;
+                valid(&c);
+                for (int chunk = 2; chunk <= 4; chunk += 2) {
+                    double d = compare_mixers(c, chunk);
+                    cr_expect_lt(d, 2e-5, "d %d, %s, S = %d, chunks of %d: two-phase differs from the general mixer by %g",
+                                 widths[wi], f ? "sigmoid" : "softmax", S, chunk, d);
+                }
+            }
 }
 
 Test(variants, rescaled_gives_uniform_weights)

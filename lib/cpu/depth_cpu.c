@@ -389,7 +389,13 @@ static inline float logit_grad(int sigmoid, float a, float da, float cdot, int n
     return n > 1 ? a * (da - cdot) : 0.0f;
 }
 
-/* u.x for the key norm's r^3 term, from the saved weight (0 where dl is). */
+/* u.x for the key norm's r^3 term, from the saved weight (0 where dl is):
+ * one log (two under sigmoid) instead of a sweep of x.  Rows of at most
+ * UX_BY_DOT floats take the dot product u.x instead, in the sweep that
+ * forms dh.x: a few more multiply-adds per row there cost less than the
+ * scalar logs (Full at d 64, 16 blocks: logf was 1.3% of the training
+ * step, and sigmoid needs log1pf too). */
+#define UX_BY_DOT 256
 static inline float key_dot_of(int sigmoid, float a, float dl, float LSE, float r)
 {
     if (dl == 0.0f)
@@ -463,6 +469,7 @@ void cpu_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot
     const float *const *intra = src + k;
     const float *u = queries(&w, g ? &g : NULL, 1, d);
     float kn = g != NULL; /* the key norm's r^3 term: none without it */
+    int uxdot = g && d <= UX_BY_DOT;
     int nch = (N + RED_CHUNK - 1) / RED_CHUNK;
     /* partials: nch x d for dw/dg, then nch x d for dng; then 1/ng and the
      * columns where ng = 0 */
@@ -507,8 +514,12 @@ void cpu_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot
                     float a = al[k + t], r = rsi[t][i];
                     if (a == 0.0f)
                         continue; /* underflowed weight: no contribution */
-                    float dl = logit_grad(sigmoid, a, dotf(dr, x, d), c, n);
-                    float c1 = dl * r, c2 = kn * dl * key_dot_of(sigmoid, a, dl, lse[i], r) * r * r * r / d;
+                    float t2[2];
+                    const float *rows[2] = {dr, u};
+                    dots(rows, uxdot ? 2 : 1, x, d, t2, NULL, 0);
+                    float dl = logit_grad(sigmoid, a, t2[0], c, n);
+                    float ux = !kn ? 0.0f : uxdot ? t2[1] : key_dot_of(sigmoid, a, dl, lse[i], r);
+                    float c1 = dl * r, c2 = kn * dl * ux * r * r * r / d;
 #pragma omp simd
                     for (int q = 0; q < d; q++) {
                         dx[q] += a * dr[q] + c1 * u[q] - c2 * x[q];
@@ -574,6 +585,7 @@ void cpu_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg,
 {
     const float *u = queries(w, g, C, d);
     float kn = g != NULL; /* the key norm's r^3 term: none without it */
+    int uxdot = g && d <= UX_BY_DOT;
     int nch = (N + RED_CHUNK - 1) / RED_CHUNK;
     size_t stride = (size_t)C * d;
     float *part = cpu_ws(WS_B, (size_t)nch * stride * sizeof(float));
@@ -582,8 +594,10 @@ void cpu_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg,
     for (int ch = 0; ch < nch; ch++) {
         float *pp = part + (size_t)ch * stride;
         int i1 = (ch + 1) * RED_CHUNK < N ? (ch + 1) * RED_CHUNK : N;
-        const float *ur[C], *dr[C];
-        float *pc[C], a[C], t[C], c1[C];
+        /* rows[0..C-1] = dh_c (per token), rows[C..2C-1] = u_c: one sweep
+         * of x gives dh_c.x and, with uxdot, u_c.x */
+        const float *rows[2 * C], **ur = rows + C, **dr = rows;
+        float *pc[C], a[C], t[2 * C], c1[C];
         for (int c = 0; c < C; c++) {
             ur[c] = u + (size_t)c * d;
             pc[c] = pp + (size_t)c * d;
@@ -598,12 +612,13 @@ void cpu_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg,
             for (int s = 0; s < k; s++) {
                 const float *x = src[s] + (size_t)i * d;
                 float r = rs[s][i], norm = 0.0f;
-                dots(dr, C, x, d, t, NULL, 1);
+                dots(rows, uxdot ? 2 * C : C, x, d, t, NULL, 1);
                 for (int c = 0; c < C; c++) {
                     a[c] = alpha[c][(size_t)i * n[c] + s];
                     float dl = logit_grad(sigmoid, a[c], t[c], cdot[c][i], n[c]);
                     c1[c] = dl * r;
-                    norm += dl * key_dot_of(sigmoid, a[c], dl, lse[c][i], r); /* 0 where dl is */
+                    if (kn) /* u.x: 0 where dl is */
+                        norm += dl * (uxdot ? t[C + c] : key_dot_of(sigmoid, a[c], dl, lse[c][i], r));
                 }
                 inter_update(dsrc[s] + (size_t)i * d, !overwrite, C, a, dr, c1, ur,
                              -kn * norm * r * r * r / d, x, pc, d);
