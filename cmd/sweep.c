@@ -13,8 +13,8 @@
 #include "signals.h"
 #include "sweep_view.h"
 
-static const char *usage = "attnres sweep [CONFIG] [--set KEY=VALUE]... [--out DIR] [--jobs J] [--dry-run] "
-                           "[--device cpu|cuda] [--precision fp32|bf16]";
+static const char *usage = "attnres sweep [CONFIG] [--set KEY=VALUE]... [--out DIR] [--jobs J] [--sizes LIST] "
+                           "[--dry-run] [--device cpu|cuda] [--precision fp32|bf16]";
 
 static void print_plan(const ar_sweep *s, const char *out, int jobs)
 {
@@ -39,11 +39,11 @@ static void print_plan(const ar_sweep *s, const char *out, int jobs)
 
 int cmd_sweep(int argc, char **argv)
 {
-    const char *config = NULL;
+    const char *config = NULL, *sizes = NULL;
     long jobs = 1;
     int dry = 0, rc = AR_EXIT_USAGE, loaded = 0;
     ar_sweep s;
-    static const char *const own[] = {"--jobs", NULL};
+    static const char *const own[] = {"--jobs", "--sizes", NULL};
     cli_opts so;
     cli_opts_init(&so, usage, CLI_SET | CLI_OUT | CLI_DEVICE | CLI_PRECISION, own, argc, argv);
     for (const char *a, *v; (a = cli_opts_next(&so, &v));) {
@@ -52,6 +52,12 @@ int cmd_sweep(int argc, char **argv)
                 fprintf(stderr, "usage: %s\n", usage);
                 goto done;
             }
+        } else if (!strcmp(a, "--sizes")) {
+            if (!*v) {
+                cli_usage_error(usage, "'--sizes' expects a comma-separated list of the grid's size names");
+                goto done;
+            }
+            sizes = v;
         } else if (!strcmp(a, "--dry-run"))
             dry = 1;
         else if (cli_opts_argument(&so, a, &config) != 0)
@@ -68,6 +74,11 @@ int cmd_sweep(int argc, char **argv)
                                       NULL, so.sets, so.nsets, &e)) == 0;
     if (!loaded) {
         cli_error("%s", e.msg);
+        goto done;
+    }
+    if (sizes && ar_sweep_keep_sizes(&s, sizes, &e) != 0) {
+        cli_usage_error(usage, "%s: %s", config ? config : AR_SWEEP_BUILTIN_NAME, e.msg);
+        rc = AR_EXIT_USAGE;
         goto done;
     }
     if (ar_sweep_resolve_budgets(&s, &e) != 0) {

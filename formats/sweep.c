@@ -325,6 +325,47 @@ void ar_sweep_free(ar_sweep *s)
     memset(s, 0, sizeof *s);
 }
 
+int ar_sweep_keep_sizes(ar_sweep *s, const char *list, ar_err *e)
+{
+    char *want = calloc((size_t)s->nsizes + 1, 1), names[1024] = "";
+    if (!want)
+        abort();
+    for (int z = 0; z < s->nsizes; z++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'", z ? ", " : "",
+                 s->runs[z * s->nvariants].size);
+    int rc = -1;
+    const char *p = list;
+    do {
+        const char *q = strchr(p, ',');
+        size_t n = q ? (size_t)(q - p) : strlen(p);
+        int z = 0;
+        while (z < s->nsizes && !(strlen(s->runs[z * s->nvariants].size) == n &&
+                                  strncmp(s->runs[z * s->nvariants].size, p, n) == 0))
+            z++;
+        if (z == s->nsizes) {
+            ar_fail(e, "'--sizes': no size '%.*s' in the grid (its sizes: %s)", (int)n, p, names);
+            goto out;
+        }
+        if (want[z]) {
+            ar_fail(e, "'--sizes': size '%.*s' named twice", (int)n, p);
+            goto out;
+        }
+        want[z] = 1;
+        p = q ? q + 1 : NULL;
+    } while (p);
+    int keep = 0;
+    for (int z = 0; z < s->nsizes; z++)
+        if (want[z])
+            memmove(&s->runs[keep++ * s->nvariants], &s->runs[z * s->nvariants],
+                    (size_t)s->nvariants * sizeof *s->runs);
+    s->nsizes = keep;
+    s->nruns = keep * s->nvariants;
+    rc = 0;
+out:
+    free(want);
+    return rc;
+}
+
 int ar_sweep_parse(ar_sweep *s, const char *text, size_t len, const char *name, const char *base_dir,
                    const char *const *sets, int nsets, ar_err *e)
 {

@@ -56,6 +56,11 @@ int ar_sweep_parse(ar_sweep *s, const char *text, size_t len, const char *name, 
 /* Reads a sweep file (relative base: paths are taken from its directory). */
 int ar_sweep_load(ar_sweep *s, const char *path, const char *const *sets, int nsets, ar_err *e);
 
+/* Keeps only the sizes named in list (comma-separated, each once), in the
+ * grid's order, with all their variants.  An unknown or repeated name is
+ * an error that lists the grid's sizes; s is unchanged then. */
+int ar_sweep_keep_sizes(ar_sweep *s, const char *list, ar_err *e);
+
 /* The built-in grid, used by `attnres sweep` without a CONFIG: the text of
  * configs/scaling.yaml (a test keeps the two equal). */
 extern const char ar_sweep_builtin_yaml[];

@@ -53,6 +53,30 @@ static void expect_error(const char *text, const char *needle)
 
 /* ---- the grid file ---- */
 
+/* --sizes: the named sizes with all their variants, in the grid's order;
+ * unknown, repeated or empty names refused with the grid left as it was. */
+Test(sweep, keep_sizes)
+{
+    ar_sweep s;
+    ar_err e = {{0}};
+    cr_assert_eq(parse(&s, TINY, &e), 0, "%s", e.msg);
+    const char *bad[] = {"t3", "t1,t1", "t2,", ""};
+    const char *why[] = {"no size 't3' in the grid (its sizes: 't1', 't2')", "size 't1' named twice",
+                         "no size '' in the grid", "no size '' in the grid"};
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(ar_sweep_keep_sizes(&s, bad[i], &e), -1, "accepted '%s'", bad[i]);
+        cr_assert(strstr(e.msg, why[i]), "'%s': %s", bad[i], e.msg);
+        cr_assert_eq(s.nruns, 4);
+    }
+    cr_assert_eq(ar_sweep_keep_sizes(&s, "t2", &e), 0, "%s", e.msg);
+    cr_assert_eq(s.nsizes, 1);
+    cr_assert_eq(s.nruns, 2);
+    cr_assert_str_eq(s.runs[0].name, "t2-baseline");
+    cr_assert_str_eq(s.runs[1].name, "t2-block");
+    cr_assert_eq(s.runs[1].cfg.model.d_model, 24);
+    ar_sweep_free(&s);
+}
+
 /* `flops: C`: each size's steps from its own FLOPs per token, the compute
  * within half a step of C; bad budgets and budgets beside tokens refused. */
 Test(sweep, flops_budget_sets_each_sizes_steps)
@@ -673,6 +697,24 @@ Test(sweep, cli_errors)
                       tu_source_dir());
         cr_assert_eq(st, 0, "%s", out);
         cr_assert(strstr(out, "sweep of 32 runs (16 sizes x 2 variants)") && strstr(out, "r30-h1-block"), "%s", out);
+        free(out);
+        /* --sizes: those sizes only, in the file's order */
+        out = run_cli(dir, &st,
+                      "sweep '%s/configs/arch-sweep.yaml' --dry-run --set data.train=/dev/null --sizes r30-h1,r24-h0.5 "
+                      "2>&1",
+                      tu_source_dir());
+        cr_assert_eq(st, 0, "%s", out);
+        cr_assert(strstr(out, "sweep of 4 runs (2 sizes x 2 variants)") && !strstr(out, "r12-h0.25-baseline"), "%s",
+                  out);
+        char *a = strstr(out, "r24-h0.5-baseline"), *b = strstr(out, "r30-h1-block");
+        cr_assert(a && b && a < b, "not in the file's order:\n%s", out);
+        free(out);
+        out = run_cli(dir, &st, "sweep '%s/configs/arch-sweep.yaml' --dry-run --set data.train=/dev/null --sizes r30-h9 2>&1",
+                      tu_source_dir());
+        cr_assert_eq(st, 2, "%s", out);
+        cr_assert(strstr(out, "attnres: error:") && strstr(out, "'--sizes': no size 'r30-h9' in the grid") &&
+                      strstr(out, "'r12-h0.25'"),
+                  "%s", out);
         free(out);
     }
     out = run_cli(dir, &st, "sweep --dry-run --set data.train=/dev/null 2>&1");
