@@ -162,6 +162,15 @@ Test(plot_sweep, load_errors_name_the_file_and_what_was_expected)
     expect_load_error(dir, t, "d_model/L_b", "n_head/L_b", NULL, "expects a number, got 'abc'", ":2:");
 }
 
+/* The tables read as one on the axes L_b x n_head (the seed tests'). */
+static int load_l_by_heads(ar_sweep_grid *g, const char *const *tables, int n, ar_err *e)
+{
+    ar_axis_expr x, y;
+    cr_assert_eq(ar_axis_expr_parse("L_b", &x, e), 0);
+    cr_assert_eq(ar_axis_expr_parse("n_head", &y, e), 0);
+    return ar_sweep_grid_load(g, tables, n, &x, &y, NULL, e);
+}
+
 /* An ablate table (a `seed` column): the runs of one method in a cell are
  * averaged over the seeds with a value; the same seed twice is an error. */
 Test(plot_sweep, seeds_in_a_cell_are_averaged)
@@ -175,12 +184,9 @@ Test(plot_sweep, seeds_in_a_cell_are_averaged)
              "block,1,1.9,4,64,2\nblock,2,2.0,4,64,2\nblock,1,nan,8,64,2\n",
              head);
     write_table(dir, t);
-    ar_axis_expr x, y;
     ar_err e;
-    cr_assert_eq(ar_axis_expr_parse("L_b", &x, &e), 0);
-    cr_assert_eq(ar_axis_expr_parse("n_head", &y, &e), 0);
     ar_sweep_grid g;
-    cr_assert_eq(ar_sweep_grid_load(&g, (const char *[]){dir}, 1, &x, &y, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(load_l_by_heads(&g, (const char *[]){dir}, 1, &e), 0, "%s", e.msg);
     cr_assert_eq(g.nm, 2);
     cr_assert_eq(g.nx, 2);
     cr_assert_eq(g.ny, 1);
@@ -217,12 +223,9 @@ Test(plot_sweep, tables_of_several_seeds_are_read_as_one)
     /* the second seed lacks one cell and adds a method */
     snprintf(t, sizeof t, "%sbaseline,2.4,4,64,2,2\nblock,1.9,4,64,2,2\nfull,1.7,8,64,2,2\n", head);
     write_table(d2, t);
-    ar_axis_expr x, y;
     ar_err e;
-    cr_assert_eq(ar_axis_expr_parse("L_b", &x, &e), 0);
-    cr_assert_eq(ar_axis_expr_parse("n_head", &y, &e), 0);
     ar_sweep_grid g;
-    cr_assert_eq(ar_sweep_grid_load(&g, (const char *[]){d1, d2}, 2, &x, &y, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(load_l_by_heads(&g, (const char *[]){d1, d2}, 2, &e), 0, "%s", e.msg);
     cr_assert_eq(g.nm, 3);
     cr_assert_eq(g.nx, 2);
     cr_assert_eq(g.seeds, 2);
@@ -237,18 +240,18 @@ Test(plot_sweep, tables_of_several_seeds_are_read_as_one)
     /* the same table twice: the same seeds */
     char want[8500];
     snprintf(want, sizeof want, "%s/results.csv:2 and %s/results.csv:2", d1, d1);
-    cr_assert_eq(ar_sweep_grid_load(&g, (const char *[]){d1, d1}, 2, &x, &y, NULL, &e), -1);
+    cr_assert_eq(load_l_by_heads(&g, (const char *[]){d1, d1}, 2, &e), -1);
     cr_assert(strstr(e.msg, want) && strstr(e.msg, "with the same seed"), "%s", e.msg);
     /* a second table from before the seed column */
     snprintf(t, sizeof t, "variant,final_val_loss,n_layer,d_model,n_head\nbaseline,2.4,4,64,2\n");
     write_table(d2, t);
     snprintf(want, sizeof want, "%s/results.csv:2 and %s/results.csv:2", d1, d2);
-    cr_assert_eq(ar_sweep_grid_load(&g, (const char *[]){d1, d2}, 2, &x, &y, NULL, &e), -1);
+    cr_assert_eq(load_l_by_heads(&g, (const char *[]){d1, d2}, 2, &e), -1);
     cr_assert(strstr(e.msg, want) && strstr(e.msg, "without a `seed` column"), "%s", e.msg);
     /* the metric of the first table is every table's */
     snprintf(t, sizeof t, "variant,val_loss,n_layer,d_model,n_head,seed\nbaseline,2.4,4,64,2,2\n");
     write_table(d2, t);
-    cr_assert_eq(ar_sweep_grid_load(&g, (const char *[]){d1, d2}, 2, &x, &y, NULL, &e), -1);
+    cr_assert_eq(load_l_by_heads(&g, (const char *[]){d1, d2}, 2, &e), -1);
     cr_assert(strstr(e.msg, "no column 'final_val_loss'") && strstr(e.msg, "--metric"), "%s", e.msg);
 }
 

@@ -468,8 +468,8 @@ void cpu_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot
     int j = n - k;
     const float *const *intra = src + k;
     const float *u = queries(&w, g ? &g : NULL, 1, d);
-    float kn = g != NULL; /* the key norm's r^3 term: none without it */
-    int uxdot = g && d <= UX_BY_DOT;
+    int kn = g != NULL; /* the key norm's r^3 term: none without it */
+    int uxdot = kn && d <= UX_BY_DOT;
     int nch = (N + RED_CHUNK - 1) / RED_CHUNK;
     /* partials: nch x d for dw/dg, then nch x d for dng; then 1/ng and the
      * columns where ng = 0 */
@@ -519,7 +519,7 @@ void cpu_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot
                     dots(rows, uxdot ? 2 : 1, x, d, t2, NULL, 0);
                     float dl = logit_grad(sigmoid, a, t2[0], c, n);
                     float ux = !kn ? 0.0f : uxdot ? t2[1] : key_dot_of(sigmoid, a, dl, lse[i], r);
-                    float c1 = dl * r, c2 = kn * dl * ux * r * r * r / d;
+                    float c1 = dl * r, c2 = dl * ux * r * r * r / d;
 #pragma omp simd
                     for (int q = 0; q < d; q++) {
                         dx[q] += a * dr[q] + c1 * u[q] - c2 * x[q];
@@ -584,8 +584,8 @@ void cpu_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg,
                          int sigmoid, int N, int d)
 {
     const float *u = queries(w, g, C, d);
-    float kn = g != NULL; /* the key norm's r^3 term: none without it */
-    int uxdot = g && d <= UX_BY_DOT;
+    int kn = g != NULL; /* the key norm's r^3 term: none without it */
+    int uxdot = kn && d <= UX_BY_DOT;
     int nch = (N + RED_CHUNK - 1) / RED_CHUNK;
     size_t stride = (size_t)C * d;
     float *part = cpu_ws(WS_B, (size_t)nch * stride * sizeof(float));
@@ -621,7 +621,7 @@ void cpu_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg,
                         norm += dl * (uxdot ? t[C + c] : key_dot_of(sigmoid, a[c], dl, lse[c][i], r));
                 }
                 inter_update(dsrc[s] + (size_t)i * d, !overwrite, C, a, dr, c1, ur,
-                             -kn * norm * r * r * r / d, x, pc, d);
+                             -norm * r * r * r / d, x, pc, d);
             }
         }
     }
