@@ -10,7 +10,7 @@
  *     attention_cpu.c  attention_cuda.cu  causal attention
  *     depth_cpu.c      depth_cuda.cu      depth attention, one- and two-phase
  *     mixer_cpu.c      mixer_cuda.cu      general one-phase depth mixing
- *     wsum_cpu.c       wsum_cuda.cu       weighted sum of buffers
+ *     wsum_cpu.c       wsum_cuda.cu       weighted sums of buffers (wsum, wmix)
  * Pointers passed to ops are device pointers obtained from be->alloc (for the
  * CPU backend these are ordinary host pointers).  Arrays of pointers (the
  * depth-attention source lists) are host arrays holding device pointers.
@@ -34,6 +34,7 @@ extern "C" {
 #endif
 
 #define AR_RMS_EPS 1e-6f
+#define AR_WMIX_MAX 8 /* most outputs or inputs of one wmix op */
 
 typedef struct ar_backend {
     const char *name;
@@ -297,6 +298,19 @@ typedef struct ar_backend {
                      size_t len);
     void (*wsum_bwd)(float *const *dx, float *dc, const float *dy, const float *const *x,
                      const float *c, int n, size_t len);
+
+    /* ---- several weighted sums of the same buffers (mHC's streams) ----
+     * y[i] = sum_j C[i ldc + j] x[j]   (=)   i < p, j < n; p, n <= AR_WMIX_MAX
+     * bwd: dx[j] = sum_i C[i ldc + j] dy[i]  (=, or += when accumulate;
+     *            dx NULL: skipped)
+     *      dC[i ldc + j] += dy[i] . x[j]      (dC NULL: skipped)
+     * C, dC: device, rows ldc floats apart.  Outputs alias no input.  One
+     * pass reads every input and writes every output once, where p separate
+     * wsum calls would read the inputs p times. */
+    void (*wmix_fwd)(float *const *y, int p, const float *const *x, int n, const float *C, int ldc,
+                     size_t len);
+    void (*wmix_bwd)(float *const *dx, int accumulate, float *dC, const float *const *dy, int p,
+                     const float *const *x, int n, const float *C, int ldc, size_t len);
 
     /* ---- softmax cross-entropy ----
      * probs = softmax(logits) (N x V, =); losses[i] = -log probs[i, targets[i]];

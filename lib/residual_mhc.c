@@ -19,7 +19,10 @@
  *   .res [m!]   r, zero-initialised (R = J/m, the uniform mixture)
  * The mixing coefficients are derived from the parameters on the host (they
  * are a few floats) and uploaded; dL/dp, dq, dR come back from the
- * backend's wsum_bwd and are chained to b_pre, b_post, r on the host. */
+ * backend's wmix_bwd and are chained to b_pre, b_post, r on the host.
+ * Each sublayer's stream update is one wmix pass forward (read X_{l-1} and
+ * v_l once, write X_l) and two backward (dv_l and dq; then dX_{l-1}, dR
+ * and dp together). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,12 +32,15 @@
 #include "residual.h"
 #include "residual_mhc.h"
 
-/* coefficients per sublayer: p (m), q (m), then per stream i the row
- * R_i0..R_i(m-1), q_i (m + 1: q_i again, so that X_{l,i} is one weighted
- * sum of X_{l-1,0..m-1} and v_l, one pass; the gradient of the copy is not
- * used, dq comes to the first q) */
-#define NCOEF(m) (2 * (m) + (m) * ((m) + 1))
-#define RROW(m, i) (2 * (m) + (i) * ((m) + 1))
+/* coefficients per sublayer: a (m + 1) x (m + 1) matrix, row-major,
+ *   row i < m: R_i0 .. R_i(m-1), q_i   (X_{l,i} from X_{l-1,0..m-1}, v_l)
+ *   row m:     p_0 .. p_{m-1}, 0       (h_l from X_{l-1,0..m-1})
+ * so the forward update is rows 0..m-1 over [X_{l-1}, v_l], dv_l column m
+ * of rows 0..m-1, and dX_{l-1} columns 0..m-1 of every row against
+ * [dX_l, dh_l]. */
+#define LDC(m) ((m) + 1)
+#define NCOEF(m) (LDC(m) * LDC(m))
+#define RROW(m, i) ((i) * LDC(m))
 
 typedef struct {
     int pre, post, res; /* parameter indices */
@@ -51,6 +57,7 @@ typedef struct {
     float *E;         /* v_0 */
     float **dXa, **dXb, **dXcur, **dXprev; /* 2 x m */
     const float **xv; /* m + 1: X_{l-1,0..m-1}, v_l (accept_fwd's sources) */
+    const float **gv; /* m + 1: dX_{l,0..m-1}, dh_l (input_bwd's gradients) */
     float *dV, *dH, *fgrad, *ones, *hout;
     hmixer *mx;
     const ar_param_table *pt;
@@ -122,16 +129,14 @@ static void coeffs(mhc_res *s, int l)
     be->download(b, hparam(s, x->pre), (size_t)m * sizeof(float));
     be->download(b + m, hparam(s, x->post), (size_t)m * sizeof(float));
     be->download(b + 2 * m, hparam(s, x->res), (size_t)np * sizeof(float));
-    for (int j = 0; j < m; j++) {
-        c[j] = (float)(1.0 / (1.0 + exp(-(double)b[j])));
-        c[m + j] = (float)(2.0 / (1.0 + exp(-(double)b[m + j])));
-    }
     ar_mhc_hres(b + 2 * m, m, R);
     for (int i = 0; i < m; i++) {
         for (int j = 0; j < m; j++)
             c[RROW(m, i) + j] = (float)R[i * m + j];
-        c[RROW(m, i) + m] = c[m + i];
+        c[RROW(m, i) + m] = (float)(2.0 / (1.0 + exp(-(double)b[m + i])));
+        c[RROW(m, m) + i] = (float)(1.0 / (1.0 + exp(-(double)b[i])));
     }
+    c[RROW(m, m) + m] = 0.0f;
     be->upload(x->coef, c, (size_t)NCOEF(m) * sizeof(float));
     free(b);
     free(c);
@@ -153,8 +158,9 @@ static void chain(mhc_res *s, int l)
     be->download(g + m, hgrad(s, x->post), (size_t)m * sizeof(float));
     be->download(g + 2 * m, hgrad(s, x->res), (size_t)np * sizeof(float));
     for (int j = 0; j < m; j++) {
-        g[j] += dc[j] * c[j] * (1.0f - c[j]);
-        g[m + j] += dc[m + j] * c[m + j] * (1.0f - 0.5f * c[m + j]);
+        float p = c[RROW(m, m) + j], q = c[RROW(m, j) + m];
+        g[j] += dc[RROW(m, m) + j] * p * (1.0f - p);
+        g[m + j] += dc[RROW(m, j) + m] * q * (1.0f - 0.5f * q);
     }
     double mx = b[0], sum = 0, dot = 0;
     for (int k = 1; k < np; k++)
@@ -227,8 +233,8 @@ static const float *mhc_input_fwd(ar_residual *r, int l, int N, const ar_norm_ou
     (void)nf;
     mhc_res *s = MH(r);
     coeffs(s, l);
-    r->be->wsum_fwd(s->Hin[l], (const float *const *)lvl(s, l - 1), s->mx[l].coef, s->m, 0,
-                    (size_t)N * r->d);
+    r->be->wsum_fwd(s->Hin[l], (const float *const *)lvl(s, l - 1), s->mx[l].coef + RROW(s->m, s->m),
+                    s->m, 0, (size_t)N * r->d);
     return s->Hin[l];
 }
 
@@ -238,14 +244,11 @@ static void mhc_accept_fwd(ar_residual *r, int l, int N)
 {
     mhc_res *s = MH(r);
     int m = s->m;
-    size_t n = (size_t)N * r->d;
-    const float *c = s->mx[l].coef;
     for (int j = 0; j < m; j++)
         s->xv[j] = lvl(s, l - 1)[j];
     s->xv[m] = s->V[l];
-    /* X_{l,i} = sum_j R_ij X_{l-1,j} + q_i v_l in one pass */
-    for (int i = 0; i < m; i++)
-        r->be->wsum_fwd(lvl(s, l)[i], s->xv, c + RROW(m, i), m + 1, 0, n);
+    /* X_{l,i} = sum_j R_ij X_{l-1,j} + q_i v_l, every i in one pass */
+    r->be->wmix_fwd(lvl(s, l), m, s->xv, m + 1, s->mx[l].coef, LDC(m), (size_t)N * r->d);
 }
 
 static const float *mhc_final_fwd(ar_residual *r, int N)
@@ -273,9 +276,10 @@ static float *mhc_output_grad(ar_residual *r, int l, int N)
     int m = s->m;
     size_t n = (size_t)N * r->d;
     hmixer *x = &s->mx[l];
+    const float *v = s->V[l];
     r->be->zero(x->dcoef, (size_t)NCOEF(m) * sizeof(float));
-    r->be->wsum_fwd(s->dV, (const float *const *)s->dXcur, x->coef + m, m, 0, n);
-    r->be->wsum_bwd(NULL, x->dcoef + m, s->V[l], (const float *const *)s->dXcur, x->coef + m, m, n);
+    r->be->wmix_bwd(&s->dV, 0, x->dcoef + m, (const float *const *)s->dXcur, m, &v, 1, x->coef + m,
+                    LDC(m), n);
     return s->dV;
 }
 
@@ -299,11 +303,11 @@ static void mhc_input_bwd(ar_residual *r, int l, int N)
     size_t n = (size_t)N * r->d;
     hmixer *x = &s->mx[l];
     const float *const *Xp = (const float *const *)lvl(s, l - 1);
-    for (int j = 0; j < m; j++)
-        be->zero(s->dXprev[j], n * sizeof(float));
     for (int i = 0; i < m; i++)
-        be->wsum_bwd(s->dXprev, x->dcoef + RROW(m, i), s->dXcur[i], Xp, x->coef + RROW(m, i), m, n);
-    be->wsum_bwd(s->dXprev, x->dcoef, s->dH, Xp, x->coef, m, n);
+        s->gv[i] = s->dXcur[i];
+    s->gv[m] = s->dH;
+    /* rows 0..m-1 (R) against dX_l, row m (p) against dh_l */
+    be->wmix_bwd(s->dXprev, 0, x->dcoef, s->gv, m + 1, Xp, m, x->coef, LDC(m), n);
     float **t = s->dXcur;
     s->dXcur = s->dXprev;
     s->dXprev = t;
@@ -345,6 +349,7 @@ static void mhc_destroy(ar_residual *r)
     free(s->dXa);
     free(s->dXb);
     free(s->xv);
+    free(s->gv);
     free(s->mx);
     free(s->perm);
     free(s);
@@ -394,6 +399,7 @@ ar_residual *ar_residual_mhc_create(const ar_model_cfg *cfg, const ar_backend *b
     s->dXa = ar_xcalloc((size_t)m, sizeof(float *));
     s->dXb = ar_xcalloc((size_t)m, sizeof(float *));
     s->xv = ar_xcalloc((size_t)m + 1, sizeof(float *));
+    s->gv = ar_xcalloc((size_t)m + 1, sizeof(float *));
     s->mx = ar_xcalloc((size_t)L + 1, sizeof(hmixer));
     for (int l = 1; l <= L; l++) {
         char pre[80], nm[128];

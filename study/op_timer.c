@@ -136,6 +136,13 @@ T_(AR_OP_WSUM_FWD, wsum_fwd, 0, (float *y, const float *const *x, const float *c
 T_(AR_OP_WSUM_BWD, wsum_bwd, 0,
    (float *const *dx, float *dc, const float *dy, const float *const *x, const float *c, int n, size_t len),
    (dx, dc, dy, x, c, n, len))
+T_(AR_OP_WMIX_FWD, wmix_fwd, 0,
+   (float *const *y, int p, const float *const *x, int n, const float *C, int ldc, size_t len),
+   (y, p, x, n, C, ldc, len))
+T_(AR_OP_WMIX_BWD, wmix_bwd, 0,
+   (float *const *dx, int acc, float *dC, const float *const *dy, int p, const float *const *x, int n,
+    const float *C, int ldc, size_t len),
+   (dx, acc, dC, dy, p, x, n, C, ldc, len))
 T_(AR_OP_XENT_BWD, xent_bwd, 0,
    (float *dlogits, const float *probs, const int32_t *targets, float scale, int N, int V),
    (dlogits, probs, targets, scale, N, V))
@@ -174,7 +181,7 @@ static const char *const names[AR_OP_COUNT] = {
     "depth_attn_fwd", "depth_attn_bwd",
     "depth_fwd_inter", "depth_fwd_merge", "depth_bwd_intra", "depth_bwd_inter",
     "depth_mix_fwd", "depth_mix_bwd", "depth_mix_cdot", "depth_mix_bwd_chunk",
-    "wsum_fwd", "wsum_bwd",
+    "wsum_fwd", "wsum_bwd", "wmix_fwd", "wmix_bwd",
     "xent_fwd", "xent_bwd",
     "adamw",
 };
@@ -221,6 +228,8 @@ const ar_backend *ar_op_timer(const ar_backend *be)
     table.depth_mix_bwd_chunk = w_depth_mix_bwd_chunk;
     table.wsum_fwd = w_wsum_fwd;
     table.wsum_bwd = w_wsum_bwd;
+    table.wmix_fwd = w_wmix_fwd;
+    table.wmix_bwd = w_wmix_bwd;
     table.xent_fwd = w_xent_fwd;
     table.xent_bwd = w_xent_bwd;
     table.adamw = w_adamw;

@@ -683,6 +683,26 @@ static void g_wsum_bwd(float *const *dx, float *dc, const float *dy, const float
     RUN(cpu()->wsum_bwd(dx, dc, dy, x, c, n, len));
 }
 
+static void g_wmix_fwd(float *const *y, int p, const float *const *x, int n, const float *C, int ldc, size_t len)
+{
+    dev_list("wmix_fwd", "y", (const float *const *)y, p, len, 0);
+    dev_list("wmix_fwd", "x", x, n, len, 0);
+    dev("wmix_fwd", "C", C, F((size_t)(p - 1) * ldc + n), 0);
+    RUN(cpu()->wmix_fwd(y, p, x, n, C, ldc, len));
+}
+
+static void g_wmix_bwd(float *const *dx, int accumulate, float *dC, const float *const *dy, int p,
+                       const float *const *x, int n, const float *C, int ldc, size_t len)
+{
+    if (dx)
+        dev_list("wmix_bwd", "dx", (const float *const *)dx, n, len, 0);
+    dev("wmix_bwd", "dC", dC, F((size_t)(p - 1) * ldc + n), 1);
+    dev_list("wmix_bwd", "dy", dy, p, len, 0);
+    dev_list("wmix_bwd", "x", x, n, len, 0);
+    dev("wmix_bwd", "C", C, F((size_t)(p - 1) * ldc + n), 0);
+    RUN(cpu()->wmix_bwd(dx, accumulate, dC, dy, p, x, n, C, ldc, len));
+}
+
 /* ---- loss, optimizer ---- */
 
 static double g_xent_fwd(float *losses, float *probs, const float *logits, const int32_t *targets, int N, int V)
@@ -759,6 +779,8 @@ static const ar_backend guard = {
     .depth_mix_bwd_chunk = g_depth_mix_bwd_chunk,
     .wsum_fwd = g_wsum_fwd,
     .wsum_bwd = g_wsum_bwd,
+    .wmix_fwd = g_wmix_fwd,
+    .wmix_bwd = g_wmix_bwd,
     .xent_fwd = g_xent_fwd,
     .xent_bwd = g_xent_bwd,
     .adamw = g_adamw,

@@ -1174,6 +1174,51 @@ static void wsum_case(int n, size_t len)
     release();
 }
 
+static void wmix_case(int p, int n, int ldc, size_t len)
+{
+    at("wmix p=%d n=%d ldc=%d len=%zu", p, n, ldc, len);
+    tp *x[MAXL], *y[MAXL], *dy[MAXL], *dx[MAXL], *dx2[MAXL];
+    size_t nc = (size_t)(p - 1) * ldc + n;
+    for (int j = 0; j < n; j++) {
+        x[j] = rnd(len, -1, 1);
+        dx[j] = junk(len);
+        dx2[j] = rnd(len, -1, 1);
+    }
+    for (int i = 0; i < p; i++) {
+        y[i] = junk(len);
+        dy[i] = rnd(len, -1, 1);
+    }
+    tp *C = rnd(nc, -1, 1), *dC = rnd(nc, -1, 1), *dC2 = rnd(nc, -1, 1);
+    tl lx = list(x, n), ly = list(y, p), ldy = list(dy, p), ldx = list(dx, n), ldx2 = list(dx2, n);
+    char what[64];
+    BOTH be->wmix_fwd(DL(ly), p, CL(lx), n, D(C), ldc, len);
+    for (int i = 0; i < p; i++) {
+        snprintf(what, sizeof what, "wmix_fwd y[%d]", i);
+        check(what, y[i]);
+    }
+    BOTH be->wmix_bwd(DL(ldx), 0, D(dC), CL(ldy), p, CL(lx), n, D(C), ldc, len);
+    BOTH be->wmix_bwd(DL(ldx2), 1, NULL, CL(ldy), p, CL(lx), n, D(C), ldc, len);
+    for (int j = 0; j < n; j++) {
+        snprintf(what, sizeof what, "wmix_bwd dx[%d]", j);
+        check(what, dx[j]);
+        snprintf(what, sizeof what, "wmix_bwd (accumulate) dx[%d]", j);
+        check(what, dx2[j]);
+    }
+    check("wmix_bwd dC", dC);
+    BOTH be->wmix_bwd(NULL, 0, D(dC2), CL(ldy), p, CL(lx), n, D(C), ldc, len);
+    check("wmix_bwd (dx NULL) dC", dC2);
+    release();
+}
+
+Test(backend_ops, wmix)
+{
+    NEED_B();
+    wmix_case(4, 5, 5, 37 * 72);
+    wmix_case(5, 4, 5, 1024 * 512 + 3);
+    wmix_case(4, 1, 5, 2 * 16384 + 5);
+    wmix_case(1, 1, 1, 1);
+}
+
 Test(backend_ops, wsum)
 {
     NEED_B();

@@ -406,6 +406,96 @@ Test(ops, wsum_forward_and_backward)
     free(dy);
 }
 
+/* wmix against the plain double sums of its definition (lib/backend.h), on
+ * random inputs, strided C, lengths with a tail past whole vectors and more
+ * than one reduction chunk, both dx modes, dC accumulating onto random
+ * values. */
+static void wmix_case(int p, int n, int ldc, size_t len, int accumulate, uint64_t seed)
+{
+    const ar_backend *be = cpu();
+    float *x[AR_WMIX_MAX], *y[AR_WMIX_MAX], *dy[AR_WMIX_MAX], *dx[AR_WMIX_MAX], *dx0[AR_WMIX_MAX];
+    size_t nc = (size_t)(p - 1) * ldc + n;
+    float *C = malloc(nc * 4), *dC = malloc(nc * 4), *dC0 = malloc(nc * 4);
+    tu_fill_uniform(C, nc, -1, 1, seed);
+    tu_fill_uniform(dC, nc, -1, 1, seed + 1);
+    memcpy(dC0, dC, nc * 4);
+    for (int j = 0; j < n; j++) {
+        x[j] = malloc(len * 4);
+        dx[j] = malloc(len * 4);
+        dx0[j] = malloc(len * 4);
+        tu_fill_uniform(x[j], len, -1, 1, seed + 10 + (uint64_t)j);
+        tu_fill_uniform(dx[j], len, -1, 1, seed + 20 + (uint64_t)j);
+        memcpy(dx0[j], dx[j], len * 4);
+    }
+    for (int i = 0; i < p; i++) {
+        y[i] = malloc(len * 4);
+        dy[i] = malloc(len * 4);
+        tu_fill_uniform(y[i], len, -5, 5, seed + 30 + (uint64_t)i); /* garbage: y is written */
+        tu_fill_uniform(dy[i], len, -1, 1, seed + 40 + (uint64_t)i);
+    }
+    be->wmix_fwd(y, p, (const float *const *)x, n, C, ldc, len);
+    be->wmix_bwd(dx, accumulate, dC, (const float *const *)dy, p, (const float *const *)x, n, C, ldc, len);
+    double ey = 0, edx = 0;
+    for (size_t k = 0; k < len; k++) {
+        for (int i = 0; i < p; i++) {
+            double v = 0;
+            for (int j = 0; j < n; j++)
+                v += (double)C[(size_t)i * ldc + j] * x[j][k];
+            ey = fmax(ey, fabs(y[i][k] - v));
+        }
+        for (int j = 0; j < n; j++) {
+            double v = accumulate ? dx0[j][k] : 0;
+            for (int i = 0; i < p; i++)
+                v += (double)C[(size_t)i * ldc + j] * dy[i][k];
+            edx = fmax(edx, fabs(dx[j][k] - v));
+        }
+    }
+    cr_expect_lt(ey, 1e-5, "wmix_fwd p %d n %d len %zu: max |y - sum C x| %g", p, n, len, ey);
+    cr_expect_lt(edx, 1e-5, "wmix_bwd p %d n %d len %zu acc %d: max dx error %g", p, n, len, accumulate, edx);
+    for (int i = 0; i < p; i++)
+        for (int j = 0; j < n; j++) {
+            double dot = 0;
+            for (size_t k = 0; k < len; k++)
+                dot += (double)dy[i][k] * x[j][k];
+            size_t t = (size_t)i * ldc + j;
+            double want = dC0[t] + dot;
+            cr_expect(fabs(dC[t] - want) < 1e-5 * (1 + fabs(want)) + 1e-6 * sqrt((double)len),
+                      "wmix_bwd p %d n %d len %zu: dC[%d,%d] %g, want %g", p, n, len, i, j, dC[t], want);
+        }
+    /* entries between the rows (ldc > n) are not C's: untouched */
+    for (int i = 0; i + 1 < p; i++)
+        for (int t = n; t < ldc; t++)
+            cr_expect_eq(dC[(size_t)i * ldc + t], dC0[(size_t)i * ldc + t], "dC[%d, %d] outside the matrix", i, t);
+    /* no dx: dC alone, the same sums */
+    float *dC2 = malloc(nc * 4);
+    memcpy(dC2, dC0, nc * 4);
+    be->wmix_bwd(NULL, 0, dC2, (const float *const *)dy, p, (const float *const *)x, n, C, ldc, len);
+    for (size_t t = 0; t < nc; t++)
+        cr_expect_eq(dC2[t], dC[t], "dC with and without dx differ at %zu", t);
+    free(dC2);
+    for (int j = 0; j < n; j++) {
+        free(x[j]);
+        free(dx[j]);
+        free(dx0[j]);
+    }
+    for (int i = 0; i < p; i++) {
+        free(y[i]);
+        free(dy[i]);
+    }
+    free(C);
+    free(dC);
+    free(dC0);
+}
+
+Test(ops, wmix_forward_and_backward)
+{
+    wmix_case(4, 5, 5, 40000 + 7, 0, 500); /* mHC m = 4 forward shape; > 2 chunks, a tail */
+    wmix_case(5, 4, 5, 37 * 72, 0, 510);   /* mHC's input_bwd shape */
+    wmix_case(4, 1, 5, 1000 + 3, 1, 520);  /* mHC's dv_l shape (a column), accumulating */
+    wmix_case(3, 3, 3, 5, 1, 530);         /* shorter than one vector */
+    wmix_case(AR_WMIX_MAX, AR_WMIX_MAX, AR_WMIX_MAX + 2, 16384, 0, 540);
+}
+
 /* ---------- tiny models ---------- */
 
 static ar_model_cfg tiny(ar_res_kind kind)

@@ -22,7 +22,7 @@
  *   attention_cpu.c   causal multi-head attention
  *   depth_cpu.c       depth attention: one-phase and two-phase (Full/Block AttnRes)
  *   mixer_cpu.c       the general depth mixer (lib/residual_mixer.c)
- *   wsum_cpu.c        weighted sums of buffers (DenseFormer, mHC) */
+ *   wsum_cpu.c        weighted sums of buffers (DenseFormer, mHC; wsum, wmix) */
 #include "../backend.h"
 #include "attention_cpu.h"
 #include "depth_cpu.h"
@@ -154,6 +154,8 @@ static const ar_backend cpu_backend = {
     .depth_mix_bwd_chunk = cpu_depth_mix_bwd_chunk,
     .wsum_fwd = cpu_wsum_fwd,
     .wsum_bwd = cpu_wsum_bwd,
+    .wmix_fwd = cpu_wmix_fwd,
+    .wmix_bwd = cpu_wmix_bwd,
     .xent_fwd = cpu_xent_fwd,
     .xent_bwd = cpu_xent_bwd,
     .adamw = cpu_adamw,

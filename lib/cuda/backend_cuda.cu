@@ -236,6 +236,8 @@ static void fill_table(ar_backend *b)
     b->depth_mix_bwd_chunk = cuda_depth_mix_bwd_chunk;
     b->wsum_fwd = cuda_wsum_fwd;
     b->wsum_bwd = cuda_wsum_bwd;
+    b->wmix_fwd = cuda_wmix_fwd;
+    b->wmix_bwd = cuda_wmix_bwd;
     b->xent_fwd = cuda_xent_fwd;
     b->xent_bwd = cuda_xent_bwd;
     b->adamw = cuda_adamw;

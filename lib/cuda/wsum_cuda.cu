@@ -1,11 +1,13 @@
-/* The weighted sum of buffers with learned coefficients on the GPU:
+/* Weighted sums of buffers with learned coefficients on the GPU:
  * wsum_fwd/bwd, the mixing of DenseFormer (lib/residual_denseformer.c) and
- * mHC (lib/residual_mhc.c).  The math is in lib/backend.h; the CPU versions
- * are in lib/cpu/wsum_cpu.c.  Buffer lists travel as rows_cuda.h's source
- * lists.  Determinism: the coefficient gradients are per-block partials in
+ * mHC (lib/residual_mhc.c), and wmix_fwd/bwd, several sums of the same
+ * inputs in one pass (mHC's streams).  The math is in lib/backend.h; the
+ * CPU versions are in lib/cpu/wsum_cpu.c.  wsum's buffer lists travel as
+ * rows_cuda.h's source lists, wmix's as lists of AR_WMIX_MAX.  Determinism: the coefficient gradients are per-block partials in
  * double, added in block order. */
 #include "wsum_cuda.h"
 
+#include "../backend.h"
 #include "rows_cuda.h"
 
 #define WSUM_T 256
@@ -118,6 +120,146 @@ extern "C" void cuda_wsum_bwd(float *const *dx, float *dc, const float *dy, cons
     AR_CUDA_LAUNCHED();
     if (dc) {
         wsum_dc_kernel<<<n, WSUM_T, 0, ar_cuda_stream()>>>(dc, part, (int)nb, n);
+        AR_CUDA_LAUNCHED();
+    }
+}
+
+/* wmix's buffer lists: at most AR_WMIX_MAX pointers each, so three lists
+ * fit a kernel's parameters easily. */
+struct wl_c {
+    const float *p[AR_WMIX_MAX];
+};
+struct wl_m {
+    float *p[AR_WMIX_MAX];
+};
+
+static wl_c make_wl_c(const float *const *a, int n, const char *op)
+{
+    wl_c l;
+    memset(&l, 0, sizeof l);
+    if (n < 1 || n > AR_WMIX_MAX)
+        die(op, "%ld buffers in one list (1 to %ld)", n, AR_WMIX_MAX);
+    for (int s = 0; s < n; s++)
+        l.p[s] = a[s];
+    return l;
+}
+
+static wl_m make_wl_m(float *const *a, int n, const char *op)
+{
+    wl_m l;
+    memset(&l, 0, sizeof l);
+    if (n < 1 || n > AR_WMIX_MAX)
+        die(op, "%ld buffers in one list (1 to %ld)", n, AR_WMIX_MAX);
+    for (int s = 0; a && s < n; s++)
+        l.p[s] = a[s];
+    return l;
+}
+
+/* y[i][k] = sum_j C[i ldc + j] x[j][k] */
+__global__ void wmix_fwd_kernel(wl_m y, int p, wl_c x, int n, const float *C, int ldc, size_t len)
+{
+    __shared__ float cs[AR_WMIX_MAX * AR_WMIX_MAX];
+    for (int t = threadIdx.x; t < p * n; t += blockDim.x)
+        cs[t] = C[(size_t)(t / n) * ldc + t % n];
+    __syncthreads();
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < len;
+         k += (size_t)gridDim.x * blockDim.x) {
+        float xv[AR_WMIX_MAX];
+        for (int j = 0; j < n; j++)
+            xv[j] = x.p[j][k];
+        for (int i = 0; i < p; i++) {
+            float v = cs[i * n] * xv[0];
+            for (int j = 1; j < n; j++)
+                v += cs[i * n + j] * xv[j];
+            y.p[i][k] = v;
+        }
+    }
+}
+
+/* Block b covers elements [b per, (b+1) per):
+ *   dx[j][k] = (accumulate ? dx[j][k] : 0) + sum_i C[i ldc + j] dy[i][k]
+ *   part[b p n + i n + j] = sum_k dy[i][k] x[j][k]  (double; part NULL: skipped) */
+__global__ void wmix_bwd_kernel(wl_m dx, int accumulate, double *part, wl_c dy, int p, wl_c x, int n,
+                                const float *C, int ldc, size_t len, size_t per)
+{
+    __shared__ float cs[AR_WMIX_MAX * AR_WMIX_MAX];
+    for (int t = threadIdx.x; t < p * n; t += blockDim.x)
+        cs[t] = C[(size_t)(t / n) * ldc + t % n];
+    __syncthreads();
+    size_t k0 = (size_t)blockIdx.x * per, k1 = k0 + per < len ? k0 + per : len;
+    if (dx.p[0])
+        for (size_t k = k0 + threadIdx.x; k < k1; k += blockDim.x) {
+            float g[AR_WMIX_MAX];
+            for (int i = 0; i < p; i++)
+                g[i] = dy.p[i][k];
+            for (int j = 0; j < n; j++) {
+                float v = accumulate ? dx.p[j][k] : 0.0f;
+                for (int i = 0; i < p; i++)
+                    v += cs[i * n + j] * g[i];
+                dx.p[j][k] = v;
+            }
+        }
+    if (!part)
+        return;
+    for (int i = 0; i < p; i++)
+        for (int j = 0; j < n; j++) {
+            double acc = 0.0;
+            for (size_t k = k0 + threadIdx.x; k < k1; k += blockDim.x)
+                acc += (double)dy.p[i][k] * x.p[j][k];
+            acc = block_sum_d(acc);
+            if (threadIdx.x == 0)
+                part[(size_t)blockIdx.x * p * n + i * n + j] = acc;
+        }
+}
+
+/* dC[i ldc + j] += (float) sum_b part[b p n + i n + j]  (one block per
+ * (i, j), blocks in order) */
+__global__ void wmix_dc_kernel(float *dC, int ldc, const double *part, int nb, int n, int pn)
+{
+    int t = blockIdx.x;
+    double acc = 0.0;
+    for (int b = threadIdx.x; b < nb; b += blockDim.x)
+        acc += part[(size_t)b * pn + t];
+    acc = block_sum_d(acc);
+    if (threadIdx.x == 0)
+        dC[(size_t)(t / n) * ldc + t % n] += (float)acc;
+}
+
+extern "C" void cuda_wmix_fwd(float *const *y, int p, const float *const *x, int n, const float *C,
+                              int ldc, size_t len)
+{
+    const char *op = "wmix_fwd";
+    if (len == 0)
+        return;
+    wl_m yl = make_wl_m(y, p, op);
+    wl_c xl = make_wl_c(x, n, op);
+    size_t nb = (len + WSUM_T - 1) / WSUM_T;
+    if (nb > 4 * WSUM_BLOCKS)
+        nb = 4 * WSUM_BLOCKS;
+    wmix_fwd_kernel<<<(unsigned)nb, WSUM_T, 0, ar_cuda_stream()>>>(yl, p, xl, n, C, ldc, len);
+    AR_CUDA_LAUNCHED();
+}
+
+extern "C" void cuda_wmix_bwd(float *const *dx, int accumulate, float *dC, const float *const *dy,
+                              int p, const float *const *x, int n, const float *C, int ldc,
+                              size_t len)
+{
+    const char *op = "wmix_bwd";
+    if (len == 0)
+        return;
+    wl_m dl = make_wl_m(dx, n, op);
+    wl_c yl = make_wl_c(dy, p, op), xl = make_wl_c(x, n, op);
+    size_t nb = (len + 8 * WSUM_T - 1) / (8 * WSUM_T);
+    if (nb > WSUM_BLOCKS)
+        nb = WSUM_BLOCKS;
+    size_t per = (len + nb - 1) / nb;
+    nb = (len + per - 1) / per;
+    double *part = dC ? (double *)ar_cu_ws(CU_WS_ROWS, nb * p * n * sizeof(double)) : NULL;
+    wmix_bwd_kernel<<<(unsigned)nb, WSUM_T, 0, ar_cuda_stream()>>>(dl, accumulate, part, yl, p, xl, n,
+                                                                   C, ldc, len, per);
+    AR_CUDA_LAUNCHED();
+    if (dC) {
+        wmix_dc_kernel<<<p * n, WSUM_T, 0, ar_cuda_stream()>>>(dC, ldc, part, (int)nb, n, p * n);
         AR_CUDA_LAUNCHED();
     }
 }
