@@ -22,7 +22,9 @@
  *     over micro-batches needs no extra buffer;
  *   - activation gradients accumulate where the comment says "+=" and are
  *     overwritten where it says "=";
- *   - eps of every RMSNorm is AR_RMS_EPS. */
+ *   - eps of every RMSNorm is AR_RMS_EPS;
+ *   - subnormal floats may be flushed to zero (the CPU backend sets FTZ
+ *     and DAZ on its threads: lib/cpu/backend_cpu.c says why). */
 #ifndef AR_BACKEND_H
 #define AR_BACKEND_H
 

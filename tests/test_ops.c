@@ -1131,3 +1131,49 @@ Test(ops, reductions_thread_count_independent)
     free(x), free(g), free(w), free(dout), free(out), free(rstd), free(al), free(rs), free(tok);
     free(dx);
 }
+
+/* The CPU backend runs with subnormals flushed (FTZ, DAZ) on every thread
+ * of its pool, OpenBLAS's included: a subnormal operand reads as zero, a
+ * subnormal result is written as zero (lib/cpu/backend_cpu.c says why). */
+#if defined(__x86_64__) || defined(__i386__)
+#include <omp.h>
+#include <xmmintrin.h>
+
+Test(ops, subnormals_flushed_on_every_thread)
+{
+    int bad = 0, seen = 0;
+#pragma omp parallel reduction(+ : bad, seen)
+    {
+        unsigned csr = _mm_getcsr();
+        bad += (csr & 0x8040u) != 0x8040u; /* FTZ bit 15, DAZ bit 6 */
+        seen++;
+    }
+    cr_assert_eq(seen, 2, "set_threads(2) gave %d threads", seen);
+    cr_expect_eq(bad, 0, "%d of %d OpenMP threads run without FTZ/DAZ", bad, seen);
+    /* a product big enough for OpenBLAS's threads: x holds subnormals
+     * (1e-39) and normals; out = x W^T must see the subnormals as zero */
+    int N = 256, in = 256, outd = 256;
+    float *x = calloc((size_t)N * in, 4), *W = malloc((size_t)outd * in * 4), *out = malloc((size_t)N * outd * 4);
+    tu_fill_uniform(W, (size_t)outd * in, 0.5f, 1.5f, 7);
+    volatile float tiny = 1e-39f;
+    for (int r = 0; r < N; r++)
+        for (int k = 0; k < in; k++)
+            x[(size_t)r * in + k] = (r % 2) ? tiny : 0.0f;
+    be->matmul_fwd(out, x, W, N, in, outd);
+    for (size_t t = 0; t < (size_t)N * outd; t++)
+        if (out[t] != 0.0f) {
+            cr_expect(0, "out[%zu] = %g: a subnormal input was not read as zero", t, out[t]);
+            break;
+        }
+    /* and a subnormal result is written as zero */
+    float y[32];
+    for (int k = 0; k < 32; k++)
+        y[k] = 1e-30f;
+    be->scale(y, 1e-9f, 32);
+    for (int k = 0; k < 32; k++)
+        cr_expect_eq(y[k], 0.0f, "scale: 1e-30 * 1e-9 gave %g, not 0", y[k]);
+    free(x);
+    free(W);
+    free(out);
+}
+#endif
