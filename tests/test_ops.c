@@ -155,8 +155,8 @@ Test(ops, alloc_aligned_zeroed)
 
 Test(ops, elementwise)
 {
-    size_t ns[] = {7, 100003};
-    for (int k = 0; k < 2; k++) {
+    size_t ns[] = {7, 1000 + 13, 16384, 100003}; /* scalar; one chunk of vectors and a tail; several */
+    for (int k = 0; k < 4; k++) {
         size_t n = ns[k];
         float *x = rnd(n, -1, 1), *y = rnd(n, -1, 1), *y0 = dup(y, n);
         be->add(y, x, n);
@@ -173,6 +173,10 @@ Test(ops, elementwise)
         double s1 = be->sumsq(x, n), s2 = be->sumsq(x, n);
         cr_assert(fabs(s1 - ref) <= 1e-12 * ref, "sumsq %.17g vs %.17g", s1, ref);
         cr_assert(memcmp(&s1, &s2, sizeof s1) == 0, "sumsq not deterministic");
+        be->set_threads(1);
+        double s3 = be->sumsq(x, n);
+        be->set_threads(2);
+        cr_assert(memcmp(&s1, &s3, sizeof s1) == 0, "sumsq on 1 and 2 threads: %.17g vs %.17g", s3, s1);
         free(x);
         free(y);
         free(y0);
