@@ -75,16 +75,19 @@ __global__ void wsum_bwd_kernel(mlist dx, double *part, const float *dy, clist x
     }
 }
 
-/* dc[s] += (float) sum_b part[b*n + s]  (one block per s, fixed order) */
-__global__ void wsum_dc_kernel(float *dc, const double *part, int nb, int n)
+/* The coefficient gradients from the per-block partials, for a p x n
+ * matrix of coefficients with rows ldc apart (wsum: p = 1):
+ *   dC[(t / n) ldc + t % n] += (float) sum_b part[b pn + t],  t < pn = p n
+ * one block per t, the partials added in block order. */
+__global__ void coef_grad_kernel(float *dC, int ldc, const double *part, int nb, int n, int pn)
 {
-    int s = blockIdx.x;
+    int t = blockIdx.x;
     double acc = 0.0;
     for (int b = threadIdx.x; b < nb; b += blockDim.x)
-        acc += part[(size_t)b * n + s];
+        acc += part[(size_t)b * pn + t];
     acc = block_sum_d(acc);
     if (threadIdx.x == 0)
-        dc[s] += (float)acc;
+        dC[(size_t)(t / n) * ldc + t % n] += (float)acc;
 }
 
 extern "C" void cuda_wsum_fwd(float *y, const float *const *x, const float *c, int n,
@@ -119,7 +122,7 @@ extern "C" void cuda_wsum_bwd(float *const *dx, float *dc, const float *dy, cons
                                                                    per);
     AR_CUDA_LAUNCHED();
     if (dc) {
-        wsum_dc_kernel<<<n, WSUM_T, 0, ar_cuda_stream()>>>(dc, part, (int)nb, n);
+        coef_grad_kernel<<<n, WSUM_T, 0, ar_cuda_stream()>>>(dc, n, part, (int)nb, n, n);
         AR_CUDA_LAUNCHED();
     }
 }
@@ -212,19 +215,6 @@ __global__ void wmix_bwd_kernel(wl_m dx, int accumulate, double *part, wl_c dy, 
         }
 }
 
-/* dC[i ldc + j] += (float) sum_b part[b p n + i n + j]  (one block per
- * (i, j), blocks in order) */
-__global__ void wmix_dc_kernel(float *dC, int ldc, const double *part, int nb, int n, int pn)
-{
-    int t = blockIdx.x;
-    double acc = 0.0;
-    for (int b = threadIdx.x; b < nb; b += blockDim.x)
-        acc += part[(size_t)b * pn + t];
-    acc = block_sum_d(acc);
-    if (threadIdx.x == 0)
-        dC[(size_t)(t / n) * ldc + t % n] += (float)acc;
-}
-
 extern "C" void cuda_wmix_fwd(float *const *y, int p, const float *const *x, int n, const float *C,
                               int ldc, size_t len)
 {
@@ -259,7 +249,7 @@ extern "C" void cuda_wmix_bwd(float *const *dx, int accumulate, float *dC, const
                                                                    C, ldc, len, per);
     AR_CUDA_LAUNCHED();
     if (dC) {
-        wmix_dc_kernel<<<p * n, WSUM_T, 0, ar_cuda_stream()>>>(dC, ldc, part, (int)nb, n, p * n);
+        coef_grad_kernel<<<p * n, WSUM_T, 0, ar_cuda_stream()>>>(dC, ldc, part, (int)nb, n, p * n);
         AR_CUDA_LAUNCHED();
     }
 }
