@@ -8,10 +8,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "../formats/csv.h"
 #include "../formats/json.h"
+#include "sweep.h"
 
 const char *ar_fit_form_name(ar_fit_form f)
 {
@@ -360,17 +360,11 @@ int ar_scaling_load(ar_scaling *s, const char *const *inputs, int ninputs, const
     snprintf(s->ycol, sizeof s->ycol, "%s", ycol ? ycol : "");
     s->files = ar_xcalloc((size_t)ninputs + 1, sizeof *s->files);
     for (int i = 0; i < ninputs; i++) {
-        struct stat sb;
         size_t len = strlen(inputs[i]) + 16;
         char *path = ar_xmalloc(len);
-        if (stat(inputs[i], &sb) == 0 && S_ISDIR(sb.st_mode))
-            snprintf(path, len, "%s%sresults.csv", inputs[i],
-                     inputs[i][0] && inputs[i][strlen(inputs[i]) - 1] == '/' ? "" : "/");
-        else
-            snprintf(path, len, "%s", inputs[i]);
         s->files[s->nfiles++] = path;
         ar_csv *c;
-        if (ar_csv_read(&c, path, e) != 0)
+        if (ar_sweep_table_file(inputs[i], path, len, e) != 0 || ar_csv_read(&c, path, e) != 0)
             goto fail;
         if (!ycol) {
             /* the default: the final evaluation where the tables have it */

@@ -7,10 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "../formats/csv.h"
+#include "sweep.h"
 
 /* ------------------------------------------------------- expressions */
 
@@ -128,25 +127,6 @@ static int find_index(const double *vals, int n, double v)
     return -1;
 }
 
-/* path's table: path itself, or path/results.csv for a directory; an
- * error where it cannot be read. */
-static int table_file(const char *path, char *file, size_t n, ar_err *e)
-{
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        snprintf(file, n, "%s%sresults.csv", path, path[0] && path[strlen(path) - 1] == '/' ? "" : "/");
-    else
-        snprintf(file, n, "%s", path);
-    if (access(file, R_OK) == 0)
-        return 0;
-    if (strcmp(file, path) != 0)
-        return ar_fail(e, "'%s' not found: '%s' is not the output directory of an 'attnres sweep' that has "
-                          "finished a run (expected DIR/results.csv)",
-                       file, path);
-    return ar_fail(e, "'%s' not found: expected an 'attnres sweep' output directory (holding results.csv) "
-                      "or a results table",
-                   file);
-}
 
 /* One data row of one of the tables. */
 typedef struct {
@@ -247,7 +227,7 @@ int ar_sweep_grid_load(ar_sweep_grid *g, const char *const *inputs, int ninputs,
     double flo = INFINITY, fhi = 0;
     for (int t = 0; t < ninputs; t++) {
         char file[4096];
-        if (table_file(inputs[t], file, sizeof file, e) != 0 || ar_csv_read(&cs[t], file, e) != 0 ||
+        if (ar_sweep_table_file(inputs[t], file, sizeof file, e) != 0 || ar_csv_read(&cs[t], file, e) != 0 ||
             load_table(g, cs[t], t == 0, x, y, metric, &rows, &n, &kf_all, &flo, &fhi, e) != 0)
             goto out;
     }

@@ -421,6 +421,13 @@ Test(scaling, cli_table_json_and_png)
     free(out);
     struct stat sb;
     cr_assert_eq(stat(tu_path(dir, "fig.png"), &sb), 0);
+    /* a directory without a finished sweep: the error names DIR/results.csv */
+    out = run_cli(&st, "fit-scaling '%s' 2>&1", dir);
+    cr_assert_eq(st, 1, "%s", out);
+    cr_assert(strstr(out, "attnres: error: '") && strstr(out, "/results.csv' not found") &&
+                  strstr(out, "is not the output directory of an 'attnres sweep'"),
+              "%s", out);
+    free(out);
     out = run_cli(&st, "fit-scaling '%s/results.csv' --form offset --at 1e-6 --json 2>/dev/null", sweep);
     cr_assert_eq(st, 0, "%s", out);
     ar_err e;
