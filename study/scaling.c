@@ -11,7 +11,7 @@
 
 #include "../formats/csv.h"
 #include "../formats/json.h"
-#include "sweep.h"
+#include "sweep_grid.h"
 
 const char *ar_fit_form_name(ar_fit_form f)
 {

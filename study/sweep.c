@@ -611,21 +611,3 @@ int ar_sweep_run_ranks(const ar_sweep *s, const ar_sweep_opts *o, ar_comm *c, ar
     }
     return ar_comm_agree(c, rc, e);
 }
-
-int ar_sweep_table_file(const char *path, char *file, size_t n, ar_err *e)
-{
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        snprintf(file, n, "%s%sresults.csv", path, path[0] && path[strlen(path) - 1] == '/' ? "" : "/");
-    else
-        snprintf(file, n, "%s", path);
-    if (access(file, R_OK) == 0)
-        return 0;
-    if (strcmp(file, path) != 0)
-        return ar_fail(e, "'%s' not found: '%s' is not the output directory of an 'attnres sweep' that has "
-                          "finished a run (expected DIR/results.csv)",
-                       file, path);
-    return ar_fail(e, "'%s' not found: expected an 'attnres sweep' output directory (holding results.csv) "
-                      "or a results table",
-                   file);
-}

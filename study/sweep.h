@@ -127,10 +127,4 @@ int ar_sweep_run_ranks(const ar_sweep *s, const ar_sweep_opts *o, struct ar_comm
  * elapsed_s, and the last val_loss (NaN if none). */
 int ar_sweep_run_stats(const char *run_dir, double *wall_s, double *val_loss, ar_err *e);
 
-/* The results table that a command given PATH reads (fit-scaling,
- * plot-sweep): PATH/results.csv where PATH is a directory (a sweep's --out),
- * else PATH itself, into file (n bytes); an error naming both where that
- * file cannot be read. */
-int ar_sweep_table_file(const char *path, char *file, size_t n, ar_err *e);
-
 #endif

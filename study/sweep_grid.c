@@ -7,9 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../formats/csv.h"
-#include "sweep.h"
 
 /* ------------------------------------------------------- expressions */
 
@@ -206,6 +207,24 @@ static int load_table(ar_sweep_grid *g, const ar_csv *c, int first, const ar_axi
         (*n)++;
     }
     return 0;
+}
+
+int ar_sweep_table_file(const char *path, char *file, size_t n, ar_err *e)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(file, n, "%s%sresults.csv", path, path[0] && path[strlen(path) - 1] == '/' ? "" : "/");
+    else
+        snprintf(file, n, "%s", path);
+    if (access(file, R_OK) == 0)
+        return 0;
+    if (strcmp(file, path) != 0)
+        return ar_fail(e, "'%s' not found: '%s' is not the output directory of an 'attnres sweep' that has "
+                          "finished a run (expected DIR/results.csv)",
+                       file, path);
+    return ar_fail(e, "'%s' not found: expected an 'attnres sweep' output directory (holding results.csv) "
+                      "or a results table",
+                   file);
 }
 
 /* Whether rows a and b (one method, one cell) are the same run twice: not

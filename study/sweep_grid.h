@@ -50,4 +50,10 @@ int ar_sweep_grid_load(ar_sweep_grid *g, const char *const *inputs, int ninputs,
                        const ar_axis_expr *y, const char *metric, ar_err *e);
 void ar_sweep_grid_free(ar_sweep_grid *g);
 
+/* The results table that a command given PATH reads (fit-scaling,
+ * plot-sweep): PATH/results.csv where PATH is a directory (a sweep's --out),
+ * else PATH itself, into file (n bytes); an error naming both where that
+ * file cannot be read. */
+int ar_sweep_table_file(const char *path, char *file, size_t n, ar_err *e);
+
 #endif
