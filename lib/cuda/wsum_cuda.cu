@@ -3,8 +3,9 @@
  * mHC (lib/residual_mhc.c), and wmix_fwd/bwd, several sums of the same
  * inputs in one pass (mHC's streams).  The math is in lib/backend.h; the
  * CPU versions are in lib/cpu/wsum_cpu.c.  wsum's buffer lists travel as
- * rows_cuda.h's source lists, wmix's as lists of AR_WMIX_MAX.  Determinism: the coefficient gradients are per-block partials in
- * double, added in block order. */
+ * rows_cuda.h's source lists, wmix's as lists of AR_WMIX_MAX.
+ * Determinism: the coefficient gradients are per-block partials in double,
+ * added in block order. */
 #include "wsum_cuda.h"
 
 #include "../backend.h"
@@ -128,28 +129,17 @@ extern "C" void cuda_wsum_bwd(float *const *dx, float *dc, const float *dy, cons
 }
 
 /* wmix's buffer lists: at most AR_WMIX_MAX pointers each, so three lists
- * fit a kernel's parameters easily. */
-struct wl_c {
-    const float *p[AR_WMIX_MAX];
+ * fit a kernel's parameters easily.  T: const float (inputs) or float. */
+template <class T> struct wlist {
+    T *p[AR_WMIX_MAX];
 };
-struct wl_m {
-    float *p[AR_WMIX_MAX];
-};
+typedef wlist<const float> wl_c;
+typedef wlist<float> wl_m;
 
-static wl_c make_wl_c(const float *const *a, int n, const char *op)
+/* a may be NULL (every entry NULL) */
+template <class T> static wlist<T> make_wlist(T *const *a, int n, const char *op)
 {
-    wl_c l;
-    memset(&l, 0, sizeof l);
-    if (n < 1 || n > AR_WMIX_MAX)
-        die(op, "%ld buffers in one list (1 to %ld)", n, AR_WMIX_MAX);
-    for (int s = 0; s < n; s++)
-        l.p[s] = a[s];
-    return l;
-}
-
-static wl_m make_wl_m(float *const *a, int n, const char *op)
-{
-    wl_m l;
+    wlist<T> l;
     memset(&l, 0, sizeof l);
     if (n < 1 || n > AR_WMIX_MAX)
         die(op, "%ld buffers in one list (1 to %ld)", n, AR_WMIX_MAX);
@@ -221,8 +211,8 @@ extern "C" void cuda_wmix_fwd(float *const *y, int p, const float *const *x, int
     const char *op = "wmix_fwd";
     if (len == 0)
         return;
-    wl_m yl = make_wl_m(y, p, op);
-    wl_c xl = make_wl_c(x, n, op);
+    wl_m yl = make_wlist(y, p, op);
+    wl_c xl = make_wlist(x, n, op);
     size_t nb = (len + WSUM_T - 1) / WSUM_T;
     if (nb > 4 * WSUM_BLOCKS)
         nb = 4 * WSUM_BLOCKS;
@@ -237,8 +227,8 @@ extern "C" void cuda_wmix_bwd(float *const *dx, int accumulate, float *dC, const
     const char *op = "wmix_bwd";
     if (len == 0)
         return;
-    wl_m dl = make_wl_m(dx, n, op);
-    wl_c yl = make_wl_c(dy, p, op), xl = make_wl_c(x, n, op);
+    wl_m dl = make_wlist(dx, n, op);
+    wl_c yl = make_wlist(dy, p, op), xl = make_wlist(x, n, op);
     size_t nb = (len + 8 * WSUM_T - 1) / (8 * WSUM_T);
     if (nb > WSUM_BLOCKS)
         nb = WSUM_BLOCKS;
