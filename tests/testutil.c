@@ -105,6 +105,10 @@ void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t seed)
     }
 }
 
+double tu_gamma(double n) { return n * TU_U_FLOAT / (1 - n * TU_U_FLOAT); }
+
+double tu_gamma_d(double n) { return n * TU_U_DOUBLE / (1 - n * TU_U_DOUBLE); }
+
 double tu_rel_err(const float *a, const float *b, size_t n)
 {
     double num = 0, den = 0;

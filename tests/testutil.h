@@ -28,6 +28,20 @@ void tu_write_corpus_text(const char *path);
 /* Deterministic pseudo-random fill: uniform in [lo, hi). */
 void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t seed);
 
+/* Tolerances from the arithmetic.  Two code paths that compute the same
+ * float sum of n terms in different orders (another BLAS kernel, another
+ * split over threads, rows in chunks, a fused loop, FMA or not) each lie
+ * within gamma(n) * sum |terms| of the exact sum, so they differ by at most
+ * 2 gamma(n) * sum |terms|, where gamma(n) = n u / (1 - n u) and u is the
+ * unit roundoff: 2^-24 for float, 2^-53 for double (Higham, Accuracy and
+ * Stability of Numerical Algorithms, 2nd ed., section 3.1).  A test that
+ * compares two such paths names its sums' lengths and the magnitudes they
+ * add, and builds its bound from these. */
+#define TU_U_FLOAT 0x1p-24
+#define TU_U_DOUBLE 0x1p-53
+double tu_gamma(double n);   /* float */
+double tu_gamma_d(double n); /* double */
+
 /* ||a-b|| / max(||b||, tiny) in double. */
 double tu_rel_err(const float *a, const float *b, size_t n);
 
