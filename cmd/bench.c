@@ -16,6 +16,7 @@
 #include "../formats/json.h"
 #include "../study/bench.h"
 #include "../study/child.h"
+#include "../study/machine.h"
 #include "bench_ops.h"
 #include "cmds.h"
 #include "options.h"
@@ -309,6 +310,9 @@ static void print_json(const char *config, const ar_config *cfg, const ar_bench_
     json_num_or_null(&w, "peak_tflops", d0.peak > 0 ? d0.peak / 1e12 : NAN);
     ar_jw_key(&w, "peak_source");
     ar_jw_str(&w, peak_tflops > 0 ? "option" : d0.peak > 0 ? "device" : "unknown");
+    ar_machine mach;
+    ar_machine_describe(&mach);
+    ar_machine_json(&w, &mach);
     ar_jw_key(&w, "threads");
     ar_jw_int(&w, runs[0].rep.r.threads);
     ar_jw_key(&w, "openblas_coretype");
@@ -425,14 +429,16 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
     int L = ar_cfg_sublayers(m);
     int gpu = cfg->train.device != AR_DEVICE_CPU, mfu = gpu || peak_tflops > 0;
     derived d0 = derive(&runs[0], base, peak_tflops);
+    ar_machine mach;
+    ar_machine_describe(&mach);
+    printf("machine: %s, %s, %d thread%s, OPENBLAS_CORETYPE=%s, built for %s\n", mach.cpu, mach.blas,
+           runs[0].rep.r.threads, runs[0].rep.r.threads == 1 ? "" : "s", ct ? ct : "(unset)", mach.build);
     if (gpu)
         printf("device %s (%s, %s matrix products)", runs[0].rep.r.device, ar_device_name(cfg->train.device),
                ar_precision_name(cfg->train.precision));
     else
-        printf("threads %d, OPENBLAS_CORETYPE=%s, sgemm ceiling %.1f GFLOP/s (%d^3, best of %d; %.1f..%.1f over "
-               "the variants' processes)",
-               runs[0].rep.r.threads, ct ? ct : "(unset)", ceil_max, AR_BENCH_CEILING_N, AR_BENCH_CEILING_REPS,
-               ceil_min, ceil_max);
+        printf("sgemm ceiling %.1f GFLOP/s (%d^3, best of %d; %.1f..%.1f over the variants' processes)", ceil_max,
+               AR_BENCH_CEILING_N, AR_BENCH_CEILING_REPS, ceil_min, ceil_max);
     if (d0.peak > 0)
         printf(", peak %.1f TFLOP/s (%s)\n", d0.peak / 1e12, peak_tflops > 0 ? "--peak-tflops" : "bf16, the device's");
     else if (gpu)

@@ -14,6 +14,7 @@
 #include "../formats/config.h"
 #include "../formats/json.h"
 #include "../study/comm.h"
+#include "../study/machine.h"
 #include "../study/pipe.h"
 #include "../study/pipe_bench.h"
 #include "cmds.h"
@@ -175,6 +176,9 @@ static void print_json(const char *config, const ar_config *cfg, const ar_pipe_b
     jint(&w, "micro_batches_per_step", r0->A);
     jint(&w, "tokens_per_step", (long long)tokens);
     jint(&w, "row_bytes", (long long)r0->row_bytes);
+    ar_machine mach;
+    ar_machine_describe(&mach);
+    ar_machine_json(&w, &mach);
     jint(&w, "threads", r0->threads);
     ar_jw_key(&w, "openblas_coretype");
     if (ct)
@@ -282,8 +286,11 @@ static void print_table(const char *config, const ar_config *cfg, const ar_pipe_
     printf("config %s: d_model %d, n_layer %d (L = %d), n_head %d, d_ff %d, T %d, batch %d, vocab %d\n",
            config ? config : "(built-in default, n_layer 8, batch 4)", m->d_model, m->n_layer, ar_cfg_sublayers(m),
            m->n_head, m->d_ff, m->seq_len, cfg->train.batch_size, m->vocab);
-    printf("threads %d per rank, OPENBLAS_CORETYPE=%s; median of %d timed step%s after %d warm-up step%s\n",
-           r0->threads, ct ? ct : "(unset)", o->steps, o->steps == 1 ? "" : "s", o->warmup,
+    ar_machine mach;
+    ar_machine_describe(&mach);
+    printf("machine (rank 0): %s, %s, %d thread%s per rank, OPENBLAS_CORETYPE=%s, built for %s\n", mach.cpu,
+           mach.blas, r0->threads, r0->threads == 1 ? "" : "s", ct ? ct : "(unset)", mach.build);
+    printf("median of %d timed step%s after %d warm-up step%s\n", o->steps, o->steps == 1 ? "" : "s", o->warmup,
            o->warmup == 1 ? "" : "s");
     printf("a row = one block representation of one micro-batch = B T d floats = %.0f bytes; "
            "MB = 10^6 bytes; a step = %.0f tokens\n\n",

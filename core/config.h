@@ -135,7 +135,9 @@ typedef enum { AR_PIPE_SCHED_1F1B = 0, AR_PIPE_SCHED_GPIPE } ar_pipe_sched_kind;
 
 /* How a run is spread over processes (study/dp.h, study/pipe.h).  Data
  * parallelism does not change what the run computes (the same bits for
- * any number of ranks); a pipeline changes it by rounding only. */
+ * any number of ranks, given the same threads per process, build and
+ * OpenBLAS kernels on every rank); a pipeline changes it by rounding
+ * only. */
 typedef struct {
     int shard_optimizer; /* ZeRO-1: each rank keeps 1/P of the AdamW moments */
     int pipeline;        /* P pipeline stages (1: none); the world is P x data-parallel degree */

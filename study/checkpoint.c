@@ -13,6 +13,7 @@
 #include "../core/atomic.h"
 #include "../formats/config.h"
 #include "../formats/safetensors.h"
+#include "machine.h"
 
 #ifndef AR_VERSION
 #define AR_VERSION "0.0.0"
@@ -189,9 +190,12 @@ int ar_ckpt_save_state(const char *dir, const ar_config *cfg, ar_model *m, const
             rc = write_optim(path, m, opt, meta, e);
     }
     if (rc == 0) {
+        ar_machine mach;
+        ar_machine_describe(&mach);
         const char *meta[] = {"config", yaml, "step", stepbuf, "attnres_version", AR_VERSION,
                               "rng_seed", seedbuf, "data_position", posbuf, "bad_steps", badbuf,
-                              "threads", thrbuf, "data_tokens", ntokbuf, "data_crc32", crcbuf, NULL};
+                              "threads", thrbuf, "data_tokens", ntokbuf, "data_crc32", crcbuf,
+                              "cpu", mach.cpu, "blas", mach.blas, "build", mach.build, NULL};
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         rc = write_params(path, m, m->params, "", meta, e);
     }
@@ -406,6 +410,10 @@ int ar_ckpt_read_state(const char *file, ar_config *cfg, ar_ckpt_state *st, ar_e
             rc = meta_long(&f, "data_tokens", &st->data_tokens, e);
         if (rc == 0 && (rc = meta_long(&f, "threads", &thr, e)) == 0)
             st->threads = thr > 1 << 20 ? 0 : (int)thr;
+        const char *cpu = ar_st_meta(&f, "cpu"), *blas = ar_st_meta(&f, "blas"), *build = ar_st_meta(&f, "build");
+        snprintf(st->machine.cpu, sizeof st->machine.cpu, "%s", cpu ? cpu : "");
+        snprintf(st->machine.blas, sizeof st->machine.blas, "%s", blas ? blas : "");
+        snprintf(st->machine.build, sizeof st->machine.build, "%s", build ? build : "");
     }
     ar_st_free(&f);
     return rc;

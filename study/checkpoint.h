@@ -3,7 +3,8 @@
  *                          __metadata__ config (resolved YAML), step,
  *                          attnres_version, and the training state of
  *                          ar_ckpt_state (rng_seed, data_position,
- *                          bad_steps, threads, data_crc32, data_tokens);
+ *                          bad_steps, threads, data_crc32, data_tokens,
+ *                          cpu, blas, build);
  *                          like every safetensors file attnres writes, it
  *                          holds the CRC-32 of every tensor
  *   optimizer.safetensors  AdamW moments "m.<name>", "v.<name>", metadata
@@ -28,6 +29,7 @@
 #include "../core/error.h"
 #include "../lib/model.h"
 #include "../lib/optim.h"
+#include "machine.h"
 
 /* What a checkpoint holds besides weights and optimizer moments: all a
  * resumed run needs to continue exactly as an uninterrupted one.  The
@@ -43,6 +45,10 @@ typedef struct {
     int threads;          /* compute threads (results depend on it); 0 = unknown */
     long data_tokens;     /* training split length in tokens; 0 = unknown */
     uint32_t data_crc32;  /* CRC-32 of the training split (int32 little-endian) */
+    /* the machine that wrote the checkpoint (study/machine.h): read back
+     * from the file, "" where an older file has none; a save always
+     * records the machine saving it */
+    ar_machine machine;
 } ar_ckpt_state;
 
 /* The state of a fresh checkpoint at `step` for cfg: seed from cfg,

@@ -34,7 +34,8 @@ int ar_evaluate_with(ar_model *m, const int32_t *x, size_t n, long max_windows, 
 
 /* ar_evaluate without gradients, its batches spread over the ranks of c
  * (NULL: this process): the same result, bit for bit, on every rank and
- * for any number of ranks.  collect_stats describes the first batch, which
+ * for any number of ranks, given the same threads per process (and build
+ * and OpenBLAS kernels).  collect_stats describes the first batch, which
  * rank 0 evaluates. */
 struct ar_comm;
 int ar_evaluate_ranks(ar_model *m, struct ar_comm *c, const int32_t *x, size_t n, long max_windows,

@@ -24,7 +24,7 @@
  *
  * Results.  Losses and weights equal a one-process run's up to rounding:
  * sums over micro-batches and over a block's consumers are added in
- * another order (tests/test_mpi.c states and checks the tolerance). */
+ * another order (tests/test_pipe.c derives and checks the tolerance). */
 #ifndef AR_PIPE_H
 #define AR_PIPE_H
 

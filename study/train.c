@@ -372,6 +372,25 @@ static int clear_old_run(const char *dir, ar_err *e)
     return ar_sync_dir(dir, e);
 }
 
+/* A CPU run is bit-identical to an uninterrupted one only with the same
+ * OpenBLAS kernel and the same build of attnres's own loops (and threads,
+ * checked in load_resume); the CPU's model alone changes nothing, so it is
+ * only named. */
+static void warn_other_machine(const trainer *t, const char *dir, const ar_machine *saved)
+{
+    ar_machine now;
+    ar_machine_describe(&now);
+    if (saved->blas[0] && strcmp(saved->blas, now.blas) != 0)
+        warnf(t, "'%s' was trained with %s on %s and resumes with %s on %s: the matrix products round "
+                 "differently, so the result will not be bit-identical to an uninterrupted run (OPENBLAS_CORETYPE "
+                 "chooses the kernels)",
+              dir, saved->blas, saved->cpu[0] ? saved->cpu : "an unnamed CPU", now.blas, now.cpu);
+    if (saved->build[0] && strcmp(saved->build, now.build) != 0)
+        warnf(t, "'%s' was trained by a build for %s and resumes with one for %s: attnres's own loops round "
+                 "differently, so the result will not be bit-identical to an uninterrupted run",
+              dir, saved->build, now.build);
+}
+
 /* Loads the checkpoint of a resumed run and says where this invocation
  * will not reproduce the uninterrupted run. */
 static int load_resume(trainer *t, long *start, ar_adamw *full, ar_err *e)
@@ -410,6 +429,8 @@ static int load_resume(trainer *t, long *start, ar_adamw *full, ar_err *e)
         warnf(t, "'%s' was trained with %d thread%s and resumes with %d: sums are split differently, so the "
                  "result will not be bit-identical to an uninterrupted run",
               dir, st.threads, st.threads == 1 ? "" : "s", t->threads);
+    if (cfg->train.device == AR_DEVICE_CPU && saved.train.device == AR_DEVICE_CPU)
+        warn_other_machine(t, dir, &st.machine);
     if (st.data_tokens > 0 && (st.data_tokens != (long)t->ds.ntrain || st.data_crc32 != t->data_crc))
         warnf(t, "the training data of '%s' differ from the checkpoint's (%zu tokens, crc32 %08x; the checkpoint "
                  "saw %ld tokens, crc32 %08x): the batches after step %ld are not those of an uninterrupted run",

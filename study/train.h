@@ -67,8 +67,9 @@ typedef struct {
  *    non-finite values (ar_ckpt_save_state);
  *  - a resumed run restores weights, optimizer moments, step, data
  *    position and the count of bad steps, so it ends bit-identical to an
- *    uninterrupted run with the same thread count, and warns where the
- *    settings, the training data or the thread count differ. */
+ *    uninterrupted run with the same thread count, build and OpenBLAS
+ *    kernels, and warns where the settings, the training data, the thread
+ *    count, the kernels or the build differ. */
 int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res, ar_err *e);
 
 #endif

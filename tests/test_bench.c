@@ -1,13 +1,21 @@
 /* attnres bench's library side: every variant measures positive, finite
  * throughputs on a tiny model, the variants clamp to small models, and the
- * memory prediction follows its formula. */
+ * memory prediction follows its formula; and the machine it names (CPU,
+ * BLAS and its kernels, threads) in its table and JSON. */
+#include <cblas.h>
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "formats/config.h"
+#include "formats/json.h"
 #include "study/ablate.h"
 #include "study/bench.h"
+#include "study/machine.h"
+#include "testutil.h"
 
 static ar_config tiny(void)
 {
@@ -343,4 +351,184 @@ Test(bench, op_tally_counts_the_formulas_flops)
     cr_assert(ops[0].calls[AR_OP_ADAMW] > 0 && ops[1].calls[AR_OP_ADAMW] == 0);
     double round_s = tokens / 2 / train[0] + tokens / 2 / train[1];
     cr_assert(secs > 0 && secs < round_s, "ops %g s, rounds %g s", secs, round_s);
+}
+
+/* ---- the machine: CPU model, BLAS kernels, threads ---- */
+
+/* The first "model name" of a cpuinfo, trimmed; "unknown" without one or
+ * without the file; a short buffer is cut, never overrun. */
+Test(bench, machine_cpu_reads_the_first_model_name)
+{
+    const char *dir = tu_tmpdir();
+    char path[4096], buf[128];
+    snprintf(path, sizeof path, "%s/cpuinfo", dir);
+    const char *two = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel\t\t: 85\n"
+                      "model name\t:  Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz \nflags\t\t: fpu\n\n"
+                      "processor\t: 1\nmodel name\t: Other CPU\n";
+    tu_write_file(path, two, strlen(two));
+    ar_machine_cpu(path, buf, sizeof buf);
+    cr_assert_str_eq(buf, "Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz");
+    char small[6];
+    ar_machine_cpu(path, small, sizeof small);
+    cr_assert_str_eq(small, "Intel");
+    const char *none = "processor\t: 0\nCPU implementer\t: 0x41\nmodel name\t:\n";
+    tu_write_file(path, none, strlen(none));
+    ar_machine_cpu(path, buf, sizeof buf);
+    cr_assert_str_eq(buf, "unknown");
+    snprintf(path, sizeof path, "%s/no-such-file", dir);
+    ar_machine_cpu(path, buf, sizeof buf);
+    cr_assert_str_eq(buf, "unknown");
+    ar_machine_cpu(NULL, buf, sizeof buf); /* this machine's */
+    cr_assert(buf[0] && strchr(buf, '\n') == NULL, "'%s'", buf);
+}
+
+/* The BLAS is OpenBLAS (meson.build links it), named with its version
+ * and the kernels this process runs. */
+Test(bench, machine_blas_names_the_kernels_in_use)
+{
+    const char *core = openblas_get_corename();
+    cr_assert_str_eq(ar_machine_blas_core(), core);
+    char buf[160], want[160];
+    ar_machine_blas(buf, sizeof buf);
+    cr_assert(strncmp(buf, "OpenBLAS ", 9) == 0, "'%s'", buf);
+    snprintf(want, sizeof want, " %s", core);
+    size_t n = strlen(buf), k = strlen(want);
+    cr_assert(n > 9 + k && strcmp(buf + n - k, want) == 0, "'%s' does not end in the kernels '%s'", buf, core);
+    /* the version: "OpenBLAS 0.3.21 Cooperlake" */
+    cr_assert(buf[9] >= '0' && buf[9] <= '9', "no version in '%s'", buf);
+}
+
+/* `attnres bench` with the environment assignments env (shell text) and
+ * ARGS, in an empty directory (it reads no data file): stdout only. */
+static char *run_bench(const char *env, int *status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static char *run_bench(const char *env, int *status, const char *fmt, ...)
+{
+    const char *bin = tu_bin();
+    if (!bin)
+        cr_skip_test("AR_BIN is not set");
+    char args[2048], cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "{ cd '%s' && %s '%s' bench %s 2>/dev/null; }", tu_tmpdir(), env, bin, args);
+    return tu_run(cmd, status);
+}
+
+#define BENCH_TINY                                                                                   \
+    "--variants baseline --steps 1 --repeat 1 --warmup 0 --set model.d_model=32 --set model.n_layer=2 " \
+    "--set model.n_head=2 --set model.d_ff=64 --set model.seq_len=16 --set train.batch_size=2"
+
+/* bench --json's machine fields: cpu, blas and threads at the top level. */
+static ar_json *bench_json(const char *env, int threads, const char **cpu, const char **blas, int *th,
+                           const char **coretype)
+{
+    int st;
+    char *out = run_bench(env, &st, "--json --threads %d " BENCH_TINY, threads);
+    cr_assert_eq(st, 0, "bench exited %d; stdout:\n%s", st, out);
+    ar_err e;
+    ar_json *j = ar_json_parse(out, strlen(out), &e);
+    cr_assert(j != NULL && j->type == AR_JSON_OBJ, "bench --json printed invalid JSON (%s):\n%s", e.msg, out);
+    free(out);
+    const ar_json *c = ar_json_get(j, "cpu"), *b = ar_json_get(j, "blas"), *t = ar_json_get(j, "threads"),
+                  *ct = ar_json_get(j, "openblas_coretype");
+    cr_assert(c && c->type == AR_JSON_STR && c->str[0], "no non-empty string 'cpu' in the bench JSON");
+    cr_assert(b && b->type == AR_JSON_STR && b->str[0], "no non-empty string 'blas' in the bench JSON");
+    cr_assert(t && t->type == AR_JSON_NUM, "no number 'threads' in the bench JSON");
+    cr_assert(ct && (ct->type == AR_JSON_STR || ct->type == AR_JSON_NULL), "no 'openblas_coretype'");
+    *cpu = c->str;
+    *blas = b->str;
+    *th = (int)t->num;
+    *coretype = ct->type == AR_JSON_STR ? ct->str : NULL;
+    return j;
+}
+
+static int ends_with_word(const char *s, const char *word)
+{
+    size_t n = strlen(s), k = strlen(word);
+    return n > k && s[n - k - 1] == ' ' && strcmp(s + n - k, word) == 0;
+}
+
+/* The JSON names this machine's CPU, the kernels OpenBLAS runs under the
+ * same environment as this process, and the threads asked for; the table
+ * prints the same. */
+Test(bench, json_and_table_name_the_machine)
+{
+    char cpu_here[256], blas_here[160], build_here[64];
+    ar_machine_cpu(NULL, cpu_here, sizeof cpu_here);
+    ar_machine_blas(blas_here, sizeof blas_here);
+    ar_machine_build(build_here, sizeof build_here);
+    const char *core = openblas_get_corename();
+    for (int threads = 1; threads <= 2; threads++) {
+        const char *cpu, *blas, *ct;
+        int th;
+        ar_json *j = bench_json("", threads, &cpu, &blas, &th, &ct);
+        const ar_json *build = ar_json_get(j, "build");
+        cr_expect(build && build->type == AR_JSON_STR && !strcmp(build->str, build_here),
+                  "JSON 'build' is not this build's '%s'", build_here);
+        cr_expect_str_eq(cpu, cpu_here);
+        cr_expect_str_eq(blas, blas_here);
+        cr_expect(ends_with_word(blas, core), "blas '%s': not the kernels of this process, '%s'", blas, core);
+        cr_expect_eq(th, threads, "--threads %d: JSON threads %d", threads, th);
+        ar_json_free(j);
+    }
+    int st;
+    char *out = run_bench("", &st, "--threads 2 " BENCH_TINY);
+    cr_assert_eq(st, 0, "bench exited %d; stdout:\n%s", st, out);
+    char want[512];
+    snprintf(want, sizeof want, "machine: %s, %s, 2 threads, OPENBLAS_CORETYPE=", cpu_here, blas_here);
+    cr_expect(strstr(out, want) != NULL, "no '%s' in the table:\n%s", want, out);
+    snprintf(want, sizeof want, ", built for %s\n", build_here);
+    cr_expect(strstr(out, want) != NULL, "no '%s' in the table:\n%s", want, out);
+    free(out);
+}
+
+/* OPENBLAS_CORETYPE in bench's environment picks the kernels it reports: a
+ * set other than this process's (Sandybridge, or Haswell where this
+ * process already runs Sandybridge), so that a bench that named any other
+ * kernels than its own would fail here. */
+Test(bench, json_names_the_kernels_openblas_coretype_picks)
+{
+#if !defined(__x86_64__)
+    cr_skip_test("OPENBLAS_CORETYPE=Sandybridge is an x86-64 kernel set");
+#endif
+    if (!strstr(openblas_get_config(), "DYNAMIC_ARCH"))
+        cr_skip_test("OpenBLAS without DYNAMIC_ARCH runs the kernels it was built for");
+    const char *forced = strcmp(openblas_get_corename(), "Sandybridge") ? "Sandybridge" : "Haswell";
+    char env[64];
+    snprintf(env, sizeof env, "OPENBLAS_CORETYPE=%s", forced);
+    const char *cpu, *blas, *ct;
+    int th;
+    ar_json *j = bench_json(env, 2, &cpu, &blas, &th, &ct);
+    cr_expect(ends_with_word(blas, forced), "%s: blas '%s'", env, blas);
+    cr_expect(ct && !strcmp(ct, forced), "%s: openblas_coretype '%s'", env, ct ? ct : "null");
+    cr_expect_eq(th, 2);
+    ar_json_free(j);
+}
+
+/* The build's vector instructions, from the compiler's own macros: a
+ * native build on this machine names its widest vector set, and a build
+ * without FMA does not claim it. */
+Test(bench, machine_build_names_the_compiled_instructions)
+{
+    char b[64];
+    ar_machine_build(b, sizeof b);
+#if defined(__x86_64__)
+    cr_assert(!strncmp(b, "x86-64 ", 7), "'%s'", b);
+#if defined(__AVX512F__)
+    cr_expect(strstr(b, " avx512f") != NULL, "'%s'", b);
+#elif defined(__AVX2__)
+    cr_expect(strstr(b, " avx2") != NULL, "'%s'", b);
+#elif !defined(__AVX__)
+    cr_expect(strstr(b, " sse2") != NULL, "'%s'", b);
+#endif
+#ifdef __FMA__
+    cr_expect(strstr(b, " fma") != NULL, "'%s'", b);
+#else
+    cr_expect(strstr(b, "fma") == NULL, "'%s'", b);
+#endif
+#endif
+    char small[5];
+    ar_machine_build(small, sizeof small);
+    cr_expect_eq(strlen(small), 4, "cut to the buffer: '%s'", small);
 }
