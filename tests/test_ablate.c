@@ -20,12 +20,18 @@
 
 Test(ablate, welch_matches_a_reference)
 {
-    /* Welch's example 1 (Wikipedia): t = -2.4554, df = 24.99; p from an
-     * independent numerical integration of the t density: 0.021378 */
+    /* Welch's example 1 (Wikipedia): t = -2.4554, df = 24.99.  The exact p
+     * of these doubles, from the regularised incomplete beta function
+     * I_{df/(df+t^2)}(df/2, 1/2) in 40-digit arithmetic, is
+     * 0.021378001462867.  In double, t and df (sums of 15 terms, a few
+     * divisions and a square root) are within 1e-14 relative, which moves p
+     * by at most 2 f(t) |t| 1e-14 < 1e-15 (f, the t density, is below
+     * 0.03 there), and GSL's tail adds about 1e-15 relative: 1e-12 leaves
+     * 1e3 of room, while a wrong df (24 or 28) moves p by 3e-4 or more. */
     double a[] = {27.5, 21.0, 19.0, 23.6, 17.0, 17.9, 16.9, 20.1, 21.9, 22.6, 23.1, 19.6, 19.0, 21.7, 21.4};
     double b[] = {27.1, 22.0, 20.8, 23.4, 23.4, 23.5, 25.8, 22.0, 24.8, 20.2, 21.9, 22.1, 22.9, 20.5, 24.4};
     double p = ar_welch_p(a, 15, b, 15);
-    cr_expect(fabs(p - 0.021378) < 2e-5, "p = %.6f", p);
+    cr_expect(fabs(p - 0.021378001462867) < 1e-12, "p = %.17g", p);
     cr_expect(isnan(ar_welch_p(a, 1, b, 15)), "one value gives no test");
     double c[] = {1, 1, 1};
     cr_expect(isnan(ar_welch_p(c, 3, c, 3)), "zero variance gives no test");
@@ -33,7 +39,17 @@ Test(ablate, welch_matches_a_reference)
 
 /* The paired t-test by hand.  Two-sided p has a closed form for small df:
  * df 1 (Cauchy): p = 1 - 2 atan(|t|) / pi; df 2: p = 1 - |t| / sqrt(t^2 + 2);
- * df 4: p = 1 - x (3 - x^2) / 2 with x = |t| / sqrt(t^2 + 4). */
+ * df 4: p = 1 - x (3 - x^2) / 2 with x = |t| / sqrt(t^2 + 4).
+ * Bounds: closed forms in double.  mean, sd and se are at most a dozen
+ * operations (sums of at most 5 terms, a square root, a division) on values
+ * below 0.04, each within 2^-53 relative with or without FMA contraction:
+ * within 1e-17 of the written value, which is itself the exact value to 17
+ * digits, so 1e-15 leaves 100 times that.  t (below 4) divides two such
+ * values: within a few 1e-16, against 1e-12 (1e-11 where the written t has
+ * 14 digits).  p comes from GSL's t tail (an incomplete beta function,
+ * continued fraction converged to about 1e-15 relative) against the closed
+ * form (a few operations): both within 1e-14 of the exact p, 1e-12 leaves
+ * 100 times that.  The 7-digit values above are rounded: 1e-7. */
 Test(ablate, paired_t_matches_hand_computation)
 {
     ar_paired p;
@@ -95,6 +111,9 @@ Test(ablate, stats_pair_matched_seeds_only)
     };
     ar_ablate_stat st[3];
     ar_ablate_stats(loss, 3, 4, st);
+    /* Closed forms in double as above (sums of 3 terms below 1.5, a square
+     * root, divisions): within 1e-15 of the exact values; 1e-12 leaves 1e3
+     * of room, 1e-9 for t and p (GSL's tail) more. */
     /* baseline: n 3, mean 1.10, sd 0.1; no test against itself */
     cr_expect(st[0].n == 3 && fabs(st[0].mean - 1.10) < 1e-12 && fabs(st[0].sd - 0.1) < 1e-12);
     cr_expect(isnan(st[0].p) && st[0].paired.pairs == 0 && isnan(st[0].paired.p));
@@ -102,7 +121,8 @@ Test(ablate, stats_pair_matched_seeds_only)
      * against the baseline's three */
     double a[] = {0.99, 1.07, 1.50}, b[] = {1.00, 1.10, 1.20};
     cr_expect(st[1].n == 3 && fabs(st[1].mean - 3.56 / 3) < 1e-12 && fabs(st[1].diff - (3.56 / 3 - 1.10)) < 1e-12);
-    cr_expect(fabs(st[1].p - ar_welch_p(a, 3, b, 3)) < 1e-15 && st[1].p > 0.5, "Welch p %g", st[1].p);
+    /* the same function on the same values in the same order: the same bits */
+    cr_expect(st[1].p == ar_welch_p(a, 3, b, 3) && st[1].p > 0.5, "Welch p %g", st[1].p);
     /* paired: the two matched seeds, as in the hand computation above:
      * mean -0.02, se 0.01, t -2, df 1, p = 1 - 2 atan(2) / pi */
     const ar_paired *p = &st[1].paired;
@@ -249,7 +269,10 @@ Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
         snprintf(rd, sizeof rd, "%s/ab/runs/%s", cdir, ar_csv_cell(c, i, kr));
         ar_final_eval fe;
         cr_assert_eq(ar_final_eval_read(rd, 4, 0, &fe, &ce), 1, "%s: %s", rd, ce.msg);
-        cr_expect(fabs(fe.loss - fl) <= 5e-7 && fe.windows == want_windows, "%s: %.9f vs %.6f", rd, fe.loss, fl);
+        /* results.csv writes %.6f: half a unit of the 6th decimal (the
+         * decimal read back to the nearest double adds 1e-16) */
+        cr_expect(fabs(fe.loss - fl) <= 5e-7 + 1e-15 && fe.windows == want_windows, "%s: %.9f vs %.6f", rd, fe.loss,
+                  fl);
         /* the shape of TINY, for plot-sweep and depth studies */
         double nl, dm, nh;
         cr_assert_eq(ar_csv_num(c, i, ar_csv_require_col(c, "n_layer", &ce), &nl, &ce), 0, "%s", ce.msg);
@@ -278,8 +301,10 @@ Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
                         &diff, &p, &pairs, &pdiff, &se, &t, &pp),
                  9, "%s", rowbuf);
     cr_expect(p >= 0 && p <= 1, "%s", rowbuf);
-    /* matched seeds: the paired mean difference is the difference of the means */
-    cr_expect(pairs == 2 && fabs(pdiff - diff) < 2e-4 && se > 0 && pp >= 0 && pp <= 1, "%s", rowbuf);
+    /* matched seeds: the paired mean difference is the difference of the
+     * means (the two agree to a few 1e-16 in double); the table writes each
+     * with %+.4f, half a unit of the 4th decimal apiece: 1e-4 */
+    cr_expect(pairs == 2 && fabs(pdiff - diff) <= 1e-4 + 1e-12 && se > 0 && pp >= 0 && pp <= 1, "%s", rowbuf);
     cr_expect(strstr(md, "| baseline | 2 | ") && strstr(md, "- | - | - | - | - |\n"), "%s", md);
     free(md);
 

@@ -6,16 +6,25 @@
  * small ones that are multiples of nothing (d = 72, N = 37, T = 13, ...) and
  * a medium one (d = 512, N = 1024).
  *
- * Pass criterion, per output tensor a and b (A's and B's):
- *     |a_i - b_i| <= atol + rtol |a_i|,   atol = arms * rms(a)
- * The absolute part is relative to the tensor's RMS: an element that is a
- * sum cancelling to ~0 carries the rounding error of its terms, not of its
- * value.  fp32 ops: rtol = arms = 1e-4 (the two backends sum in different
- * orders: ~sqrt(K) 2^-24 relative for K terms, 1e-6 at K = 1024; a wrong
- * term, index or mask is off by 1e-3 or far more; CPU results from inputs
- * perturbed by 3e-7 relative, a stand-in for a different summation order,
- * stay within a fifth of every bound here).  Looser or tighter bounds say why
- * where they are used.
+ * Pass criterion, per element i of an output (a_i A's, b_i B's):
+ *     |a_i - b_i| <= bnd_i,
+ * bnd_i the sum of the two backends' bounds on their error against the
+ * exact result of the same float inputs, derived from the op's arithmetic
+ * (testutil.h): the lengths of its sums, which either backend may add in
+ * any order (OpenBLAS and cuBLAS kernels, vector lanes, warps and block
+ * trees, FMA or not), and the magnitudes of their terms, computed here in
+ * double from the inputs; each op's bound function says how.  Elementary
+ * functions: expf within 2 ulp, 4 u relative (CUDA's documented maximum;
+ * the CPU's fast_expf is within 1.43 u over every float of its domain,
+ * libm's within 1 u), logf within 1 ulp (2 u |log|), sqrtf and division
+ * correctly rounded (nvcc without fast math).  cuBLAS runs in fp32: the
+ * handle's math mode is CUBLAS_DEFAULT_MATH and the products' compute type
+ * CUBLAS_COMPUTE_32F (lib/cuda/backend_cuda.cu, matmul_cuda.cu), neither
+ * of which allows TF32; set_bf16(1) switches to
+ * CUBLAS_COMPUTE_32F_FAST_16BF, whose rounding of the inputs to bf16 the
+ * bf16 bounds count.  Where both backends do the same correctly rounded
+ * operations in the same order (copies, add, scale, the embedding's token
+ * order, the cross-entropy backward) the results must be equal.
  *
  * Inputs are never zeros: gradient buffers of "+=" ops start from random
  * values (an op that overwrites fails), outputs of "=" ops start from random
@@ -26,9 +35,11 @@
  *
  * Without a usable CUDA backend (built without CUDA, or no GPU here) every
  * comparison test skips with ar_backend_cuda's reason.
- * AR_TEST_BACKEND_B=cpu makes B the CPU backend too: everything must then
- * pass (exactly), which checks the harness itself without a GPU (meson's
- * backend_ops_cpu_b runs it so);
+ * AR_TEST_BACKEND_B=cpu makes B the CPU backend too: the same code on the
+ * same shapes and thread count, so every result must then be equal bit for
+ * bit; that run checks the harness and computes every bound (checked to be
+ * finite and at least the rounding of the result itself) without a GPU
+ * (meson's backend_ops_cpu_b runs it so);
  * harness_detects_differences checks that a comparison does fail on a
  * perturbed result. */
 #include <criterion/criterion.h>
@@ -86,6 +97,9 @@ typedef struct {
 #define MAXT 1024
 static tp *reg[MAXT]; /* everything made by a case, freed by release() */
 static int nreg;
+#define MAXB 4096
+static void *breg[MAXB]; /* host arrays of a case (bounds), freed by release() */
+static int nbreg;
 static uint64_t seed = 4242;
 static char ctx[256]; /* "op shapes" of the current case */
 
@@ -159,6 +173,9 @@ static void release(void)
         free(reg[i]->h), free(reg[i]);
     }
     nreg = 0;
+    for (int i = 0; i < nbreg; i++)
+        free(breg[i]);
+    nbreg = 0;
 }
 
 /* Lists of tensors (depth-attention sources): host arrays of device
@@ -191,39 +208,51 @@ static tl list(tp *const *t, int n)
 
 /* ---- comparison ------------------------------------------------------ */
 
-typedef struct {
-    double rtol, arms;
-} tol;
+#define U TU_U_FLOAT
+/* one expf: 2 ulp, 4 u relative (see the top of the file) */
+#define U_EXP (4 * U)
+/* rstd = 1/sqrt(sum x^2 / d + eps) in float: the d-term sum of squares is
+ * off by gamma(d) relative (its terms are positive), the division and the
+ * + eps by 2 u more; the square root halves that and adds u, the
+ * reciprocal u. */
+#define RSTD_REL(d) (tu_gamma(d) / 2 + 3 * U)
 
-static const tol FP32 = {1e-4, 1e-4};
+static void *keep(void *p)
+{
+    cr_assert(p, "out of memory");
+    cr_assert(nbreg < MAXB);
+    return breg[nbreg++] = p;
+}
+
+static double *bnew(size_t n) { return keep(calloc(n ? n : 1, sizeof(double))); }
+
+/* A's values of t now (its result, or its inputs before the op) */
+static float *res_a(const tp *t)
+{
+    float *r = keep(malloc((t->n ? t->n : 1) * sizeof(float)));
+    A->download(r, t->a, t->n * sizeof(float));
+    return r;
+}
 
 /* Compares cols columns from col0 of rows rows (row stride ld) of A's
- * result ra and B's rb.  Returns the worst |a-b| / bound (> 1: fail; a
- * non-finite value on either side: INFINITY) and describes the worst
- * element in msg. */
+ * result ra and B's rb, element i against bnd[i] (bnd indexed as ra; NULL:
+ * equality).  Returns the worst |a-b| / bound (> 1: fail; a non-finite
+ * value on either side: INFINITY) and describes the worst element in msg. */
 static double compare(const char *what, const float *ra, const float *rb, size_t rows, size_t ld,
-                      size_t col0, size_t cols, tol tl_, char *msg, size_t cap)
+                      size_t col0, size_t cols, const double *bnd, char *msg, size_t cap)
 {
-    double ss = 0;
-    for (size_t r = 0; r < rows; r++)
-        for (size_t c = col0; c < col0 + cols; c++) {
-            double v = ra[r * ld + c];
-            ss += v * v;
-        }
-    size_t cnt = rows * cols;
-    double rms = cnt ? sqrt(ss / cnt) : 0, atol = tl_.arms * rms;
     double worst = -1;
-    size_t wi = 0;
+    size_t wi = col0;
     for (size_t r = 0; r < rows; r++)
         for (size_t c = col0; c < col0 + cols; c++) {
             size_t i = r * ld + c;
             double a = ra[i], b = rb[i], q;
             if (!isfinite(a) || !isfinite(b))
                 q = INFINITY;
-            else {
-                double bound = atol + tl_.rtol * fabs(a);
-                q = bound > 0 ? fabs(a - b) / bound : (a == b ? 0 : INFINITY);
-            }
+            else if (a == b)
+                q = 0;
+            else
+                q = bnd && bnd[i] > 0 ? fabs(a - b) / bnd[i] : INFINITY;
             if (q > worst)
                 worst = q, wi = i;
         }
@@ -235,50 +264,59 @@ static double compare(const char *what, const float *ra, const float *rb, size_t
         snprintf(where, sizeof where, "[%zu] of %zu", wi, cols);
     else
         snprintf(where, sizeof where, "[%zu, %zu] of %zu x %zu", wi / ld, wi % ld, rows, ld);
-    snprintf(msg, cap,
-             "%s: %s: worst element %s: A %.9g, B %.9g, |diff| %.3g, bound %.3g (rtol %g, "
-             "atol %g * rms %.3g)",
-             ctx, what, where, a, b, fabs(a - b), tl_.arms * rms + tl_.rtol * fabs(a), tl_.rtol,
-             tl_.arms, rms);
+    snprintf(msg, cap, "%s: %s: worst element %s: A %.9g, B %.9g, |diff| %.3g, bound %.3g", ctx, what,
+             where, a, b, fabs(a - b), bnd ? bnd[wi] : 0.0);
     return worst;
 }
 
-/* compare() of t's results on A and B, downloaded */
+/* compare() of t's results on A and B, downloaded.  With B the CPU backend
+ * too, the results must be equal (the same code, shapes and thread count);
+ * the bounds, not needed then, must still be finite and 0 (equality
+ * asked) or at least u |a_i| (each backend's bound counts at least the
+ * rounding of the result). */
 static double measure(const char *what, tp *t, size_t rows, size_t ld, size_t col0, size_t cols,
-                      tol tl_, char *msg, size_t cap)
+                      const double *bnd, char *msg, size_t cap)
 {
     float *ra = malloc(t->n * sizeof(float)), *rb = malloc(t->n * sizeof(float));
     A->download(ra, t->a, t->n * sizeof(float));
     B->download(rb, t->b, t->n * sizeof(float));
-    double q = compare(what, ra, rb, rows, ld, col0, cols, tl_, msg, cap);
+    if (b_is_cpu && bnd)
+        for (size_t r = 0; r < rows; r++)
+            for (size_t c = col0; c < col0 + cols; c++) {
+                size_t i = r * ld + c;
+                cr_expect(isfinite(bnd[i]) && (bnd[i] == 0 || bnd[i] >= U * fabs(ra[i])),
+                          "%s: %s: the bound of element %zu is %g for a value of %g", ctx, what, i, bnd[i],
+                          ra[i]);
+            }
+    double q = compare(what, ra, rb, rows, ld, col0, cols, b_is_cpu ? NULL : bnd, msg, cap);
     free(ra), free(rb);
     return q;
 }
 
 /* a part of t: rows x cols from column col0 of rows of ld (alpha's columns) */
 static void check_cols(const char *what, tp *t, size_t rows, size_t ld, size_t col0, size_t cols,
-                       tol tl_)
+                       const double *bnd)
 {
     char msg[1024];
-    double q = measure(what, t, rows, ld, col0, cols, tl_, msg, sizeof msg);
+    double q = measure(what, t, rows, ld, col0, cols, bnd, msg, sizeof msg);
     cr_expect(q <= 1.0, "%s", msg);
 }
 
-static void check_tol(const char *what, tp *t, tol tl_) { check_cols(what, t, 1, t->n, 0, t->n, tl_); }
-static void check(const char *what, tp *t) { check_tol(what, t, FP32); }
+/* t elementwise within bnd */
+static void check(const char *what, tp *t, const double *bnd) { check_cols(what, t, 1, t->n, 0, t->n, bnd); }
+/* t equal on both backends */
+static void check_eq(const char *what, tp *t) { check_cols(what, t, 1, t->n, 0, t->n, NULL); }
 
-/* A returned scalar (sumsq, the summed loss): relative rtol */
-static void check_scalar(const char *what, double a, double b, double rtol)
+/* A returned scalar (sumsq, the summed loss): |a - b| <= bound (equal with
+ * B the CPU backend) */
+static void check_scalar(const char *what, double a, double b, double bound)
 {
-    cr_expect(isfinite(a) && isfinite(b) && fabs(a - b) <= rtol * fabs(a),
-              "%s: %s: A %.12g, B %.12g, rel diff %.3g > %g", ctx, what, a, b,
-              fabs(a - b) / fmax(fabs(a), 1e-300), rtol);
+    cr_expect(isfinite(a) && isfinite(b) && fabs(a - b) <= (b_is_cpu ? 0 : bound),
+              "%s: %s: A %.17g, B %.17g, |diff| %.3g > %.3g", ctx, what, a, b, fabs(a - b), bound);
 }
 
 /* ---- the harness itself ---------------------------------------------- */
 
-/* The comparison catches a small relative change of one element, a "+="
- * that overwrites, and a NaN; it passes bitwise-equal results. */
 /* A build with CUDA must at least find and load its module
  * (lib/cuda/backend_cuda_load.c): without a GPU the module itself reports
  * that no device is usable; "cannot find" or "cannot load" would mean the
@@ -296,6 +334,11 @@ Test(backend_ops, cuda_module_loads_where_built)
     cr_assert(strstr(e.msg, "cuda") || strstr(e.msg, "CUDA"), "unexpected message: %s", e.msg);
 }
 
+static void matmul_bounds(tp *x, tp *W, tp *dout, const float *dx0, const float *dW0, int N, int in, int outd,
+                          double rho, double **bo, double **bx, double **bw);
+
+/* The comparison catches a small relative change of one element, a "+="
+ * that overwrites, and a NaN; it passes bitwise-equal results. */
 Test(backend_ops, harness_detects_differences)
 {
     const ar_backend *saveB = B;
@@ -305,25 +348,31 @@ Test(backend_ops, harness_detects_differences)
     tp *x = rnd(n, -1, 1);
     float *b = malloc(n * sizeof(float));
     at("harness n=%zu", n);
+    /* x as the result of a few roundings on either side: 2 gamma(4) |x| */
+    double *bx = bnew(n);
+    for (size_t i = 0; i < n; i++)
+        bx[i] = 2 * tu_gamma(4) * fabs(x->h[i]);
     memcpy(b, x->h, n * sizeof(float));
-    cr_expect_eq(compare("x", x->h, b, 1, n, 0, n, FP32, msg, sizeof msg), 0.0, "%s", msg);
-    b[100] *= 1.0f + 3e-4f;
-    cr_expect_gt(compare("x", x->h, b, 1, n, 0, n, FP32, msg, sizeof msg), 1.0,
-                 "a 3e-4 relative change went unnoticed");
+    cr_expect_eq(compare("x", x->h, b, 1, n, 0, n, bx, msg, sizeof msg), 0.0, "%s", msg);
+    b[100] *= 1.0f + 3e-6f;
+    cr_expect_gt(compare("x", x->h, b, 1, n, 0, n, bx, msg, sizeof msg), 1.0,
+                 "a 3e-6 relative change went unnoticed");
     cr_expect(strstr(msg, "[100]") != NULL, "the worst element is not the changed one: %s", msg);
     b[100] = x->h[100];
     b[n - 1] = NAN;
-    cr_expect_gt(compare("x", x->h, b, 1, n, 0, n, FP32, msg, sizeof msg), 1.0,
+    cr_expect_gt(compare("x", x->h, b, 1, n, 0, n, bx, msg, sizeof msg), 1.0,
                  "a NaN went unnoticed");
     free(b);
     /* dW += dout^T x run as dW = dout^T x */
     int N = 13, in = 72, outd = 37;
     tp *xi = rnd((size_t)N * in, -1, 1), *W = rnd((size_t)outd * in, -1, 1);
     tp *dout = rnd((size_t)N * outd, -1, 1), *dW = rnd((size_t)outd * in, -1, 1);
+    double *bo, *bdx, *bdw;
+    matmul_bounds(xi, W, dout, NULL, dW->h, N, in, outd, 0, &bo, &bdx, &bdw);
     A->matmul_bwd(NULL, dW->a, dout->a, xi->a, W->a, N, in, outd);
     A->zero(dW->b, dW->n * sizeof(float));
     A->matmul_bwd(NULL, dW->b, dout->b, xi->b, W->b, N, in, outd);
-    cr_expect_gt(measure("dW", dW, 1, dW->n, 0, dW->n, FP32, msg, sizeof msg), 1.0,
+    cr_expect_gt(measure("dW", dW, 1, dW->n, 0, dW->n, bdw, msg, sizeof msg), 1.0,
                  "an overwriting backward went unnoticed");
     release();
     B = saveB;
@@ -376,32 +425,40 @@ Test(backend_ops, elementwise)
         size_t n = sizes[k];
         at("elementwise n=%zu", n);
         tp *x = rnd(n, -2, 2), *y = junk(n), *z = rnd(n, -2, 2), *w = rnd(n, -2, 2);
+        /* a copy, and one correctly rounded add or product per element (no
+         * result here is subnormal, which only the CPU would flush): equal */
         BOTH be->copy(D(y), D(x), n);
-        check("copy y", y);
+        check_eq("copy y", y);
         BOTH be->add(D(z), D(x), n);
-        check("add y", z);
+        check_eq("add y", z);
         BOTH be->scale(D(w), -0.37f, n);
-        check("scale y", w);
-        double s[2] = {0, 0};
+        check_eq("scale y", w);
+        double s[2] = {0, 0}, ss = 0;
         BOTH s[side_] = be->sumsq(D(x), n);
-        /* accumulated in double on both: only the float squares' rounding */
-        check_scalar("sumsq", s[0], s[1], 1e-6);
+        /* the n squares are exact in double; both add them in double, in
+         * other orders: each within gamma_d(n) of their sum */
+        for (size_t i = 0; i < n; i++)
+            ss += (double)x->h[i] * x->h[i];
+        check_scalar("sumsq", s[0], s[1], 2 * tu_gamma_d(n) * ss);
         release();
     }
 }
 
 /* ---- embedding ------------------------------------------------------- */
 
+/* The forward copies rows; the backward adds each token's row onto dwte in
+ * token order on both backends (the CUDA kernel after a stable sort by
+ * token): the same float additions in the same order, so equal. */
 static void embedding_case(int N, int d, int V)
 {
     at("embedding N=%d d=%d V=%d", N, d, V);
     tp *tok = ints(N, V), *wte = rnd((size_t)V * d, -1, 1), *out = junk((size_t)N * d);
     BOTH be->embedding_fwd(D(out), DI(tok), D(wte), N, d);
-    check("embedding_fwd out", out);
+    check_eq("embedding_fwd out", out);
     /* repeated tokens (V < N) accumulate into the same row */
     tp *dout = rnd((size_t)N * d, -1, 1), *dwte = rnd((size_t)V * d, -1, 1);
     BOTH be->embedding_bwd(D(dwte), D(dout), DI(tok), N, d);
-    check("embedding_bwd dwte", dwte);
+    check_eq("embedding_bwd dwte", dwte);
     release();
 }
 
@@ -416,23 +473,69 @@ Test(backend_ops, embedding)
 
 /* ---- RMSNorm --------------------------------------------------------- */
 
+/* Bounds of the backward with r the given rstd (both backends read the
+ * same floats):
+ * - dx_j (+= onto base_j, or = with base NULL) = r (g_j dout_j - x_j r m),
+ *   m = sum_q g_q dout_q x_q r / d: the d-term sum of two-rounding
+ *   products, then / d and the products with r (the CPU rounds x r first,
+ *   the CUDA kernel scales the sum: the same count), the subtraction, the
+ *   += : within gamma(d + 10) (r |g_j dout_j| + r^2 |x_j| S / d + |base_j|),
+ *   S = sum_q |g_q dout_q x_q|;
+ * - dg_j += sum_i dout_ij x_ij r_i: N terms of two roundings, in partials
+ *   of any grouping (float or double), the += : within
+ *   gamma(N + 4) (sum_i |dout_ij x_ij| r_i + |base_j|).
+ * Each backend's bound once: bx and bg get twice these. */
+static void rmsnorm_bwd_bounds(const float *dout, const float *x, const float *g, const float *r,
+                               const float *base, const float *gbase, int N, int d, double *bx, double *bg)
+{
+    for (int q = 0; q < d; q++)
+        bg[q] = fabs(gbase[q]);
+    for (int i = 0; i < N; i++) {
+        const float *xi = x + (size_t)i * d, *di = dout + (size_t)i * d;
+        double S = 0, ri = r[i];
+        for (int q = 0; q < d; q++) {
+            S += fabs((double)g[q] * di[q] * xi[q]);
+            bg[q] += fabs((double)di[q] * xi[q]) * ri;
+        }
+        for (int q = 0; q < d; q++) {
+            size_t o = (size_t)i * d + q;
+            double M = ri * fabs((double)g[q] * di[q]) + ri * ri * fabs(xi[q]) * S / d + (base ? fabs(base[o]) : 0);
+            bx[o] = 2 * tu_gamma(d + 10) * M;
+        }
+    }
+    for (int q = 0; q < d; q++)
+        bg[q] *= 2 * tu_gamma(N + 4);
+}
+
 static void rmsnorm_case(int N, int d)
 {
     at("rmsnorm N=%d d=%d", N, d);
     size_t nd = (size_t)N * d;
     tp *x = rnd(nd, -2, 2), *g = rnd(d, 0.5f, 1.5f), *out = junk(nd), *rstd = junk(N);
     BOTH be->rmsnorm_fwd(D(out), D(rstd), D(x), D(g), N, d);
-    check("rmsnorm_fwd out", out);
-    check("rmsnorm_fwd rstd", rstd);
+    /* rstd within RSTD_REL(d) on each side, out = x rstd g two roundings
+     * more (the extra u: the bound's use of A's values for the exact ones) */
+    float *ra = res_a(rstd), *oa = res_a(out);
+    double *bo = bnew(nd), *br = bnew(N);
+    for (int i = 0; i < N; i++)
+        br[i] = 2 * (RSTD_REL(d) + U) * fabs(ra[i]);
+    for (size_t i = 0; i < nd; i++)
+        bo[i] = 2 * (RSTD_REL(d) + tu_gamma(3)) * fabs(oa[i]);
+    check("rmsnorm_fwd out", out, bo);
+    check("rmsnorm_fwd rstd", rstd, br);
     take(rstd);
     tp *dout = rnd(nd, -1, 1), *dx = rnd(nd, -1, 1), *dg = rnd(d, -1, 1);
+    double *bx = bnew(nd), *bg = bnew(d);
+    rmsnorm_bwd_bounds(dout->h, x->h, g->h, rstd->h, dx->h, dg->h, N, d, bx, bg);
     BOTH be->rmsnorm_bwd(D(dx), D(dg), D(dout), D(x), D(g), D(rstd), 0, N, d);
-    check("rmsnorm_bwd dx", dx);
-    check("rmsnorm_bwd dg", dg);
+    check("rmsnorm_bwd dx", dx, bx);
+    check("rmsnorm_bwd dg", dg, bg);
+    take(dg); /* the overwrite runs from A's dg on both */
     tp *ox = junk(nd);
+    rmsnorm_bwd_bounds(dout->h, x->h, g->h, rstd->h, NULL, dg->h, N, d, bx, bg);
     BOTH be->rmsnorm_bwd(D(ox), D(dg), D(dout), D(x), D(g), D(rstd), 1, N, d);
-    check("rmsnorm_bwd (overwrite) dx", ox);
-    check("rmsnorm_bwd (overwrite) dg", dg);
+    check("rmsnorm_bwd (overwrite) dx", ox, bx);
+    check("rmsnorm_bwd (overwrite) dg", dg, bg);
     release();
 }
 
@@ -447,36 +550,81 @@ Test(backend_ops, rmsnorm)
 
 /* ---- matmul ---------------------------------------------------------- */
 
-/* bf16 products: inputs rounded to 8 significant bits (relative error up
- * to 2^-9 each, so ~1.6e-3 rms per product), accumulated in fp32: the
- * error of an output is ~1.6e-3 of the output's RMS whatever K (K terms
- * with independent errors against a sum of K terms), ~8e-3 at the worst of
- * 5e5 elements (5 sigma).  Bound: 3e-2 of the RMS plus 1e-2 relative;
- * sgemm on bf16-rounded inputs against fp32 reaches 0.3 of it at these
- * shapes.  A wrong product is off by O(1). */
-static const tol BF16 = {1e-2, 3e-2};
+/* bf16 products (set_bf16(1)): each input rounded to bf16, 8 significant
+ * bits, within 2^-7 relative whichever way cuBLAS rounds, so each product
+ * within (1 + 2^-7)^2 - 1 = 2^-6 + 2^-14 relative of fp32's; the sums stay
+ * fp32.  A wrong product is off by the size of the output. */
+#define RHO_BF16 (0x1p-6 + 0x1p-14)
+
+/* Bounds of the three products, from their terms' magnitudes, summed by
+ * A's own sgemm on absolute values (positive terms: within gamma(K) of
+ * their exact sum, the factor 1 + gamma(K)):
+ *   out = x W^T (K = in), dx += dout W (K = outd), dW += dout^T x (K = N).
+ * An output is a K-term sum (+= : the base one more term) in any order,
+ * within gamma(K + 1) of its terms' magnitudes on each backend; B's
+ * products with bf16 inputs rho more (0 in fp32):
+ *   bnd = (2 gamma(K + 1) + rho) (1 + gamma(K)) (sum_k |t_k| + |base|).
+ * dx0, dW0: the bases (NULL: none); bo, bx, bw: the bounds. */
+static void matmul_bounds(tp *x, tp *W, tp *dout, const float *dx0, const float *dW0, int N, int in, int outd,
+                          double rho, double **bo, double **bx, double **bw)
+{
+    size_t no = (size_t)N * outd, nx = (size_t)N * in, nw = (size_t)outd * in;
+    float *ax = A->alloc(nx * sizeof(float)), *aw = A->alloc(nw * sizeof(float));
+    float *ad = A->alloc(no * sizeof(float)), *ao = A->alloc(no * sizeof(float));
+    float *adx = A->alloc(nx * sizeof(float)), *adw = A->alloc(nw * sizeof(float));
+    float *h = malloc((nx > nw ? (nx > no ? nx : no) : (nw > no ? nw : no)) * sizeof(float));
+    for (size_t i = 0; i < nx; i++)
+        h[i] = fabsf(x->h[i]);
+    A->upload(ax, h, nx * sizeof(float));
+    for (size_t i = 0; i < nw; i++)
+        h[i] = fabsf(W->h[i]);
+    A->upload(aw, h, nw * sizeof(float));
+    for (size_t i = 0; i < no; i++)
+        h[i] = fabsf(dout->h[i]);
+    A->upload(ad, h, no * sizeof(float));
+    A->matmul_fwd(ao, ax, aw, N, in, outd);
+    A->matmul_bwd(adx, adw, ad, ax, aw, N, in, outd);
+    *bo = bnew(no), *bx = bnew(nx), *bw = bnew(nw);
+    double co = (2 * tu_gamma(in + 1) + rho) * (1 + tu_gamma(in));
+    double cx = (2 * tu_gamma(outd + 1) + rho) * (1 + tu_gamma(outd));
+    double cw = (2 * tu_gamma(N + 1) + rho) * (1 + tu_gamma(N));
+    A->download(h, ao, no * sizeof(float));
+    for (size_t i = 0; i < no; i++)
+        (*bo)[i] = co * h[i];
+    A->download(h, adx, nx * sizeof(float));
+    for (size_t i = 0; i < nx; i++)
+        (*bx)[i] = cx * (h[i] + (dx0 ? fabs(dx0[i]) : 0));
+    A->download(h, adw, nw * sizeof(float));
+    for (size_t i = 0; i < nw; i++)
+        (*bw)[i] = cw * (h[i] + (dW0 ? fabs(dW0[i]) : 0));
+    A->free(ax), A->free(aw), A->free(ad), A->free(ao), A->free(adx), A->free(adw);
+    free(h);
+}
 
 static void matmul_case(int N, int in, int outd, int bf16)
 {
     at("matmul%s N=%d in=%d out=%d", bf16 ? " bf16" : "", N, in, outd);
-    tol t = bf16 ? BF16 : FP32;
+    double rho = bf16 ? RHO_BF16 : 0;
     tp *x = rnd((size_t)N * in, -1, 1), *W = rnd((size_t)outd * in, -1, 1);
     tp *out = junk((size_t)N * outd);
-    BOTH be->matmul_fwd(D(out), D(x), D(W), N, in, outd);
-    check_tol("matmul_fwd out", out, t);
-    if (bf16 && !b_is_cpu && N * in > 1000) {
-        /* the bf16 path is taken: B is off by more than fp32 rounding */
-        char msg[1024];
-        double q = measure("out", out, 1, out->n, 0, out->n, (tol){0, 1e-5}, msg, sizeof msg);
-        cr_expect_gt(q, 1.0, "%s: set_bf16(1) gives fp32 results", ctx);
-    }
     tp *dout = rnd((size_t)N * outd, -1, 1), *dx = rnd((size_t)N * in, -1, 1);
     tp *dW = rnd((size_t)outd * in, -1, 1), *dW2 = dup_tp(dW);
+    double *bo, *bx, *bw, *bo32, *bx32, *bw32;
+    matmul_bounds(x, W, dout, dx->h, dW->h, N, in, outd, rho, &bo, &bx, &bw);
+    matmul_bounds(x, W, dout, dx->h, dW->h, N, in, outd, 0, &bo32, &bx32, &bw32);
+    BOTH be->matmul_fwd(D(out), D(x), D(W), N, in, outd);
+    check("matmul_fwd out", out, bo);
+    if (bf16 && !b_is_cpu && N * in > 1000) {
+        /* the bf16 path is taken: B is off by more than fp32 allows */
+        char msg[1024];
+        double q = measure("out", out, 1, out->n, 0, out->n, bo32, msg, sizeof msg);
+        cr_expect_gt(q, 1.0, "%s: set_bf16(1) gives fp32 results", ctx);
+    }
     BOTH be->matmul_bwd(D(dx), D(dW), D(dout), D(x), D(W), N, in, outd);
-    check_tol("matmul_bwd dx", dx, t);
-    check_tol("matmul_bwd dW", dW, t);
+    check("matmul_bwd dx", dx, bx);
+    check("matmul_bwd dW", dW, bw);
     BOTH be->matmul_bwd(NULL, D(dW2), D(dout), D(x), D(W), N, in, outd);
-    check_tol("matmul_bwd (dx NULL) dW", dW2, t);
+    check("matmul_bwd (dx NULL) dW", dW2, bw);
     release();
 }
 
@@ -491,12 +639,7 @@ Test(backend_ops, matmul)
     matmul_case(1024, 512, 257, 0);
 }
 
-static void attention_case(int Bn, int T, int nh, int hd, tol t);
-
-/* Attention's products run in bf16 too (logits, att v and the backward's):
- * a bf16 emulation of the op reaches 0.3 of this bound at T = 512, where
- * att v averages hundreds of rounded terms. */
-static const tol BF16_ATT = {5e-2, 0.2};
+static void attention_case(int Bn, int T, int nh, int hd, int bf16);
 
 /* set_bf16(1): matrix products (linear layers and attention's) in bf16 */
 Test(backend_ops, matmul_bf16)
@@ -511,9 +654,9 @@ Test(backend_ops, matmul_bf16)
     matmul_case(37, 20, 96, 1);
     matmul_case(1, 5, 3, 1);
     matmul_case(1024, 512, 512, 1);
-    attention_case(2, 13, 3, 8, BF16_ATT);
-    attention_case(1, 70, 1, 72, BF16_ATT);
-    attention_case(2, 512, 8, 64, BF16_ATT);
+    attention_case(2, 13, 3, 8, 1);
+    attention_case(1, 70, 1, 72, 1);
+    attention_case(2, 512, 8, 64, 1);
     cr_assert_eq(B->set_bf16(0), 0);
     /* and back to fp32 */
     matmul_case(37, 72, 13, 0);
@@ -521,21 +664,42 @@ Test(backend_ops, matmul_bf16)
 
 /* ---- rotary ---------------------------------------------------------- */
 
-/* fp32, but the angle t*freq of a float computation is off by ~t 2^-24
- * radians (6e-5 at t = 1023) where the CPU's table is built in double: the
- * bound is twice the fp32 one. */
-static const tol ROPE = {2e-4, 2e-4};
+/* Rotary bounds for rows of nh heads of hd at positions pos(row): both
+ * backends round cos a and sin a of the same double angle to float (u
+ * each), then x0 c -/+ x1 s takes two products and a sum: each within
+ * gamma(4) (|x0 cos a| + |x1 sin a|) (the extra u of gamma(5): the host's
+ * own angle and the double cos, sin of either side, far below u). */
+static double *rope_bounds(const float *x, int rows, int nh, int hd, int T, int pos0)
+{
+    int h2 = hd / 2;
+    double *bnd = bnew((size_t)rows * nh * hd);
+    for (int row = 0; row < rows; row++) {
+        int t = T ? row % T : pos0 + row;
+        for (int h = 0; h < nh; h++) {
+            size_t o = ((size_t)row * nh + h) * hd;
+            for (int j = 0; j < h2; j++) {
+                double a = t * pow(10000.0, -2.0 * j / hd), c = fabs(cos(a)), sn = fabs(sin(a));
+                double x0 = fabs(x[o + j]), x1 = fabs(x[o + j + h2]);
+                bnd[o + j] = 2 * tu_gamma(5) * (x0 * c + x1 * sn);
+                bnd[o + j + h2] = 2 * tu_gamma(5) * (x0 * sn + x1 * c);
+            }
+        }
+    }
+    return bnd;
+}
 
 static void rope_case(int Bn, int T, int nh, int hd)
 {
     at("rope B=%d T=%d nh=%d hd=%d", Bn, T, nh, hd);
     size_t n = (size_t)Bn * T * nh * hd;
     tp *x = rnd(n, -2, 2);
+    double *bx = rope_bounds(x->h, Bn * T, nh, hd, T, 0);
     BOTH be->rope_fwd(D(x), Bn, T, nh, hd);
-    check_tol("rope_fwd x", x, ROPE);
+    check("rope_fwd x", x, bx);
     tp *dx = rnd(n, -2, 2);
+    double *bd = rope_bounds(dx->h, Bn * T, nh, hd, T, 0);
     BOTH be->rope_bwd(D(dx), Bn, T, nh, hd);
-    check_tol("rope_bwd dx", dx, ROPE);
+    check("rope_bwd dx", dx, bd);
     release();
 }
 
@@ -552,58 +716,185 @@ Test(backend_ops, rope)
 
 /* ---- attention ------------------------------------------------------- */
 
-static void attention_case(int Bn, int T, int nh, int hd, tol t)
+/* Bounds of causal attention, per head, from q, k, v (rows of nh heads of
+ * hd, ld C = nh hd), query rows i = 0..n-1 at positions pos0 + i over Tk
+ * keys (attention_fwd: n = Tk = T, pos0 = 0); rho: B's products' bf16
+ * rounding (0: fp32; A's always 0).  With sc = 1/sqrt(hd) and
+ * S_ic = sc sum_j |q_ij k_cj| (|s_ic| <= S_ic), S_i = max_(c <= pos0+i):
+ * - logits s = sc q.k: hd terms, the scale (alpha of the product) and the
+ *   scale's own two roundings: within (gamma(hd + 3) + rho) S_ic;
+ * - att = softmax over the row's t + 1 = pos0 + i + 1 logits: twice the
+ *   logits' largest error, the exps' arguments s - max rounded (u 2 S_i)
+ *   and the exps (U_EXP), in numerator and sum, the (t + 1)-term sum, 1/sum
+ *   and the product:
+ *       e_i = 2 (gamma(hd + 3) + rho) S_i + 4 u S_i + 2 U_EXP + gamma(t + 3)
+ *   relative, per backend;
+ * - y = att v: Tk terms (CUDA adds the masked zeros, exactly) with att's
+ *   error: within (e_i + gamma(Tk + 1) + rho) sum_c att_ic |v_cj|.
+ * The backward (bw, n = Tk = T), at the forward's att as given (A's, read
+ * by both), with P_tc = sum_j |dy_tj v_cj|, Q_t = sum_c att_tc P_tc and
+ * DS_tc = sc att_tc (P_tc + Q_t) (|ds_tc| <= DS_tc):
+ * - ds = att (dA - sum_c dA att) sc: dA an hd-term product (+ rho), the
+ *   T-term dot, the subtraction, two products and sc's roundings: within
+ *   e_ds = gamma(T + hd + 5) + rho of DS;
+ * - dv = att^T dy: within (gamma(T + 1) + rho) sum_t att_tc |dy_tj|;
+ * - dq = ds k, dk = ds^T q: T terms with ds's error: within
+ *   (gamma(T + 1) + rho + e_ds) sum_c DS_tc |k_cj| (and with q).
+ * Each array gets A's bound plus B's. */
+typedef struct {
+    double *y, *att, *dq, *dk, *dv;
+} att_bnd;
+
+static void attention_bounds(att_bnd *b, const float *q, const float *k, const float *v, const float *dy,
+                             const float *att, int Bn, int n, int pos0, int nh, int hd, double rho)
 {
-    at("attention%s B=%d T=%d nh=%d hd=%d", t.arms > FP32.arms ? " bf16" : "", Bn, T, nh, hd);
+    int Tk = pos0 + n, C = nh * hd;
+    double sc = 1.0 / sqrt((double)hd);
+    size_t nq = (size_t)Bn * n * C, nk = (size_t)Bn * Tk * C;
+    b->y = bnew(nq), b->att = bnew((size_t)Bn * nh * n * Tk), b->dq = b->dk = b->dv = NULL;
+    if (dy)
+        b->dq = bnew(nq), b->dk = bnew(nk), b->dv = bnew(nk);
+    double *S = malloc((size_t)Tk * sizeof(double)), *al = malloc((size_t)Tk * sizeof(double));
+    double *DS = dy ? malloc((size_t)n * Tk * sizeof(double)) : NULL;
+    for (int bb = 0; bb < Bn; bb++)
+        for (int h = 0; h < nh; h++) {
+#define QX(i, j) ((((size_t)bb * n + (i)) * C) + (size_t)h * hd + (j))
+#define KX(c, j) ((((size_t)bb * Tk + (c)) * C) + (size_t)h * hd + (j))
+            /* attention_decode's att is nh x n x Tk (B = 1), attention_fwd's B x nh x T x T */
+            double *ba = b->att + ((size_t)bb * nh + h) * n * Tk;
+            for (int i = 0; i < n; i++) {
+                int t = pos0 + i;
+                double mx = -INFINITY, Si = 0, sum = 0;
+                for (int c = 0; c <= t; c++) {
+                    double s = 0, a = 0;
+                    for (int j = 0; j < hd; j++) {
+                        s += (double)q[QX(i, j)] * k[KX(c, j)];
+                        a += fabs((double)q[QX(i, j)] * k[KX(c, j)]);
+                    }
+                    al[c] = sc * s, S[c] = sc * a;
+                    mx = fmax(mx, al[c]), Si = fmax(Si, S[c]);
+                }
+                for (int c = 0; c <= t; c++)
+                    sum += al[c] = exp(al[c] - mx);
+                double e0 = 2 * tu_gamma(hd + 3) * Si + 4 * U * Si + 2 * U_EXP + tu_gamma(t + 3);
+                double e1 = e0 + 2 * rho * Si;
+                for (int c = 0; c <= t; c++) {
+                    al[c] /= sum;
+                    ba[(size_t)i * Tk + c] = (e0 + e1) * al[c];
+                }
+                double cy = e0 + e1 + 2 * tu_gamma(Tk + 1) + rho;
+                for (int j = 0; j < hd; j++) {
+                    double m = 0;
+                    for (int c = 0; c <= t; c++)
+                        m += al[c] * fabs(v[KX(c, j)]);
+                    b->y[QX(i, j)] = cy * m;
+                }
+            }
+            if (!dy)
+                continue;
+            /* the backward, at the given att (n = Tk = T, pos0 = 0) */
+            const float *A_ = att + ((size_t)bb * nh + h) * n * Tk;
+            int T = n;
+            double eb = 2 * tu_gamma(T + hd + 5) + rho; /* e_ds of A plus B's */
+            for (int t = 0; t < T; t++) {
+                double Q = 0;
+                for (int c = 0; c <= t; c++) {
+                    double P = 0;
+                    for (int j = 0; j < hd; j++)
+                        P += fabs((double)dy[QX(t, j)] * v[KX(c, j)]);
+                    DS[(size_t)t * T + c] = P;
+                    Q += A_[(size_t)t * T + c] * P;
+                }
+                for (int c = 0; c <= t; c++)
+                    DS[(size_t)t * T + c] = sc * A_[(size_t)t * T + c] * (DS[(size_t)t * T + c] + Q);
+            }
+            double cv = 2 * tu_gamma(T + 1) + rho, cqk = cv + eb;
+            for (int t = 0; t < T; t++)
+                for (int j = 0; j < hd; j++) {
+                    double mq = 0, mk = 0, mv = 0;
+                    for (int c = 0; c <= t; c++)
+                        mq += DS[(size_t)t * T + c] * fabs(k[KX(c, j)]);
+                    for (int r = t; r < T; r++) {
+                        mk += DS[(size_t)r * T + t] * fabs(q[QX(r, j)]);
+                        mv += A_[(size_t)r * T + t] * fabs(dy[QX(r, j)]);
+                    }
+                    b->dq[QX(t, j)] = cqk * mq;
+                    b->dk[KX(t, j)] = cqk * mk;
+                    b->dv[KX(t, j)] = cv * mv;
+                }
+#undef QX
+#undef KX
+        }
+    free(S), free(al), free(DS);
+}
+
+static void attention_case(int Bn, int T, int nh, int hd, int bf16)
+{
+    at("attention%s B=%d T=%d nh=%d hd=%d", bf16 ? " bf16" : "", Bn, T, nh, hd);
+    double rho = bf16 ? RHO_BF16 : 0;
     size_t n = (size_t)Bn * T * nh * hd, na = (size_t)Bn * nh * T * T;
     tp *q = rnd(n, -1.5f, 1.5f), *k = rnd(n, -1.5f, 1.5f), *v = rnd(n, -1, 1);
     tp *y = junk(n), *att = junk(na);
+    att_bnd bf, bb;
+    attention_bounds(&bf, q->h, k->h, v->h, NULL, NULL, Bn, T, 0, nh, hd, rho);
     BOTH be->attention_fwd(D(y), D(att), D(q), D(k), D(v), Bn, T, nh, hd);
-    check_tol("attention_fwd y", y, t);
-    check_tol("attention_fwd att", att, t); /* zeros above the diagonal included */
+    check("attention_fwd y", y, bf.y);
+    check("attention_fwd att", att, bf.att); /* zeros above the diagonal included */
     take(att);
     tp *dy = rnd(n, -1, 1), *dq = junk(n), *dk = junk(n), *dv = junk(n), *datt = junk(na);
+    attention_bounds(&bb, q->h, k->h, v->h, dy->h, att->h, Bn, T, 0, nh, hd, rho);
     BOTH be->attention_bwd(D(dq), D(dk), D(dv), D(datt), D(dy), D(att), D(q), D(k), D(v), Bn,
                            T, nh, hd);
-    check_tol("attention_bwd dq", dq, t);
-    check_tol("attention_bwd dk", dk, t);
-    check_tol("attention_bwd dv", dv, t);
+    check("attention_bwd dq", dq, bb.dq);
+    check("attention_bwd dk", dk, bb.dk);
+    check("attention_bwd dv", dv, bb.dv);
     release();
 }
 
 Test(backend_ops, attention)
 {
     NEED_B();
-    attention_case(2, 13, 3, 8, FP32);
-    attention_case(1, 37, 2, 24, FP32);
-    attention_case(1, 1, 2, 4, FP32);
-    attention_case(1, 70, 1, 72, FP32);
-    attention_case(2, 512, 8, 64, FP32);
+    attention_case(2, 13, 3, 8, 0);
+    attention_case(1, 37, 2, 24, 0);
+    attention_case(1, 1, 2, 4, 0);
+    attention_case(1, 70, 1, 72, 0);
+    attention_case(2, 512, 8, 64, 0);
 }
 
 /* ---- incremental decoding: rotary at positions, attention on a cache -- */
 
 /* n new rows at positions pos0..pos0+n-1 of a cache of Tk = pos0+n rows.
- * rope_fwd_at: both backends take the angle in double (fp32's bound).
- * attention_decode: y and the probabilities, from garbage (both "=").
- * matvec_fwd: a decoding step's linear layer, in = nh*hd. */
+ * rope_fwd_at: both backends take the angle in double (rope_bounds).
+ * attention_decode: y and the probabilities, from garbage (both "=";
+ * attention_bounds with the n query rows at pos0..).
+ * matvec_fwd: a decoding step's linear layer, in = nh*hd: an in-term sum
+ * on either side (sgemv, cuBLAS), 2 gamma(in + 1) sum_k |W_ok x_k|. */
 static void decode_case(int n, int pos0, int nh, int hd)
 {
     at("decode n=%d pos0=%d nh=%d hd=%d", n, pos0, nh, hd);
     int C = nh * hd, Tk = pos0 + n;
     tp *x = rnd((size_t)n * C, -2, 2);
+    double *bx = rope_bounds(x->h, n, nh, hd, 0, pos0);
     BOTH be->rope_fwd_at(D(x), n, pos0, nh, hd);
-    check("rope_fwd_at x", x);
+    check("rope_fwd_at x", x, bx);
     tp *q = rnd((size_t)n * C, -1.5f, 1.5f), *k = rnd((size_t)Tk * C, -1.5f, 1.5f);
     tp *v = rnd((size_t)Tk * C, -1, 1), *y = junk((size_t)n * C), *att = junk((size_t)nh * n * Tk);
+    att_bnd ba;
+    attention_bounds(&ba, q->h, k->h, v->h, NULL, NULL, 1, n, pos0, nh, hd, 0);
     BOTH be->attention_decode(D(y), D(att), D(q), D(k), D(v), n, pos0, nh, hd);
-    check("attention_decode y", y);
-    check("attention_decode att", att); /* zeros right of the diagonal included */
+    check("attention_decode y", y, ba.y);
+    check("attention_decode att", att, ba.att); /* zeros right of the diagonal included */
     /* one token's linear layer: out = W x, into garbage */
     int outd = 3 * hd + 1;
     tp *W = rnd((size_t)outd * C, -1, 1), *xv = rnd((size_t)C, -1, 1), *o = junk((size_t)outd);
+    double *bo = bnew(outd);
+    for (int r = 0; r < outd; r++) {
+        for (int j = 0; j < C; j++)
+            bo[r] += fabs((double)W->h[(size_t)r * C + j] * xv->h[j]);
+        bo[r] *= 2 * tu_gamma(C + 1);
+    }
     BOTH be->matvec_fwd(D(o), D(xv), D(W), C, outd);
-    check("matvec_fwd out", o);
+    check("matvec_fwd out", o, bo);
     release();
 }
 
@@ -620,16 +911,32 @@ Test(backend_ops, decode)
 
 /* ---- SwiGLU ---------------------------------------------------------- */
 
+/* With sg = sigmoid(a) = 1/(1 + exp(-a)): its exp's error is damped by
+ * exp(-a)/(1 + exp(-a)) <= 1, the sum and the reciprocal add u each, so
+ * sg is within U_EXP + gamma(2) relative on each backend.
+ * - out = a sg up: two products more: (U_EXP + gamma(4)) |out|;
+ * - dup = dout a sg: the same;
+ * - dgate = dout up sg F, F = 1 + a (1 - sg): F carries sg's error times
+ *   |a| and three roundings, within (U_EXP + gamma(3)) (1 + |a|); with
+ *   sg's and three products: (2 U_EXP + gamma(8)) |dout up sg| (1 + |a|).
+ * Each backend once, so twice these (one u more for second-order terms). */
 static void swiglu_case(size_t n)
 {
     at("swiglu n=%zu", n);
     tp *gate = rnd(n, -5, 5), *up = rnd(n, -2, 2), *out = junk(n);
-    BOTH be->swiglu_fwd(D(out), D(gate), D(up), n);
-    check("swiglu_fwd out", out);
     tp *dout = rnd(n, -1, 1), *dgate = junk(n), *dup = junk(n);
+    double *bo = bnew(n), *bg = bnew(n), *bu = bnew(n);
+    for (size_t i = 0; i < n; i++) {
+        double a = gate->h[i], sg = 1 / (1 + exp(-a)), go = fabs(dout->h[i]), u = fabs(up->h[i]);
+        bo[i] = 2 * (U_EXP + tu_gamma(5)) * fabs(a * sg) * u;
+        bu[i] = 2 * (U_EXP + tu_gamma(5)) * go * fabs(a * sg);
+        bg[i] = 2 * (2 * U_EXP + tu_gamma(9)) * go * u * sg * (1 + fabs(a));
+    }
+    BOTH be->swiglu_fwd(D(out), D(gate), D(up), n);
+    check("swiglu_fwd out", out, bo);
     BOTH be->swiglu_bwd(D(dgate), D(dup), D(dout), D(gate), D(up), n);
-    check("swiglu_bwd dgate", dgate);
-    check("swiglu_bwd dup", dup);
+    check("swiglu_bwd dgate", dgate, bg);
+    check("swiglu_bwd dup", dup, bu);
     release();
 }
 
@@ -643,23 +950,53 @@ Test(backend_ops, swiglu)
 
 /* ---- cross-entropy --------------------------------------------------- */
 
+/* Per row, on each backend: e_c = exp(z_c - max) in float, within
+ * U_EXP + u |z_c - max| relative (the argument's rounding); their sum in
+ * double within the mean of those, weighted by p (eb), plus gamma_d(V);
+ * p_c = e_c (float)(1/sum): two roundings more:
+ *     |dp_c| <= (U_EXP + u |z_c - max| + eb + gamma(2) + gamma_d(V + 1)) p_c;
+ * loss = log(sum) - (z_t - max) (double) rounded to float: log's argument
+ * within eb + gamma_d(V), so the loss within that plus gamma_d(4) (1 + |loss|)
+ * and u |loss|.  The summed loss: the N losses' bounds and the double sums
+ * of either side, 2 gamma_d(N) sum |loss|.  The backward, scale * p or
+ * scale * (p - 1) per element on both, is the same correctly rounded
+ * operations: equal. */
 static void xent_case(int N, int V)
 {
     at("xent N=%d V=%d", N, V);
     size_t nv = (size_t)N * V;
     tp *logits = rnd(nv, -6, 6), *tg = ints(N, V), *losses = junk(N), *probs = junk(nv);
+    double *bp = bnew(nv), *bl = bnew(N), btot = 0, ltot = 0;
+    for (int i = 0; i < N; i++) {
+        const float *z = logits->h + (size_t)i * V;
+        double mx = -INFINITY, sum = 0, eb = 0;
+        for (int c = 0; c < V; c++)
+            mx = fmax(mx, z[c]);
+        for (int c = 0; c < V; c++)
+            sum += exp(z[c] - mx);
+        for (int c = 0; c < V; c++)
+            eb += exp(z[c] - mx) / sum * (U_EXP + U * fabs(z[c] - mx));
+        eb += tu_gamma_d(V);
+        for (int c = 0; c < V; c++)
+            bp[(size_t)i * V + c] = 2 * (U_EXP + U * fabs(z[c] - mx) + eb + tu_gamma(2) + tu_gamma_d(V + 1)) *
+                                    exp(z[c] - mx) / sum;
+        double l = log(sum) - (z[((const int32_t *)tg->h)[i]] - mx);
+        bl[i] = 2 * (eb * (1 + eb) + tu_gamma_d(4) * (1 + fabs(l)) + U * fabs(l));
+        btot += bl[i], ltot += fabs(l);
+    }
+    btot += 2 * tu_gamma_d(N) * ltot;
     double s[2] = {0, 0};
     BOTH s[side_] = be->xent_fwd(D(losses), D(probs), D(logits), DI(tg), N, V);
-    check("xent_fwd losses", losses);
-    check("xent_fwd probs", probs);
-    check_scalar("xent_fwd sum", s[0], s[1], 1e-5);
+    check("xent_fwd losses", losses, bl);
+    check("xent_fwd probs", probs, bp);
+    check_scalar("xent_fwd sum", s[0], s[1], btot);
     take(probs);
     float scale = 1.0f / N;
     tp *dl = junk(nv), *inplace = dup_tp(probs);
     BOTH be->xent_bwd(D(dl), D(probs), DI(tg), scale, N, V);
-    check("xent_bwd dlogits", dl);
+    check_eq("xent_bwd dlogits", dl);
     BOTH be->xent_bwd(D(inplace), D(inplace), DI(tg), scale, N, V);
-    check("xent_bwd in place dlogits", inplace);
+    check_eq("xent_bwd in place dlogits", inplace);
     release();
 }
 
@@ -674,18 +1011,39 @@ Test(backend_ops, xent)
 
 /* ---- AdamW ----------------------------------------------------------- */
 
-/* p moves by ~lr = 1e-2 per step: its bound (2e-6 relative, a few ulp) is
- * 5000 times smaller than the update, so a wrong update term shows. */
-static const tol ADAM_P = {2e-6, 1e-6};
-
+/* The same float expression on both backends (the bias corrections bc1,
+ * bc2 computed on the host, in double, rounded alike), FMA-contracted or
+ * not; per element, each backend:
+ * - m = b1 m + (1 - b1) g gs (1 - b1 exact): within gamma(4) Mt,
+ *   Mt = b1 |m| + (1 - b1) |g gs|;
+ * - v = b2 v + (1 - b2) (g gs)^2, positive terms: within gamma(6) v;
+ * - p -= lr (mh / (sqrt(vh) + eps) + wd p), mh = m / bc1, vh = v / bc2:
+ *   mh within gamma(5) Mt / bc1; the denominator D within gamma(7)/2 + 2 u
+ *   relative (half of vh's, the root, the + eps); the quotient q, the sum
+ *   with wd p, the product with lr and the subtraction: within
+ *   lr (gamma(5) Mt / (bc1 D) + gamma(6) |q| + gamma(3) wd |p|) + u |p'|.
+ * Twice each (both backends). */
 static void adamw_case(size_t n, long t)
 {
     at("adamw n=%zu t=%ld", n, t);
     tp *p = rnd(n, -1, 1), *g = rnd(n, -1, 1), *m = rnd(n, -0.1f, 0.1f), *v = rnd(n, 1e-4f, 1e-2f);
-    BOTH be->adamw(D(p), D(g), D(m), D(v), n, 0.8f, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-    check_tol("adamw p", p, ADAM_P);
-    check("adamw m", m);
-    check("adamw v", v);
+    float gs = 0.8f, lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+    float bc1 = (float)(1.0 - pow((double)b1, (double)t)), bc2 = (float)(1.0 - pow((double)b2, (double)t));
+    double *bp = bnew(n), *bm = bnew(n), *bv = bnew(n);
+    for (size_t i = 0; i < n; i++) {
+        double gi = (double)g->h[i] * gs, Mt = b1 * fabs(m->h[i]) + (1 - (double)b1) * fabs(gi);
+        double mi = b1 * (double)m->h[i] + (1 - (double)b1) * gi;
+        double vi = b2 * (double)v->h[i] + (1 - (double)b2) * gi * gi;
+        double D = sqrt(vi / bc2) + eps, q = mi / bc1 / D, pn = p->h[i] - lr * (q + wd * (double)p->h[i]);
+        bm[i] = 2 * tu_gamma(4) * Mt;
+        bv[i] = 2 * tu_gamma(6) * vi;
+        bp[i] = 2 * (lr * (tu_gamma(5) * Mt / (bc1 * D) + tu_gamma(6) * fabs(q) + tu_gamma(3) * wd * fabs(p->h[i])) +
+                     U * fabs(pn));
+    }
+    BOTH be->adamw(D(p), D(g), D(m), D(v), n, gs, lr, b1, b2, eps, wd, t);
+    check("adamw p", p, bp);
+    check("adamw m", m, bm);
+    check("adamw v", v, bv);
     release();
 }
 
@@ -725,8 +1083,130 @@ static tp *queries(size_t n, int d)
     return rnd(n, -q, q);
 }
 
+/* ---- depth-attention bounds (one backend's; the checks add A's and B's) --
+ *
+ * A source x (a row of d) of a mixer with query u = w g (w without key
+ * norm: g NULL, r = 1) at one token: r = rstd(x), z = r (u.x),
+ * UX = sum_j |u_j x_j|, zeta = r UX >= |z|.  A backend's logit is within
+ * ez = (gamma(d + 2) + RSTD_REL(d)) zeta (u = w g rounded, the d-term dot,
+ * the product with r; r's own error; no RSTD_REL without key norm).
+ * Softmax weights over n logits with errors at most ezm, every logit, lse
+ * and LSE below Zl = max zeta + log n in magnitude, reached through at most
+ * ns exps or logs (one-phase CPU: 1; CUDA's online softmax: one per source
+ * and a rescale per new maximum; two phases: phase 1's and phase 2's exps
+ * and logs): a softmax moves by at most twice its logits' largest error,
+ * each exp or log adds U_EXP (a log 2 u |log| <= 2 u Zl) and its
+ * argument's rounding (a difference below 2 Zl), the sums of positive
+ * terms, products and divisions gamma(2n + 6):
+ *     sm_eps = 2 ezm + ns (U_EXP + 2 u (2 Zl + 1)) + gamma(2n + 6)
+ * relative.  A sigmoid weight: ez + U_EXP + gamma(2) (its exp's error is
+ * damped by exp(-z)/(1 + exp(-z)) <= 1). */
+typedef struct {
+    double r, z, UX, zeta, ez;
+} srcst;
+
+static void src_stat(srcst *st, const float *x, const double *u, int kn, int d)
+{
+    double ss = 0, dot = 0, a = 0;
+    for (int j = 0; j < d; j++) {
+        ss += (double)x[j] * x[j];
+        dot += u[j] * x[j];
+        a += fabs(u[j] * x[j]);
+    }
+    st->r = kn ? 1.0 / sqrt(ss / d + (double)AR_RMS_EPS) : 1.0;
+    st->z = st->r * dot, st->UX = a, st->zeta = st->r * a;
+    st->ez = (tu_gamma(d + 2) + (kn ? RSTD_REL(d) : 0)) * st->zeta;
+}
+
+static double sm_eps(double ezm, double Zl, int ns, int n)
+{
+    return 2 * ezm + ns * (U_EXP + 2 * U * (2 * Zl + 1)) + tu_gamma(2 * n + 6);
+}
+
+/* u = w g (w without g) in double */
+static double *query_u(const float *w, const float *g, int d)
+{
+    double *u = bnew(d);
+    for (int j = 0; j < d; j++)
+        u[j] = g ? (double)w[j] * g[j] : w[j];
+    return u;
+}
+
+/* One mixer's term for one source row x at one token, one backend:
+ *   dsrc_j += a dh_j + dl r u_j - dl (u.x) r^3 x_j / d    (r^3 term: key norm)
+ *   P_j += dl r x_j                                       (dw = g P, dg = w P)
+ * given |dl| <= DL, dl within edl, u.x within eux, dh within edh_j (NULL:
+ * exact).  es gets the term's error but for the roundings of forming it
+ * (at most 8 on each of its three parts: the callers' gamma(8) ms), ms the
+ * three parts' magnitudes; P, eP the same for P (two roundings: c1 = dl r,
+ * c1 x). */
+static void bwd_term(double *es, double *ms, double *P, double *eP, const float *x, const float *dh,
+                     const double *edh, const double *u, double a, double DL, double edl, double r, double UX,
+                     double eux, int kn, int d)
+{
+    double r3 = kn ? r * r * r / d : 0;
+    for (int j = 0; j < d; j++) {
+        double xj = fabs(x[j]), uj = fabs(u[j]);
+        double T = a * fabs(dh[j]) + DL * (r * uj + UX * r3 * xj);
+        ms[j] += T;
+        es[j] += (edh ? a * edh[j] : 0) + edl * (r * uj + UX * r3 * xj) + DL * r3 * xj * eux;
+        if (P) {
+            P[j] += DL * r * xj;
+            eP[j] += edl * r * xj + tu_gamma(2) * DL * r * xj;
+        }
+    }
+}
+
+/* u.x from a weight a and the lse it was formed with, as both backends'
+ * two-phase backwards may take it (the CPU's for rows over 256 floats,
+ * CUDA's always): (log a + lse) / r is z but for z's error ez, a's exp and
+ * its argument's rounding and the log and the sum (the lse's own error
+ * cancels: a was formed with it); sigmoid: (log a - log(1 - a)) / r, a's
+ * relative error (U_EXP + gamma(2)) amplified by 1/(1 - a).  Either side
+ * may take the d-term dot instead: eux counts both. */
+static double ux_err(double UX, double ez, double a, double Zl, double r, int sigmoid, int d)
+{
+    double e = tu_gamma(d + 2) * UX;
+    if (a <= 0)
+        return e;
+    if (sigmoid)
+        return e + (ez + (U_EXP + tu_gamma(2)) / (1 - a) + 2 * U * (fabs(log(a)) + fabs(log1p(-a)) + 1)) / r;
+    return e + (ez + U_EXP + 7 * U * Zl) / r;
+}
+
+/* dsrc (one backend): the terms' errors es, plus gamma(8) of their parts'
+ * magnitudes ms (their own roundings), plus their sum with the base in any
+ * order: m terms and the base, gamma(m + 1) (ms + |base|). */
+static void ds_bound(double *out, const double *es, const double *ms, const float *base, int m, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] += es[i] + tu_gamma(8) * ms[i] + tu_gamma(m + 1) * (ms[i] + (base ? fabs(base[i]) : 0));
+}
+
+/* dw (or dg) += c_j P_j, c = g (or w; 1 without key norm), P a sum of cnt
+ * terms in any grouping, onto base: one backend within
+ * |c_j| (eP_j + gamma(cnt) P_j) + u (|base_j| + |c_j| P_j) (the product
+ * and the +=) */
+static void dw_bound(double *out, const double *P, const double *eP, const float *c, const float *base, double cnt,
+                     int d)
+{
+    for (int j = 0; j < d; j++) {
+        double cj = c ? fabs(c[j]) : 1;
+        out[j] += cj * (eP[j] + tu_gamma(cnt) * P[j]) + tu_gamma(2) * (fabs(base[j]) + cj * P[j]);
+    }
+}
+
 /* repeat >= 0: dsrc[repeat] is dsrc[0]'s buffer (the op accumulates
- * repeated pointers in source order) */
+ * repeated pointers in source order).
+ * Forward, one backend: weights within eps = sm_eps(max ez, Zl, n + 2, n)
+ * (CUDA's online softmax: an exp per source and up to n - 1 rescales, then
+ * alpha's exp), h = sum_s alpha_s x_s within (eps + gamma(n + 2))
+ * sum_s alpha_s |x_s|, rstd within RSTD_REL(d).
+ * Backward, at A's alpha and rstd (read by both), with A_s = sum |dh x_s|,
+ * C = sum_s alpha_s A_s: dl_s = alpha_s (dh.x_s - sum_r alpha_r dh.x_r)
+ * within gamma(d + n + 2) DL_s, DL_s = alpha_s (A_s + C); u.x a d-term dot
+ * on both (gamma(d + 2) UX); three terms per source into dsrc, P over
+ * N n terms (bwd_term, ds_bound, dw_bound). */
 static void depth_attn_case(int n, int N, int d, int repeat)
 {
     at("depth_attn n=%d N=%d d=%d%s", n, N, d, repeat >= 0 ? " repeated dsrc" : "");
@@ -735,25 +1215,78 @@ static void depth_attn_case(int n, int N, int d, int repeat)
     sources(src, n, N, d);
     tp *w = queries(d, d), *g = rnd(d, 0.5f, 1.5f);
     tp *h = junk(nd), *alpha = junk((size_t)N * n), *rstd = junk((size_t)N * n);
+    double *u = query_u(w->h, g->h, d), *bh = bnew(nd), *ba = bnew((size_t)N * n), *br = bnew((size_t)N * n);
+    srcst st[MAXL];
+    for (int i = 0; i < N; i++) {
+        size_t o = (size_t)i * d;
+        double mx = -INFINITY, zm = 0, ezm = 0, sum = 0, al[MAXL];
+        for (int s = 0; s < n; s++) {
+            src_stat(&st[s], src[s]->h + o, u, 1, d);
+            mx = fmax(mx, st[s].z), zm = fmax(zm, st[s].zeta), ezm = fmax(ezm, st[s].ez);
+        }
+        for (int s = 0; s < n; s++)
+            sum += al[s] = exp(st[s].z - mx);
+        double eps = sm_eps(ezm, zm + log(n), n + 2, n);
+        for (int s = 0; s < n; s++) {
+            al[s] /= sum;
+            ba[(size_t)i * n + s] = 2 * eps * al[s];
+            br[(size_t)i * n + s] = 2 * (RSTD_REL(d) + U) * st[s].r;
+            for (int j = 0; j < d; j++)
+                bh[o + j] += 2 * (eps + tu_gamma(n + 2)) * al[s] * fabs(src[s]->h[o + j]);
+        }
+    }
     tl ls = list(src, n);
     BOTH be->depth_attn_fwd(D(h), D(alpha), D(rstd), CL(ls), n, D(w), D(g), N, d);
-    check("depth_attn_fwd h", h);
-    check("depth_attn_fwd alpha", alpha);
-    check("depth_attn_fwd rstd", rstd);
+    check("depth_attn_fwd h", h, bh);
+    check("depth_attn_fwd alpha", alpha, ba);
+    check("depth_attn_fwd rstd", rstd, br);
     take(alpha), take(rstd);
     for (int s = 0; s < n; s++)
         dsrc[s] = s == repeat ? dsrc[0] : rnd(nd, -1, 1);
     tp *dh = rnd(nd, -1, 1), *dw = rnd(d, -1, 1), *dg = rnd(d, -1, 1);
+    /* per buffer: its sources' terms (a repeated one: both sources') */
+    double *es[MAXL], *ms[MAXL], *P = bnew(d), *eP = bnew(d), *bd[MAXL], *bw = bnew(d), *bg = bnew(d);
+    int owner[MAXL], nt[MAXL] = {0};
+    for (int s = 0; s < n; s++) {
+        owner[s] = s == repeat ? 0 : s;
+        nt[owner[s]] += 3;
+        es[s] = bnew(nd), ms[s] = bnew(nd), bd[s] = bnew(nd);
+    }
+    for (int i = 0; i < N; i++) {
+        size_t o = (size_t)i * d;
+        const float *al = alpha->h + (size_t)i * n, *rs = rstd->h + (size_t)i * n;
+        double A[MAXL], C = 0;
+        for (int s = 0; s < n; s++) {
+            A[s] = 0;
+            for (int j = 0; j < d; j++)
+                A[s] += fabs((double)dh->h[o + j] * src[s]->h[o + j]);
+            C += al[s] * A[s];
+            src_stat(&st[s], src[s]->h + o, u, 1, d);
+        }
+        for (int s = 0; s < n; s++) {
+            double DL = al[s] * (A[s] + C);
+            bwd_term(es[owner[s]] + o, ms[owner[s]] + o, P, eP, src[s]->h + o, dh->h + o, NULL, u, al[s], DL,
+                     tu_gamma(d + n + 2) * DL, rs[s], st[s].UX, tu_gamma(d + 2) * st[s].UX, 1, d);
+        }
+    }
+    for (int s = 0; s < n; s++)
+        if (owner[s] == s)
+            for (int side = 0; side < 2; side++)
+                ds_bound(bd[s], es[s], ms[s], dsrc[s]->h, nt[s], nd);
+    for (int side = 0; side < 2; side++) {
+        dw_bound(bw, P, eP, g->h, dw->h, (double)N * n, d);
+        dw_bound(bg, P, eP, w->h, dg->h, (double)N * n, d);
+    }
     tl ld = list(dsrc, n);
     BOTH be->depth_attn_bwd(DL(ld), D(dw), D(dg), D(dh), D(alpha), D(rstd), CL(ls), n, D(w), D(g),
                             N, d);
     char what[64];
     for (int s = 0; s < n; s++) {
         snprintf(what, sizeof what, "depth_attn_bwd dsrc[%d]", s);
-        check(what, dsrc[s]);
+        check(what, dsrc[s], bd[owner[s]]);
     }
-    check("depth_attn_bwd dw", dw);
-    check("depth_attn_bwd dg", dg);
+    check("depth_attn_bwd dw", dw, bw);
+    check("depth_attn_bwd dg", dg, bg);
     release();
 }
 
@@ -767,6 +1300,305 @@ Test(backend_ops, depth_attn)
 }
 
 /* ---- depth attention, two phases ------------------------------------- */
+
+/* The sublayer's RMSNorm of a row y fused into a depth op (xn = y r ng,
+ * nrstd = r = rstd(y)), given y's exact value ye and one backend's bound
+ * ey on its y: r moves by at most ||ey|| / ||ye|| relative (first order:
+ * r = (sum y^2 / d + eps)^(-1/2)) plus its own RSTD_REL(d); xn two
+ * products more.  Adds twice (A and B) to bx (N x d) and br (N). */
+static void norm_bounds(double *bx, double *br, const double *ye, const double *ey, const float *ng, int N, int d)
+{
+    for (int i = 0; i < N; i++) {
+        size_t o = (size_t)i * d;
+        double yy = 0, ee = 0;
+        for (int q = 0; q < d; q++)
+            yy += ye[o + q] * ye[o + q], ee += ey[o + q] * ey[o + q];
+        double r = 1.0 / sqrt(yy / d + (double)AR_RMS_EPS), rho = sqrt(ee) / fmax(sqrt(yy), 1e-300);
+        br[i] += 2 * r * (rho + RSTD_REL(d) + U);
+        for (int q = 0; q < d; q++)
+            bx[o + q] += 2 * fabs(ng[q]) * r * (ey[o + q] + fabs(ye[o + q]) * (rho + RSTD_REL(d) + tu_gamma(2)));
+    }
+}
+
+/* Phase 1 of one mixer (query u, its first k sources), one backend, per
+ * token: the weights over the k shared logits within
+ * eps = sm_eps(max ez, Zl, k + 2, k) (CUDA's online softmax takes a
+ * weight through up to k exps, then the log of lse), o = sum_s a_s x_s
+ * within (eps + gamma(k + 2)) sum_s a_s |x_s|; lse = log sum exp z within
+ * max ez + (k + 2) (U_EXP + 2 u (2 Zl + 1)) + gamma(2k + 4) (a log-sum-exp
+ * moves by at most its arguments' largest error; the same roundings);
+ * the raw logits within ez.  Sigmoid: each weight within
+ * ez + U_EXP + gamma(2), no normaliser, lse 0 on both.  Writes the bounds
+ * doubled (A and B): bo (N x d), blse (N), blog (N x n, columns < k), and
+ * oe, the exact o. */
+static void inter_bounds(double *bo, double *blse, double *blog, double *oe, tp **src, int k, int n, const double *u,
+                         int kn, int sig, int N, int d)
+{
+    srcst st[MAXL];
+    for (int i = 0; i < N; i++) {
+        size_t o = (size_t)i * d;
+        double mx = -INFINITY, zm = 0, ezm = 0, sum = 0, a[MAXL], ea[MAXL];
+        for (int s = 0; s < k; s++) {
+            src_stat(&st[s], src[s]->h + o, u, kn, d);
+            mx = fmax(mx, st[s].z), zm = fmax(zm, st[s].zeta), ezm = fmax(ezm, st[s].ez);
+            blog[(size_t)i * n + s] = 2 * st[s].ez;
+        }
+        double Zl = zm + log(k), eps = sm_eps(ezm, Zl, k + 2, k);
+        for (int s = 0; s < k; s++) {
+            if (sig) {
+                a[s] = 1 / (1 + exp(-st[s].z));
+                ea[s] = st[s].ez + U_EXP + tu_gamma(2);
+            } else {
+                sum += a[s] = exp(st[s].z - mx);
+                ea[s] = eps;
+            }
+        }
+        blse[i] = sig ? 0 : 2 * (ezm + (k + 2) * (U_EXP + 2 * U * (2 * Zl + 1)) + tu_gamma(2 * k + 4));
+        for (int q = 0; q < d; q++)
+            bo[o + q] = oe[o + q] = 0;
+        for (int s = 0; s < k; s++) {
+            if (!sig)
+                a[s] /= sum;
+            for (int q = 0; q < d; q++) {
+                double x = src[s]->h[o + q];
+                oe[o + q] += a[s] * x;
+                bo[o + q] += 2 * (ea[s] + tu_gamma(k + 2)) * a[s] * fabs(x);
+            }
+        }
+    }
+}
+
+/* Phase 2 of one mixer, one backend, from phase 1's o, lse and raw logits
+ * as given (A's) and its j own sources: o joins as one more source whose
+ * logit lse has no error, each own source's logit within ez; every
+ * weight (o's, the own sources', the k shared ones re-formed as
+ * exp(z_s - LSE)) within eps = sm_eps(max ez, Zl, j + 3, n) (CUDA: up to j
+ * rescales, the log and alpha's exp; the CPU: three exps and a log), Zl
+ * over every logit and lse; h within (eps + gamma(j + 2)) (w_o |o| +
+ * sum_t w_t |x_t|); LSE like lse in phase 1.  Sigmoid: o + sum_t
+ * sigmoid(z_t) x_t within gamma(j + 1) (|o| + ...) and the weights' errors;
+ * the shared weights sigmoid(z_s) within U_EXP + gamma(2); lse stays 0.
+ * Doubled into bh, blse, bal (N x n), brs (rstd of the own sources, N x j),
+ * and he, the exact h. */
+static void merge_bounds(double *bh, double *blse, double *bal, double *brs, double *he, const float *o0,
+                         const float *lse0, const float *z0, tp **intra, int j, int k, int n, const double *u, int kn,
+                         int sig, int N, int d)
+{
+    srcst st[MAXL];
+    for (int i = 0; i < N; i++) {
+        size_t o = (size_t)i * d;
+        const float *zs = z0 + (size_t)i * n;
+        double L = lse0[i], zm = fabs(L), ezm = 0;
+        for (int s = 0; s < k; s++)
+            zm = fmax(zm, fabs(zs[s]));
+        for (int t = 0; t < j; t++) {
+            src_stat(&st[t], intra[t]->h + o, u, kn, d);
+            zm = fmax(zm, st[t].zeta), ezm = fmax(ezm, st[t].ez);
+            brs[(size_t)i * j + t] = kn ? 2 * (RSTD_REL(d) + U) * st[t].r : 0;
+        }
+        double Zl = zm + log(n), eps = sm_eps(ezm, Zl, j + 3, n), LSE = L;
+        if (!sig) {
+            double m = L, S = 0;
+            for (int t = 0; t < j; t++)
+                m = fmax(m, st[t].z);
+            S = exp(L - m);
+            for (int t = 0; t < j; t++)
+                S += exp(st[t].z - m);
+            LSE = m + log(S);
+        }
+        blse[i] = sig ? 0 : 2 * (ezm + (j + 3) * (U_EXP + 2 * U * (2 * Zl + 1)) + tu_gamma(2 * j + 4));
+        double wo = sig ? 1 : exp(L - LSE), wt[MAXL], et[MAXL];
+        for (int s = 0; s < k; s++) {
+            double as = sig ? 1 / (1 + exp(-(double)zs[s])) : exp(zs[s] - LSE);
+            bal[(size_t)i * n + s] = 2 * (sig ? U_EXP + tu_gamma(2) : eps) * as;
+        }
+        for (int t = 0; t < j; t++) {
+            wt[t] = sig ? 1 / (1 + exp(-st[t].z)) : exp(st[t].z - LSE);
+            et[t] = sig ? st[t].ez + U_EXP + tu_gamma(2) : eps;
+            bal[(size_t)i * n + k + t] = 2 * et[t] * wt[t];
+        }
+        for (int q = 0; q < d; q++) {
+            double ho = o0[o + q], e = wo * ho, b = (sig ? tu_gamma(j + 1) : eps + tu_gamma(j + 2)) * wo * fabs(ho);
+            for (int t = 0; t < j; t++) {
+                double x = intra[t]->h[o + q];
+                e += wt[t] * x;
+                b += ((sig ? tu_gamma(j + 1) : tu_gamma(j + 2)) + et[t]) * wt[t] * fabs(x);
+            }
+            he[o + q] = e;
+            bh[o + q] = 2 * b;
+        }
+    }
+}
+
+/* The backward of one mixer's intra part (its own sources src[k..n-1]),
+ * one backend, at A's alpha, lse, rsi and h as given:
+ * - cdot = dh.h, a d-term dot: within gamma(d) sum_j |dh_j h_j|;
+ *   fused (dxn, xn, ng, nr given, h not): xh_j = xn_j / ng_j (at most two
+ *   roundings: 2 u |xh_j|) or, where ng_j = 0, nr sum_s alpha_s x_sj (n
+ *   terms: gamma(n + 1)); with X_j >= |xh_j| its magnitude and e_j its
+ *   error, m = sum ng dxn xh / d is within gamma(d + 3) S + E,
+ *   S = sum_q |ng_q dxn_q| X_q / d, E = sum_q |ng_q dxn_q| e_q / d, and
+ *   dh_j = nr (ng_j dxn_j - xh_j m) within
+ *   nr (gamma(d + 8) (|ng_j dxn_j| + X_j S) + e_j S + X_j E);
+ *   cdot = dh.xh / nr with dh's and xh's errors; dng += sum_i dxn xh, N
+ *   terms, with xh's errors;
+ * - dl_t = a (dh.x_t - cdot) (sigmoid: a (1 - a) dh.x_t; 0 for one
+ *   source): the dot, cdot's and dh's errors, the subtraction and
+ *   products: within a (sum_j edh_j |x_tj| + e_cdot + gamma(d + 3)
+ *   (A_t + |cdot|)), A_t = sum_j |dh_j x_tj|;
+ * - u.x: ux_err; the terms into dintra and P: bwd_term, ds_bound (three
+ *   terms onto the base), dw_bound (N j terms).
+ * Adds A's and B's bounds: bcd (N), bdh (N x d, fused), bng (d, fused),
+ * bdi[t] (N x d), bw, bg (d). */
+typedef struct {
+    const float *dh, *h, *dxn, *xn, *ng, *nr, *dng0, *alpha, *lse, *dw0, *dg0, *w, *g;
+    tp **src, **dintra;
+    const float *const *rsi;
+} intra_in;
+
+static void intra_bounds(const intra_in *in, int n, int k, int sig, int N, int d, double *bcd, double *bdh,
+                         double *bng, double **bdi, double *bw, double *bg)
+{
+    int j = n - k, kn = in->g != NULL;
+    size_t nd = (size_t)N * d;
+    const double *u = query_u(in->w, in->g, d);
+    double *es[MAXL], *ms[MAXL], *P = bnew(d), *eP = bnew(d), *Png = bnew(d), *eng = bnew(d);
+    double *dhe = bnew(d), *edh = bnew(d), *X = bnew(d), *ex = bnew(d);
+    for (int t = 0; t < j; t++)
+        es[t] = bnew(nd), ms[t] = bnew(nd);
+    srcst st[MAXL];
+    for (int i = 0; i < N; i++) {
+        size_t o = (size_t)i * d;
+        const float *al = in->alpha + (size_t)i * n;
+        double zm = 0, cd = 0, ecd = 0;
+        for (int s = 0; s < n; s++) {
+            src_stat(&st[s], in->src[s]->h + o, u, kn, d);
+            zm = fmax(zm, st[s].zeta);
+        }
+        double Zl = zm + log(n);
+        if (in->dxn) {
+            double nr = in->nr[i], m = 0, S = 0, E = 0, c1 = 0, c2 = 0, c3 = 0;
+            for (int q = 0; q < d; q++) {
+                double xh;
+                if (in->ng[q] != 0) {
+                    xh = (double)in->xn[o + q] / in->ng[q];
+                    X[q] = fabs(xh), ex[q] = tu_gamma(2) * X[q];
+                } else {
+                    double acc = 0, mag = 0;
+                    for (int s = 0; s < n; s++)
+                        acc += al[s] * (double)in->src[s]->h[o + q], mag += al[s] * fabs(in->src[s]->h[o + q]);
+                    xh = nr * acc, X[q] = nr * mag, ex[q] = tu_gamma(n + 1) * X[q];
+                }
+                double gd = (double)in->ng[q] * in->dxn[o + q];
+                m += gd * xh, S += fabs(gd) * X[q], E += fabs(gd) * ex[q];
+                dhe[q] = xh; /* xh until dh is formed below */
+                Png[q] += fabs((double)in->dxn[o + q]) * X[q];
+                eng[q] += fabs((double)in->dxn[o + q]) * ex[q];
+            }
+            m /= d, S /= d, E /= d;
+            for (int q = 0; q < d; q++) {
+                double gd = (double)in->ng[q] * in->dxn[o + q], xh = dhe[q];
+                dhe[q] = nr * (gd - xh * m);
+                edh[q] = nr * (tu_gamma(d + 8) * (fabs(gd) + X[q] * S) + ex[q] * S + X[q] * E);
+                bdh[o + q] += 2 * edh[q];
+                cd += dhe[q] * xh / nr;
+                c1 += fabs(dhe[q]) * X[q], c2 += edh[q] * X[q], c3 += fabs(dhe[q]) * ex[q];
+            }
+            ecd = (tu_gamma(d + 1) * c1 + c2 + c3) / nr + U * fabs(cd);
+        } else {
+            for (int q = 0; q < d; q++) {
+                dhe[q] = in->dh[o + q], edh[q] = 0;
+                cd += (double)in->dh[o + q] * in->h[o + q];
+                ecd += fabs((double)in->dh[o + q] * in->h[o + q]);
+            }
+            ecd *= tu_gamma(d);
+        }
+        bcd[i] += 2 * ecd;
+        for (int t = 0; t < j; t++) {
+            const float *x = in->src[k + t]->h + o;
+            double a = al[k + t], r = in->rsi[t][i], A = 0, ed = 0;
+            for (int q = 0; q < d; q++)
+                A += fabs(dhe[q] * x[q]), ed += edh[q] * fabs(x[q]);
+            double DL, edl;
+            if (sig)
+                DL = a * (1 - a) * A, edl = a * (1 - a) * (ed + tu_gamma(d + 3) * A);
+            else if (n > 1)
+                DL = a * (A + fabs(cd)), edl = a * (ed + ecd + tu_gamma(d + 3) * (A + fabs(cd)));
+            else
+                DL = edl = 0;
+            float dhf[4096];
+            cr_assert(d <= 4096);
+            for (int q = 0; q < d; q++)
+                dhf[q] = (float)dhe[q];
+            bwd_term(es[t] + o, ms[t] + o, P, eP, x, dhf, edh, u, a, DL, edl, r, st[k + t].UX,
+                     ux_err(st[k + t].UX, st[k + t].ez, a, Zl, r, sig, d), kn, d);
+        }
+    }
+    for (int side = 0; side < 2; side++) {
+        for (int t = 0; t < j; t++)
+            ds_bound(bdi[t], es[t], ms[t], in->dintra[t]->h, 3, nd);
+        if (j > 0) {
+            dw_bound(bw, P, eP, kn ? in->g : NULL, in->dw0, (double)N * j, d);
+            if (kn)
+                dw_bound(bg, P, eP, in->w, in->dg0, (double)N * j, d);
+        }
+        if (in->dxn)
+            for (int q = 0; q < d; q++)
+                bng[q] += eng[q] + tu_gamma(N + 2) * Png[q] + tu_gamma(2) * (fabs(in->dng0[q]) + Png[q]);
+    }
+    if (j == 0) /* no own sources: dw and dg untouched on both */
+        for (int q = 0; q < d; q++)
+            bw[q] = bg[q] = 0;
+}
+
+/* The shared part of a chunk's backward, one backend, at the given dh,
+ * cdot, alpha, lse and rstd (A's): per token, shared source s and mixer
+ * c, dl = a (dh_c.x_s - cdot_c) (sigmoid a (1 - a) dh_c.x_s; 0 for a
+ * mixer of one source) within gamma(d + 3) of a (A + |cdot|); u.x by
+ * ux_err; into dsrc[s] up to 3 C terms onto the base (bwd_term,
+ * ds_bound), into P_c N k terms (dw_bound).  base NULL: overwrite. */
+static void inter_bwd_bounds(tp **src, int k, int C, const int *n, tp **dh, tp **cdot, tp **alpha, tp **rs, tp **w,
+                             tp **g, int kn, int sig, tp **dsrc, int overwrite, tp **dw, tp **dg, int N, int d,
+                             double **bds, double **bw, double **bg)
+{
+    size_t nd = (size_t)N * d;
+    double *es[MAXL], *ms[MAXL], *P[8], *eP[8];
+    const double *u[8];
+    for (int s = 0; s < k; s++)
+        es[s] = bnew(nd), ms[s] = bnew(nd);
+    for (int c = 0; c < C; c++)
+        P[c] = bnew(d), eP[c] = bnew(d), u[c] = query_u(w[c]->h, kn ? g[c]->h : NULL, d);
+    srcst st[MAXL];
+    for (int i = 0; i < N; i++) {
+        size_t o = (size_t)i * d;
+        for (int c = 0; c < C; c++) {
+            double zm = 0;
+            for (int s = 0; s < n[c]; s++) {
+                src_stat(&st[s], src[s]->h + o, u[c], kn, d);
+                zm = fmax(zm, st[s].zeta);
+            }
+            double Zl = zm + log(n[c]), cd = cdot[c]->h[i];
+            for (int s = 0; s < k; s++) {
+                const float *x = src[s]->h + o, *dhc = dh[c]->h + o;
+                double a = alpha[c]->h[(size_t)i * n[c] + s], r = rs[s]->h[i], A = 0, DL;
+                for (int q = 0; q < d; q++)
+                    A += fabs((double)dhc[q] * x[q]);
+                DL = sig ? a * (1 - a) * A : n[c] > 1 ? a * (A + fabs(cd)) : 0;
+                bwd_term(es[s] + o, ms[s] + o, P[c], eP[c], x, dhc, NULL, u[c], a, DL, tu_gamma(d + 3) * DL, r,
+                         st[s].UX, ux_err(st[s].UX, st[s].ez, a, Zl, r, sig, d), kn, d);
+            }
+        }
+    }
+    for (int side = 0; side < 2; side++) {
+        for (int s = 0; s < k; s++)
+            ds_bound(bds[s], es[s], ms[s], overwrite ? NULL : dsrc[s]->h, 3 * C, nd);
+        for (int c = 0; c < C; c++) {
+            dw_bound(bw[c], P[c], eP[c], kn ? g[c]->h : NULL, dw[c]->h, (double)N * k, d);
+            if (kn)
+                dw_bound(bg[c], P[c], eP[c], w[c]->h, dg[c]->h, (double)N * k, d);
+        }
+    }
+}
 
 /* A chunk of C mixers sharing k sources; mixer c has j[c] sources of its
  * own, Full-style (src[k .. k+j[c]-1]).  Every op of the two-phase scheme
@@ -788,15 +1620,31 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
     int ns = k + jmax;
     tp *src[MAXL] = {0}, *w[8] = {0}, *g[8] = {0}, *o[8] = {0}, *lse[8] = {0}, *alpha[8] = {0}, *rs[MAXL] = {0};
     sources(src, ns, N, d);
+    const double *u[8];
     for (int c = 0; c < C; c++) {
         w[c] = queries(d, d), g[c] = rnd(d, 0.5f, 1.5f);
         o[c] = junk(nd), lse[c] = junk(N), alpha[c] = junk((size_t)N * n[c]);
+        u[c] = query_u(w[c]->h, kn ? g[c]->h : NULL, d);
     }
     for (int s = 0; s < ns; s++)
         rs[s] = junk(N);
     tl lsrc = list(src, ns), lw = list(w, C), lg = list(g, C), lo = list(o, C);
     tl llse = list(lse, C), lal = list(alpha, C), lrs = list(rs, ns);
     char what[96];
+
+    /* phase 1's bounds (inter_bounds), mixer by mixer; rs within RSTD_REL
+     * (1 exactly on both without key norm) */
+    double *bo[8], *bl[8], *blog[8], *oe[8], *brs = bnew((size_t)k * N);
+    for (int c = 0; c < C; c++) {
+        bo[c] = bnew(nd), bl[c] = bnew(N), blog[c] = bnew((size_t)N * n[c]), oe[c] = bnew(nd);
+        inter_bounds(bo[c], bl[c], blog[c], oe[c], src, k, n[c], u[c], kn, sig, N, d);
+    }
+    for (int s = 0; s < k; s++)
+        for (int i = 0; i < N; i++) {
+            srcst st;
+            src_stat(&st, src[s]->h + (size_t)i * d, u[0], kn, d);
+            brs[(size_t)s * N + i] = kn ? 2 * (RSTD_REL(d) + U) * st.r : 0;
+        }
 
     /* phase 1, fused with mixer 0's RMSNorm: o[0] is not written, nor (with
      * C > 2) the last mixer's, whose o is passed as NULL */
@@ -808,19 +1656,26 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
     for (int s = 0; s < k; s++)
         rs2[s] = junk(N);
     tp *ng = rnd(d, 0.5f, 1.5f), *xn = junk(nd), *nrstd = junk(N);
+    double *bxn = bnew(nd), *bnr = bnew(N), *eo = bnew(nd);
+    for (size_t i = 0; i < nd; i++)
+        eo[i] = bo[0][i] / 2; /* one backend's */
+    norm_bounds(bxn, bnr, oe[0], eo, ng->h, N, d);
     tl lo2 = list(o2n, C), llse2 = list(lse2, C), lal2 = list(alpha2, C), lrs2 = list(rs2, k);
     BOTH be->depth_fwd_inter(DL(lo2), DL(llse2), DL(lal2), n, DL(lrs2), CL(lsrc), k, CL(lw), kn ? CL(lg) : NULL, C,
                              D(ng), D(xn), D(nrstd), sig, N, d);
-    check("depth_fwd_inter (xn) xn", xn);
-    check("depth_fwd_inter (xn) nrstd", nrstd);
+    check("depth_fwd_inter (xn) xn", xn, bxn);
+    check("depth_fwd_inter (xn) nrstd", nrstd, bnr);
     for (int c = 0; c < C; c++) {
-        snprintf(what, sizeof what, "depth_fwd_inter (xn) o[%d]%s", c,
-                 c && o2n[c] ? "" : " (not written)");
-        check(what, o2[c]);
+        int written = c && o2n[c];
+        snprintf(what, sizeof what, "depth_fwd_inter (xn) o[%d]%s", c, written ? "" : " (not written)");
+        if (written)
+            check(what, o2[c], bo[c]);
+        else
+            check_eq(what, o2[c]);
         snprintf(what, sizeof what, "depth_fwd_inter (xn) lse[%d]", c);
-        check(what, lse2[c]);
+        check(what, lse2[c], bl[c]);
         snprintf(what, sizeof what, "depth_fwd_inter (xn) logits[%d]", c);
-        check_cols(what, alpha2[c], N, n[c], 0, k, FP32);
+        check_cols(what, alpha2[c], N, n[c], 0, k, blog[c]);
     }
 
     /* phase 1 */
@@ -828,23 +1683,27 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
                              NULL, NULL, NULL, sig, N, d);
     for (int c = 0; c < C; c++) {
         snprintf(what, sizeof what, "depth_fwd_inter o[%d]", c);
-        check(what, o[c]);
+        check(what, o[c], bo[c]);
         snprintf(what, sizeof what, "depth_fwd_inter lse[%d]", c);
-        check(what, lse[c]);
+        check(what, lse[c], bl[c]);
         snprintf(what, sizeof what, "depth_fwd_inter logits[%d]", c);
-        check_cols(what, alpha[c], N, n[c], 0, k, FP32);
+        check_cols(what, alpha[c], N, n[c], 0, k, blog[c]);
         take(o[c]), take(lse[c]), take(alpha[c]);
     }
     for (int s = 0; s < k; s++) {
         snprintf(what, sizeof what, "depth_fwd_inter rs[%d]", s);
-        check(what, rs[s]);
+        check(what, rs[s], brs + (size_t)s * N);
         take(rs[s]);
     }
 
-    /* phase 2 per mixer, first fused with the sublayer's RMSNorm (h is
-     * left alone) on copies, then plain */
+    /* phase 2 per mixer (merge_bounds, from A's phase 1), first fused with
+     * the sublayer's RMSNorm (h is left alone) on copies, then plain */
     for (int c = 0; c < C; c++) {
         tl lrsi = list(rs + k, j[c]), lintra = list(src + k, j[c]);
+        double *bh = bnew(nd), *bls = bnew(N), *bal = bnew((size_t)N * n[c]), *bri = bnew((size_t)N * (j[c] + 1));
+        double *he = bnew(nd);
+        merge_bounds(bh, bls, bal, bri, he, o[c]->h, lse[c]->h, alpha[c]->h, src + k, j[c], k, n[c], u[c], kn, sig,
+                     N, d);
         if (j[c] > 0) {
             tp *h3 = dup_tp(o[c]), *lse3 = dup_tp(lse[c]), *al3 = dup_tp(alpha[c]);
             tp *rsi3[MAXL];
@@ -852,38 +1711,45 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
                 rsi3[t] = junk(N);
             tl lrsi3 = list(rsi3, j[c]);
             tp *xn3 = junk(nd), *nr3 = junk(N);
+            double *bx3 = bnew(nd), *bn3 = bnew(N), *eh = bnew(nd);
+            for (size_t i = 0; i < nd; i++)
+                eh[i] = bh[i] / 2; /* one backend's */
+            norm_bounds(bx3, bn3, he, eh, ng->h, N, d);
             BOTH be->depth_fwd_merge(D(h3), D(lse3), D(al3), n[c], k, DL(lrsi3), CL(lintra),
                                      D(w[c]), kn ? D(g[c]) : NULL, D(ng), D(xn3), D(nr3), sig, N, d);
             snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d xn", c);
-            check(what, xn3);
+            check(what, xn3, bx3);
             snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d nrstd", c);
-            check(what, nr3);
+            check(what, nr3, bn3);
             snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d h (not written)", c);
-            check(what, h3);
+            check_eq(what, h3);
             snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d lse", c);
-            check(what, lse3);
+            check(what, lse3, bls);
             snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d alpha", c);
-            check(what, al3);
+            check(what, al3, bal);
         }
         BOTH be->depth_fwd_merge(D(o[c]), D(lse[c]), D(alpha[c]), n[c], k, DL(lrsi), CL(lintra),
                                  D(w[c]), kn ? D(g[c]) : NULL, NULL, NULL, NULL, sig, N, d);
         snprintf(what, sizeof what, "depth_fwd_merge mixer %d h", c);
-        check(what, o[c]);
+        check(what, o[c], bh);
         snprintf(what, sizeof what, "depth_fwd_merge mixer %d lse", c);
-        check(what, lse[c]);
+        check(what, lse[c], bls);
         snprintf(what, sizeof what, "depth_fwd_merge mixer %d alpha", c);
-        check(what, alpha[c]);
+        check(what, alpha[c], bal);
         take(o[c]), take(lse[c]), take(alpha[c]);
         for (int t = 0; t < j[c]; t++) {
+            double *bt = bnew(N);
+            for (int i = 0; i < N; i++)
+                bt[i] = bri[(size_t)i * j[c] + t];
             snprintf(what, sizeof what, "depth_fwd_merge mixer %d rsi[%d]", c, t);
-            check(what, rs[k + t]);
+            check(what, rs[k + t], bt);
             take(rs[k + t]);
         }
     }
 
-    /* backward, intra parts from the last mixer down; dh given, or (fz)
-     * formed by the fused norm backward from xn (h not given; some gain
-     * columns 0, where h comes from the sources), in turn */
+    /* backward, intra parts from the last mixer down (intra_bounds); dh
+     * given, or (fz) formed by the fused norm backward from xn (h not
+     * given; some gain columns 0, where h comes from the sources), in turn */
     tp *dsrc[MAXL], *dw[8], *dg[8], *cdot[8], *dh[8];
     for (int s = 0; s < ns; s++)
         dsrc[s] = rnd(nd, -1, 1);
@@ -902,6 +1768,16 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
             ng = from_host(ng->h, d);
             dh[c] = junk(nd); /* (=) */
         }
+        const float *rsi[MAXL];
+        for (int t = 0; t < j[c]; t++)
+            rsi[t] = rs[k + t]->h;
+        intra_in in = {fused ? NULL : dh[c]->h, h ? h->h : NULL, dxn ? dxn->h : NULL, xn ? xn->h : NULL,
+                       ng ? ng->h : NULL, nr ? nr->h : NULL, dng ? dng->h : NULL, alpha[c]->h, lse[c]->h,
+                       dw[c]->h, dg[c]->h, w[c]->h, kn ? g[c]->h : NULL, src, dsrc + k, rsi};
+        double *bcd = bnew(N), *bdh = bnew(nd), *bng = bnew(d), *bw = bnew(d), *bg = bnew(d), *bdi[MAXL];
+        for (int t = 0; t < j[c]; t++)
+            bdi[t] = bnew(nd);
+        intra_bounds(&in, n[c], k, sig, N, d, bcd, bdh, bng, bdi, bw, bg);
         tl ldi = list(dsrc + k, j[c]), lrsi = list(rs + k, j[c]), lsrc = list(src, n[c]);
         /* no intra sources: the lists of their gradients and rstd are not read */
         BOTH be->depth_bwd_intra(j[c] ? DL(ldi) : NULL, D(dw[c]), kn ? D(dg[c]) : NULL, D(cdot[c]), D(dh[c]),
@@ -911,28 +1787,28 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
                                  j[c] ? CL(lrsi) : NULL, CL(lsrc), D(w[c]), kn ? D(g[c]) : NULL, sig, N, d);
         const char *fz = fused ? " (fused norm)" : "";
         snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d cdot", fz, c);
-        check(what, cdot[c]);
+        check(what, cdot[c], bcd);
         snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dw", fz, c);
-        check(what, dw[c]);
+        check(what, dw[c], bw);
         snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dg", fz, c);
         if (kn)
-            check(what, dg[c]);
+            check(what, dg[c], bg);
         take(cdot[c]), take(dw[c]), take(dg[c]);
         if (fused) {
             snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dh", fz, c);
-            check(what, dh[c]);
+            check(what, dh[c], bdh);
             snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dng", fz, c);
-            check(what, dng);
+            check(what, dng, bng);
             take(dh[c]);
         }
         for (int t = 0; t < j[c]; t++) {
             snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dintra[%d]", fz, c, t);
-            check(what, dsrc[k + t]);
+            check(what, dsrc[k + t], bdi[t]);
             take(dsrc[k + t]);
         }
     }
 
-    /* backward, shared part: += and overwrite */
+    /* backward, shared part: += and overwrite (inter_bwd_bounds) */
     tl ldsrc = list(dsrc, k), ldw = list(dw, C), ldg = list(dg, C), ldh = list(dh, C);
     tl lcd = list(cdot, C);
     tp *dsrcO[MAXL], *dwO[8], *dgO[8];
@@ -940,6 +1816,13 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
         dsrcO[s] = junk(nd);
     for (int c = 0; c < C; c++)
         dwO[c] = dup_tp(dw[c]), dgO[c] = dup_tp(dg[c]);
+    double *bds[MAXL], *bdsO[MAXL], *bw[8], *bg[8], *bwO[8], *bgO[8];
+    for (int s = 0; s < k; s++)
+        bds[s] = bnew(nd), bdsO[s] = bnew(nd);
+    for (int c = 0; c < C; c++)
+        bw[c] = bnew(d), bg[c] = bnew(d), bwO[c] = bnew(d), bgO[c] = bnew(d);
+    inter_bwd_bounds(src, k, C, n, dh, cdot, alpha, rs, w, g, kn, sig, dsrc, 0, dw, dg, N, d, bds, bw, bg);
+    inter_bwd_bounds(src, k, C, n, dh, cdot, alpha, rs, w, g, kn, sig, dsrc, 1, dwO, dgO, N, d, bdsO, bwO, bgO);
     tl ldsrcO = list(dsrcO, k), ldwO = list(dwO, C), ldgO = list(dgO, C);
     BOTH be->depth_bwd_inter(DL(ldsrc), DL(ldw), kn ? DL(ldg) : NULL, CL(ldh), CL(lcd), CL(lal), CL(llse), n,
                              CL(lrs), CL(lsrc), k, CL(lw), kn ? CL(lg) : NULL, C, 0, sig, N, d);
@@ -947,21 +1830,21 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
                              CL(lrs), CL(lsrc), k, CL(lw), kn ? CL(lg) : NULL, C, 1, sig, N, d);
     for (int s = 0; s < k; s++) {
         snprintf(what, sizeof what, "depth_bwd_inter dsrc[%d]", s);
-        check(what, dsrc[s]);
+        check(what, dsrc[s], bds[s]);
         snprintf(what, sizeof what, "depth_bwd_inter (overwrite) dsrc[%d]", s);
-        check(what, dsrcO[s]);
+        check(what, dsrcO[s], bdsO[s]);
     }
     for (int c = 0; c < C; c++) {
         snprintf(what, sizeof what, "depth_bwd_inter dw[%d]", c);
-        check(what, dw[c]);
+        check(what, dw[c], bw[c]);
         snprintf(what, sizeof what, "depth_bwd_inter dg[%d]", c);
         if (kn)
-            check(what, dg[c]);
+            check(what, dg[c], bg[c]);
         snprintf(what, sizeof what, "depth_bwd_inter (overwrite) dw[%d]", c);
-        check(what, dwO[c]);
+        check(what, dwO[c], bwO[c]);
         snprintf(what, sizeof what, "depth_bwd_inter (overwrite) dg[%d]", c);
         if (kn)
-            check(what, dgO[c]);
+            check(what, dgO[c], bgO[c]);
     }
     release();
 }
@@ -991,6 +1874,93 @@ Test(backend_ops, depth_two_phase)
 
 enum { Q_NONE, Q_SHARED, Q_TOKEN };
 
+/* General depth mixing, one backend, per token i and head a (channels
+ * G_a, e = d/H of them), with q the shared or the token's query and
+ * u = q g (q without key norm):
+ * - logit theta_s (exact), 0 (no query: exact), or z = r sum_(G_a) u x_s
+ *   within ez = (gamma(e + 2) + RSTD_REL(d)) zeta, zeta = r sum_(G_a)
+ *   |u x_s| (no RSTD_REL without key norm);
+ * - weights: softmax within sm_eps(max ez, Zl, 3, n) (one exp each, the
+ *   sum in float or double, the division), sigmoid within
+ *   ez + U_EXP + gamma(2); h_j = sum_s alpha x_sj within
+ *   (eps + gamma(n + 1)) sum_s alpha |x_sj|.
+ * The backward at alpha and rstd as given (A's; random weights in the
+ * chunk test), with A_s = sum_(G_a) |dh x_s| and cd the head's
+ * sum_s alpha da_s (|cd| <= sum_s alpha A_s) or the cdot given:
+ * - dl = alpha (da - cd), sigmoid da alpha (1 - alpha): within
+ *   gamma(e + n + 3) DL, DL = alpha (A_s + |cd|) or alpha |1 - alpha| A_s;
+ * - dsrc_j += alpha dh_j + dl r u_j - (sum_a dl_a u.x_a) r^3 x_j / d: the
+ *   terms as bwd_term, the cross sum over the H heads gamma(H) more, u.x
+ *   an e-term dot (gamma(e + 2));
+ * - dw_j += c_j sum dl r x_j (c = g, or 1; per-token queries: per token),
+ *   dg_j += sum q_j dl r x_j, dtheta_s += sum_(i,a) dl: sums of their
+ *   terms in any grouping (dw_bound). */
+typedef struct {
+    tp **src, *w, *g, *th, *dh;
+    int ws, sig, H, n;
+    const float *alpha, *rstd, *cdot; /* cdot NULL: from alpha (the one-mixer op) */
+} mix_in;
+
+/* one backend's backward bounds of one mixer over its sources [s0, s1):
+ * es, ms per source (N x d), into P, eP (the dw sum: d, or N x d per
+ * token), Pg, ePg (dg), Pt, ePt (dtheta, n) */
+static void mix_bwd_terms(const mix_in *m, int s0, int s1, int N, int d, double **es, double **ms, double *P,
+                          double *eP, double *Pg, double *ePg, double *Pt, double *ePt)
+{
+    int H = m->H, e = d / H, n = m->n, kn = m->g != NULL, hasq = m->w && !m->th;
+    double *uq = bnew(d), DL[MAXL * 8], edl[MAXL * 8], UX[MAXL * 8];
+    cr_assert(H <= 8 && n <= MAXL);
+    for (int i = 0; i < N; i++) {
+        size_t o = (size_t)i * d;
+        const float *q = hasq ? m->w->h + (size_t)i * m->ws : NULL, *al = m->alpha + (size_t)i * H * n;
+        for (int j = 0; j < d; j++)
+            uq[j] = q ? (kn ? (double)q[j] * m->g->h[j] : q[j]) : 0;
+        for (int a = 0; a < H; a++) {
+            double C = 0, A[MAXL];
+            for (int s = 0; s < n; s++) {
+                A[s] = 0;
+                for (int j = a * e; j < (a + 1) * e; j++)
+                    A[s] += fabs((double)m->dh->h[o + j] * m->src[s]->h[o + j]);
+                C += al[a * n + s] * A[s];
+            }
+            double cd = m->cdot ? fabs(m->cdot[(size_t)i * H + a]) : C;
+            for (int s = s0; s < s1; s++) {
+                double x = al[a * n + s], ux = 0;
+                double D = m->sig ? x * fabs(1 - x) * A[s] : x * (A[s] + cd);
+                for (int j = a * e; j < (a + 1) * e; j++)
+                    ux += fabs(uq[j] * m->src[s]->h[o + j]);
+                DL[a * MAXL + s] = D, edl[a * MAXL + s] = tu_gamma(e + n + 3) * D, UX[a * MAXL + s] = ux;
+            }
+        }
+        for (int s = s0; s < s1; s++) {
+            const float *x = m->src[s]->h + o;
+            double r = kn ? m->rstd[(size_t)i * n + s] : 1, r3 = kn && hasq ? r * r * r / d : 0, cr = 0, ecr = 0;
+            for (int a = 0; a < H; a++) {
+                cr += DL[a * MAXL + s] * UX[a * MAXL + s];
+                ecr += edl[a * MAXL + s] * UX[a * MAXL + s] + DL[a * MAXL + s] * tu_gamma(e + 2) * UX[a * MAXL + s];
+                if (m->th) {
+                    Pt[s] += DL[a * MAXL + s];
+                    ePt[s] += edl[a * MAXL + s];
+                }
+            }
+            ecr += tu_gamma(H) * cr;
+            for (int j = 0; j < d; j++) {
+                int a = j / e;
+                double xj = fabs(x[j]), uj = fabs(uq[j]), D = DL[a * MAXL + s], E = edl[a * MAXL + s];
+                double al_ = al[a * n + s];
+                ms[s][o + j] += al_ * fabs(m->dh->h[o + j]) + D * r * uj + cr * r3 * xj;
+                es[s][o + j] += E * r * uj + ecr * r3 * xj;
+                if (!hasq)
+                    continue;
+                size_t pj = m->ws ? o + j : (size_t)j;
+                double cj = kn ? fabs(m->g->h[j]) : 1;
+                P[pj] += cj * D * r * xj, eP[pj] += cj * (E + tu_gamma(3) * D) * r * xj;
+                Pg[j] += fabs(q[j]) * D * r * xj, ePg[j] += fabs(q[j]) * (E + tu_gamma(3) * D) * r * xj;
+            }
+        }
+    }
+}
+
 /* query: none, one shared or per token; keynorm: g given; theta: static
  * logits; nullg: dsrc[1], dw and dg NULL (no gradient wanted) */
 static void mix_case(int n, int N, int d, int H, int query, int keynorm, int theta, int sigmoid,
@@ -1000,26 +1970,85 @@ static void mix_case(int n, int N, int d, int H, int query, int keynorm, int the
        d, H, query == Q_NONE ? "none" : query == Q_SHARED ? "shared" : "per-token", keynorm, theta,
        sigmoid, nullg);
     size_t nd = (size_t)N * d, wn = query == Q_TOKEN ? nd : (size_t)d;
-    int ws = query == Q_TOKEN ? d : 0;
+    int ws = query == Q_TOKEN ? d : 0, e = d / H;
     tp *src[MAXL], *dsrc[MAXL];
     sources(src, n, N, d);
     tp *w = query != Q_NONE ? queries(wn, d) : NULL, *g = keynorm ? rnd(d, 0.5f, 1.5f) : NULL;
     tp *th = theta ? rnd(n, -2, 2) : NULL;
     tp *h = junk(nd), *alpha = junk((size_t)N * H * n), *rstd = junk((size_t)N * n);
+    /* the forward's bounds */
+    double *bh = bnew(nd), *ba = bnew((size_t)N * H * n), *br = bnew((size_t)N * n), *uq = bnew(d);
+    for (int i = 0; i < N; i++) {
+        size_t o = (size_t)i * d;
+        const float *q = w && !th ? w->h + (size_t)i * ws : NULL;
+        double r[MAXL];
+        for (int s = 0; s < n; s++) {
+            double ss = 0;
+            for (int j = 0; j < d; j++)
+                ss += (double)src[s]->h[o + j] * src[s]->h[o + j];
+            r[s] = keynorm ? 1.0 / sqrt(ss / d + (double)AR_RMS_EPS) : 1.0;
+            br[(size_t)i * n + s] = keynorm ? 2 * (RSTD_REL(d) + U) * r[s] : 0;
+        }
+        for (int j = 0; j < d; j++)
+            uq[j] = q ? (keynorm ? (double)q[j] * g->h[j] : q[j]) : 0;
+        for (int a = 0; a < H; a++) {
+            double z[MAXL], ez[MAXL], zm = 0, ezm = 0, mx = -INFINITY, sum = 0;
+            for (int s = 0; s < n; s++) {
+                double dot = 0, mag = 0;
+                for (int j = a * e; j < (a + 1) * e; j++)
+                    dot += uq[j] * src[s]->h[o + j], mag += fabs(uq[j] * src[s]->h[o + j]);
+                z[s] = th ? th->h[s] : r[s] * dot;
+                ez[s] = th ? 0 : (tu_gamma(e + 2) + (keynorm ? RSTD_REL(d) : 0)) * r[s] * mag;
+                zm = fmax(zm, th ? fabs(z[s]) : r[s] * mag), ezm = fmax(ezm, ez[s]), mx = fmax(mx, z[s]);
+            }
+            double eps = sm_eps(ezm, zm + log(n), 3, n), al[MAXL], ea[MAXL];
+            for (int s = 0; s < n; s++) {
+                if (sigmoid)
+                    al[s] = 1 / (1 + exp(-z[s])), ea[s] = ez[s] + U_EXP + tu_gamma(2);
+                else
+                    sum += al[s] = exp(z[s] - mx), ea[s] = eps;
+            }
+            for (int s = 0; s < n; s++) {
+                if (!sigmoid)
+                    al[s] /= sum;
+                ba[((size_t)i * H + a) * n + s] = 2 * ea[s] * al[s];
+                for (int j = a * e; j < (a + 1) * e; j++)
+                    bh[o + j] += 2 * (ea[s] + tu_gamma(n + 1)) * al[s] * fabs(src[s]->h[o + j]);
+            }
+        }
+    }
     tl ls = list(src, n);
 #define OPT(t) ((t) ? D(t) : NULL)
     BOTH be->depth_mix_fwd(D(h), D(alpha), D(rstd), CL(ls), n, OPT(w), ws, OPT(g), OPT(th),
                            sigmoid, H, N, d);
-    check("depth_mix_fwd h", h);
-    check("depth_mix_fwd alpha", alpha);
+    check("depth_mix_fwd h", h, bh);
+    check("depth_mix_fwd alpha", alpha, ba);
     if (keynorm)
-        check("depth_mix_fwd rstd", rstd);
+        check("depth_mix_fwd rstd", rstd, br);
     take(alpha), take(rstd);
     for (int s = 0; s < n; s++)
         dsrc[s] = nullg && s == 1 ? NULL : rnd(nd, -1, 1);
     tp *dh = rnd(nd, -1, 1);
     tp *dw = w && !nullg ? rnd(wn, -1, 1) : NULL, *dg = g && !nullg ? rnd(d, -1, 1) : NULL;
     tp *dth = th ? rnd(n, -1, 1) : NULL;
+    /* the backward's bounds (mix_bwd_terms), both backends */
+    mix_in mi = {src, w, g, th, dh, ws, sigmoid, H, n, alpha->h, rstd->h, NULL};
+    double *es[MAXL], *ms[MAXL], *P = bnew(wn), *eP = bnew(wn), *Pg = bnew(d), *ePg = bnew(d);
+    double *Pt = bnew(n), *ePt = bnew(n), *bd[MAXL], *bw = bnew(wn), *bg = bnew(d), *bt = bnew(n);
+    for (int s = 0; s < n; s++)
+        es[s] = bnew(nd), ms[s] = bnew(nd), bd[s] = bnew(nd);
+    mix_bwd_terms(&mi, 0, n, N, d, es, ms, P, eP, Pg, ePg, Pt, ePt);
+    for (int side = 0; side < 2; side++) {
+        for (int s = 0; s < n; s++)
+            if (dsrc[s])
+                ds_bound(bd[s], es[s], ms[s], dsrc[s]->h, 3, nd);
+        if (dw)
+            dw_bound(bw, P, eP, NULL, dw->h, ws ? (double)n : (double)N * n, (int)wn);
+        if (dg)
+            dw_bound(bg, Pg, ePg, NULL, dg->h, (double)N * n, d);
+        if (dth)
+            dw_bound(bt, Pt, ePt, NULL, dth->h, (double)N * H, n);
+    }
     tl ld = list(dsrc, n);
     BOTH be->depth_mix_bwd(DL(ld), OPT(dw), OPT(dg), OPT(dth), D(dh), D(alpha), D(rstd), CL(ls), n,
                            OPT(w), ws, OPT(g), OPT(th), sigmoid, H, N, d);
@@ -1028,14 +2057,14 @@ static void mix_case(int n, int N, int d, int H, int query, int keynorm, int the
     for (int s = 0; s < n; s++)
         if (dsrc[s]) {
             snprintf(what, sizeof what, "depth_mix_bwd dsrc[%d]", s);
-            check(what, dsrc[s]);
+            check(what, dsrc[s], bd[s]);
         }
     if (dw)
-        check("depth_mix_bwd dw", dw);
+        check("depth_mix_bwd dw", dw, bw);
     if (dg)
-        check("depth_mix_bwd dg", dg);
+        check("depth_mix_bwd dg", dg, bg);
     if (dth)
-        check("depth_mix_bwd dtheta", dth);
+        check("depth_mix_bwd dtheta", dth, bt);
     release();
 }
 
@@ -1086,9 +2115,49 @@ static void mix_chunk_case(int k, int C, int N, int d, int H, int query, int key
         dw[c] = w[c] ? rnd(d, -1, 1) : NULL, dg[c] = g[c] ? rnd(d, -1, 1) : NULL;
         dth[c] = th[c] ? rnd(n[c], -1, 1) : NULL;
     }
+    /* cdot: e-term dots on both, 2 gamma(e) sum_(G_a) |dh h|; then A's, on
+     * both, for the chunk op (mix_bwd_terms with the cdot given) */
+    int e = d / H;
     for (int c = 0; c < C; c++) {
+        double *bc = bnew((size_t)N * H);
+        for (int i = 0; i < N; i++)
+            for (int a = 0; a < H; a++) {
+                for (int q = a * e; q < (a + 1) * e; q++)
+                    bc[(size_t)i * H + a] += fabs((double)dh[c]->h[(size_t)i * d + q] * h[c]->h[(size_t)i * d + q]);
+                bc[(size_t)i * H + a] *= 2 * tu_gamma(e + 1);
+            }
         BOTH be->depth_mix_cdot(D(cd[c]), D(dh[c]), D(h[c]), H, N, d);
-        check("depth_mix_cdot", cd[c]);
+        check("depth_mix_cdot", cd[c], bc);
+        take(cd[c]);
+    }
+    /* the chunk op over the shared sources for all C mixers, then the last
+     * mixer's own ones: a shared source's gradient takes 3 C terms, an own
+     * one 3; a mixer's dw, dg, dtheta sum N n terms over the two calls (two
+     * += each: the third u of dw_bound's gamma(3)) */
+    double *es[MAXL], *ms[MAXL], *bd[MAXL], *P[MC], *eP[MC], *Pg[MC], *ePg[MC], *Pt[MC], *ePt[MC];
+    for (int s = 0; s < ns; s++)
+        es[s] = bnew(nd), ms[s] = bnew(nd), bd[s] = bnew(nd);
+    for (int c = 0; c < C; c++) {
+        P[c] = bnew(d), eP[c] = bnew(d), Pg[c] = bnew(d), ePg[c] = bnew(d), Pt[c] = bnew(n[c]), ePt[c] = bnew(n[c]);
+        mix_in mi = {src, w[c], g[c], th[c], dh[c], 0, sigmoid, H, n[c], al[c]->h, rs[c]->h, cd[c]->h};
+        mix_bwd_terms(&mi, 0, k, N, d, es, ms, P[c], eP[c], Pg[c], ePg[c], Pt[c], ePt[c]);
+        if (c == C - 1)
+            mix_bwd_terms(&mi, k, n[c], N, d, es, ms, P[c], eP[c], Pg[c], ePg[c], Pt[c], ePt[c]);
+    }
+    double *bw[MC], *bg[MC], *bt[MC];
+    for (int c = 0; c < C; c++)
+        bw[c] = bnew(d), bg[c] = bnew(d), bt[c] = bnew(n[c]);
+    for (int side = 0; side < 2; side++) {
+        for (int s = 0; s < ns; s++)
+            ds_bound(bd[s], es[s], ms[s], dsrc[s]->h, s < k ? 3 * C : 3, nd);
+        for (int c = 0; c < C; c++) {
+            if (dw[c])
+                dw_bound(bw[c], P[c], eP[c], NULL, dw[c]->h, (double)N * n[c], d);
+            if (dg[c])
+                dw_bound(bg[c], Pg[c], ePg[c], NULL, dg[c]->h, (double)N * n[c], d);
+            if (dth[c])
+                dw_bound(bt[c], Pt[c], ePt[c], NULL, dth[c]->h, (double)N * H, n[c]);
+        }
     }
     tl ls = list(src, ns), ld = list(dsrc, ns);
 #define OPT(t) ((t) ? D(t) : NULL)
@@ -1111,15 +2180,15 @@ static void mix_chunk_case(int k, int C, int N, int d, int H, int query, int key
     char what[64];
     for (int s = 0; s < ns; s++) {
         snprintf(what, sizeof what, "depth_mix_bwd_chunk dsrc[%d]", s);
-        check(what, dsrc[s]);
+        check(what, dsrc[s], bd[s]);
     }
     for (int c = 0; c < C; c++) {
         if (dw[c])
-            check("depth_mix_bwd_chunk dw", dw[c]);
+            check("depth_mix_bwd_chunk dw", dw[c], bw[c]);
         if (dg[c])
-            check("depth_mix_bwd_chunk dg", dg[c]);
+            check("depth_mix_bwd_chunk dg", dg[c], bg[c]);
         if (dth[c])
-            check("depth_mix_bwd_chunk dtheta", dth[c]);
+            check("depth_mix_bwd_chunk dtheta", dth[c], bt[c]);
     }
     release();
 }
@@ -1138,6 +2207,11 @@ Test(backend_ops, depth_mix_chunk)
 
 /* ---- weighted sums --------------------------------------------------- */
 
+/* Each backend, per element: y = sum_s c_s x_s, n terms (accumulate: onto
+ * y), within gamma(n + 1) (sum_s |c_s x_s| + |y|); dx_s += c_s dy, a
+ * product and an add, within gamma(2) (|c_s dy| + |dx_s|); dc_s +=
+ * sum_i dy_i x_si, len terms in any grouping (float or double partials),
+ * within gamma(len + 2) (sum_i |dy_i x_si| + |dc_s|).  Twice each. */
 static void wsum_case(int n, size_t len)
 {
     at("wsum n=%d len=%zu", n, len);
@@ -1145,35 +2219,63 @@ static void wsum_case(int n, size_t len)
     for (int s = 0; s < n; s++)
         x[s] = rnd(len, -1, 1);
     tp *c = rnd(n, -1, 1), *y = junk(len), *y2 = rnd(len, -1, 1);
+    double *by = bnew(len), *by2 = bnew(len);
+    for (size_t i = 0; i < len; i++) {
+        double m = 0;
+        for (int s = 0; s < n; s++)
+            m += fabs((double)c->h[s] * x[s]->h[i]);
+        by[i] = 2 * tu_gamma(n + 1) * m;
+        by2[i] = 2 * tu_gamma(n + 1) * (m + fabs(y2->h[i]));
+    }
     tl lx = list(x, n);
     BOTH be->wsum_fwd(D(y), CL(lx), D(c), n, 0, len);
-    check("wsum_fwd y", y);
+    check("wsum_fwd y", y, by);
     BOTH be->wsum_fwd(D(y2), CL(lx), D(c), n, 1, len);
-    check("wsum_fwd (accumulate) y", y2);
+    check("wsum_fwd (accumulate) y", y2, by2);
     for (int s = 0; s < n; s++)
         dx[s] = s == 1 ? NULL : rnd(len, -1, 1);
     tp *dy = rnd(len, -1, 1), *dc = rnd(n, -1, 1), *dc2 = rnd(n, -1, 1);
+    double *bdx[MAXL], *bdc = bnew(n), *bdc2 = bnew(n);
+    for (int s = 0; s < n; s++) {
+        double m = 0;
+        for (size_t i = 0; i < len; i++)
+            m += fabs((double)dy->h[i] * x[s]->h[i]);
+        bdc[s] = 2 * tu_gamma(len + 2) * (m + fabs(dc->h[s]));
+        bdc2[s] = 2 * tu_gamma(len + 2) * (m + fabs(dc2->h[s]));
+        bdx[s] = bnew(len);
+        if (dx[s])
+            for (size_t i = 0; i < len; i++)
+                bdx[s][i] = 2 * tu_gamma(2) * (fabs((double)c->h[s] * dy->h[i]) + fabs(dx[s]->h[i]));
+    }
     tl ldx = list(dx, n);
     BOTH be->wsum_bwd(DL(ldx), D(dc), D(dy), CL(lx), D(c), n, len);
     char what[64];
     for (int s = 0; s < n; s++)
         if (dx[s]) {
             snprintf(what, sizeof what, "wsum_bwd dx[%d]", s);
-            check(what, dx[s]);
+            check(what, dx[s], bdx[s]);
+            take(dx[s]); /* the next backward adds onto A's on both */
+            for (size_t i = 0; i < len; i++)
+                bdx[s][i] = 2 * tu_gamma(2) * (fabs((double)c->h[s] * dy->h[i]) + fabs(dx[s]->h[i]));
         }
-    check("wsum_bwd dc", dc);
+    check("wsum_bwd dc", dc, bdc);
     /* no dx at all, and no dc */
     BOTH be->wsum_bwd(NULL, D(dc2), D(dy), CL(lx), D(c), n, len);
-    check("wsum_bwd (dx NULL) dc", dc2);
+    check("wsum_bwd (dx NULL) dc", dc2, bdc2);
     BOTH be->wsum_bwd(DL(ldx), NULL, D(dy), CL(lx), D(c), n, len);
     for (int s = 0; s < n; s++)
         if (dx[s]) {
             snprintf(what, sizeof what, "wsum_bwd (dc NULL) dx[%d]", s);
-            check(what, dx[s]);
+            check(what, dx[s], bdx[s]);
         }
     release();
 }
 
+/* Each backend, per element: y_i = sum_j C_ij x_j, n terms, within
+ * gamma(n + 1) sum_j |C_ij x_j|; dx_j = sum_i C_ij dy_i, p terms (onto
+ * dx_j: one more), within gamma(p + 1) (sum_i |C_ij dy_i| + |dx_j|); dC_ij
+ * += dy_i . x_j, len terms in any grouping, within gamma(len + 2)
+ * (sum |dy_i x_j| + |dC_ij|).  Twice each. */
 static void wmix_case(int p, int n, int ldc, size_t len)
 {
     at("wmix p=%d n=%d ldc=%d len=%zu", p, n, ldc, len);
@@ -1189,24 +2291,53 @@ static void wmix_case(int p, int n, int ldc, size_t len)
         dy[i] = rnd(len, -1, 1);
     }
     tp *C = rnd(nc, -1, 1), *dC = rnd(nc, -1, 1), *dC2 = rnd(nc, -1, 1);
+    double *by[MAXL], *bdx[MAXL], *bdx2[MAXL], *bdC = bnew(nc), *bdC2 = bnew(nc);
+    for (int i = 0; i < p; i++) {
+        by[i] = bnew(len);
+        for (size_t t = 0; t < len; t++) {
+            double m = 0;
+            for (int j = 0; j < n; j++)
+                m += fabs((double)C->h[(size_t)i * ldc + j] * x[j]->h[t]);
+            by[i][t] = 2 * tu_gamma(n + 1) * m;
+        }
+    }
+    for (int j = 0; j < n; j++) {
+        bdx[j] = bnew(len), bdx2[j] = bnew(len);
+        for (size_t t = 0; t < len; t++) {
+            double m = 0;
+            for (int i = 0; i < p; i++)
+                m += fabs((double)C->h[(size_t)i * ldc + j] * dy[i]->h[t]);
+            bdx[j][t] = 2 * tu_gamma(p + 1) * m;
+            bdx2[j][t] = 2 * tu_gamma(p + 1) * (m + fabs(dx2[j]->h[t]));
+        }
+    }
+    for (int i = 0; i < p; i++)
+        for (int j = 0; j < n; j++) {
+            double m = 0;
+            for (size_t t = 0; t < len; t++)
+                m += fabs((double)dy[i]->h[t] * x[j]->h[t]);
+            bdC[(size_t)i * ldc + j] = 2 * tu_gamma(len + 2) * (m + fabs(dC->h[(size_t)i * ldc + j]));
+            bdC2[(size_t)i * ldc + j] = 2 * tu_gamma(len + 2) * (m + fabs(dC2->h[(size_t)i * ldc + j]));
+        }
     tl lx = list(x, n), ly = list(y, p), ldy = list(dy, p), ldx = list(dx, n), ldx2 = list(dx2, n);
     char what[64];
     BOTH be->wmix_fwd(DL(ly), p, CL(lx), n, D(C), ldc, len);
     for (int i = 0; i < p; i++) {
         snprintf(what, sizeof what, "wmix_fwd y[%d]", i);
-        check(what, y[i]);
+        check(what, y[i], by[i]);
     }
     BOTH be->wmix_bwd(DL(ldx), 0, D(dC), CL(ldy), p, CL(lx), n, D(C), ldc, len);
     BOTH be->wmix_bwd(DL(ldx2), 1, NULL, CL(ldy), p, CL(lx), n, D(C), ldc, len);
     for (int j = 0; j < n; j++) {
         snprintf(what, sizeof what, "wmix_bwd dx[%d]", j);
-        check(what, dx[j]);
+        check(what, dx[j], bdx[j]);
         snprintf(what, sizeof what, "wmix_bwd (accumulate) dx[%d]", j);
-        check(what, dx2[j]);
+        check(what, dx2[j], bdx2[j]);
     }
-    check("wmix_bwd dC", dC);
+    /* the gaps between rows of ldc (bound 0) keep their values on both */
+    check("wmix_bwd dC", dC, bdC);
     BOTH be->wmix_bwd(NULL, 0, D(dC2), CL(ldy), p, CL(lx), n, D(C), ldc, len);
-    check("wmix_bwd (dx NULL) dC", dC2);
+    check("wmix_bwd (dx NULL) dC", dC2, bdC2);
     release();
 }
 

@@ -18,7 +18,14 @@
  * df 2.  With 2 degrees of freedom Student's t has the closed forms
  * P(T > t) = (1 - t / sqrt(t^2 + 2)) / 2 and, for the quantile q at 0.975,
  * q / sqrt(q^2 + 2) = 0.95, so q^2 = 2 x 0.9025 / 0.0975 and q = 4.302653;
- * p = 1 - 2 sqrt(3) / sqrt(14) = 0.0741799. */
+ * p = 1 - 2 sqrt(3) / sqrt(14) = 0.0741799.
+ * Bounds: closed forms in double.  mean, sd and se are a dozen operations
+ * (sums of 3 terms, a square root, divisions) on values below 0.3, each
+ * within 2^-53 relative with or without FMA contraction: within 1e-16 of
+ * the exact values, against 1e-12.  t, p and the interval add a division,
+ * GSL's t tail (continued fraction, about 1e-15 relative) and its quantile
+ * (closed forms for df 1 and 2): within 1e-14 on values below 13, against
+ * 1e-9.  q's 7 digits are rounded: 1e-6. */
 Test(depth_study, paired_difference_by_hand)
 {
     const double d[] = {0.1, 0.3, 0.2};
@@ -211,11 +218,21 @@ Test(depth_study, tiny_study_end_to_end, .timeout = 240)
             d[k] = blk[k] - base[k];
         ar_depth_diff want;
         ar_depth_diff_of(d, 3, &want);
-        /* results.csv rounds losses to 1e-6 */
-        cr_expect(fabs(cell(c, i, "mean_diff") - want.t.mean) <= 2e-6, "mean %g vs %g", cell(c, i, "mean_diff"),
+        /* The study's statistics come from the unrounded losses, want from
+         * results.csv's, which writes them with %.6f: each loss is off by at
+         * most r = 5e-7, each difference by 2r, so the mean by 2r.  The
+         * sample sd is ||d - mean|| / sqrt(n - 1), which moves by at most
+         * ||delta d||_2 / sqrt(n - 1) <= sqrt(3 / 2) 2r (centring does not
+         * lengthen a vector), se = sd / sqrt(3) by that over sqrt(3), the
+         * interval by 2r + q_{0.975, 2} times se's (q = 4.302653).
+         * depth_study.csv writes each with %.6f too: + r.  (1e-12 covers
+         * the double arithmetic on both sides, below 1e-15.) */
+        double r6 = 5e-7, d_se = sqrt(1.5) * 2 * r6 / sqrt(3.0);
+        double b_mean = 3 * r6 + 1e-12, b_se = d_se + r6 + 1e-12, b_ci = 2 * r6 + 4.302653 * d_se + r6 + 1e-12;
+        cr_expect(fabs(cell(c, i, "mean_diff") - want.t.mean) <= b_mean, "mean %g vs %g", cell(c, i, "mean_diff"),
                   want.t.mean);
-        cr_expect(fabs(cell(c, i, "se") - want.t.se) <= 2e-6, "se");
-        cr_expect(fabs(cell(c, i, "ci95_lo") - want.ci_lo) <= 2e-5 && fabs(cell(c, i, "ci95_hi") - want.ci_hi) <= 2e-5,
+        cr_expect(fabs(cell(c, i, "se") - want.t.se) <= b_se, "se");
+        cr_expect(fabs(cell(c, i, "ci95_lo") - want.ci_lo) <= b_ci && fabs(cell(c, i, "ci95_hi") - want.ci_hi) <= b_ci,
                   "ci");
         cr_expect(cell(c, i, "ci95_lo") < cell(c, i, "mean_diff") && cell(c, i, "mean_diff") < cell(c, i, "ci95_hi"));
         cr_assert_float_eq(cell(c, i, "df"), 2, 0);

@@ -358,14 +358,17 @@ Test(figures, mixing_matrices)
             ar_depth_attn_row(&w, l)[s] = 0.1 * l + 0.01 * s;
     }
     cr_assert_eq(ar_mixing_matrix(&c.model, NULL, &w, M, &e), 0, "%s", e.msg);
+    /* Exact compares: the matrix copies each source's weight (0.1 l +
+     * 0.01 s, as stored above) into the v_i it sums. */
     const double *h3 = M + 2 * 5, *h4 = M + 3 * 5, *out = M + 4 * 5;
-    cr_assert_float_eq(h3[0], 0.30, 1e-12);
-    cr_assert_float_eq(h3[1], 0.31, 1e-12);
-    cr_assert_float_eq(h3[2], 0.31, 1e-12);
+    const double *a3 = ar_depth_attn_row(&w, 3), *a4 = ar_depth_attn_row(&w, 4), *a5 = ar_depth_attn_row(&w, 5);
+    cr_assert_eq(h3[0], a3[0], "%.17g", h3[0]); /* 0.30 */
+    cr_assert_eq(h3[1], a3[1], "%.17g", h3[1]); /* 0.31 */
+    cr_assert_eq(h3[2], a3[1], "%.17g", h3[2]);
     cr_assert(isnan(h3[3]));
-    cr_assert_float_eq(h4[3], 0.42, 1e-12, "v_3 is the partial sum b_2^1 of h_4");
-    cr_assert_float_eq(out[3], 0.52, 1e-12);
-    cr_assert_float_eq(out[4], 0.52, 1e-12);
+    cr_assert_eq(h4[3], a4[2], "v_3 is the partial sum b_2^1 of h_4"); /* 0.42 */
+    cr_assert_eq(out[3], a5[2], "%.17g", out[3]);                      /* 0.52 */
+    cr_assert_eq(out[4], a5[2], "%.17g", out[4]);
     /* weights that do not fit the scheme are an error, as is no weights */
     w.n[2] = 3;
     cr_assert_eq(ar_mixing_matrix(&c.model, NULL, &w, M, &e), -1);
@@ -385,6 +388,10 @@ Test(figures, zero_initialised_model_gives_uniform_rows)
     for (int k = 0; k < 2; k++) {
         ar_config c = tiny_cfg(kinds[k], 3, 4);
         ar_model *m = tiny_model(&c, 4); /* pseudo-queries zero: alpha = 1/n */
+        /* n equal logits: the softmax's exponentials, their sum and the
+         * normalisation give 1/n within a few roundings (fast_expf's couple
+         * of ulp included): 8 u relative; the token averages of equal
+         * values are exact in double. */
         ar_depth_attn w;
         ar_eval_result r;
         ar_err e = {{0}};
@@ -395,7 +402,7 @@ Test(figures, zero_initialised_model_gives_uniform_rows)
             int n = w.n[l - 1];
             cr_assert_gt(n, 0);
             for (int i = 0; i < n; i++)
-                cr_assert_float_eq(ar_depth_attn_row(&w, l)[i], 1.0 / n, 1e-6, "%s mixer %d source %d",
+                cr_assert_float_eq(ar_depth_attn_row(&w, l)[i], 1.0 / n, tu_gamma(8) / n, "%s mixer %d source %d",
                                    ar_res_kind_name(kinds[k]), l, i);
             cr_assert(n == m->L + 1 || isnan(ar_depth_attn_row(&w, l)[n]), "no NaN after the sources");
         }
@@ -413,13 +420,18 @@ Test(figures, zero_initialised_model_gives_uniform_rows)
 }
 
 /* The CSV of `attnres plot-depth-attn` against the model's own weights
- * (model.c's collect_stats, the eval path), computed window by window:
- * the token average over 11 windows (batches of 8 and 3 in the command). */
+ * (model.c's collect_stats, the eval path), averaged over 11 windows here.
+ * The reference runs the command's code on its shapes (the model loaded
+ * for batches of 8 windows: 8, then 3) with its one thread, so each
+ * batch's mean weights are the same floats by construction and the token
+ * average adds them in the same order; what remains is the CSV's %.9g
+ * (within 5e-9 relative) read back by atof (2^-53 more). */
 static void csv_matches_eval(ar_res_kind kind, int S)
 {
     const char *dir = tu_tmpdir();
     ar_config c = tiny_cfg(kind, 2, S);
-    ar_model *m = tiny_model(&c, 1);
+    ar_backend_cpu()->set_threads(1);
+    ar_model *m = tiny_model(&c, 8);
     random_queries(m, 3.0f);
     ar_err e = {{0}};
     cr_assert_eq(ar_ckpt_save(dir, &c, m, NULL, 5, &e), 0, "%s", e.msg);
@@ -438,14 +450,18 @@ static void csv_matches_eval(ar_res_kind kind, int S)
     double *want = calloc((size_t)(L + 1) * (L + 1), sizeof(double));
     ar_tokens t;
     cr_assert_eq(ar_tokens_load(&t, data, &e), 0, "%s", e.msg);
-    int32_t in[8], tg[8];
-    for (int wdx = 0; wdx < 11; wdx++) {
-        ar_eval_window(t.tok, (size_t)wdx, 8, in, tg);
+    int32_t in[64], tg[64];
+    for (int w0 = 0; w0 < 11; w0 += 8) {
+        int B = 11 - w0 < 8 ? 11 - w0 : 8;
+        for (int b = 0; b < B; b++)
+            ar_eval_window(t.tok, (size_t)(w0 + b), 8, in + 8 * b, tg + 8 * b);
         m->collect_stats = 1;
-        ar_model_forward(m, in, tg, 1, NULL);
+        ar_model_forward(m, in, tg, B, NULL);
         for (size_t i = 0; i < (size_t)(L + 1) * (L + 1); i++)
-            want[i] += m->depth_w[i] / 11.0; /* every window has T tokens */
+            want[i] += (double)(B * 8) * m->depth_w[i]; /* the batch's mean weight times its tokens */
     }
+    for (size_t i = 0; i < (size_t)(L + 1) * (L + 1); i++)
+        want[i] /= 88.0;
     ar_tokens_free(&t);
 
     ar_csv *tab;
@@ -461,13 +477,13 @@ static void csv_matches_eval(ar_res_kind kind, int S)
     for (int r = 0; r < tab->nrows; r++) {
         int l = atoi(ar_csv_cell(tab, r, cm)), s = atoi(ar_csv_cell(tab, r, cs));
         double got = atof(ar_csv_cell(tab, r, cw)), ref = want[(size_t)(l - 1) * (L + 1) + s];
-        worst = fmax(worst, fabs(got - ref));
+        worst = fmax(worst, fabs(got - ref) / ((5e-9 + TU_U_DOUBLE) * fabs(ref)));
         spread = fmax(spread, fabs(got - 1.0 / m->res->vt->n_sources(m->res, l)));
         partials += atoi(ar_csv_cell(tab, r, cp));
         cr_assert_str_eq(ar_csv_cell(tab, r, ck), ar_res_kind_name(kind));
         cr_assert_str_eq(ar_csv_cell(tab, r, cst), "5");
     }
-    cr_assert_lt(worst, 1e-6, "CSV weights differ from the model's by %g", worst);
+    cr_assert_leq(worst, 1, "CSV weights differ from the model's by %g times the bound", worst);
     cr_assert_gt(spread, 0.05, "the weights are nearly uniform: the test would prove little");
     /* Block S = 2: sublayers 2 and 4 read a partial sum; Full has none. */
     cr_assert_eq(partials, kind == AR_RES_BLOCK ? 2 : 0);
@@ -487,8 +503,8 @@ static void csv_matches_eval(ar_res_kind kind, int S)
         int n = ar_mixer_sources(&c.model, l, src), s = 0;
         while (s < n && src[s].last < i)
             s++;
-        cr_assert_lt(fabs(atof(ar_csv_cell(tab, r, cmm)) - want[(size_t)(l - 1) * (L + 1) + s]), 1e-6,
-                     "M[%d][%d]", l, i);
+        double ref = want[(size_t)(l - 1) * (L + 1) + s]; /* the matrix copies its source's weight */
+        cr_assert_leq(fabs(atof(ar_csv_cell(tab, r, cmm)) - ref), (5e-9 + TU_U_DOUBLE) * fabs(ref), "M[%d][%d]", l, i);
     }
     ar_csv_free(tab);
     free(want);

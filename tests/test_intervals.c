@@ -8,7 +8,10 @@
  *     the run resumes from its last periodic checkpoint, with metrics
  *     lines past it that the resume must drop.
  * The resumed run must end with the same weights, byte for byte, and hold
- * each logged step once, with the straight run's loss. */
+ * each logged step once, with the straight run's loss.  Bit for bit by
+ * construction: every run (the forked children too) runs the same code on
+ * the same shapes with train.threads 1, and a checkpoint holds every float
+ * the next step reads (weights, moments, step, data position). */
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdio.h>

@@ -2,9 +2,17 @@
  * model.safetensors from 2 and 4 ranks against one process with the same
  * grad_accum, for baseline, Full and Block AttnRes; ZeRO-1 against
  * unsharded; a resume with another number of ranks; a grad_accum the ranks
- * do not divide; a rank killed mid-run.  Every rank and the one process run
- * 1 thread, since the thread count changes how sums are split.  Skips where
- * this build has no MPI or mpirun is missing. */
+ * do not divide; a rank killed mid-run.  Skips where this build has no MPI
+ * or mpirun is missing.
+ *
+ * Bit identity holds by construction: every rank and the one process run
+ * 1 thread (the thread count changes how sums are split), every
+ * micro-batch has the same shape (train.batch_size) wherever it runs, the
+ * step's gradient is dp.h's fixed tree over the micro-batches on any
+ * number of ranks, the gradient norm is summed in fixed chunks, AdamW is
+ * elementwise (so a shard updates its part as the whole would), and an
+ * evaluation adds its batches' sums in batch order on any number of
+ * ranks. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>

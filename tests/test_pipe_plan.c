@@ -276,7 +276,9 @@ Test(pipe_plan, held_rows_are_what_the_chunk_needs_and_received_is_what_was_sent
 /* Chunks ending on block boundaries (S divides L/C): the naive count is
  * eq. 7 plus the embedding on each of the C-1 transitions, and the cached
  * count is eq. 8 with its bound made exact, P(P-1)/2 N_p + (V-1) P (P-1)
- * N_p, plus the embedding sent once to each of the P-1 other ranks. */
+ * N_p, plus the embedding sent once to each of the P-1 other ranks.
+ * N_p = L / (S C) is then a whole number, so every count and formula here
+ * is a small integer, exact in double: exact compares. */
 Test(pipe_plan, aligned_counts_are_eq7_and_eq8_exactly)
 {
     static const int al[][4] = {{16, 2, 2, 1}, {16, 2, 2, 2}, {16, 2, 4, 2}, {16, 4, 2, 2}, {16, 4, 4, 1},
@@ -287,15 +289,16 @@ Test(pipe_plan, aligned_counts_are_eq7_and_eq8_exactly)
         ar_pipe_plan a, b;
         make(&a, L, S, 0, P, V, P, 1, AR_PIPE_1F1B);
         make(&b, L, S, 0, P, V, P, 0, AR_PIPE_1F1B);
-        cr_assert_float_eq(ar_pipe_eq7(&b), C * (C - 1) / 2.0 * Np, 1e-9);
-        cr_assert_float_eq(ar_pipe_eq8(&a), P * (P - 1) / 2.0 * Np + (V - 1) * P * P * Np, 1e-9);
-        cr_assert_float_eq((double)ar_pipe_rows_per_mb(&b), ar_pipe_eq7(&b) + (C - 1), 1e-9,
-                           "L=%d S=%d P=%d V=%d: naive %ld rows, eq. 7 %g", L, S, P, V, ar_pipe_rows_per_mb(&b),
-                           ar_pipe_eq7(&b));
+        cr_assert_eq(Np, (double)(L / (S * C)), "L=%d S=%d C=%d: not aligned", L, S, C);
+        cr_assert_eq(ar_pipe_eq7(&b), C * (C - 1) / 2.0 * Np);
+        cr_assert_eq(ar_pipe_eq8(&a), P * (P - 1) / 2.0 * Np + (V - 1) * P * P * Np);
+        cr_assert_eq((double)ar_pipe_rows_per_mb(&b), ar_pipe_eq7(&b) + (C - 1),
+                     "L=%d S=%d P=%d V=%d: naive %ld rows, eq. 7 %g", L, S, P, V, ar_pipe_rows_per_mb(&b),
+                     ar_pipe_eq7(&b));
         double exact = P * (P - 1) / 2.0 * Np + (V - 1) * P * (P - 1) * Np + (P - 1);
-        cr_assert_float_eq((double)ar_pipe_rows_per_mb(&a), exact, 1e-9, "L=%d S=%d P=%d V=%d: cached %ld, want %g",
-                           L, S, P, V, ar_pipe_rows_per_mb(&a), exact);
-        cr_assert_leq((double)ar_pipe_rows_per_mb(&a) - (P - 1), ar_pipe_eq8(&a) + 1e-9, "eq. 8 is an upper bound");
+        cr_assert_eq((double)ar_pipe_rows_per_mb(&a), exact, "L=%d S=%d P=%d V=%d: cached %ld, want %g", L, S, P, V,
+                     ar_pipe_rows_per_mb(&a), exact);
+        cr_assert_leq((double)ar_pipe_rows_per_mb(&a) - (P - 1), ar_pipe_eq8(&a), "eq. 8 is an upper bound");
         ar_pipe_plan_free(&a);
         ar_pipe_plan_free(&b);
     }
@@ -305,8 +308,9 @@ Test(pipe_plan, aligned_counts_are_eq7_and_eq8_exactly)
     make(&b, 16, 2, 0, 4, 2, 4, 0, AR_PIPE_1F1B);
     cr_assert_eq(ar_pipe_rows_per_mb(&a), 21);
     cr_assert_eq(ar_pipe_rows_per_mb(&b), 35);
-    cr_assert_float_eq(ar_pipe_eq7(&a), 28, 1e-12);
-    cr_assert_float_eq(ar_pipe_eq8(&a), 22, 1e-12);
+    /* N_p = 8 blocks / 8 chunks = 1: small integers, exact in double */
+    cr_assert_eq(ar_pipe_eq7(&a), 28);
+    cr_assert_eq(ar_pipe_eq8(&a), 22);
     for (int c = 3; c < 7; c++)
         cr_assert_eq(a.nsend[c], 3, "later rounds send the P-1 = 3 blocks the receiver lacks (transition %d)", c);
     ar_pipe_plan_free(&a);
@@ -334,7 +338,9 @@ Test(pipe_plan, errors_name_the_keys)
 /* ------------------------------------------------------------ schedules */
 
 /* Every op once, and each op after its inputs (forward of the chunk
- * before; backward of the chunk after, or the last chunk's forward). */
+ * before; backward of the chunk after, or the last chunk's forward).
+ * The callers' tf and tb are whole numbers, so every start and end time is
+ * a sum of small integers, exact in double: exact compares. */
 static void check_run(const ar_pipe_plan *p, double tf, double tb, double *bubble)
 {
     double **start = calloc((size_t)p->P, sizeof *start);
@@ -367,8 +373,8 @@ static void check_run(const ar_pipe_plan *p, double tf, double tb, double *bubbl
             const ar_pipe_op *o = &p->ops[s][i];
             int c = o->chunk, at = o->mb * C + c;
             double ready = o->kind == 'F' ? (c ? fend[at - 1] : 0) : (c == C - 1 ? fend[at] : bend[at + 1]);
-            cr_assert_geq(start[s][i] + 1e-9, ready, "%c mb %d chunk %d starts before its input", o->kind, o->mb, c);
-            cr_assert_leq(o->kind == 'F' ? fend[at] : bend[at], mk + 1e-9, "an op ends after the makespan");
+            cr_assert_geq(start[s][i], ready, "%c mb %d chunk %d starts before its input", o->kind, o->mb, c);
+            cr_assert_leq(o->kind == 'F' ? fend[at] : bend[at], mk, "an op ends after the makespan");
         }
     for (int s = 0; s < p->P; s++)
         free(start[s]);
@@ -407,13 +413,18 @@ Test(pipe_plan, bubbles_match_the_formulas)
                     make(&p, 2 * P * V, 2, 0, P, V, M, 1, (ar_pipe_sched)sched);
                     double b;
                     check_run(&p, 1, 1, &b);
+                    /* The simulation's busy time and makespan are sums of
+                     * small integers, exact; b = 1 - busy / (P makespan)
+                     * rounds twice and want once, on values in [0, 1]:
+                     * within 3 x 2^-53 of each other. */
                     double want = (P - 1.0) / (V * M + P - 1.0);
-                    cr_assert_float_eq(b, want, 1e-12, "P=%d V=%d M=%d %s: bubble %.6f, expected %.6f", P, V, M,
+                    cr_assert_float_eq(b, want, 3 * TU_U_DOUBLE, "P=%d V=%d M=%d %s: bubble %.6f, expected %.6f", P, V, M,
                                        sched ? "gpipe" : "1f1b", b, want);
                     if (V == 1) {
                         /* 1F1B and GPipe with V = 1 keep (P-1)/(M+P-1) for any backward cost */
                         check_run(&p, 1, 2, &b);
-                        cr_assert_float_eq(b, (P - 1.0) / (M + P - 1.0), 1e-12, "P=%d M=%d, tb = 2 tf", P, M);
+                        cr_assert_float_eq(b, (P - 1.0) / (M + P - 1.0), 3 * TU_U_DOUBLE, "P=%d M=%d, tb = 2 tf", P,
+                                           M);
                     }
                     ar_pipe_plan_free(&p);
                 }

@@ -80,19 +80,23 @@ Test(plot_sweep, grid_cells_and_optimum)
     cr_assert_str_eq(g.method[1], "block");
     cr_assert_eq(g.nx, 2);
     cr_assert_eq(g.ny, 2);
-    cr_assert_float_eq(g.xs[0], 8, 1e-12);
-    cr_assert_float_eq(g.xs[1], 16, 1e-12);
-    cr_assert_float_eq(g.ys[0], 1, 1e-12); /* the largest on top */
-    cr_assert_float_eq(g.ys[1], 0.5, 1e-12);
-    cr_assert_float_eq(g.flops, 1.2e13, 1);
+    /* Exact compares: the axes are quotients of small integers that are
+     * powers of two apart (32/4, 64/4, 4/4, 2/4), the common compute is the
+     * midrange of two equal integers below 2^53, and each cell holds one
+     * run's value, read by strtod: the double nearest its decimal. */
+    cr_assert_eq(g.xs[0], 8);
+    cr_assert_eq(g.xs[1], 16);
+    cr_assert_eq(g.ys[0], 1); /* the largest on top */
+    cr_assert_eq(g.ys[1], 0.5);
+    cr_assert_eq(g.flops, 1.2e13);
     /* v[(m * ny + r) * nx + c] */
 #define V(m, r, c) g.v[((m) * g.ny + (r)) * g.nx + (c)]
-    cr_assert_float_eq(V(0, 1, 0), 2.10, 1e-12);
-    cr_assert_float_eq(V(0, 0, 1), 2.00, 1e-12);
-    cr_assert_float_eq(V(0, 0, 0), 2.05, 1e-12);
+    cr_assert_eq(V(0, 1, 0), 2.10);
+    cr_assert_eq(V(0, 0, 1), 2.00);
+    cr_assert_eq(V(0, 0, 0), 2.05);
     cr_assert(isnan(V(0, 1, 1)), "a nan value leaves the cell empty");
-    cr_assert_float_eq(V(1, 1, 0), 1.90, 1e-12);
-    cr_assert_float_eq(V(1, 1, 1), 1.95, 1e-12);
+    cr_assert_eq(V(1, 1, 0), 1.90);
+    cr_assert_eq(V(1, 1, 1), 1.95);
     cr_assert(isnan(V(1, 0, 1)), "an empty value leaves the cell empty");
     cr_assert(isnan(V(1, 0, 0)), "no run: an empty cell");
 #undef V
@@ -191,9 +195,13 @@ Test(plot_sweep, seeds_in_a_cell_are_averaged)
     cr_assert_eq(g.nx, 2);
     cr_assert_eq(g.ny, 1);
     cr_assert_eq(g.seeds, 3);
+    /* A mean of two decimals in double: each read within 2^-53 relative, the
+     * sum and the division add two roundings, so within 4 x 2^-53 x 2.5 =
+     * 1.1e-15 of the decimal mean; 1e-12 leaves 1e3 of room.  A cell of one
+     * value is that value's double. */
     cr_assert_float_eq(g.v[0], 2.15, 1e-12, "baseline at L 4: mean of 2.0 and 2.3 (seed 3 has no value), got %g",
                        g.v[0]);
-    cr_assert_float_eq(g.v[1], 1.5, 1e-12);
+    cr_assert_eq(g.v[1], 1.5);
     cr_assert_float_eq(g.v[2], 1.95, 1e-12);
     cr_assert(isnan(g.v[3]), "block at L 8 has no value: empty cell, got %g", g.v[3]);
     cr_assert_eq(g.best[0], 1);
@@ -229,12 +237,13 @@ Test(plot_sweep, tables_of_several_seeds_are_read_as_one)
     cr_assert_eq(g.nm, 3);
     cr_assert_eq(g.nx, 2);
     cr_assert_eq(g.seeds, 2);
+    /* means of two decimals: within 1.1e-15 (above); one value: exact */
     cr_assert_float_eq(g.v[0], 2.2, 1e-12, "baseline at L 4: mean of both seeds, got %g", g.v[0]);
-    cr_assert_float_eq(g.v[1], 1.6, 1e-12, "baseline at L 8: seed 1 alone, got %g", g.v[1]);
+    cr_assert_eq(g.v[1], 1.6, "baseline at L 8: seed 1 alone, got %g", g.v[1]);
     cr_assert_float_eq(g.v[2], 1.85, 1e-12);
     cr_assert(isnan(g.v[3]));
     cr_assert(isnan(g.v[4]), "full at L 4 has no run: %g", g.v[4]);
-    cr_assert_float_eq(g.v[5], 1.7, 1e-12);
+    cr_assert_eq(g.v[5], 1.7);
     ar_sweep_grid_free(&g);
 
     /* the same table twice: the same seeds */
@@ -328,7 +337,7 @@ Test(plot_sweep, common_compute)
         if (k == 0)
             cr_assert(isnan(g.flops), "two budgets: %g", g.flops);
         else
-            cr_assert_float_eq(g.flops, 1.205e13, 1);
+            cr_assert_eq(g.flops, 1.205e13, "%.17g", g.flops); /* (1.2e13 + 1.21e13) / 2, exact */
         ar_sweep_grid_free(&g);
     }
 }

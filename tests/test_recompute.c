@@ -52,7 +52,11 @@ static ar_model *create(const ar_config *c, ar_recompute rc)
 }
 
 /* Four AdamW steps of two micro-batches each (B = 3, then 2), through
- * both training entry points: weights and gradients bit for bit. */
+ * both training entry points: weights and gradients bit for bit.  This
+ * holds by construction: recomputing a sublayer runs the same forward code
+ * on the same inputs, shapes and thread count (both models in this process,
+ * 2 threads), so it rebuilds the same floats the other model kept, and the
+ * backward then does the same arithmetic on them. */
 static void same_bits(const char *kind, const char *extra)
 {
     ar_config c = tiny(kind, extra);

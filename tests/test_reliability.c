@@ -5,6 +5,7 @@
  *
  * Library tests train a tiny model in-process; process tests run the real
  * binary ($AR_BIN) with fork/exec and send it signals. */
+#define _GNU_SOURCE /* memmem */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <dirent.h>
@@ -29,8 +30,11 @@
 #include "formats/safetensors.h"
 #include "lib/model.h"
 #include "study/checkpoint.h"
+#include "study/machine.h"
 #include "study/train.h"
 #include "testutil.h"
+
+char *openblas_get_config(void); /* OpenBLAS's own */
 
 /* ---------------------------------------------------------------- fixtures */
 
@@ -299,7 +303,10 @@ Test(reliability, corrupted_checkpoint_is_an_error_naming_the_tensor, .timeout =
 }
 
 /* A checkpoint of attnres 0.1.0: no crc32 entries and no training state in
- * the metadata.  It still resumes, to the same weights. */
+ * the metadata.  It still resumes, to the same weights.  (Bit for bit by
+ * construction, here and in the resumes below: the same code, shapes and
+ * thread count, train.threads 1, on both sides, and the checkpoint holds
+ * every float the next step reads.) */
 Test(reliability, checkpoint_without_crcs_still_resumes_exactly, .timeout = 60)
 {
     const char *dir = fresh_dir();
@@ -622,6 +629,70 @@ Test(reliability, resume_warns_where_it_cannot_be_exact, .timeout = 60)
     cr_expect_eq(quiet.n, 0, "%s", quiet.text);
 }
 
+/* The checkpoint names the machine that saved it (cpu, blas, build), and a
+ * resume warns where the OpenBLAS kernels or the build differ, naming both:
+ * trained under OPENBLAS_CORETYPE=Haswell, resumed under Sandybridge; then
+ * the build's name in the file replaced (same length, so the header keeps
+ * its offsets) and resumed on the kernels the checkpoint now records. */
+Test(reliability, resume_warns_on_other_kernels_or_build, .timeout = 120)
+{
+#if !defined(__x86_64__)
+    cr_skip_test("Haswell and Sandybridge are x86-64 kernel sets");
+#endif
+    if (!strstr(openblas_get_config(), "DYNAMIC_ARCH"))
+        cr_skip_test("OpenBLAS without DYNAMIC_ARCH runs the kernels it was built for");
+    const char *dir = fresh_dir();
+    tu_write_corpus_lines(tu_path(dir, "corpus.txt"), 300, 3);
+    const char *set = "--set model.d_model=16 --set model.n_layer=2 --set model.n_head=2 --set model.d_ff=32 "
+                      "--set model.seq_len=16 --set train.batch_size=4 --set train.eval_every=0 "
+                      "--set train.save_every=2 --set data.train=corpus.txt --threads 1";
+    char cmd[8192];
+    int st;
+    snprintf(cmd, sizeof cmd, "cd '%s' && OPENBLAS_CORETYPE=Haswell '%s' train %s --set train.steps=2 --out run",
+             dir, bin(), set);
+    char *out = tu_run(cmd, &st);
+    cr_assert_eq(st, 0, "%s", out);
+    free(out);
+    ar_config c;
+    ar_ckpt_state cs;
+    ar_err e = {{0}};
+    cr_assert_eq(ar_ckpt_read_state(tu_path(tu_path(dir, "run"), "model.safetensors"), &c, &cs, &e), 0, "%s",
+                 e.msg);
+    ar_machine here;
+    ar_machine_describe(&here);
+    cr_expect_str_eq(cs.machine.cpu, here.cpu);
+    cr_expect_str_eq(cs.machine.build, here.build);
+    const char *k = strrchr(cs.machine.blas, ' ');
+    cr_expect(k && !strcmp(k, " Haswell"), "blas '%s' does not end in the kernels it ran, Haswell", cs.machine.blas);
+
+    snprintf(cmd, sizeof cmd, "cd '%s' && OPENBLAS_CORETYPE=Sandybridge '%s' train --resume run --set train.steps=4 2>&1",
+             dir, bin());
+    out = tu_run(cmd, &st);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "was trained with OpenBLAS") && strstr(out, " Haswell on ") &&
+                  strstr(out, " Sandybridge on ") && strstr(out, "not be bit-identical"),
+              "no warning naming both kernel sets:\n%s", out);
+    cr_expect(strstr(out, "trained by a build for") == NULL, "the build did not change:\n%s", out);
+    free(out);
+
+    /* the build's name replaced in the file, byte for byte */
+    size_t n;
+    char *f = tu_read_file(tu_path(tu_path(dir, "run"), "model.safetensors"), &n);
+    char *b = memmem(f, n, here.build, strlen(here.build));
+    cr_assert(b, "the file holds no build '%s'", here.build);
+    memset(b, 'z', strlen(here.build));
+    tu_write_file(tu_path(tu_path(dir, "run"), "model.safetensors"), f, n);
+    free(f);
+    snprintf(cmd, sizeof cmd, "cd '%s' && OPENBLAS_CORETYPE=Sandybridge '%s' train --resume run --set train.steps=6 2>&1",
+             dir, bin());
+    out = tu_run(cmd, &st);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "was trained by a build for zz") && strstr(out, here.build), "no warning on the build:\n%s",
+              out);
+    cr_expect(strstr(out, "was trained with OpenBLAS") == NULL, "the kernels did not change this time:\n%s", out);
+    free(out);
+}
+
 /* ================================================================ foreign runs, locks */
 
 Test(reliability, different_run_is_refused_unless_forced, .timeout = 60)
@@ -773,6 +844,7 @@ Test(reliability, full_disk_keeps_the_previous_checkpoint, .timeout = 90)
     cr_expect(same_file(tu_path(run, "optimizer.safetensors"), tu_path(keep, "optimizer")), "the optimizer changed");
     cr_expect_eq(count_temps(run), 0, "a temporary file was left behind");
 
+    /* threads: 1 in the YAML, for the reference and every resume alike */
     cr_assert_eq(RUN(dir, "--resume", "run", "--set", "train.steps=8"), 0);
     cr_expect(same_file(tu_path(run, "model.safetensors"), tu_path(ref, "model.safetensors")),
               "the run resumed after the failed save differs from an uninterrupted one");
@@ -876,7 +948,9 @@ static int count_lines(const char *file)
  * model and optimizer files must be byte-identical, metrics must hold each
  * step once.  A kill point is "after k more steps have been logged, plus a
  * random fraction of a step's time", so kills land in the computation, in
- * the metrics append and in every part of a checkpoint write. */
+ * the metrics append and in every part of a checkpoint write.  Byte
+ * identity holds by construction: the same binary, shapes and thread count
+ * (threads: 1 in the YAML) for the reference and every resume. */
 Test(reliability, sigkill_at_random_moments_then_resume_is_bit_exact, .timeout = 180)
 {
     const char *dir = fresh_dir();

@@ -35,7 +35,19 @@ static void rel_close(double got, double want, double tol, const char *what)
               got, want, fabs(got - want) / fabs(want), tol);
 }
 
-/* ---- noise-free recovery ---- */
+/* ---- noise-free recovery ----
+ *
+ * Bounds.  The points lie on the law to 2^-53 relative (exp and log of
+ * logspace, pow of law), and the fit (Levenberg-Marquardt on (a, alpha[,
+ * E]), stopped at steps of 1e-14 relative) solves a least-squares problem
+ * whose Jacobian has condition number below 50 (2.5 for the power form, 41
+ * for the offset form on these points): its parameters are the truth to
+ * within about 50 x 1e-14, and A = exp(a + alpha ln x0) with |ln x0| < 35
+ * multiplies alpha's error by 35.  1e-6 is a wide margin over that on any
+ * machine, while a wrong derivative or a fit stuck at its log-linear start
+ * misses by 1e-3 and more.  R^2 = 1 - rss / sst with rss of order
+ * (1e-15)^2 n: 1 - 1e-12 leaves room.  Two points fit exactly: alpha =
+ * ln(3 / 2.5) / ln 10, a few operations in double, within 1e-15; 1e-9. */
 
 static void recover_power(double A, double alpha, double lo, double hi)
 {
@@ -170,7 +182,15 @@ Test(scaling, ratio_matches_closed_form)
         double C = Cs[i];
         ar_ratio r;
         ar_fit_ratio(&b, &v, C, &r);
-        /* the closed form, with the fitted parameters */
+        /* The closed form with the fitted parameters: both sides are a
+         * few logarithms, a power and an exponential in double.  The
+         * exponent g / alpha_b - ln C (magnitudes below 40) is within
+         * 40 x 4 x 2^-53 = 2e-14 absolute, so either side is within 2e-14
+         * relative (the power, (A_b / L_v)^(1 / alpha_b), amplifies its
+         * base's 2 x 2^-53 by 1 / alpha_b < 17): 1e-12 leaves 50 times
+         * that.  With the true parameters the fit's own error (see the
+         * recovery tests) enters, amplified by |d ln r / d alpha_b| =
+         * |ln C'| / alpha_b < 400: 1e-6. */
         double Lv = v.p[AR_FIT_A] * pow(C, -v.p[AR_FIT_ALPHA]);
         double closed = pow(b.p[AR_FIT_A] / Lv, 1 / b.p[AR_FIT_ALPHA]) / C;
         rel_close(r.ratio, closed, 1e-12, "ratio vs closed form (fitted parameters)");
@@ -181,7 +201,7 @@ Test(scaling, ratio_matches_closed_form)
         /* the baseline at C' has the group's loss at C */
         rel_close(ar_fit_eval(&b, r.c_base), Lv, 1e-12, "L_b(C') = L_v(C)");
     }
-    /* a group against itself */
+    /* a group against itself: exp(0 - ln C) / C, as above: 1e-12 */
     ar_ratio self;
     ar_fit_ratio(&b, &b, 1e-6, &self);
     rel_close(self.ratio, 1.0, 1e-12, "self ratio");
@@ -196,6 +216,8 @@ Test(scaling, offset_ratio_matches_closed_form)
     ar_ratio r;
     ar_fit_ratio(&b, &v, C, &r);
     double closed = pow(0.020 / (Lv - 1.20), 1 / 0.25) / C;
+    /* the fit's error (recovery tests) amplified by |ln C'| / alpha_b < 60
+     * and 1 / (alpha_b (L_v - E_b)) < 10: well within 1e-5 */
     rel_close(r.ratio, closed, 1e-5, "offset ratio");
     /* a loss the baseline never reaches */
     ar_fit low = v;
@@ -342,7 +364,8 @@ Test(scaling, run_dir_json_and_baseline)
     cr_assert_eq(s.ng, 3);
     cr_assert_eq(ar_scaling_fit(&s, AR_FIT_POWER, NULL, NAN, &e), 0, "%s", e.msg);
     cr_assert_str_eq(s.g[s.baseline].name, "baseline");
-    rel_close(s.at, 1.8e-6, 1e-6, "default --at is the largest compute");
+    /* the table holds x with %.9e: 10 digits, 5e-10 relative */
+    rel_close(s.at, 1.8e-6, 1e-9, "default --at is the largest compute");
     char *j = ar_scaling_json(&s);
     ar_json *doc = ar_json_parse(j, strlen(j), &e);
     cr_assert_not_null(doc, "%s\n%s", e.msg, j);
@@ -434,7 +457,9 @@ Test(scaling, cli_table_json_and_png)
     ar_json *j = ar_json_parse(out, strlen(out), &e);
     cr_assert_not_null(j, "stdout is not one JSON object: %s\n%s", e.msg, out);
     cr_assert_str_eq(ar_json_get(j, "form")->str, "offset");
-    cr_assert_float_eq(ar_json_get(j, "at")->num, 1e-6, 1e-18);
+    /* strtod of "1e-6", written back in JSON with enough digits to read
+     * back the same double */
+    cr_assert_eq(ar_json_get(j, "at")->num, 1e-6);
     cr_assert_not_null(ar_json_get(&ar_json_get(j, "groups")->items[1], "E_ci95"));
     ar_json_free(j);
     free(out);
@@ -525,8 +550,9 @@ Test(scaling, table_old_and_new_sweep_columns)
         cr_assert_str_eq(s.ycol, "final_val_loss");
         cr_assert_eq(s.ng, 1);
         cr_assert_eq(s.g[0].n, 2);
-        cr_assert_float_eq(s.g[0].x[1], 4e-6, 1e-18);
-        cr_assert_float_eq(s.g[0].y[1], 3.4, 1e-12);
+        /* the cells' text read by strtod: the doubles nearest 4e-6 and 3.4 */
+        cr_assert_eq(s.g[0].x[1], 4e-6);
+        cr_assert_eq(s.g[0].y[1], 3.4);
         ar_scaling_free(&s);
     }
     /* both at once: one table of each kind */
