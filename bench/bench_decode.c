@@ -32,7 +32,7 @@
 #include "lib/decode.h"
 #include "lib/model.h"
 #include "lib/residual.h"
-#include "study/bench.h"
+#include "experiments/bench.h"
 
 static double now_s(void)
 {

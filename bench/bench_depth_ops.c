@@ -1,7 +1,7 @@
 /* Time per training step spent in each depth-attention op and in zero/add
  * and in the RMSNorms (forward and backward) that AttnRes fuses into them
  * (BENCHMARKS.md, "Depth-attention time per step"): the CPU backend's table
- * under the op timer of `attnres bench --ops` (study/op_timer.h), training
+ * under the op timer of `attnres bench --ops` (experiments/op_timer.h), training
  * the medium bench shape on synthetic tokens.
  *
  * usage: bench_depth_ops KIND STEPS [S] [N]
@@ -9,7 +9,7 @@
  *   the first step is not counted. */
 #include "lib/model.h"
 #include "lib/optim.h"
-#include "study/op_timer.h"
+#include "experiments/op_timer.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +30,7 @@ int main(int argc, char **argv) {
     int steps = argc > 2 ? atoi(argv[2]) : 1;
     int S = argc > 3 ? atoi(argv[3]) : 2;
     int nb = argc > 4 ? atoi(argv[4]) : 0;
-    const ar_backend *be = ar_op_timer(ar_backend_cpu()); /* study/op_timer.h */
+    const ar_backend *be = ar_op_timer(ar_backend_cpu()); /* experiments/op_timer.h */
     ar_op_timer_into(&T);
     be->set_threads(2);
     ar_config c;

@@ -32,7 +32,7 @@
 #include <time.h>
 
 #include "lib/backend.h"
-#include "study/bench.h"
+#include "experiments/bench.h"
 
 #define REPS 9
 

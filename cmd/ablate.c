@@ -1,5 +1,5 @@
 /* attnres ablate: parse the command line, plan the variant x seed runs
- * (study/ablate.c), train them with the sweep machinery (reusing finished
+ * (experiments/ablate.c), train them with the sweep machinery (reusing finished
  * runs, resuming interrupted ones) and write the report. */
 #include <math.h>
 #include <stdio.h>
@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "../formats/config.h"
-#include "../study/ablate.h"
-#include "../study/comm.h"
+#include "../experiments/ablate.h"
+#include "../parallel/comm.h"
 #include "ablate_depths.h"
 #include "cmds.h"
 #include "options.h"

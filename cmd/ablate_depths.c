@@ -1,4 +1,4 @@
-/* attnres ablate --depths: a depth study (study/depth_study.h), the
+/* attnres ablate --depths: a depth study (experiments/depth_study.h), the
  * ablation of the command line at each depth, trained depth by depth with
  * the sweep machinery (finished runs reused, interrupted ones resumed),
  * then the AttnRes-minus-baseline differences against depth. */
@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "../formats/config.h"
-#include "../study/comm.h"
-#include "../study/depth_study.h"
+#include "../parallel/comm.h"
+#include "../experiments/depth_study.h"
 #include "ablate_depths.h"
 #include "cmds.h"
 #include "signals.h"

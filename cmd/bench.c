@@ -14,9 +14,9 @@
 
 #include "../formats/config.h"
 #include "../formats/json.h"
-#include "../study/bench.h"
-#include "../study/child.h"
-#include "../study/machine.h"
+#include "../experiments/bench.h"
+#include "../experiments/child.h"
+#include "../run/machine.h"
 #include "bench_ops.h"
 #include "cmds.h"
 #include "options.h"
@@ -93,7 +93,7 @@ static int parse_variants(const char *list, int *sel)
     }
 }
 
-/* Runs work(ud, buf) in a child process (study/child.h), which fills the
+/* Runs work(ud, buf) in a child process (experiments/child.h), which fills the
  * n bytes of buf, a report first; what names the process in errors. */
 static int run_child(void (*work)(void *ud, void *buf), void *ud, void *buf, size_t n, const char *what,
                      ar_err *e)

@@ -1,7 +1,7 @@
 /* attnres bench --ops (bench_ops.h).
  *
  * With t_op an op's time per step and F_op its counted FLOPs per step
- * (matrix products and attention; study/op_timer.h), the gap of an op to
+ * (matrix products and attention; experiments/op_timer.h), the gap of an op to
  * the sgemm ceiling R is t_op - F_op / R: all of its time for an op with no
  * counted FLOPs, the shortfall of its rate for one with them.  The gaps of
  * all ops plus the time outside them add up to the step's time less the

@@ -5,7 +5,7 @@
 #define AR_CMD_BENCH_OPS_H
 
 #include "../formats/json.h"
-#include "../study/op_timer.h"
+#include "../experiments/op_timer.h"
 
 /* One variant's tallies over its timed rounds. */
 typedef struct {

@@ -3,7 +3,7 @@
  * forward and back, per step and per token, cached and naive) beside the
  * plan's exact count and the report's eqs. 7 and 8, the bubble measured
  * and scheduled, the step time of Block AttnRes against the baseline, and
- * every rank's peak memory (study/pipe_bench.h).  Every rank runs this;
+ * every rank's peak memory (experiments/pipe_bench.h).  Every rank runs this;
  * rank 0 alone prints. */
 #include <math.h>
 #include <stdio.h>
@@ -13,10 +13,10 @@
 
 #include "../formats/config.h"
 #include "../formats/json.h"
-#include "../study/comm.h"
-#include "../study/machine.h"
-#include "../study/pipe.h"
-#include "../study/pipe_bench.h"
+#include "../parallel/comm.h"
+#include "../run/machine.h"
+#include "../parallel/pipe.h"
+#include "../experiments/pipe_bench.h"
 #include "cmds.h"
 #include "options.h"
 

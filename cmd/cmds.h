@@ -31,7 +31,7 @@ int cmd_bench_pipeline(int argc, char **argv, const char *usage);
 enum { AR_EXIT_OK = 0, AR_EXIT_FAIL = 1, AR_EXIT_USAGE = 2 };
 
 /* Set on ranks other than 0 of an mpirun launch: rank 0 alone speaks
- * (the ranks agree on every error, study/comm.h). */
+ * (the ranks agree on every error, parallel/comm.h). */
 extern int cli_quiet;
 
 /* "attnres: error: <msg>" on stderr. */

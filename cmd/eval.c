@@ -5,10 +5,10 @@
 
 #include "../formats/json.h"
 #include "../formats/tokens.h"
-#include "../study/checkpoint.h"
-#include "../study/comm.h"
-#include "../study/depth_stats.h"
-#include "../study/eval.h"
+#include "../run/checkpoint.h"
+#include "../parallel/comm.h"
+#include "../run/depth_stats.h"
+#include "../run/eval.h"
 #include "cmds.h"
 #include "options.h"
 

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../study/scaling.h"
-#include "../study/scaling_plot.h"
+#include "../experiments/scaling.h"
+#include "../experiments/scaling_plot.h"
 #include "cmds.h"
 
 static const char *usage =

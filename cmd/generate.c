@@ -1,5 +1,5 @@
 /* attnres generate: sampling from a checkpoint with a key/value cache
- * (lib/decode.h, study/generate.h). */
+ * (lib/decode.h, run/generate.h). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,7 +11,7 @@
 #include "../formats/bpe.h"
 #include "../formats/json.h"
 #include "../lib/decode.h"
-#include "../study/generate.h"
+#include "../run/generate.h"
 #include "cmds.h"
 #include "options.h"
 

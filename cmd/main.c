@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../study/comm.h"
+#include "../parallel/comm.h"
 #include "cmds.h"
 
 #ifndef AR_VERSION

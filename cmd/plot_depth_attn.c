@@ -1,6 +1,6 @@
 /* attnres plot-depth-attn (also plot-attn): what depth attention learned.
  * Loads each run, averages its depth-attention weights over the evaluation
- * windows (study/depth_stats.h), and draws them (viz/depth_figure.h): the
+ * windows (run/depth_stats.h), and draws them (viz/depth_figure.h): the
  * report's Figure 8, or with --matrix the depth mixing matrix M of any
  * residual kind (lib/mixing.h). */
 #include <math.h>
@@ -11,10 +11,10 @@
 #include "../formats/run_record.h"
 #include "../formats/tokens.h"
 #include "../lib/mixing.h"
-#include "../study/checkpoint.h"
-#include "../study/data.h"
-#include "../study/depth_csv.h"
-#include "../study/depth_stats.h"
+#include "../run/checkpoint.h"
+#include "../run/data.h"
+#include "../run/depth_csv.h"
+#include "../run/depth_stats.h"
 #include "../viz/depth_figure.h"
 #include "cmds.h"
 #include "options.h"

@@ -1,6 +1,6 @@
 /* attnres plot-pipeline: the pipeline-parallel plan as a picture (the
  * AttnRes report's section 4.1, Figure 3).  Makes the plan with and
- * without cross-stage caching (study/pipe_plan.h), runs its schedule in
+ * without cross-stage caching (parallel/pipe_plan.h), runs its schedule in
  * unit time (ar_pipe_simulate: a sublayer's forward takes 1, its backward
  * 2, the usual ratio), and hands plain numbers to viz/pipeline_figure.h:
  * the rows each rank holds when each chunk starts, the rows each
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "../formats/config.h"
-#include "../study/pipe_plan.h"
+#include "../parallel/pipe_plan.h"
 #include "../viz/depth_figure.h"
 #include "../viz/pipeline_figure.h"
 #include "cmds.h"

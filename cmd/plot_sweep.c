@@ -1,4 +1,4 @@
-/* attnres plot-sweep: the architecture-sweep figure (study/sweep_plot.h),
+/* attnres plot-sweep: the architecture-sweep figure (experiments/sweep_plot.h),
  * one heatmap per method of a sweep's results.csv over two axis
  * expressions of the runs' shape. */
 #include <stdio.h>
@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "../core/error.h"
-#include "../study/sweep_plot.h"
+#include "../experiments/sweep_plot.h"
 #include "cmds.h"
 #include "options.h"
 

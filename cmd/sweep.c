@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include "../formats/sweep.h"
-#include "../study/comm.h"
-#include "../study/sweep.h"
+#include "../parallel/comm.h"
+#include "../experiments/sweep.h"
 #include "cmds.h"
 #include "options.h"
 #include "signals.h"

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "../formats/config.h"
-#include "../study/comm.h"
+#include "../parallel/comm.h"
 #include "cmds.h"
 
 void sweep_view_end(sweep_view *v)

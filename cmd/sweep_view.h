@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "../study/sweep.h"
+#include "../experiments/sweep.h"
 
 typedef struct {
     const ar_sweep *s;

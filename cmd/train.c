@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include "../formats/config.h"
-#include "../study/comm.h"
-#include "../study/pipe.h"
-#include "../study/train.h"
+#include "../parallel/comm.h"
+#include "../parallel/pipe.h"
+#include "../run/train.h"
 #include "cmds.h"
 #include "options.h"
 #include "signals.h"

@@ -133,7 +133,7 @@ typedef struct {
 
 typedef enum { AR_PIPE_SCHED_1F1B = 0, AR_PIPE_SCHED_GPIPE } ar_pipe_sched_kind;
 
-/* How a run is spread over processes (study/dp.h, study/pipe.h).  Data
+/* How a run is spread over processes (parallel/dp.h, parallel/pipe.h).  Data
  * parallelism does not change what the run computes (the same bits for
  * any number of ranks, given the same threads per process, build and
  * OpenBLAS kernels on every rank); a pipeline changes it by rounding

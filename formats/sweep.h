@@ -34,7 +34,7 @@ typedef struct {
     long tokens;     /* planned training tokens = steps * batch_size * grad_accum * seq_len */
     double flops_budget; /* the size's `flops:` (0: none).  The parser cannot
                           count parameters (that is the model's, lib/), so
-                          steps stay 1 here until study/sweep.h's
+                          steps stay 1 here until experiments/sweep.h's
                           ar_sweep_resolve_budgets sets them from it */
 } ar_sweep_run;
 

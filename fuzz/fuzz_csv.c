@@ -1,11 +1,11 @@
 /* The results-CSV reader: formats/csv.c, the table loading and fitting
- * of `attnres fit-scaling` (study/scaling.c) with its default columns, and
- * the grids of `attnres plot-sweep` (study/sweep_grid.c). */
+ * of `attnres fit-scaling` (experiments/scaling.c) with its default columns, and
+ * the grids of `attnres plot-sweep` (experiments/sweep_grid.c). */
 #include "fuzz.h"
 
 #include "../formats/csv.h"
-#include "../study/scaling.h"
-#include "../study/sweep_grid.h"
+#include "../experiments/scaling.h"
+#include "../experiments/sweep_grid.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

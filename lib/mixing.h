@@ -17,7 +17,7 @@
 #include "model.h"
 
 /* Token-averaged depth-attention weights, abar_{l,i} for each mixer
- * l = 1..L+1 over its sources i (study/depth_stats.h measures them). */
+ * l = 1..L+1 over its sources i (run/depth_stats.h measures them). */
 typedef struct {
     int L;         /* sublayers; mixers are 1..L+1 */
     int *n;        /* n[l-1]: number of sources of mixer l */

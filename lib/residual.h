@@ -105,7 +105,7 @@ typedef struct {
     /* Device pointer of source i of mixer l (NULL for schemes without). */
     const float *(*source)(ar_residual *r, int l, int i);
 
-    /* Pipeline parallelism (study/pipe_plan.h): row q = P_q, the running
+    /* Pipeline parallelism (parallel/pipe_plan.h): row q = P_q, the running
      * sum of q's block after sublayer q (P_0 = v_0), as stages send and
      * receive it; row_grad(q) the buffer its gradient accumulates in (the
      * block's dB, the baseline's one running gradient), complete for the
@@ -130,7 +130,7 @@ struct ar_residual {
     int final_grad_overwrite, input_grad_overwrite;
 };
 
-/* Pipeline parallelism (study/pipe_plan.h) cuts the L sublayers into C
+/* Pipeline parallelism (parallel/pipe_plan.h) cuts the L sublayers into C
  * contiguous chunks; chunk c starts at sublayer 1 + floor(c L / C). */
 int ar_chunk_first(int L, int C, int c);
 

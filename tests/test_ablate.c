@@ -14,8 +14,8 @@
 
 #include "formats/config.h"
 #include "formats/csv.h"
-#include "study/ablate.h"
-#include "study/train.h"
+#include "experiments/ablate.h"
+#include "run/train.h"
 #include "testutil.h"
 
 Test(ablate, welch_matches_a_reference)

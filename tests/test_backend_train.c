@@ -1,6 +1,6 @@
 /* Whole training runs on two backends: backend A = the CPU backend, backend
  * B = the CUDA backend.  Tiny baseline, full and block models train 20 steps
- * through ar_train (study/train.h) from the same seed and data on each; the
+ * through ar_train (run/train.h) from the same seed and data on each; the
  * gradients of step 1 (per tensor), the per-step losses and gradient norms,
  * the final validation loss and the final checkpoint's tensors must agree.
  * Then each run resumes on the other backend for 5 more steps (the
@@ -41,7 +41,7 @@
 #include "formats/safetensors.h"
 #include "lib/backend.h"
 #include "lib/model.h"
-#include "study/train.h"
+#include "run/train.h"
 #include "testutil.h"
 
 static const ar_backend *A, *B;

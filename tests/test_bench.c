@@ -12,9 +12,9 @@
 
 #include "formats/config.h"
 #include "formats/json.h"
-#include "study/ablate.h"
-#include "study/bench.h"
-#include "study/machine.h"
+#include "experiments/ablate.h"
+#include "experiments/bench.h"
+#include "run/machine.h"
 #include "testutil.h"
 
 static ar_config tiny(void)
@@ -262,7 +262,7 @@ Test(bench, device_option_opens_the_backend)
 /* The op timer (attnres bench --ops): a wrapped op gives the inner op's
  * result bit for bit and tallies one call, its FLOPs and a positive time;
  * every compute entry of the table is wrapped (an op added to lib/backend.h
- * without its wrapper in study/op_timer.c would go untimed). */
+ * without its wrapper in experiments/op_timer.c would go untimed). */
 Test(bench, op_timer_wraps_every_op_and_counts_one_call)
 {
     const ar_backend *cpu = ar_backend_cpu(), *t = ar_op_timer(cpu);

@@ -18,9 +18,9 @@
 #include "lib/model.h"
 #include "lib/optim.h"
 #include "lib/residual.h"
-#include "study/checkpoint.h"
-#include "study/pipe_plan.h"
-#include "study/train.h"
+#include "run/checkpoint.h"
+#include "parallel/pipe_plan.h"
+#include "run/train.h"
 #include "modelutil.h"
 #include "testutil.h"
 

@@ -14,7 +14,7 @@
 
 #include "formats/json.h"
 #include "lib/backend.h"
-#include "study/checkpoint.h"
+#include "run/checkpoint.h"
 #include "testutil.h"
 
 /* ---- helpers ---- */

@@ -8,7 +8,7 @@
 
 #include "formats/metrics.h"
 #include "formats/tokens.h"
-#include "study/data.h"
+#include "run/data.h"
 #include "testutil.h"
 
 static const char *dir;

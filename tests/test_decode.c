@@ -1,4 +1,4 @@
-/* Incremental decoding (lib/decode.h), sampling (study/generate.h) and
+/* Incremental decoding (lib/decode.h), sampling (run/generate.h) and
  * `attnres generate`: the decode ops against the training ops, the logits
  * of the key/value-cached path against a full forward for every residual
  * kind and ablation variant and several prefill chunks, greedy and seeded
@@ -18,8 +18,8 @@
 #include "lib/decode.h"
 #include "lib/model.h"
 #include "lib/residual.h"
-#include "study/checkpoint.h"
-#include "study/generate.h"
+#include "run/checkpoint.h"
+#include "run/generate.h"
 #include "testutil.h"
 
 static const ar_backend *cpu(void)

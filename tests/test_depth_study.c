@@ -1,4 +1,4 @@
-/* Depth studies (study/depth_study.h, `attnres ablate --depths`): the paired
+/* Depth studies (experiments/depth_study.h, `attnres ablate --depths`): the paired
  * statistics against values worked out by hand, the plan, and a tiny study
  * end to end through the binary (tables that agree with each depth's own
  * results, matched seeds, the figure, reuse on a rerun). */
@@ -10,8 +10,8 @@
 
 #include "formats/config.h"
 #include "formats/csv.h"
-#include "study/checkpoint.h"
-#include "study/depth_study.h"
+#include "run/checkpoint.h"
+#include "experiments/depth_study.h"
 #include "testutil.h"
 
 /* d = (0.1, 0.3, 0.2): mean 0.2, sd 0.1, se 0.1/sqrt(3), t = 2 sqrt(3),

@@ -1,6 +1,6 @@
 /* Host code never touches device memory: every residual kind trains,
  * evaluates, saves, resumes and measures its depth statistics through
- * study/train.h and friends, and bench times its steps, on the guard backend
+ * run/train.h and friends, and bench times its steps, on the guard backend
  * (guard_backend.h), whose buffers are unreadable outside its own ops.  A
  * direct access anywhere in lib/ (or a host pointer handed to an op) ends
  * the test with a message naming it.  The guard computes with the CPU
@@ -19,12 +19,12 @@
 #include "guard_backend.h"
 #include "lib/decode.h"
 #include "lib/mixing.h"
-#include "study/bench.h"
-#include "study/checkpoint.h"
-#include "study/data.h"
-#include "study/depth_stats.h"
-#include "study/eval.h"
-#include "study/train.h"
+#include "experiments/bench.h"
+#include "run/checkpoint.h"
+#include "run/data.h"
+#include "run/depth_stats.h"
+#include "run/eval.h"
+#include "run/train.h"
 #include "testutil.h"
 
 /* A model small enough that the guard's mprotect calls, not the math,

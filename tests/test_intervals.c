@@ -23,7 +23,7 @@
 #include "formats/json.h"
 #include "formats/metrics.h"
 #include "formats/safetensors.h"
-#include "study/train.h"
+#include "run/train.h"
 #include "testutil.h"
 
 static ar_config cell_config(const char *corpus, long steps, long log_every, long eval_every, long save_every,

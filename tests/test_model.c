@@ -10,7 +10,7 @@
 #include "formats/safetensors.h"
 #include "lib/model.h"
 #include "modelutil.h"
-#include "study/checkpoint.h"
+#include "run/checkpoint.h"
 #include "testutil.h"
 
 static const ar_backend *cpu(void)

@@ -1,4 +1,4 @@
-/* Data-parallel training under mpirun (study/dp.h): the bytes of
+/* Data-parallel training under mpirun (parallel/dp.h): the bytes of
  * model.safetensors from 2 and 4 ranks against one process with the same
  * grad_accum, for baseline, Full and Block AttnRes; ZeRO-1 against
  * unsharded; a resume with another number of ranks; a grad_accum the ranks
@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "formats/safetensors.h"
-#include "study/checkpoint.h"
+#include "run/checkpoint.h"
 #include "mpiutil.h"
 #include "testutil.h"
 
@@ -245,7 +245,7 @@ Test(mpi, ablate_spreads_its_runs_and_other_commands_refuse_ranks, .timeout = 30
 
 /* dp.c's NCCL path (exchanges grouped and queued in order, adds by the
  * communicator, one sync), run over MPI (ATTNRES_TEST_STREAM_ORDER,
- * study/comm_mpi.c): the bytes of one process, unsharded and ZeRO-1. */
+ * parallel/comm_mpi.c): the bytes of one process, unsharded and ZeRO-1. */
 Test(mpi, the_nccl_way_over_mpi_is_bit_identical, .timeout = 300)
 {
     mu_need_mpi();

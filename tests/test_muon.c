@@ -12,7 +12,7 @@
 #include "formats/config.h"
 #include "formats/safetensors.h"
 #include "lib/optim.h"
-#include "study/train.h"
+#include "run/train.h"
 #include "testutil.h"
 
 /* ---------- the Newton-Schulz iteration ---------- */

@@ -1,4 +1,4 @@
-/* Pipeline parallelism under mpirun (study/pipe.h): runs of P = 2 (V = 1,
+/* Pipeline parallelism under mpirun (parallel/pipe.h): runs of P = 2 (V = 1,
  * 2), P = 4 (V = 2) and P = 2 x data-parallel 2 against one process, for
  * baseline, Full and Block AttnRes, block boundaries on chunk boundaries
  * (S = 2) and across them (S = 3), cached and naive, 1F1B and GPipe; the
@@ -33,8 +33,8 @@
 
 #include "mpiutil.h"
 #include "core/blocks.h"
-#include "study/checkpoint.h"
-#include "study/pipe_plan.h"
+#include "run/checkpoint.h"
+#include "parallel/pipe_plan.h"
 #include "testutil.h"
 
 #define WEIGHT_TOL 1e-4

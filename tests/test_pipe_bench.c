@@ -1,4 +1,4 @@
-/* attnres bench --pipeline under mpirun (study/pipe_bench.h,
+/* attnres bench --pipeline under mpirun (experiments/pipe_bench.h,
  * cmd/bench_pipeline.c): on a tiny model the bytes every variant moved
  * equal the plan's count exactly, forward and back; caching never moves
  * more than the naive history; the baseline moves C - 1 rows a
@@ -15,7 +15,7 @@
 
 #include "formats/json.h"
 #include "mpiutil.h"
-#include "study/pipe_plan.h"
+#include "parallel/pipe_plan.h"
 #include "testutil.h"
 
 /* n_layer 4: L = 8 sublayers, C = 4 chunks of 2 */

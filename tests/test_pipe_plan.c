@@ -1,4 +1,4 @@
-/* The pipeline plan (study/pipe_plan.h) against hand counts, the report's
+/* The pipeline plan (parallel/pipe_plan.h) against hand counts, the report's
  * eq. 7 and eq. 8, and the bubble formulas of 1F1B, interleaved 1F1B and
  * GPipe; the figure drawn from it (viz/pipeline_figure.h); and the
  * command `attnres plot-pipeline` through the real binary ($AR_BIN).
@@ -49,7 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "study/pipe_plan.h"
+#include "parallel/pipe_plan.h"
 #include "testutil.h"
 #include "viz/pipeline_figure.h"
 

@@ -1,4 +1,4 @@
-/* plot-sweep (study/sweep_plot.h, cmd/plot_sweep.c): axis expressions, the
+/* plot-sweep (experiments/sweep_plot.h, cmd/plot_sweep.c): axis expressions, the
  * grids read from a results table (cells, empty cells, optimum, common
  * compute), each error naming what was expected, the figure, and the
  * command through the binary. */
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "study/sweep_plot.h"
+#include "experiments/sweep_plot.h"
 #include "testutil.h"
 
 static const char *HEAD = "variant,size,nonembed_params,tokens,flops,pflops_days,val_loss,wall_s,steps,run,"

@@ -29,9 +29,9 @@
 #include "formats/metrics.h"
 #include "formats/safetensors.h"
 #include "lib/model.h"
-#include "study/checkpoint.h"
-#include "study/machine.h"
-#include "study/train.h"
+#include "run/checkpoint.h"
+#include "run/machine.h"
+#include "run/train.h"
 #include "testutil.h"
 
 char *openblas_get_config(void); /* OpenBLAS's own */

@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 
 #include "formats/json.h"
-#include "study/scaling.h"
-#include "study/scaling_plot.h"
+#include "experiments/scaling.h"
+#include "experiments/scaling_plot.h"
 #include "testutil.h"
 
 /* n compute values spread evenly in log space over [lo, hi]. */

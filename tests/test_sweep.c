@@ -15,8 +15,8 @@
 #include "formats/csv.h"
 #include "formats/json.h"
 #include "formats/sweep.h"
-#include "study/checkpoint.h"
-#include "study/sweep.h"
+#include "run/checkpoint.h"
+#include "experiments/sweep.h"
 #include "testutil.h"
 
 static void write_text(const char *path, const char *text)

@@ -16,10 +16,10 @@
 #include "formats/safetensors.h"
 #include "lib/optim.h"
 #include "lib/schedule.h"
-#include "study/checkpoint.h"
-#include "study/data.h"
-#include "study/eval.h"
-#include "study/train.h"
+#include "run/checkpoint.h"
+#include "run/data.h"
+#include "run/eval.h"
+#include "run/train.h"
 #include "testutil.h"
 
 /* ---------- schedules ---------- */

@@ -2,7 +2,7 @@
 # The floors of the code (README, "Map of the code"), checked over every
 # #include "..." of the source tree:
 #
-#     core <- formats, lib <- viz <- study <- cmd
+#     core <- formats, lib <- viz <- parallel <- run <- experiments <- cmd
 #
 # A file may include its own floor and those below it; formats and lib are
 # side by side and include neither each other.  The compute library (lib/)
@@ -13,15 +13,17 @@
 set -eu
 cd "${1:-$(dirname "$0")/..}"
 status=0
-for f in $(find core formats lib viz study cmd -name '*.[ch]' -o -name '*.cu' | sort); do
+for f in $(find core formats lib viz parallel run experiments cmd -name '*.[ch]' -o -name '*.cu' | sort); do
     floor=${f%%/*}
     case $floor in
     core) may="core" ;;
     formats) may="core formats" ;;
     lib) may="core lib" ;;
     viz) may="core formats lib viz" ;;
-    study) may="core formats lib viz study" ;;
-    cmd) may="core formats lib viz study cmd" ;;
+    parallel) may="core formats lib viz parallel" ;;
+    run) may="core formats lib viz parallel run" ;;
+    experiments) may="core formats lib viz parallel run experiments" ;;
+    cmd) may="core formats lib viz parallel run experiments cmd" ;;
     esac
     dir=$(dirname "$f")
     for inc in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f"); do

@@ -31,7 +31,7 @@ for h in $harnesses; do
     safetensors) src="formats/safetensors.c formats/json.c core/atomic.c formats/config.c core/config.c core/blocks.c core/error.c" libs="-lyaml -lz" ;;
     tokens) src="formats/tokens.c core/atomic.c core/error.c" libs="-lz" ;;
     metrics) src="formats/metrics.c formats/json.c core/atomic.c core/error.c" libs="" ;;
-    csv) src="formats/csv.c formats/json.c study/scaling.c study/sweep_grid.c core/error.c" libs="$gsl_libs -lm" ;;
+    csv) src="formats/csv.c formats/json.c experiments/scaling.c experiments/sweep_grid.c core/error.c" libs="$gsl_libs -lm" ;;
     bpe)
         # the built-in GPT-2 vocabulary, compiled in as meson.build does
         "$cc" -O1 -o "$out/embed" cmd/embed.c

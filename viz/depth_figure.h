@@ -11,7 +11,7 @@
  *                           section 6.2; lib/mixing.h), one heatmap per run
  *   ar_depth_stats_figure   routing statistics per mixer (entropy, maximum
  *                           weight, top-source shares; lib/mixing.h)
- * (the same numbers as CSV: study/depth_csv.h) */
+ * (the same numbers as CSV: run/depth_csv.h) */
 #ifndef AR_DEPTH_FIGURE_H
 #define AR_DEPTH_FIGURE_H
 

@@ -1,6 +1,6 @@
 /* Pipeline parallelism as a picture (`attnres plot-pipeline`; the AttnRes
  * report's section 4.1 and its Figure 3), drawn from plain numbers: this
- * file knows nothing of the plan that made them (study/pipe_plan.h).
+ * file knows nothing of the plan that made them (parallel/pipe_plan.h).
  *
  *   (a) top: one column per chunk c = 0..C-1 in pipeline order (rank
  *       c mod P, virtual stage c / P), one small cell per residual row

@@ -25,12 +25,12 @@
 #include "../lib/optim.h"
 #include "../lib/schedule.h"
 #include "checkpoint.h"
-#include "comm.h"
+#include "../parallel/comm.h"
 #include "data.h"
 #include "depth_stats.h"
-#include "dp.h"
+#include "../parallel/dp.h"
 #include "eval.h"
-#include "pipe.h"
+#include "../parallel/pipe.h"
 #include "run_figures.h"
 
 static double now_s(void)

@@ -1,4 +1,4 @@
-/* The grids of an architecture sweep (study/sweep_grid.h). */
+/* The grids of an architecture sweep (experiments/sweep_grid.h). */
 #include "sweep_grid.h"
 
 #include <ctype.h>

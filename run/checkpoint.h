@@ -45,7 +45,7 @@ typedef struct {
     int threads;          /* compute threads (results depend on it); 0 = unknown */
     long data_tokens;     /* training split length in tokens; 0 = unknown */
     uint32_t data_crc32;  /* CRC-32 of the training split (int32 little-endian) */
-    /* the machine that wrote the checkpoint (study/machine.h): read back
+    /* the machine that wrote the checkpoint (run/machine.h): read back
      * from the file, "" where an older file has none; a save always
      * records the machine saving it */
     ar_machine machine;

@@ -1,13 +1,13 @@
 /* The processes of a data-parallel run and the one way they talk.
  *
  * A communicator is P ranks with point-to-point messages that do not block
- * (what the deterministic reduction of study/dp.c is built from) and two
+ * (what the deterministic reduction of parallel/dp.c is built from) and two
  * small collectives on host memory for control data (the config, losses,
  * norms, decisions).  One interface, three implementations:
  *   self   one process, P = 1: nothing to send (the default)
- *   mpi    Open MPI, started by mpirun (study/comm_mpi.c)
+ *   mpi    Open MPI, started by mpirun (parallel/comm_mpi.c)
  *   nccl   point-to-point between GPUs, control data over MPI
- *          (study/comm_nccl.c; compiled, never run: no GPU so far)
+ *          (parallel/comm_nccl.c; compiled, never run: no GPU so far)
  * so that the MPI tests exercise every line of the reduction but the calls
  * that move bytes.  Buffers of isend/irecv live where the model's backend
  * keeps its tensors (host memory for the CPU backend). */
@@ -38,7 +38,7 @@ typedef struct {
     int (*allgather)(ar_comm *c, const void *in, void *out, size_t bytes, ar_err *e);
     int (*sum_doubles)(ar_comm *c, double *x, size_t n, ar_err *e);
     void (*finalize)(ar_comm *c);
-    /* Pipeline parallelism (study/pipe.c): the ranks of this communicator
+    /* Pipeline parallelism (parallel/pipe.c): the ranks of this communicator
      * with the same color as a communicator of their own, ranked by key
      * (MPI_Comm_split; *out is freed with release); and x (n floats of
      * the backend's memory) summed over the ranks, in place

@@ -1,4 +1,4 @@
-/* The architecture-sweep figure (study/sweep_plot.h). */
+/* The architecture-sweep figure (experiments/sweep_plot.h). */
 #include "sweep_plot.h"
 
 #include <math.h>

@@ -26,7 +26,7 @@ typedef struct {
     int num_blocks;    /* block: N wanted (0 = not used) */
     int block_size;    /* block: S wanted (0 = not used) */
     int ablate;        /* 1: the residual is attnres ablate's variant of this
-                          name (study/ablate.h), from the config's own */
+                          name (experiments/ablate.h), from the config's own */
 } ar_bench_variant_def;
 
 /* The bench's own four (baseline, block8, block4, full: measured by

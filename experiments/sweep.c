@@ -16,11 +16,11 @@
 #include "../formats/json.h"
 #include "../formats/metrics.h"
 #include "../lib/model.h"
-#include "checkpoint.h"
+#include "../run/checkpoint.h"
 #include "child.h"
-#include "comm.h"
-#include "data.h"
-#include "eval.h"
+#include "../parallel/comm.h"
+#include "../run/data.h"
+#include "../run/eval.h"
 
 int ar_sweep_compute_of(const ar_sweep_run *r, ar_sweep_compute *c, ar_err *e)
 {

@@ -1,5 +1,5 @@
 /* The grids of an architecture sweep (`attnres plot-sweep`; drawn by
- * study/sweep_plot.h): a sweep's results.csv (study/sweep.h) laid out per
+ * experiments/sweep_plot.h): a sweep's results.csv (experiments/sweep.h) laid out per
  * method (the `variant` column) over the distinct values of two axis
  * expressions of the run's shape, such as d_model/L_b against n_head/L_b.
  * Reading only: no drawing here.

@@ -12,7 +12,7 @@
 #include "../lib/decode.h"
 
 /* The checkpoint at path (a run directory or a .safetensors file, as
- * study/checkpoint.h reads it) as a model holding the weights, built for
+ * run/checkpoint.h reads it) as a model holding the weights, built for
  * chunk rows (clamped to 1..seq_len) rather than seq_len, with no
  * activations: a decoder's parameters.  cfg gets the stored config (its
  * seq_len is the trained context), *step the checkpoint's step. */

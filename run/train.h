@@ -39,7 +39,7 @@ typedef struct {
     void (*grad_hook)(struct ar_model *m, long step, void *ud);
     void *ud;
     volatile sig_atomic_t *interrupt; /* when set: save a checkpoint and stop */
-    /* The ranks of a data-parallel run (study/dp.h): NULL = this process
+    /* The ranks of a data-parallel run (parallel/dp.h): NULL = this process
      * alone.  Every rank calls ar_train with the same config; rank 0 alone
      * reads the checkpoint and writes the run directory. */
     struct ar_comm *comm;

@@ -1,7 +1,7 @@
 /* Pipeline parallelism's plan: which sublayers each stage runs, which
  * residual rows each transition moves, and in what order each stage runs
  * its work.  Pure functions of the configuration (no MPI, no model): the
- * engine (study/pipe.c) follows the plan, `attnres bench --pipeline` checks
+ * engine (parallel/pipe.c) follows the plan, `attnres bench --pipeline` checks
  * the bytes it moved against the plan's count, and `attnres plot-pipeline`
  * draws it.
  *

@@ -16,8 +16,8 @@
 #include "../lib/backend.h"
 #include "../lib/model.h"
 #include "bench.h"
-#include "pipe.h"
-#include "pipe_plan.h"
+#include "../parallel/pipe.h"
+#include "../parallel/pipe_plan.h"
 
 const ar_pipe_bench_variant_def ar_pipe_bench_variants[] = {
     {"baseline", "baseline", AR_RES_BASELINE, 0},

@@ -217,7 +217,7 @@ int ar_bench_paired(const ar_config *cfgs, int nv, const ar_bench_opts *o, doubl
     const ar_backend *be = bench_backend(o, &cfgs[0], e);
     if (!be)
         return -1;
-    /* every op timed (study/op_timer.h), on the CPU backend only */
+    /* every op timed (experiments/op_timer.h), on the CPU backend only */
     const ar_backend *tb = ar_op_timer(be);
     if (ops)
         memset(ops, 0, (size_t)2 * nv * sizeof *ops);

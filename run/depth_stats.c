@@ -8,7 +8,7 @@
 
 #include "../core/config.h"
 #include "../lib/mixing.h"
-#include "comm.h"
+#include "../parallel/comm.h"
 
 typedef struct {
     ar_depth_attn *a;

@@ -2,7 +2,7 @@
  * draws): for each mixer l = 1..L+1 (L+1 = the final state h_out), the mean
  * over every evaluated token of its weights alpha_i over its sources,
  *     abar_{l,i} = (1 / #tokens) sum_tokens alpha_{l,i}(token),
- * on the windows of the evaluation protocol (study/eval.h). */
+ * on the windows of the evaluation protocol (run/eval.h). */
 #ifndef AR_DEPTH_STATS_H
 #define AR_DEPTH_STATS_H
 
@@ -29,7 +29,7 @@ int ar_depth_attn_measure(ar_model *m, const int32_t *x, size_t n, long max_wind
 int ar_depth_measure(ar_model *m, const int32_t *x, size_t n, long max_windows, ar_depth_attn *a,
                      ar_depth_route *route, ar_eval_result *r, ar_err *e);
 
-/* Routing statistics over an evaluation: an ar_eval_hook (study/eval.h)
+/* Routing statistics over an evaluation: an ar_eval_hook (run/eval.h)
  * adding each batch's weights to ud, an ar_depth_route set up by
  * ar_depth_route_init (lib/mixing.h). */
 void ar_depth_route_hook(ar_model *m, int B, void *ud);

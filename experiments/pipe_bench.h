@@ -1,7 +1,7 @@
 /* What a pipeline's communication, bubble, speed and memory measure to, for
  * `attnres bench --pipeline P [--virtual V]` under mpirun: one variant of a
- * config run for a few steps by study/pipe.c on synthetic token ids, its
- * moved bytes set beside the plan's exact count (study/pipe_plan.h) and the
+ * config run for a few steps by parallel/pipe.c on synthetic token ids, its
+ * moved bytes set beside the plan's exact count (parallel/pipe_plan.h) and the
  * report's eqs. 7 and 8.
  *
  * Every rank of the world calls ar_pipe_bench_variant with the same
@@ -12,9 +12,9 @@
 
 #include "../core/config.h"
 #include "../core/error.h"
-#include "comm.h"
+#include "../parallel/comm.h"
 
-/* ---- the variants: block sizes in sublayers (unlike study/bench.h's
+/* ---- the variants: block sizes in sublayers (unlike experiments/bench.h's
  * block8, which is N = 8 blocks) ---- */
 
 typedef struct {
@@ -52,7 +52,7 @@ typedef struct {
 } ar_pipe_bench_opts;
 
 typedef struct {
-    /* the layout (the plan of study/pipe_plan.h) */
+    /* the layout (the plan of parallel/pipe_plan.h) */
     int W, P, V, C, D;    /* ranks, stages, virtual stages, chunks P V, data-parallel degree W / P */
     int M, A;             /* micro-batches per pipeline, per step (M D) */
     int L, S, baseline;   /* sublayers, block size (S = 1 for Full; L + 1 for the baseline) */

@@ -1,4 +1,4 @@
-/* Depth studies (study/depth_study.h). */
+/* Depth studies (experiments/depth_study.h). */
 #include "depth_study.h"
 
 #include <gsl/gsl_cdf.h>

@@ -1,4 +1,4 @@
-/* Ablation studies (study/ablate.h). */
+/* Ablation studies (experiments/ablate.h). */
 #include "ablate.h"
 
 #include <gsl/gsl_cdf.h>
@@ -15,7 +15,7 @@
 #include "../formats/csv.h"
 #include "../viz/bar_chart.h"
 #include "../viz/plot.h"
-#include "checkpoint.h"
+#include "../run/checkpoint.h"
 
 /* ------------------------------------------------------------ variants */
 

@@ -2,7 +2,7 @@
  * residual variant x seed, every run with the same hyperparameters, token
  * budget, evaluation set and, for seed index k, the same train.seed (so the
  * same data order and the same initial transformer weights) — only
- * model.residual differs.  The runs are an ar_sweep (study/sweep.h), so a
+ * model.residual differs.  The runs are an ar_sweep (experiments/sweep.h), so a
  * rerun reuses finished runs and resumes interrupted ones exactly as
  * `attnres sweep` does.
  *
@@ -11,7 +11,7 @@
  *                                the sweep's own table)
  *   DIR/results.csv              one row per finished run: AR_ABLATE_COLUMNS
  *   DIR/results.md               one row per variant, of the runs' final
- *                                evaluations (study/sweep.h): mean, std,
+ *                                evaluations (experiments/sweep.h): mean, std,
  *                                difference from baseline, Welch t-test
  *                                p-value, and the paired comparison with the
  *                                baseline over matched seeds

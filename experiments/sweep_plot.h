@@ -1,5 +1,5 @@
 /* The architecture-sweep figure (`attnres plot-sweep`, the AttnRes
- * report's Figure 7): the grids of study/sweep_grid.h as one heatmap per
+ * report's Figure 7): the grids of experiments/sweep_grid.h as one heatmap per
  * method side by side, the loss in every cell, each method's lowest loss
  * starred and one colour scale for all methods. */
 #ifndef AR_SWEEP_PLOT_H

@@ -1,5 +1,5 @@
 /* Pipeline parallelism: one training step's gradient computed by P stages,
- * each running its chunks of the model (study/pipe_plan.h) for the step's
+ * each running its chunks of the model (parallel/pipe_plan.h) for the step's
  * micro-batches on a 1F1B schedule (Megatron's interleaved 1F1B when
  * V > 1; GPipe on request), times a data-parallel degree D = W / P.
  *

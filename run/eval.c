@@ -2,7 +2,7 @@
 
 #include <stdlib.h>
 
-#include "comm.h"
+#include "../parallel/comm.h"
 #include "data.h"
 
 /* The protocol's windows of n tokens, at most max_windows (<= 0: all). */

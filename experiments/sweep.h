@@ -23,7 +23,7 @@
 #include "../core/config.h"
 #include "../core/error.h"
 #include "../formats/sweep.h"
-#include "train.h"
+#include "../run/train.h"
 
 
 /* The results table's header.  New columns go at the end, so that readers
@@ -38,7 +38,7 @@
 
 /* The final evaluation of a finished run: the checkpoint at its planned
  * steps evaluated once, after training, by the protocol of `attnres eval`
- * (study/eval.h: fp32, batches of 8 windows) on the first
+ * (run/eval.h: fp32, batches of 8 windows) on the first
  * train.final_eval_windows windows of its validation split (0: all of
  * them), and recorded in DIR/<run>/final_eval.json so that a rerun reuses
  * it.  val_loss stays the last evaluation during training

@@ -1,5 +1,5 @@
 /* Depth studies (`attnres ablate --depths`): where AttnRes starts to pay.
- * One ablation (study/ablate.h: variants x seeds, seed index k the same
+ * One ablation (experiments/ablate.h: variants x seeds, seed index k the same
  * train.seed, so the same batches and initial transformer weights, for
  * every variant) at each of several depths n_layer, every other key of the
  * config the same (width, token budget, schedule).  At each depth every

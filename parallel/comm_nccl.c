@@ -1,6 +1,6 @@
 /* The NCCL communicator (comm.h), built as the module libattnres-nccl.so
  * where meson finds NCCL, the CUDA runtime and MPI.  The gradient's
- * exchanges (study/dp.c) go GPU to GPU with ncclSend/ncclRecv, grouped per
+ * exchanges (parallel/dp.c) go GPU to GPU with ncclSend/ncclRecv, grouped per
  * exchange, on a stream of their own; the adds of a reduce-scatter are
  * cuBLAS saxpy calls on the same stream, so a whole bucket's exchanges are
  * queued at once and run in order.  Control data (the config, losses,
