@@ -1,0 +1,219 @@
+#!/bin/sh
+# Checks and measures the CUDA backend on a lent GPU machine, from the
+# bundle tools/gpu-bundle.sh made (.gpu/attnres-gpu.tar.xz), with nothing
+# installed there.  One call of the device tool:
+#
+#   command 'tools/gpu-check.sh', carry ['.gpu'], timeout_s 540
+#
+# Stages, each under its own time limit so that one hang cannot cost the
+# lease and every finished stage's results come back:
+#   info       nvidia-smi, the driver and CUDA versions, where each library
+#              was found, every bundled binary's libraries resolved
+#   ops        tests/test_backend_ops: every op, forward and backward, CUDA
+#              against the CPU on the same random inputs
+#   train      tests/test_backend_train: baseline, Full, Block and bf16
+#              trained on both backends
+#   quickstart the quick-start model, 200 steps from the same seed with
+#              --device cuda and on the CPU: the losses compared
+#   bench      attnres bench configs/bench-gpt2-small.yaml --device cuda
+#              --precision bf16, baseline, Block (N = 8) and Full
+#   peer       the PyTorch peer on the same GPU:
+#              torch_peer.py 16 gpt2-small eager,compile 10 cuda
+# It writes $OUT/summary.json (each stage: status, seconds, its numbers),
+# $OUT/check.log (everything) and one log per stage; the last lines it
+# prints are the summary.
+#
+#   tools/gpu-check.sh --cpu   the same bundle without a GPU: info (no
+#                              nvidia-smi), the test executables with the
+#                              CPU as both backends, and a few CPU training
+#                              steps; tools/gpu-bundle-proof.sh runs this in
+#                              a bare Debian root
+set -u
+cd "$(dirname "$0")/.."
+root=$(pwd)
+mode=gpu
+[ "${1:-}" = "--cpu" ] && mode=cpu
+OUT=${OUT:-$root/build-gpu-check}
+mkdir -p "$OUT"
+log=$OUT/check.log
+: > "$log"
+summary=$OUT/summary.tmp
+: > "$summary"
+say() { echo "$*" | tee -a "$log"; }
+
+tarball=$root/.gpu/attnres-gpu.tar.xz
+if [ ! -s "$tarball" ]; then
+    say "tools/gpu-check.sh: no $tarball: run tools/gpu-bundle.sh here first, then carry '.gpu'"
+    exit 1
+fi
+b=${TMPDIR:-/tmp}/attnres-gpu
+rm -rf "$b"
+tar -C "${TMPDIR:-/tmp}" -xJf "$tarball" || { say "tools/gpu-check.sh: cannot unpack $tarball"; exit 1; }
+
+# Libraries: the bundle's own first; cuBLAS (and the driver, cuDNN, NCCL)
+# from the machine: the toolkit's lib64, else the pip nvidia-* packages
+# beside its PyTorch; libstdc++ and libgcc_s from the bundle only where
+# the machine has none.
+cublas_dir=
+for d in ${CUDA_HOME:-} /usr/local/cuda /usr/local/cuda-13.0 /usr/local/cuda/targets/x86_64-linux; do
+    for sub in lib64 lib; do
+        [ -n "$d" ] && ls "$d/$sub"/libcublas.so.1* >/dev/null 2>&1 && { cublas_dir=$d/$sub; break 2; }
+    done
+done
+if [ -z "$cublas_dir" ] && command -v python3 >/dev/null 2>&1; then
+    sp=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
+    for s in $sp; do
+        f=$(find "$s/nvidia" -name 'libcublas.so.1*' 2>/dev/null | head -n 1)
+        [ -n "$f" ] && { cublas_dir=$(dirname "$f"); break; }
+    done
+fi
+ldp=$b/lib
+[ -n "$cublas_dir" ] && ldp=$ldp:$cublas_dir
+ldconfig -p 2>/dev/null | grep -q 'libstdc++\.so\.6 ' || ldp=$ldp:$b/lib-fallback
+LD_LIBRARY_PATH=$ldp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH
+bin=$b/bin
+
+# stage NAME LIMIT_S COMMAND...: runs it with its log in $OUT/NAME.log and
+# notes status and seconds for the summary.
+stage() {
+    name=$1 limit=$2
+    shift 2
+    say "=== $name (limit ${limit}s): $*"
+    t0=$(date +%s)
+    timeout -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+    rc=$?
+    t1=$(date +%s)
+    cat "$OUT/$name.log" >> "$log"
+    case $rc in
+    0) st=ok ;;
+    124 | 137) st=timeout ;;
+    *) st=failed ;;
+    esac
+    say "=== $name: $st (exit $rc) in $((t1 - t0)) s"
+    printf '%s %s %s\n' "$name" "$st" "$((t1 - t0))" >> "$summary"
+}
+
+info() {
+    echo "bundle: $(head -n 3 "$b/MANIFEST" | tail -n 2 | tr '\n' ' ')"
+    echo "machine: $(uname -srm), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
+    if [ "$mode" = gpu ]; then
+        timeout 30 nvidia-smi || return 1
+        timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+        command -v nvcc >/dev/null 2>&1 && nvcc --version | tail -n 2
+    fi
+    echo "cuBLAS from: ${cublas_dir:-not found}"
+    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    bad=0
+    for f in "$bin"/*; do
+        echo "--- ldd $(basename "$f")"
+        ldd "$f" | tee "$OUT/ldd.tmp"
+        # without a GPU only the CUDA module's cuBLAS may be missing
+        missing=$(grep 'not found' "$OUT/ldd.tmp" | awk '{print $1}')
+        for m in $missing; do
+            case $mode:$m in
+            cpu:libcublas.so.* | cpu:libcublasLt.so.*) echo "($m: from the GPU machine)" ;;
+            *) echo "MISSING: $m for $(basename "$f")"; bad=1 ;;
+            esac
+        done
+    done
+    rm -f "$OUT/ldd.tmp"
+    return $bad
+}
+say "=== info"
+t0=$(date +%s)
+info > "$OUT/info.log" 2>&1
+rc=$?
+cat "$OUT/info.log" >> "$log"
+printf 'info %s %s\n' "$([ $rc -eq 0 ] && echo ok || echo failed)" "$(($(date +%s) - t0))" >> "$summary"
+say "=== info: exit $rc"
+
+threads=$(nproc)
+corpus="--set data.train=$b/data/kjv.txt"
+if [ "$mode" = gpu ]; then
+    stage ops 100 "$bin/test_backend_ops" --jobs 1 --verbose
+    stage train 100 "$bin/test_backend_train" --jobs 1 --verbose
+    qs="$bin/attnres train configs/quickstart.yaml $corpus --set train.steps=200 --set train.log_every=10 --force"
+    stage quickstart 120 sh -c "$qs --device cuda --out $b/qs-cuda && $qs --device cpu --threads $threads --out $b/qs-cpu"
+    stage bench 110 "$bin/attnres" bench configs/bench-gpt2-small.yaml --device cuda --precision bf16 \
+        --variants baseline,block8,full --steps 3 --warmup 1 --repeat 3 --json
+    if [ -f "$b/peer/torch_peer.py" ]; then
+        stage peer 120 env PYTHONUNBUFFERED=1 python3 "$b/peer/torch_peer.py" 16 gpt2-small eager,compile 10 cuda
+    else
+        say "=== peer: skipped (the bundle holds no torch_peer.py)"
+        printf 'peer skipped 0\n' >> "$summary"
+    fi
+else
+    # the CUDA module cannot load without the GPU machine's cuBLAS: that
+    # one test is the GPU run's
+    stage ops 300 env AR_TEST_BACKEND_B=cpu OMP_NUM_THREADS=2 "$bin/test_backend_ops" --jobs 1 \
+        --filter 'backend_ops/!(cuda_module_loads_where_built)'
+    stage train 300 env AR_TEST_BACKEND_B=cpu OMP_NUM_THREADS=2 "$bin/test_backend_train" --jobs 1
+    stage quickstart 120 "$bin/attnres" train configs/quickstart.yaml $corpus --set train.steps=5 \
+        --set train.log_every=1 --threads 2 --force --out "$b/qs-cpu"
+fi
+
+# The summary: each stage's status and time, the tests' counts, the
+# quick start's losses on both devices, bench's numbers.
+python_summary=$(cat <<'EOF'
+import json, os, re, sys
+out, b, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+s = {"mode": mode, "stages": {}}
+for line in open(os.path.join(out, "summary.tmp")):
+    name, st, secs = line.split()
+    s["stages"][name] = {"status": st, "seconds": int(secs)}
+def log(name):
+    p = os.path.join(out, name + ".log")
+    return open(p, errors="replace").read() if os.path.exists(p) else ""
+for name in ("ops", "train"):
+    m = re.findall(r"Synthesis: Tested: (\d+) \| Passing: (\d+) \| Failing: (\d+) \| Crashing: (\d+)", log(name))
+    if m and name in s["stages"]:
+        t, p, f, c = map(int, m[-1])
+        s["stages"][name].update(tested=t, passing=p, failing=f, crashing=c,
+                                 skipped=len(re.findall(r"\[SKIP\]", log(name))))
+def losses(run):
+    p = os.path.join(b, run, "metrics.jsonl")
+    if not os.path.exists(p):
+        return {}
+    r = {}
+    for line in open(p):
+        try:
+            j = json.loads(line)
+        except ValueError:
+            continue
+        if "loss" in j and "step" in j:
+            r[j["step"]] = j["loss"]
+    return r
+if "quickstart" in s["stages"]:
+    g, c = losses("qs-cuda"), losses("qs-cpu")
+    q = s["stages"]["quickstart"]
+    q["cpu_last_loss"] = c[max(c)] if c else None
+    if g:
+        q["cuda_last_loss"] = g[max(g)]
+        common = sorted(set(g) & set(c))
+        if common:
+            q["max_rel_diff"] = max(abs(g[k] - c[k]) / abs(c[k]) for k in common)
+            q["steps_compared"] = len(common)
+if "bench" in s["stages"]:
+    try:
+        j = json.loads(log("bench").strip().splitlines()[-1])
+        s["stages"]["bench"]["json"] = j
+    except (ValueError, IndexError):
+        pass
+if "peer" in s["stages"]:
+    s["stages"]["peer"]["lines"] = [l for l in log("peer").splitlines() if "tok/s" in l]
+json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=1)
+print(json.dumps({k: v["status"] for k, v in s["stages"].items()}))
+EOF
+)
+if command -v python3 >/dev/null 2>&1; then
+    python3 -c "$python_summary" "$OUT" "$b" "$mode" | tee -a "$log"
+else
+    say "(no python3: the summary is $OUT/summary.tmp)"
+fi
+say "=== summary ($OUT/summary.tmp: stage status seconds)"
+cat "$summary" | tee -a "$log"
+if grep -qvE ' (ok|skipped) ' "$summary"; then
+    exit 1
+fi
+exit 0
