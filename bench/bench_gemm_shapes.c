@@ -1,6 +1,8 @@
 /* The matrix products of one baseline training step at their own shapes,
  * on the CPU backend's matmul ops (CBLAS sgemm), against the 2048^3 sgemm
- * ceiling that `attnres bench` measures (BENCHMARKS.md, issue 22 item 4).
+ * ceiling that `attnres bench` measures, to tell whether the products' shapes
+ * are what keeps the baseline's step below 90% of that ceiling
+ * (BENCHMARKS.md, "Where the step goes").
  *
  * A transformer block's products, N = batch x seq_len rows:
  *   q, k, v, o   x W^T with W d x d        (4 of them)

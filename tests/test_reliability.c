@@ -1,4 +1,4 @@
-/* Reliability (README "Reliability"): checksummed checkpoints, the last K
+/* Reliability (docs/reliability.md): checksummed checkpoints, the last K
  * checkpoints, exact resume after SIGKILL at random moments, SIGINT and
  * SIGTERM, non-finite steps, unwritable directories, full disks (a file
  * size limit), runs that are not ours, and the run-directory lock.

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Builds the fuzz harnesses of fuzz/ with clang, libFuzzer, AddressSanitizer
-# and UBSan, and fuzzes each for a bounded time (the README's "Reliability"
-# section; tools/test.sh runs this with 10 seconds each).
+# and UBSan, and fuzzes each for a bounded time (docs/reliability.md,
+# "Hostile inputs"; tools/test.sh runs this with 10 seconds each).
 #
 #   tools/fuzz.sh [SECONDS [HARNESS...]]
 #
