@@ -10,6 +10,7 @@
 #include "../formats/config.h"
 #include "../experiments/ablate.h"
 #include "../parallel/comm.h"
+#include "../run/data.h"
 #include "ablate_depths.h"
 #include "cmds.h"
 #include "options.h"
@@ -22,15 +23,16 @@ static const char *usage =
     "[--out DIR] [--jobs J] [--device cpu|cuda] [--precision fp32|bf16] [--depths LIST]";
 
 /* --block-layouts "2,2,4,8;4,4,4,4": one Block AttnRes variant a layout.
- * A malformed layout is a wrong command line (*rc: usage); a layout that
- * does not fit the model fails like a bad config. */
+ * A malformed layout is a wrong command line (*rc: usage, the error's kind
+ * AR_ERR_BAD_VALUE); a layout that does not fit the model fails like a bad
+ * config. */
 static int add_layouts(ar_ablation *ab, const ar_config *cfg, const char *layouts, int *rc)
 {
     ar_err e = {{0}};
     if (ar_ablate_add_layouts(ab, cfg, layouts, &e) == 0)
         return 0;
     cli_error("%s", e.msg);
-    *rc = strstr(e.msg, "sums to") || strstr(e.msg, "variant '") ? AR_EXIT_FAIL : AR_EXIT_USAGE;
+    *rc = e.kind == AR_ERR_BAD_VALUE ? AR_EXIT_USAGE : AR_EXIT_FAIL;
     return -1;
 }
 
@@ -95,19 +97,14 @@ int cmd_ablate(int argc, char **argv)
     if (ar_ablate_plan(&ab, &cfg, variants ? variants : "baseline", (int)seeds, bsz, nbs, &e) != 0) {
         cli_error("%s", e.msg);
         /* a wrong variant name is a wrong command line */
-        rc = strstr(e.msg, "unknown variant") ? AR_EXIT_USAGE : AR_EXIT_FAIL;
+        rc = e.kind == AR_ERR_BAD_VALUE ? AR_EXIT_USAGE : AR_EXIT_FAIL;
         goto done;
     }
     planned = 1;
     if (layouts && add_layouts(&ab, &cfg, layouts, &rc) != 0)
         goto done;
-    if (access(cfg.data.train, R_OK) != 0) {
-        if (strcmp(cfg.data.train, AR_DEFAULT_CORPUS) == 0)
-            cli_error("training data '%s' not found: run 'tools/get-data.sh' to install the King James Bible "
-                      "corpus there, or choose a file with --set data.train=FILE",
-                      AR_DEFAULT_CORPUS);
-        else
-            cli_error("training data '%s' not found", cfg.data.train);
+    if (ar_data_check_train(&cfg.data, &e) != 0) {
+        cli_error("%s", e.msg);
         goto done;
     }
     char outbuf[AR_PATH_MAX], runs[AR_PATH_MAX + 8];

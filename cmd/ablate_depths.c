@@ -10,6 +10,7 @@
 
 #include "../formats/config.h"
 #include "../parallel/comm.h"
+#include "../run/data.h"
 #include "../experiments/depth_study.h"
 #include "ablate_depths.h"
 #include "cmds.h"
@@ -49,17 +50,13 @@ int cli_ablate_depths(const ar_config *cfg, const char *config, const char *vari
     if (ar_depth_study_plan(&ds, cfg, dv, nd, variants, seeds, &e) != 0) {
         free(dv);
         cli_error("%s", e.msg);
-        return strstr(e.msg, "unknown variant") || strstr(e.msg, "--depths") ? AR_EXIT_USAGE : AR_EXIT_FAIL;
+        /* a wrong variant name or '--depths' list is a wrong command line */
+        return e.kind == AR_ERR_BAD_VALUE ? AR_EXIT_USAGE : AR_EXIT_FAIL;
     }
     free(dv);
     ar_depth_diff *diff = NULL;
-    if (access(cfg->data.train, R_OK) != 0) {
-        if (strcmp(cfg->data.train, AR_DEFAULT_CORPUS) == 0)
-            cli_error("training data '%s' not found: run 'tools/get-data.sh' to install the King James Bible "
-                      "corpus there, or choose a file with --set data.train=FILE",
-                      AR_DEFAULT_CORPUS);
-        else
-            cli_error("training data '%s' not found", cfg->data.train);
+    if (ar_data_check_train(&cfg->data, &e) != 0) {
+        cli_error("%s", e.msg);
         goto done;
     }
     if (sweep_check_jobs(usage, jobs) != 0) {

@@ -8,6 +8,7 @@
 #include "../formats/sweep.h"
 #include "../parallel/comm.h"
 #include "../experiments/sweep.h"
+#include "../run/data.h"
 #include "cmds.h"
 #include "options.h"
 #include "signals.h"
@@ -91,16 +92,10 @@ int cmd_sweep(int argc, char **argv)
             cli_error("run '%s': %s", s.runs[i].name, e.msg);
             goto done;
         }
-        const char *train = s.runs[i].cfg.data.train;
-        if (access(train, R_OK) == 0)
-            continue;
-        if (strcmp(train, AR_DEFAULT_CORPUS) == 0)
-            cli_error("training data '%s' not found: run 'tools/get-data.sh' to install the King James Bible "
-                      "corpus there, or choose a file with --set data.train=FILE",
-                      AR_DEFAULT_CORPUS);
-        else
-            cli_error("training data '%s' of run '%s' not found", train, s.runs[i].name);
-        goto done;
+        if (ar_data_check_train(&s.runs[i].cfg.data, &e) != 0) {
+            cli_error("run '%s': %s", s.runs[i].name, e.msg);
+            goto done;
+        }
     }
     char outbuf[AR_PATH_MAX];
     const char *out = so.out;

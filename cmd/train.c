@@ -10,6 +10,7 @@
 #include "../formats/config.h"
 #include "../parallel/comm.h"
 #include "../parallel/pipe.h"
+#include "../run/data.h"
 #include "../run/train.h"
 #include "cmds.h"
 #include "options.h"
@@ -99,10 +100,8 @@ static int resolve(cli_opts *so, const char *config, const char *resume, ar_conf
     if (cli_opts_apply(so, cfg, e) != 0 || ar_config_validate(cfg, e) != 0 ||
         ar_parallel_check(ar_comm_world(), cfg, e) != 0)
         return -1;
-    if (access(cfg->data.train, R_OK) != 0 && strcmp(cfg->data.train, AR_DEFAULT_CORPUS) == 0)
-        return ar_fail(e, "training data '%s' not found: run 'tools/get-data.sh' to install the King James "
-                          "Bible corpus there, or choose a file with --set data.train=FILE",
-                       AR_DEFAULT_CORPUS);
+    if (ar_data_check_train(&cfg->data, e) != 0)
+        return -1;
     if (resume)
         snprintf(out, n, "%s", resume);
     else if (so->out)

@@ -1,5 +1,6 @@
 #include "error.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,17 +16,34 @@ static void one_line(char *s)
             *s = '?';
 }
 
-int ar_fail(ar_err *e, const char *fmt, ...)
+__attribute__((format(printf, 3, 0))) static void vfail(ar_err *e, ar_err_kind kind, const char *fmt, va_list ap)
 {
     if (e) {
-        va_list ap;
-        va_start(ap, fmt);
         vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-        va_end(ap);
         one_line(e->msg);
+        e->kind = kind;
     }
+}
+
+int ar_fail(ar_err *e, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(e, AR_ERR_OTHER, fmt, ap);
+    va_end(ap);
     return -1;
 }
+
+int ar_fail_kind(ar_err *e, ar_err_kind kind, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(e, kind, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+ar_err_kind ar_errno_kind(int err) { return err == ENOENT || err == ENOTDIR ? AR_ERR_NOT_FOUND : AR_ERR_IO; }
 
 int ar_wrap(ar_err *e, const char *fmt, ...)
 {

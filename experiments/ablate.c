@@ -145,30 +145,33 @@ int ar_ablate_add_layouts(ar_ablation *a, const ar_config *base, const char *lay
     int L = ar_cfg_sublayers(&base->model);
     const char *p = layouts;
     if (!*p)
-        return ar_fail(e, "'--block-layouts' is empty (expected layouts separated by ';', each a comma-separated "
-                          "list of block sizes summing to L = 2*'model.n_layer' = %d, such as \"2,2,4,8;4,4,4,4\")",
-                       L);
+        return ar_fail_kind(e, AR_ERR_BAD_VALUE,
+                            "'--block-layouts' is empty (expected layouts separated by ';', each a comma-separated "
+                            "list of block sizes summing to L = 2*'model.n_layer' = %d, such as \"2,2,4,8;4,4,4,4\")",
+                            L);
     while (*p) {
         size_t len = strcspn(p, ";");
         char one[1024], name[AR_SWEEP_NAME_MAX * 2];
         ar_int_list l;
         snprintf(one, sizeof one, "%.*s", (int)(len < sizeof one ? len : sizeof one - 1), p);
         if (len >= sizeof one || ar_ablate_parse_layout(one, ',', &l) != 0)
-            return ar_fail(e, "'--block-layouts': layout '%s' is not a comma-separated list of positive integers "
-                              "(sublayers per block, such as 2,2,4,8; layouts are separated by ';')",
-                           one);
+            return ar_fail_kind(e, AR_ERR_BAD_VALUE,
+                                "'--block-layouts': layout '%s' is not a comma-separated list of positive integers "
+                                "(sublayers per block, such as 2,2,4,8; layouts are separated by ';')",
+                                one);
         long sum = 0;
         for (int i = 0; i < l.n; i++)
             sum += l.v[i];
-        if (sum != L)
+        if (sum != L) /* a well-formed layout that does not fit this model: not a BAD_VALUE */
             return ar_fail(e, "'--block-layouts': layout '%s' sums to %ld sublayers, expected L = 2*'model.n_layer' "
                               "= %d",
                            one, sum, L);
         ar_ablate_layout_name(&l, name, sizeof name);
         if (strlen(name) >= AR_SWEEP_NAME_MAX - 8)
-            return ar_fail(e, "'--block-layouts': layout '%s' has too many blocks to name its run directory "
-                              "('%s...' is longer than %d characters)",
-                           one, LAYOUT_PREFIX, AR_SWEEP_NAME_MAX - 9);
+            return ar_fail_kind(e, AR_ERR_BAD_VALUE,
+                                "'--block-layouts': layout '%s' has too many blocks to name its run directory "
+                                "('%s...' is longer than %d characters)",
+                                one, LAYOUT_PREFIX, AR_SWEEP_NAME_MAX - 9);
         int known = 0;
         for (int v = 0; v < a->nvariants; v++)
             known |= strcmp(a->variant[v], name) == 0;
@@ -216,9 +219,10 @@ int ar_ablate_apply(ar_model_cfg *m, const ar_model_cfg *base, const char *name,
             VARIANTS[i].fn(&m->residual, base);
             return 0;
         }
-    return ar_fail(e, "unknown variant '%s' (expected one of: %s, all, block-s<S>, or block-l<S1>-<S2>-... "
-                      "for blocks of S1, S2, ... sublayers)",
-                   name, ar_ablate_variant_list());
+    return ar_fail_kind(e, AR_ERR_BAD_VALUE,
+                        "unknown variant '%s' (expected one of: %s, all, block-s<S>, or block-l<S1>-<S2>-... "
+                        "for blocks of S1, S2, ... sublayers)",
+                        name, ar_ablate_variant_list());
 }
 
 /* ---------------------------------------------------------------- plan */
@@ -229,7 +233,7 @@ static int add_variant(ar_ablation *a, const char *name, ar_err *e)
         if (strcmp(a->variant[i], name) == 0)
             return 0;
     if (strlen(name) >= AR_SWEEP_NAME_MAX - 8)
-        return ar_fail(e, "variant name '%.40s...' is too long", name);
+        return ar_fail_kind(e, AR_ERR_BAD_VALUE, "variant name '%.40s...' is too long", name);
     char (*nv)[AR_SWEEP_NAME_MAX] = ar_xcalloc((size_t)a->nvariants + 1, sizeof *nv);
     if (a->nvariants)
         memcpy(nv, a->variant, (size_t)a->nvariants * sizeof *nv);
@@ -254,6 +258,8 @@ static int plan_run(ar_ablation *a, const ar_config *base, int v, int k, ar_err 
     snprintf(r->name, sizeof r->name, "%s-seed%d", a->variant[v], k);
     r->tokens = r->cfg.train.steps * r->cfg.train.batch_size * r->cfg.train.grad_accum * (long)r->cfg.model.seq_len;
     ar_err ve;
+    /* a known variant whose config does not validate: a failure (kind
+     * OTHER), not a wrong variant name */
     if (ar_config_validate(&r->cfg, &ve) != 0)
         return ar_fail(e, "variant '%s': %s", a->variant[v], ve.msg);
     return 0;
@@ -272,7 +278,7 @@ int ar_ablate_plan(ar_ablation *a, const ar_config *base, const char *variants, 
 {
     memset(a, 0, sizeof *a);
     if (seeds < 1)
-        return ar_fail(e, "'--seeds' must be at least 1");
+        return ar_fail_kind(e, AR_ERR_BAD_VALUE, "'--seeds' must be at least 1");
     ar_model_cfg probe;
     if (add_variant(a, "baseline", e) != 0)
         goto fail;
@@ -288,7 +294,7 @@ int ar_ablate_plan(ar_ablation *a, const ar_config *base, const char *variants, 
             size_t n = strcspn(p, ",");
             char name[AR_SWEEP_NAME_MAX];
             if (n == 0 || n >= sizeof name) {
-                ar_fail(e, "variant list '%s' has an empty or overlong name", variants);
+                ar_fail_kind(e, AR_ERR_BAD_VALUE, "variant list '%s' has an empty or overlong name", variants);
                 goto fail;
             }
             memcpy(name, p, n);
@@ -310,7 +316,8 @@ int ar_ablate_plan(ar_ablation *a, const ar_config *base, const char *variants, 
             a->block_size[i] = block_sizes[i];
             snprintf(name, sizeof name, "block-s%d", block_sizes[i]);
             if (block_sizes[i] < 1) {
-                ar_fail(e, "block size %d in '--block-sizes' is not a positive integer", block_sizes[i]);
+                ar_fail_kind(e, AR_ERR_BAD_VALUE, "block size %d in '--block-sizes' is not a positive integer",
+                             block_sizes[i]);
                 goto fail;
             }
             if (add_variant(a, name, e) != 0)

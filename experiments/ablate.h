@@ -39,7 +39,7 @@ const char *ar_ablate_variant_what(int i);
  * block size, or "block-l<S1>-<S2>-..." for blocks of S1, S2, ...
  * sublayers: model.residual.block_sizes) from the base model (which lends its block_size, window,
  * heads and streams where it sets them).  -1 with the valid names in e for
- * an unknown name. */
+ * an unknown name (AR_ERR_BAD_VALUE). */
 int ar_ablate_apply(ar_model_cfg *m, const ar_model_cfg *base, const char *name, ar_err *e);
 
 typedef struct {
@@ -52,7 +52,8 @@ typedef struct {
 
 /* Plans the runs.  variants: comma-separated names or "all"; block_sizes
  * (nblock of them) adds "block-s<S>" variants and, for the reference lines,
- * full.  baseline is always included, first. */
+ * full.  baseline is always included, first.  An unknown or malformed name
+ * is an AR_ERR_BAD_VALUE; a variant whose config fails its checks is not. */
 int ar_ablate_plan(ar_ablation *a, const ar_config *base, const char *variants, int seeds,
                    const int *block_sizes, int nblock, ar_err *e);
 void ar_ablate_free(ar_ablation *a);
@@ -61,7 +62,9 @@ void ar_ablate_free(ar_ablation *a);
  * layout of "2,2,4,8;4,4,4,4" (layouts separated by ';', each the sizes of
  * its blocks in sublayers, summing to L), named "block-l2-2-4-8" (a safe
  * directory and CSV name), with nseeds runs each.  Errors name the option
- * and the layout. */
+ * and the layout: AR_ERR_BAD_VALUE for a layout that is not a list of
+ * positive integers (or too long to name), not for one that does not sum
+ * to L. */
 int ar_ablate_add_layouts(ar_ablation *a, const ar_config *base, const char *layouts, ar_err *e);
 /* "2,2,4,8" with sep ',' (or "2-2-4-8" with '-') into out: 0, or -1 unless
  * it is a list of integers in 1..100000 (at most AR_LIST_MAX). */

@@ -49,13 +49,14 @@ int ar_depth_study_plan(ar_depth_study *s, const ar_config *base, const int *dep
 {
     memset(s, 0, sizeof *s);
     if (ndepths < 1)
-        return ar_fail(e, "'--depths' needs at least one depth");
+        return ar_fail_kind(e, AR_ERR_BAD_VALUE, "'--depths' needs at least one depth");
     for (int i = 0; i < ndepths; i++) {
         if (depths[i] < 1)
-            return ar_fail(e, "depth %d in '--depths' is not a positive number of transformer blocks", depths[i]);
+            return ar_fail_kind(e, AR_ERR_BAD_VALUE,
+                                "depth %d in '--depths' is not a positive number of transformer blocks", depths[i]);
         for (int j = 0; j < i; j++)
             if (depths[j] == depths[i])
-                return ar_fail(e, "depth %d appears twice in '--depths'", depths[i]);
+                return ar_fail_kind(e, AR_ERR_BAD_VALUE, "depth %d appears twice in '--depths'", depths[i]);
     }
     s->depth = ar_xcalloc((size_t)ndepths, sizeof *s->depth);
     s->ab = ar_xcalloc((size_t)ndepths, sizeof *s->ab);

@@ -49,7 +49,9 @@ typedef struct {
 /* Plans an ablation of `variants` x `seeds` at each depth (n_layer), each
  * from base with only model.n_layer replaced; a depth at which a variant's
  * config fails its checks (a block size that does not fit, say) is an
- * error naming the depth.  Depths must be distinct and >= 1. */
+ * error naming the depth.  Depths must be distinct and >= 1.  A wrong
+ * depths list or variant name is an AR_ERR_BAD_VALUE (a wrong command
+ * line); a config that fails its checks is not. */
 int ar_depth_study_plan(ar_depth_study *s, const ar_config *base, const int *depths, int ndepths,
                         const char *variants, int seeds, ar_err *e);
 void ar_depth_study_free(ar_depth_study *s);

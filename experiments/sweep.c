@@ -100,8 +100,9 @@ static int record_long(const ar_json *j, const char *key, const char *path, long
 {
     const ar_json *v = ar_json_get(j, key);
     if (!v || v->type != AR_JSON_NUM || !v->is_int || v->inum < 0)
-        return ar_fail(e, "'%s': '%s' must be a non-negative integer; remove the file to evaluate the run again",
-                       path, key);
+        return ar_fail_kind(e, AR_ERR_FORMAT,
+                            "'%s': '%s' must be a non-negative integer; remove the file to evaluate the run again",
+                            path, key);
     *out = (long)v->inum;
     return 0;
 }
@@ -123,10 +124,11 @@ int ar_final_eval_read(const char *run_dir, long step, long max_windows, ar_fina
     ar_err pe;
     ar_json *j = ar_json_parse(buf, n, &pe);
     if (!j)
-        return ar_fail(e, "'%s': %s; remove it to evaluate the run again", path, pe.msg);
+        return ar_fail_kind(e, AR_ERR_FORMAT, "'%s': %s; remove it to evaluate the run again", path, pe.msg);
     int rc = j->type == AR_JSON_OBJ
                  ? 0
-                 : ar_fail(e, "'%s' must hold one JSON object; remove it to evaluate the run again", path);
+                 : ar_fail_kind(e, AR_ERR_FORMAT, "'%s' must hold one JSON object; remove it to evaluate the run again",
+                                path);
     const ar_json *loss = ar_json_get(j, "loss");
     if (rc == 0)
         rc = record_long(j, "step", path, &f->step, e);
@@ -137,8 +139,9 @@ int ar_final_eval_read(const char *run_dir, long step, long max_windows, ar_fina
     if (rc == 0)
         rc = record_long(j, "tokens", path, &f->tokens, e);
     if (rc == 0 && (!loss || loss->type != AR_JSON_NUM || !(loss->num >= 0)))
-        rc = ar_fail(e, "'%s': 'loss' must be a non-negative number; remove the file to evaluate the run again",
-                     path);
+        rc = ar_fail_kind(e, AR_ERR_FORMAT,
+                          "'%s': 'loss' must be a non-negative number; remove the file to evaluate the run again",
+                          path);
     if (rc == 0)
         f->loss = loss->num;
     ar_json_free(j);

@@ -34,9 +34,10 @@ static int name_of(const char *s, size_t n, char *out, const char *whole, ar_err
         snprintf(out, AR_AXIS_EXPR_MAX, "%.*s", (int)n, s);
     return 0;
 bad:
-    return ar_fail(e, "unknown axis expression '%s': expected COLUMN or COLUMN/COLUMN of results.csv, such as "
-                      "d_model/L_b, n_head/L_b, d_model or n_layer (L_b = n_layer, the transformer blocks)",
-                   whole);
+    return ar_fail_kind(e, AR_ERR_BAD_VALUE,
+                        "unknown axis expression '%s': expected COLUMN or COLUMN/COLUMN of results.csv, such as "
+                        "d_model/L_b, n_head/L_b, d_model or n_layer (L_b = n_layer, the transformer blocks)",
+                        whole);
 }
 
 int ar_axis_expr_parse(const char *s, ar_axis_expr *x, ar_err *e)
@@ -219,12 +220,14 @@ int ar_sweep_table_file(const char *path, char *file, size_t n, ar_err *e)
     if (access(file, R_OK) == 0)
         return 0;
     if (strcmp(file, path) != 0)
-        return ar_fail(e, "'%s' not found: '%s' is not the output directory of an 'attnres sweep' that has "
-                          "finished a run (expected DIR/results.csv)",
-                       file, path);
-    return ar_fail(e, "'%s' not found: expected an 'attnres sweep' output directory (holding results.csv) "
-                      "or a results table",
-                   file);
+        return ar_fail_kind(e, AR_ERR_NOT_FOUND,
+                            "'%s' not found: '%s' is not the output directory of an 'attnres sweep' that has "
+                            "finished a run (expected DIR/results.csv)",
+                            file, path);
+    return ar_fail_kind(e, AR_ERR_NOT_FOUND,
+                        "'%s' not found: expected an 'attnres sweep' output directory (holding results.csv) "
+                        "or a results table",
+                        file);
 }
 
 /* Whether rows a and b (one method, one cell) are the same run twice: not

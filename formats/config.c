@@ -445,14 +445,33 @@ static const char *where(const pctx *p, yaml_mark_t m, char *buf, size_t n)
     return buf;
 }
 
-__attribute__((format(printf, 3, 4))) static int fail_at(pctx *p, yaml_mark_t m, const char *fmt, ...)
+__attribute__((format(printf, 4, 0))) static void vfail_at(pctx *p, ar_err_kind kind, yaml_mark_t m, const char *fmt,
+                                                            va_list ap)
 {
     char msg[1536], loc[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    ar_fail_kind(p->e, kind, "%s: %s", where(p, m, loc, sizeof loc), msg);
+}
+
+/* A key or value that is wrong on its own (AR_ERR_BAD_VALUE), at its place. */
+__attribute__((format(printf, 3, 4))) static int fail_at(pctx *p, yaml_mark_t m, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vfail_at(p, AR_ERR_BAD_VALUE, m, fmt, ap);
     va_end(ap);
-    return ar_fail(p->e, "%s: %s", where(p, m, loc, sizeof loc), msg);
+    return -1;
+}
+
+/* Text that is not one YAML document: a malformed file (AR_ERR_FORMAT), or
+ * in --set a wrong value (AR_ERR_BAD_VALUE). */
+__attribute__((format(printf, 3, 4))) static int fail_syntax_at(pctx *p, yaml_mark_t m, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail_at(p, p->name ? AR_ERR_FORMAT : AR_ERR_BAD_VALUE, m, fmt, ap);
+    va_end(ap);
+    return -1;
 }
 
 static int bad_value(pctx *p, const key_def *k, const yaml_node_t *node, int rc)
@@ -625,11 +644,12 @@ static int check_exclusive(pctx *p, const key_def *k, const char *other_key, con
         return 0;
     int other = find_leaf(other_key);
     if (p->seen[other]) {
-        char loc[512] = "";
+        char loc[512] = "", at[512];
         if (p->name)
             snprintf(loc, sizeof loc, " at %zu:%zu", p->seen_at[other].line + 1, p->seen_at[other].column + 1);
-        return fail_at(p, node->start_mark, "'%s' and '%s' are mutually exclusive ('%s' was given%s)", k->key,
-                       other_key, other_key, loc);
+        /* each value is fine alone: kind OTHER */
+        return ar_fail(p->e, "%s: '%s' and '%s' are mutually exclusive ('%s' was given%s)",
+                       where(p, node->start_mark, at, sizeof at), k->key, other_key, other_key, loc);
     }
     clear_field(p->c, &KEYS[other]);
     return 0;
@@ -743,7 +763,7 @@ static int syntax_error(pctx *p, const yaml_parser_t *y, const char *text, size_
     if (y->error == YAML_MEMORY_ERROR)
         return ar_fail(p->e, "%s: out of memory parsing YAML", p->name ? p->name : "--set");
     if (y->error == YAML_READER_ERROR)
-        return fail_at(p, mark_of_offset(text, len, y->problem_offset), "invalid YAML: %s", problem);
+        return fail_syntax_at(p, mark_of_offset(text, len, y->problem_offset), "invalid YAML: %s", problem);
     char ctx[256] = "";
     if (y->context && p->name)
         snprintf(ctx, sizeof ctx, " (%s at %zu:%zu)", y->context, y->context_mark.line + 1,
@@ -751,9 +771,9 @@ static int syntax_error(pctx *p, const yaml_parser_t *y, const char *text, size_
     else if (y->context)
         snprintf(ctx, sizeof ctx, " (%s)", y->context);
     if (!p->name)
-        return ar_fail(p->e, "--set '%s': invalid YAML value: %s at column %zu of the value%s", p->assign,
-                       problem, y->problem_mark.column + 1, ctx);
-    return fail_at(p, y->problem_mark, "invalid YAML: %s%s", problem, ctx);
+        return ar_fail_kind(p->e, AR_ERR_BAD_VALUE, "--set '%s': invalid YAML value: %s at column %zu of the value%s",
+                            p->assign, problem, y->problem_mark.column + 1, ctx);
+    return fail_syntax_at(p, y->problem_mark, "invalid YAML: %s%s", problem, ctx);
 }
 
 /* Loads the single document of `text` into doc.  A stream with a second
@@ -777,7 +797,7 @@ static int load_document(pctx *p, yaml_document_t *doc, const char *text, size_t
     }
     yaml_node_t *root = yaml_document_get_root_node(&extra);
     if (root) {
-        fail_at(p, root->start_mark, "expected one YAML document, found a second one");
+        fail_syntax_at(p, root->start_mark, "expected one YAML document, found a second one");
         yaml_document_delete(doc);
     } else {
         rc = 0;
@@ -845,13 +865,15 @@ static char *read_all(FILE *f, size_t *len)
 int ar_config_load(ar_config *c, const char *path, ar_err *e)
 {
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return ar_fail(e, "cannot open config '%s': %s", path, strerror(errno));
+    if (!f) {
+        int err = errno;
+        return ar_fail_kind(e, ar_errno_kind(err), "cannot open config '%s': %s", path, strerror(err));
+    }
     size_t len;
     char *buf = read_all(f, &len);
     int err = ferror(f);
     fclose(f);
-    int rc = err ? ar_fail(e, "cannot read config '%s'", path) : ar_config_parse(c, buf, len, path, e);
+    int rc = err ? ar_fail_kind(e, AR_ERR_IO, "cannot read config '%s'", path) : ar_config_parse(c, buf, len, path, e);
     free(buf);
     return rc;
 }
@@ -869,14 +891,14 @@ static int unknown_set_key(const char *assign, const char *key, ar_err *e)
         char head[KEY_MAX];
         snprintf(head, sizeof head, "%.*s", (int)(dot - key), key);
         if (find_leaf(head) >= 0)
-            return ar_fail(e, "--set '%s': unknown key '%s' ('%s' takes a value, not sub-keys)", assign, key,
-                           head);
+            return ar_fail_kind(e, AR_ERR_BAD_VALUE, "--set '%s': unknown key '%s' ('%s' takes a value, not sub-keys)",
+                                assign, key, head);
         if (!is_section(head))
             break;
         memcpy(prefix, head, sizeof prefix);
     }
     list_children(prefix, valid, sizeof valid);
-    return ar_fail(e, "--set '%s': unknown key '%s' (expected one of: %s)", assign, key, valid);
+    return ar_fail_kind(e, AR_ERR_BAD_VALUE, "--set '%s': unknown key '%s' (expected one of: %s)", assign, key, valid);
 }
 
 int ar_config_set(ar_config *c, const char *assign, ar_err *e)
@@ -888,10 +910,10 @@ int ar_config_set(ar_config *c, const char *assign, ar_err *e)
     while (k1 > k0 && (k1[-1] == ' ' || k1[-1] == '\t'))
         k1--;
     if (!eq || k0 == k1)
-        return ar_fail(e, "--set '%s': expected KEY=VALUE", assign);
+        return ar_fail_kind(e, AR_ERR_BAD_VALUE, "--set '%s': expected KEY=VALUE", assign);
     char key[KEY_MAX];
     if ((size_t)(k1 - k0) >= sizeof key)
-        return ar_fail(e, "--set '%s': key too long", assign);
+        return ar_fail_kind(e, AR_ERR_BAD_VALUE, "--set '%s': key too long", assign);
     snprintf(key, sizeof key, "%.*s", (int)(k1 - k0), k0);
 
     int ki = find_leaf(key);
@@ -937,27 +959,30 @@ static int check_value(const ar_config *c, const key_def *k, ar_err *e)
     case KT_ENUM: {
         int x = *(const int *)cfield(c, k);
         if (x < 0 || x >= enum_count(k))
-            return ar_fail(e, "'%s' expects %s, got %d", k->key, expects(k, exp, sizeof exp), x);
+            return ar_fail_kind(e, AR_ERR_BAD_VALUE, "'%s' expects %s, got %d", k->key, expects(k, exp, sizeof exp),
+                                x);
         return 0;
     }
     case KT_VOCAB:
         if (c->model.vocab_bytes && c->model.vocab != 256)
-            return ar_fail(e, "'%s' is bytes but the vocabulary size is %d (must be 256)", k->key, c->model.vocab);
+            return ar_fail_kind(e, AR_ERR_BAD_VALUE, "'%s' is bytes but the vocabulary size is %d (must be 256)",
+                                k->key, c->model.vocab);
         v = c->model.vocab;
         break;
     case KT_PATH:
         if (!*(const char *)cfield(c, k))
-            return ar_fail(e, "'%s' is empty (expected a text or token file)", k->key);
+            return ar_fail_kind(e, AR_ERR_BAD_VALUE, "'%s' is empty (expected a text or token file)", k->key);
         return 0;
     case KT_PATH_NULL: return 0;
     case KT_INT_LIST: {
         const ar_int_list *l = cfield(c, k);
         if (l->n < 0 || l->n > AR_LIST_MAX)
-            return ar_fail(e, "'%s' has %d entries (expected 0 to %d)", k->key, l->n, AR_LIST_MAX);
+            return ar_fail_kind(e, AR_ERR_BAD_VALUE, "'%s' has %d entries (expected 0 to %d)", k->key, l->n,
+                                AR_LIST_MAX);
         for (int i = 0; i < l->n; i++)
             if (!in_range(k->range, 1, l->v[i]))
-                return ar_fail(e, "'%s' expects %s, got %d at entry %d", k->key, expects(k, exp, sizeof exp),
-                               l->v[i], i + 1);
+                return ar_fail_kind(e, AR_ERR_BAD_VALUE, "'%s' expects %s, got %d at entry %d", k->key,
+                                    expects(k, exp, sizeof exp), l->v[i], i + 1);
         return 0;
     }
     }
@@ -966,7 +991,7 @@ static int check_value(const ar_config *c, const key_def *k, ar_err *e)
     if (isfinite(v) && in_range(k->range, integer, v))
         return 0;
     snprintf(got, sizeof got, "%.17g", v);
-    return ar_fail(e, "'%s' expects %s, got %s", k->key, expects(k, exp, sizeof exp), got);
+    return ar_fail_kind(e, AR_ERR_BAD_VALUE, "'%s' expects %s, got %s", k->key, expects(k, exp, sizeof exp), got);
 }
 
 static int check_model(const ar_model_cfg *m, ar_err *e)
@@ -998,8 +1023,9 @@ static int check_model(const ar_model_cfg *m, ar_err *e)
         return ar_fail(e, "'model.residual.heads' (%d) times the sources of a mixer (up to %d) exceeds 4096",
                        ar_cfg_heads(m), L + 1);
     if (r->kind == AR_RES_MHC && r->streams > 5)
-        return ar_fail(e, "'model.residual.streams' (%d) is at most 5 (mHC-lite mixes all m! permutations)",
-                       r->streams);
+        return ar_fail_kind(e, AR_ERR_BAD_VALUE,
+                            "'model.residual.streams' (%d) is at most 5 (mHC-lite mixes all m! permutations)",
+                            r->streams);
     if (r->kind != AR_RES_BLOCK && r->block_sizes.n > 0)
         return ar_fail(e, "'model.residual.block_sizes' applies to kind block (and the ablation variants built "
                           "on it), not '%s'",
@@ -1038,7 +1064,8 @@ static int check_model(const ar_model_cfg *m, ar_err *e)
 static int check_train(const ar_train_cfg *t, ar_err *e)
 {
     if (t->muon_ns_steps > 100)
-        return ar_fail(e, "'train.muon_ns_steps' (%d) is at most 100 (5 is the usual count)", t->muon_ns_steps);
+        return ar_fail_kind(e, AR_ERR_BAD_VALUE, "'train.muon_ns_steps' (%d) is at most 100 (5 is the usual count)",
+                            t->muon_ns_steps);
     if (t->precision == AR_PREC_BF16 && t->device != AR_DEVICE_CUDA)
         return ar_fail(e, "'train.precision' bf16 needs 'train.device' cuda (the %s backend computes in fp32)",
                        ar_device_name(t->device));

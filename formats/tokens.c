@@ -51,12 +51,13 @@ static int open_gz(gzFile *g, const char *path, ar_err *e)
     *g = gzopen(path, "rb");
     if (*g)
         return 0;
+    int err = errno;
     char why[256];
-    if (errno)
-        errno_text(errno, why, sizeof why);
+    if (err)
+        errno_text(err, why, sizeof why);
     else
         snprintf(why, sizeof why, "cannot open");
-    return ar_fail(e, "'%s': %s", path, why);
+    return ar_fail_kind(e, err ? ar_errno_kind(err) : AR_ERR_IO, "'%s': %s", path, why);
 }
 
 /* Reads up to n bytes, retrying short reads so that a short result means the
@@ -80,13 +81,13 @@ static long read_full(gzFile g, const char *path, void *buf, size_t n, ar_err *e
     char why[256];
     if (code == Z_ERRNO) {
         errno_text(errno, why, sizeof why);
-        return ar_fail(e, "'%s': cannot read: %s", path, why);
+        return ar_fail_kind(e, AR_ERR_IO, "'%s': cannot read: %s", path, why);
     }
     /* zlib prefixes its message with the path, which we already quote. */
     size_t np = strlen(path);
     if (strncmp(msg, path, np) == 0 && strncmp(msg + np, ": ", 2) == 0)
         msg += np + 2;
-    return ar_fail(e, "'%s': corrupt gzip data: %s", path, msg);
+    return ar_fail_kind(e, AR_ERR_FORMAT, "'%s': corrupt gzip data: %s", path, msg);
 }
 
 /* Counts the bytes left in the stream (to report how long a file really is). */
@@ -185,8 +186,8 @@ static int decode_ids(ar_tokens *t, unsigned char *raw, size_t n, int u32, const
             uint32_t v = le32(b + 4 * i);
             if (v > (uint32_t)INT32_MAX) {
                 free(tok);
-                return ar_fail(e, "'%s': token %zu is %lu, above the largest supported id %ld", path, i,
-                               (unsigned long)v, (long)INT32_MAX);
+                return ar_fail_kind(e, AR_ERR_FORMAT, "'%s': token %zu is %lu, above the largest supported id %ld",
+                                    path, i, (unsigned long)v, (long)INT32_MAX);
             }
             tok[i] = (int32_t)v;
         }
@@ -206,19 +207,19 @@ static int load_llmc(ar_tokens *t, gzFile g, const char *path, const unsigned ch
                      ar_err *e)
 {
     if (nhead < HEADER_BYTES)
-        return ar_fail(e, "'%s': token file header is truncated (%zu of %d bytes)", path, nhead,
-                       HEADER_BYTES);
+        return ar_fail_kind(e, AR_ERR_FORMAT, "'%s': token file header is truncated (%zu of %d bytes)", path, nhead,
+                            HEADER_BYTES);
     uint32_t magic = le32(head);
     int32_t version = (int32_t)le32(head + 4), count = (int32_t)le32(head + 8);
     int u32 = magic == AR_LLMC_MAGIC_U32;
     int32_t want_version = u32 ? 7 : 1;
     if (version != want_version)
-        return ar_fail(e, "'%s': token file magic %lu needs version %d, found version %ld", path,
-                       (unsigned long)magic, (int)want_version, (long)version);
+        return ar_fail_kind(e, AR_ERR_FORMAT, "'%s': token file magic %lu needs version %d, found version %ld", path,
+                            (unsigned long)magic, (int)want_version, (long)version);
     if (count < 0)
-        return ar_fail(e, "'%s': header token count is negative (%ld)", path, (long)count);
+        return ar_fail_kind(e, AR_ERR_FORMAT, "'%s': header token count is negative (%ld)", path, (long)count);
     if (count == 0)
-        return ar_fail(e, "'%s': token file holds no tokens (header count 0)", path);
+        return ar_fail_kind(e, AR_ERR_FORMAT, "'%s': token file holds no tokens (header count 0)", path);
 
     size_t width = u32 ? 4 : 2, want = (size_t)count * width, got = 0;
     unsigned char *raw = read_payload(g, path, want, &got, e);
@@ -231,8 +232,9 @@ static int load_llmc(ar_tokens *t, gzFile g, const char *path, const unsigned ch
     }
     if (got != want || extra > 0) {
         free(raw);
-        return ar_fail(e, "'%s': header says %ld tokens (%zu bytes) but the file holds %zu bytes of tokens",
-                       path, (long)count, want, got + (size_t)extra);
+        return ar_fail_kind(e, AR_ERR_FORMAT,
+                            "'%s': header says %ld tokens (%zu bytes) but the file holds %zu bytes of tokens", path,
+                            (long)count, want, got + (size_t)extra);
     }
     return decode_ids(t, raw, (size_t)count, u32, path, e);
 }
@@ -250,7 +252,7 @@ int ar_tokens_load(ar_tokens *t, const char *path, ar_err *e)
     if (nhead < 0)
         rc = -1;
     else if (nhead == 0)
-        rc = ar_fail(e, "'%s' is empty", path);
+        rc = ar_fail_kind(e, AR_ERR_FORMAT, "'%s' is empty", path);
     else if (nhead >= 4 && (le32(head) == AR_LLMC_MAGIC_U16 || le32(head) == AR_LLMC_MAGIC_U32))
         rc = load_llmc(t, g, path, head, (size_t)nhead, e);
     else

@@ -24,7 +24,10 @@ typedef struct {
 } ar_tokens;
 
 /* Loads a file (format detected from content: a leading llm.c magic means a
- * token file, anything else is text; ".gz" is decompressed first). */
+ * token file, anything else is text; ".gz" is decompressed first).  The
+ * error's kind: AR_ERR_NOT_FOUND or AR_ERR_IO when it cannot be opened or
+ * read, AR_ERR_FORMAT when it is empty, corrupt gzip data or a token file
+ * whose header does not match its contents. */
 int ar_tokens_load(ar_tokens *t, const char *path, ar_err *e);
 void ar_tokens_free(ar_tokens *t);
 

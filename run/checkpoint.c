@@ -149,9 +149,10 @@ static int refuse_nonfinite(const char *dir, const ar_model *m, const float *dev
     int i = first_nonfinite(m, dev, &j, &v);
     if (i < 0)
         return 0;
-    return ar_fail(e, "not saving step %ld in '%s': tensor '%s%s' holds a non-finite value (%s at element %zu); "
-                      "the checkpoint already there is kept",
-                   step, dir, prefix, m->pt.p[i].name, isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", j);
+    return ar_fail_kind(e, AR_ERR_KEPT,
+                        "not saving step %ld in '%s': tensor '%s%s' holds a non-finite value (%s at element %zu); "
+                        "the checkpoint already there is kept",
+                        step, dir, prefix, m->pt.p[i].name, isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", j);
 }
 
 int ar_ckpt_save_state(const char *dir, const ar_config *cfg, ar_model *m, const ar_adamw *opt,

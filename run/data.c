@@ -5,9 +5,11 @@
  * for one window), so the training loop can index without checks. */
 #include "data.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* A byte vocabulary means text; a token file's ids mean nothing as bytes.
  * The other way round, text is fine under an integer vocabulary as long as
@@ -55,8 +57,8 @@ static int load_checked(ar_tokens *t, const char *path, const ar_model_cfg *mc, 
 static int split_tail(ar_dataset *ds, const ar_data_cfg *dc, ar_err *e)
 {
     if (!(dc->val_fraction >= 0 && dc->val_fraction < 1))
-        return ar_fail(e, "data.val_fraction is %g but must be in [0, 1) when data.val is null",
-                       dc->val_fraction);
+        return ar_fail_kind(e, AR_ERR_BAD_VALUE, "data.val_fraction is %g but must be in [0, 1) when data.val is null",
+                            dc->val_fraction);
     size_t n = ds->all.n;
     size_t nval = (size_t)floor((double)n * dc->val_fraction);
     ds->train = ds->all.tok;
@@ -94,7 +96,7 @@ int ar_dataset_open(ar_dataset *ds, const ar_data_cfg *dc, const ar_model_cfg *m
 {
     memset(ds, 0, sizeof *ds);
     if (mc->seq_len < 1)
-        return ar_fail(e, "model.seq_len is %d but must be at least 1", mc->seq_len);
+        return ar_fail_kind(e, AR_ERR_BAD_VALUE, "model.seq_len is %d but must be at least 1", mc->seq_len);
     if (load_checked(&ds->all, dc->train, mc, e) < 0)
         return -1;
     int rc;
@@ -112,6 +114,22 @@ int ar_dataset_open(ar_dataset *ds, const ar_data_cfg *dc, const ar_model_cfg *m
     if (rc < 0)
         ar_dataset_close(ds);
     return rc;
+}
+
+int ar_data_check_train(const ar_data_cfg *dc, ar_err *e)
+{
+    if (access(dc->train, R_OK) == 0)
+        return 0;
+    int err = errno;
+    ar_err_kind kind = ar_errno_kind(err);
+    if (kind != AR_ERR_NOT_FOUND)
+        return ar_fail_kind(e, kind, "training data '%s' cannot be read: %s", dc->train, ar_strerror(err));
+    if (strcmp(dc->train, AR_DEFAULT_CORPUS) == 0)
+        return ar_fail_kind(e, kind,
+                            "training data '%s' not found: run 'tools/get-data.sh' to install the King James Bible "
+                            "corpus there, or choose a file with --set data.train=FILE",
+                            AR_DEFAULT_CORPUS);
+    return ar_fail_kind(e, kind, "training data '%s' not found", dc->train);
 }
 
 void ar_dataset_close(ar_dataset *ds)

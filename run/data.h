@@ -24,6 +24,12 @@ typedef struct {
 int ar_dataset_open(ar_dataset *ds, const ar_data_cfg *dc, const ar_model_cfg *mc, ar_err *e);
 void ar_dataset_close(ar_dataset *ds);
 
+/* The check the commands make before they set anything up: that the
+ * training data dc->train can be read.  Else AR_ERR_NOT_FOUND, "training
+ * data 'PATH' not found" (for the default corpus, with how to install it),
+ * or AR_ERR_IO where it exists but cannot be read. */
+int ar_data_check_train(const ar_data_cfg *dc, ar_err *e);
+
 /* B training windows of T+1 tokens at uniform random offsets drawn from r:
  * inputs[b*T+t] = x[o_b+t], targets[b*T+t] = x[o_b+t+1]. */
 void ar_sample_batch(const int32_t *x, size_t n, int B, int T, gsl_rng *r, int32_t *inputs,

@@ -636,3 +636,75 @@ Test(ablate, cli_block_layouts_end_to_end, .timeout = 120)
     struct stat sb;
     cr_expect_neq(stat(tu_path(cdir, "ab2"), &sb), 0, "a refused command created its directory");
 }
+
+/* ---- error kinds: a wrong command line (exit status 2) or a failure (1) ---- */
+
+static ar_err_kind plan_kind(const ar_config *base, const char *variants)
+{
+    ar_ablation a;
+    ar_err e = {{0}};
+    cr_assert_neq(ar_ablate_plan(&a, base, variants, 1, NULL, 0, &e), 0, "'%s' planned", variants);
+    return e.kind;
+}
+
+static ar_err_kind layouts_kind(const ar_config *base, const char *layouts)
+{
+    ar_ablation a;
+    ar_err e = {{0}};
+    cr_assert_eq(ar_ablate_plan(&a, base, "baseline", 1, NULL, 0, &e), 0, "%s", e.msg);
+    cr_assert_neq(ar_ablate_add_layouts(&a, base, layouts, &e), 0, "'%s' accepted", layouts);
+    ar_ablate_free(&a);
+    return e.kind;
+}
+
+Test(ablate, error_kinds)
+{
+    ar_config base;
+    ar_config_defaults(&base); /* L = 8 */
+    /* a wrong name or list: BAD_VALUE */
+    cr_expect_eq(plan_kind(&base, "sigmoid,nope"), AR_ERR_BAD_VALUE);
+    cr_expect_eq(plan_kind(&base, "full,,block"), AR_ERR_BAD_VALUE);
+    cr_expect_eq(layouts_kind(&base, "4,0,4"), AR_ERR_BAD_VALUE);
+    cr_expect_eq(layouts_kind(&base, ""), AR_ERR_BAD_VALUE);
+    /* well-formed, but not for this model: OTHER */
+    cr_expect_eq(layouts_kind(&base, "2,2,4,9"), AR_ERR_OTHER);
+    base.model.d_model = 24; /* heads (16) do not divide it */
+    base.model.n_head = 2;
+    cr_expect_eq(plan_kind(&base, "heads"), AR_ERR_OTHER);
+}
+
+Test(ablate, cli_exit_status_by_error_kind, .timeout = 60)
+{
+    const char *bin = tu_bin();
+    if (!bin)
+        cr_skip_test("AR_BIN not set");
+    const char *dir = tu_tmpdir();
+    char cdir[4200], cmd[9000];
+    snprintf(cdir, sizeof cdir, "%s", dir);
+    tu_write_corpus_text(tu_path(cdir, "corpus.txt"));
+    tu_write_file(tu_path(cdir, "tiny.yaml"), TINY, strlen(TINY));
+    struct {
+        int status;
+        const char *args, *want;
+    } cases[] = {
+        {2, "--variant nope", "attnres: error: unknown variant 'nope'"},
+        {2, "--variant full,,block", "attnres: error: variant list 'full,,block' has an empty or overlong name"},
+        {1, "--variant heads --set model.d_model=24", "attnres: error: variant 'heads': 'model.d_model' (24)"},
+        {1, "--variant full --set data.train=missing.txt", "attnres: error: training data 'missing.txt' not found"},
+        {2, "--variant full --depths 1,1", "attnres: error: depth 1 appears twice in '--depths'"},
+        {2, "--variant nope --depths 1,2", "attnres: error: depth 1: unknown variant 'nope'"},
+        {1, "--variant heads --depths 1 --set model.d_model=24", "attnres: error: depth 1: variant 'heads': "},
+        {1, "--variant full --depths 1 --set data.train=missing.txt",
+         "attnres: error: training data 'missing.txt' not found"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(cmd, sizeof cmd, "cd '%s' && '%s' ablate tiny.yaml %s --out out 2>&1", cdir, bin, cases[i].args);
+        int st;
+        char *out = tu_run(cmd, &st);
+        cr_expect_eq(st, cases[i].status, "%s: %s", cases[i].args, out);
+        cr_expect(strstr(out, cases[i].want), "%s: %s", cases[i].args, out);
+        free(out);
+        struct stat sb;
+        cr_expect_neq(stat(tu_path(cdir, "out"), &sb), 0, "%s: created its directory", cases[i].args);
+    }
+}

@@ -592,6 +592,28 @@ Test(cli, missing_chosen_corpus)
     expect(err, st, 1, "'missing.txt'");
 }
 
+/* train, ablate (with and without --depths) and sweep check the training
+ * data first, with one message, and leave nothing behind. */
+Test(cli, missing_training_data_is_one_check)
+{
+    const char *dir = tu_tmpdir();
+    const char *cmds[] = {"train", "ablate --variant full", "ablate --variant full --depths 2,3", "sweep"};
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+        int st;
+        char *err = run_in(dir, 2, &st, "%s --out out", cmds[i]);
+        check_error_style(err);
+        cr_assert(strstr(err, "training data 'data/kjv.txt' not found: run 'tools/get-data.sh'"), "%s:\n%s",
+                  cmds[i], err);
+        expect(err, st, 1, NULL);
+        err = run_in(dir, 2, &st, "%s --set data.train=missing.txt --out out", cmds[i]);
+        check_error_style(err);
+        cr_assert(strstr(err, "get-data") == NULL, "a chosen corpus is not the default one:\n%s", err);
+        expect(err, st, 1, "training data 'missing.txt' not found");
+        struct stat sb;
+        cr_assert(stat(tu_path(dir, "out"), &sb) != 0, "'%s' created its directory", cmds[i]);
+    }
+}
+
 Test(cli, refuses_run_directory_with_checkpoint)
 {
     const char *dir = tu_tmpdir();

@@ -1069,3 +1069,67 @@ Test(config, block_sizes_validation)
     c.model.residual.block_sizes.n = AR_LIST_MAX + 1;
     assert_has(validate_err(&c), "'model.residual.block_sizes' has 257 entries (expected 0 to 256)");
 }
+
+/* ---- error kinds ---- */
+
+static ar_err_kind parse_kind(const char *yaml)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    ar_err e = {{0}};
+    cr_assert_eq(parse(&c, yaml, &e), -1, "expected an error for:\n%s", yaml);
+    return e.kind;
+}
+
+static ar_err_kind set_kind(const char *assign)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    ar_err e = {{0}};
+    cr_assert_eq(ar_config_set(&c, assign, &e), -1, "expected an error for --set %s", assign);
+    return e.kind;
+}
+
+static ar_err_kind validate_kind(void (*change)(ar_config *c))
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    change(&c);
+    ar_err e = {{0}};
+    cr_assert_eq(ar_config_validate(&c, &e), -1);
+    return e.kind;
+}
+
+static void lr_negative(ar_config *c) { c->train.lr = -1; }
+static void train_empty(ar_config *c) { c->data.train[0] = 0; }
+static void heads_misfit(ar_config *c) { c->model.n_head = 5; }
+static void min_lr_above_lr(ar_config *c) { c->train.min_lr = 2 * c->train.lr; }
+
+Test(config, error_kinds)
+{
+    /* a file that is missing, or not YAML */
+    const char *dir = tu_tmpdir();
+    ar_config c;
+    ar_config_defaults(&c);
+    ar_err e = {{0}};
+    cr_assert_eq(ar_config_load(&c, tu_path(dir, "missing.yaml"), &e), -1);
+    cr_expect_eq(e.kind, AR_ERR_NOT_FOUND, "%s", e.msg);
+    cr_expect_eq(parse_kind("model:\n  d_model: 8\n  n_head: [1, 2\n"), AR_ERR_FORMAT);
+    cr_expect_eq(parse_kind("model:\n  d_model: 8\n---\ntrain:\n  steps: 1\n"), AR_ERR_FORMAT);
+    /* a key or value that is wrong on its own */
+    cr_expect_eq(parse_kind("model:\n  bogus: 1\n"), AR_ERR_BAD_VALUE);
+    cr_expect_eq(parse_kind("model:\n  d_model: x\n"), AR_ERR_BAD_VALUE);
+    cr_expect_eq(parse_kind("train:\n  schedule: foo\n"), AR_ERR_BAD_VALUE);
+    cr_expect_eq(parse_kind("model:\n  d_model: 64\n  d_model: 128\n"), AR_ERR_BAD_VALUE);
+    cr_expect_eq(set_kind("model.bogus=1"), AR_ERR_BAD_VALUE);
+    cr_expect_eq(set_kind("model.d_model.x=1"), AR_ERR_BAD_VALUE);
+    cr_expect_eq(set_kind("model.d_model"), AR_ERR_BAD_VALUE);
+    cr_expect_eq(set_kind("model.d_model=[1"), AR_ERR_BAD_VALUE); /* not YAML, but a value, not a file */
+    cr_expect_eq(set_kind("model.d_model=-3"), AR_ERR_BAD_VALUE);
+    cr_expect_eq(validate_kind(lr_negative), AR_ERR_BAD_VALUE);
+    cr_expect_eq(validate_kind(train_empty), AR_ERR_BAD_VALUE);
+    /* values each fine alone that do not fit together */
+    cr_expect_eq(parse_kind("model:\n  residual:\n    block_size: 2\n    num_blocks: 4\n"), AR_ERR_OTHER);
+    cr_expect_eq(validate_kind(heads_misfit), AR_ERR_OTHER);
+    cr_expect_eq(validate_kind(min_lr_above_lr), AR_ERR_OTHER);
+}

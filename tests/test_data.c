@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "formats/metrics.h"
@@ -410,6 +412,58 @@ Test(dataset, splits_shorter_than_a_window_are_errors)
     expect_open_error(&df, &mc, want);
     ar_data_cfg dm = data_cfg(tu_path(dir, "missing.txt"), NULL, 0.05);
     expect_open_error(&dm, &mc, "no such file");
+}
+
+static ar_err_kind load_kind(const char *path)
+{
+    ar_tokens t;
+    ar_err e = {{0}};
+    cr_assert_eq(ar_tokens_load(&t, path, &e), -1, "loading %s should fail", path);
+    return e.kind;
+}
+
+/* The kinds of the load errors: a file missing, or not a token stream. */
+Test(tokens, error_kinds)
+{
+    const char *empty = tu_path(dir, "empty.txt"), *shortp = tu_path(dir, "short.bin");
+    tu_write_file(empty, "", 0);
+    write_raw_llmc(shortp, AR_LLMC_MAGIC_U16, 1, 1000, 1998);
+    cr_expect_eq(load_kind(tu_path(dir, "nope.txt")), AR_ERR_NOT_FOUND);
+    cr_expect_eq(load_kind(tu_path(dir, "empty.txt/below")), AR_ERR_NOT_FOUND); /* below a file */
+    cr_expect_eq(load_kind(empty), AR_ERR_FORMAT);
+    cr_expect_eq(load_kind(shortp), AR_ERR_FORMAT);
+}
+
+/* The check the commands run before anything else: the training data is
+ * there, and the default corpus's message says how to install it. */
+Test(dataset, training_data_check)
+{
+    ar_err e = {{0}};
+    ar_data_cfg ok = data_cfg(text_file("t.txt", 100), NULL, 0.1);
+    cr_expect_eq(ar_data_check_train(&ok, &e), 0, "%s", e.msg);
+
+    ar_data_cfg missing = data_cfg(tu_path(dir, "missing.txt"), NULL, 0.1);
+    cr_assert_eq(ar_data_check_train(&missing, &e), -1);
+    cr_expect_eq(e.kind, AR_ERR_NOT_FOUND);
+    char want[4200];
+    snprintf(want, sizeof want, "training data '%s' not found", missing.train);
+    cr_expect_str_eq(e.msg, want);
+
+    /* the default corpus, relative to the working directory */
+    cr_assert_eq(chdir(dir), 0);
+    ar_data_cfg def = data_cfg(AR_DEFAULT_CORPUS, NULL, 0.1);
+    cr_assert_eq(ar_data_check_train(&def, &e), -1);
+    cr_expect_eq(e.kind, AR_ERR_NOT_FOUND);
+    cr_expect_str_eq(e.msg, "training data 'data/kjv.txt' not found: run 'tools/get-data.sh' to install the King "
+                            "James Bible corpus there, or choose a file with --set data.train=FILE");
+
+    /* there, but not readable (root reads it anyway) */
+    if (geteuid() != 0) {
+        cr_assert_eq(chmod(ok.train, 0), 0);
+        cr_assert_eq(ar_data_check_train(&ok, &e), -1);
+        cr_expect_eq(e.kind, AR_ERR_IO);
+        cr_expect(strstr(e.msg, "cannot be read: permission denied"), "%s", e.msg);
+    }
 }
 
 /* ------------------------------------------------------------ batches */

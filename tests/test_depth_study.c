@@ -143,6 +143,32 @@ Test(depth_study, plan)
     cr_assert(strstr(e.msg, "unknown variant 'blocky'"), "%s", e.msg);
 }
 
+Test(depth_study, error_kinds)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    c.model.d_model = 24;
+    c.model.n_head = 2;
+    ar_depth_study s;
+    ar_err e = {{0}};
+    const int twice[] = {2, 2}, zero[] = {0}, two[] = {2};
+    /* a wrong '--depths' list or variant name: BAD_VALUE, kept through
+     * the "depth N" context */
+    cr_assert_eq(ar_depth_study_plan(&s, &c, twice, 2, "block", 1, &e), -1);
+    cr_expect_eq(e.kind, AR_ERR_BAD_VALUE, "%s", e.msg);
+    cr_assert_eq(ar_depth_study_plan(&s, &c, zero, 1, "block", 1, &e), -1);
+    cr_expect_eq(e.kind, AR_ERR_BAD_VALUE, "%s", e.msg);
+    cr_assert_eq(ar_depth_study_plan(&s, &c, two, 0, "block", 1, &e), -1);
+    cr_expect_eq(e.kind, AR_ERR_BAD_VALUE, "%s", e.msg);
+    cr_assert_eq(ar_depth_study_plan(&s, &c, two, 1, "blocky", 1, &e), -1);
+    cr_expect(strstr(e.msg, "depth 2: unknown variant 'blocky'"), "%s", e.msg);
+    cr_expect_eq(e.kind, AR_ERR_BAD_VALUE);
+    /* a variant whose config does not validate at that depth: OTHER */
+    cr_assert_eq(ar_depth_study_plan(&s, &c, two, 1, "heads", 1, &e), -1);
+    cr_expect(strstr(e.msg, "depth 2: variant 'heads': "), "%s", e.msg);
+    cr_expect_eq(e.kind, AR_ERR_OTHER);
+}
+
 static const char *TINY = "model: {vocab: bytes, d_model: 16, n_layer: 1, n_head: 2, d_ff: 32, seq_len: 16,\n"
                           "        residual: {kind: baseline}}\n"
                           "data: {train: corpus.txt}\n"

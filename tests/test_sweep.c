@@ -17,6 +17,7 @@
 #include "formats/sweep.h"
 #include "run/checkpoint.h"
 #include "experiments/sweep.h"
+#include "experiments/sweep_grid.h"
 #include "testutil.h"
 
 static void write_text(const char *path, const char *text)
@@ -771,4 +772,25 @@ Test(sweep, variants_with_block_sizes)
     expect_error("sizes:\n  - {name: a}\nvariants: [{kind: block, block_sizes: [4, x]}]\n",
                  "'model.residual.block_sizes' expects a list of positive integers, such as [2, 2, 4], got 'x' at "
                  "entry 2");
+}
+
+/* The kinds of the errors of the results table, the axis expressions and
+ * the final evaluation's record. */
+Test(sweep, error_kinds)
+{
+    const char *dir = tu_tmpdir();
+    ar_err e = {{0}};
+    char file[4200];
+    cr_assert_eq(ar_sweep_table_file(tu_path(dir, "none"), file, sizeof file, &e), -1);
+    cr_expect_eq(e.kind, AR_ERR_NOT_FOUND, "%s", e.msg);
+    cr_assert_eq(ar_sweep_table_file(dir, file, sizeof file, &e), -1); /* a directory without results.csv */
+    cr_expect_eq(e.kind, AR_ERR_NOT_FOUND, "%s", e.msg);
+    ar_axis_expr x;
+    cr_assert_eq(ar_axis_expr_parse("d_model*2", &x, &e), -1);
+    cr_expect_eq(e.kind, AR_ERR_BAD_VALUE, "%s", e.msg);
+    const char *bad = "{\"step\": 4, \"loss\": \"low\"}";
+    tu_write_file(tu_path(dir, AR_FINAL_EVAL_FILE), bad, strlen(bad));
+    ar_final_eval f;
+    cr_assert_eq(ar_final_eval_read(dir, 4, 0, &f, &e), -1);
+    cr_expect_eq(e.kind, AR_ERR_FORMAT, "%s", e.msg);
 }
