@@ -11,8 +11,9 @@
  *   from DRAM (as in training, where a sublayer's work evicts them); COLD 0:
  *   the same rows every time (they stay in cache if small enough).
  * Prints the best and mean of 15 calls, and phase 1's largest difference from
- * the one-phase op (depth_attn_fwd) on the same sources. */
+ * the one-phase reference (tests/depth_attn_ref.h) on the same sources. */
 #include "lib/backend.h"
+#include "tests/depth_attn_ref.h"
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -79,9 +80,10 @@ int main(int argc, char **argv)
         if (cold)
             evict();
         double t = omp_get_wtime();
-        be->depth_fwd_inter(o, lse, al, n, rs, (const float *const *)src, k,
-                            (const float *const *)w, (const float *const *)g, C, NULL, NULL, NULL, 0,
-                            N, d);
+        ar_depth_inter shared = {.C = C, .k = k, .n = n, .src = (const float *const *)src, .rs = rs,
+                                 .w = (const float *const *)w, .g = (const float *const *)g, .alpha = al,
+                                 .lse = lse, .N = N, .d = d};
+        be->depth_fwd_inter(&shared, o, NULL);
         t = omp_get_wtime() - t;
         tot += t;
         best = t < best ? t : best;
@@ -92,7 +94,7 @@ int main(int argc, char **argv)
     float *r2 = be->alloc((size_t)N * k * sizeof(float));
     double err = 0;
     for (int c = 0; c < C; c++) {
-        be->depth_attn_fwd(h, a2, r2, (const float *const *)src, k, w[c], g[c], N, d);
+        ref_depth_attn_fwd(h, a2, r2, (const float *const *)src, k, w[c], g[c], N, d);
         for (size_t i = 0; i < nd; i++)
             err = fmax(err, fabs((double)h[i] - o[c][i]));
     }
@@ -114,9 +116,9 @@ int main(int argc, char **argv)
             if (cold)
                 evict();
             double t = omp_get_wtime();
-            be->depth_fwd_merge(hb, lse[0], al[0], k + j, k, rs + k,
-                                (const float *const *)src + k, w[0], g[0], g[1 % C], xn, lse[1 % C], 0,
-                                N, d);
+            ar_depth_intra own = {.n = k + j, .k = k, .src = (const float *const *)src, .rsi = rs + k,
+                                  .w = w[0], .g = g[0], .alpha = al[0], .lse = lse[0], .N = N, .d = d};
+            be->depth_fwd_merge(&own, hb, &(ar_norm_out){g[1 % C], xn, lse[1 % C]});
             t = omp_get_wtime() - t;
             tot += t;
             best = t < best ? t : best;
@@ -149,16 +151,18 @@ int main(int argc, char **argv)
             if (cold)
                 evict();
             double t = omp_get_wtime();
-            if (part == 0)
-                be->depth_bwd_intra(dsrc + k - 1, dw[0], dg[0], cd[0], dh[0], NULL, dxn, xn,
-                                    g[0], dw[1 % C], nr, al[0], lse[0], k, k - 1,
-                                    (const float *const *)rs + k - 1, (const float *const *)src,
-                                    w[0], g[0], 0, N, d);
-            else
-                be->depth_bwd_inter(dsrc, dw, dg, (const float *const *)dh, (const float *const *)cd,
-                                    (const float *const *)al, (const float *const *)lse, nk,
-                                    (const float *const *)rs, (const float *const *)src, k,
-                                    (const float *const *)w, (const float *const *)g, C, 0, 0, N, d);
+            if (part == 0) {
+                ar_depth_intra own = {.n = k, .k = k - 1, .src = (const float *const *)src,
+                                      .rsi = rs + k - 1, .w = w[0], .g = g[0], .alpha = al[0], .lse = lse[0],
+                                      .N = N, .d = d};
+                ar_norm_grad norm = {g[0], dw[1 % C], dxn, xn, nr};
+                be->depth_bwd_intra(&own, dsrc + k - 1, dw[0], dg[0], cd[0], dh[0], NULL, &norm);
+            } else {
+                ar_depth_inter shared = {.C = C, .k = k, .n = nk, .src = (const float *const *)src,
+                                         .rs = rs, .w = (const float *const *)w, .g = (const float *const *)g,
+                                         .alpha = al, .lse = lse, .N = N, .d = d};
+                be->depth_bwd_inter(&shared, dsrc, dw, dg, (const float *const *)dh, (const float *const *)cd, 0);
+            }
             t = omp_get_wtime() - t;
             tot += t;
             best = t < best ? t : best;

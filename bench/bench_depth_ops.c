@@ -69,13 +69,16 @@ int main(int argc, char **argv) {
         ar_model_backward(m, 1.0f / N);
         tot += now_s() - t0;
     }
+    /* the depth ops that ran (every depth_* op of lib/ops.def, so a new
+     * one is timed too), then zero/add and the RMSNorms */
     int ns = steps - 1;
-    printf("kind %d step %.1f ms | fwd_inter %.1f merge %.1f bwd_intra %.1f "
-           "bwd_inter %.1f zero %.1f add %.1f rmsnorm_fwd %.1f rmsnorm_bwd %.1f ms/step\n",
-           kind, 1e3 * tot / ns, 1e3 * T.seconds[AR_OP_DEPTH_FWD_INTER] / ns,
-           1e3 * T.seconds[AR_OP_DEPTH_FWD_MERGE] / ns, 1e3 * T.seconds[AR_OP_DEPTH_BWD_INTRA] / ns,
-           1e3 * T.seconds[AR_OP_DEPTH_BWD_INTER] / ns, 1e3 * T.seconds[AR_OP_ZERO] / ns,
-           1e3 * T.seconds[AR_OP_ADD] / ns, 1e3 * T.seconds[AR_OP_RMSNORM_FWD] / ns,
-           1e3 * T.seconds[AR_OP_RMSNORM_BWD] / ns);
+    printf("kind %d step %.1f ms |", kind, 1e3 * tot / ns);
+    for (int op = 0; op < AR_OP_COUNT; op++)
+        if (strncmp(ar_op_name(op), "depth_", 6) == 0 && T.calls[op] > 0)
+            printf(" %s %.1f", ar_op_name(op) + 6, 1e3 * T.seconds[op] / ns);
+    const int other[] = {AR_OP_zero, AR_OP_add, AR_OP_rmsnorm_fwd, AR_OP_rmsnorm_bwd};
+    for (size_t i = 0; i < sizeof other / sizeof *other; i++)
+        printf(" %s %.1f", ar_op_name(other[i]), 1e3 * T.seconds[other[i]] / ns);
+    printf(" ms/step\n");
     return 0;
 }

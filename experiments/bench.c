@@ -246,7 +246,7 @@ int ar_bench_paired(const ar_config *cfgs, int nv, const ar_bench_opts *o, doubl
                 out[at] = time_steps(&c[v], step, o->steps);
                 ar_op_timer_into(NULL);
                 /* the sample's seconds are its tokens over its tok/s */
-                double mm_s = sample.seconds[AR_OP_MATMUL_FWD] + sample.seconds[AR_OP_MATMUL_BWD];
+                double mm_s = sample.seconds[AR_OP_matmul_fwd] + sample.seconds[AR_OP_matmul_bwd];
                 if (mm)
                     mm[at] = tb ? mm_s * out[at] / ((double)c[v].B * c[v].m->T * o->steps) : NAN;
                 if (ops && tb) {

@@ -301,7 +301,8 @@ static void attn_internals(ar_model *m, int k)
     be->matmul_fwd(a->v, a->xn, P(b->v), N, d, d);
     be->rope_fwd(a->q, m->B, m->T, m->nh, m->hd);
     be->rope_fwd(a->k, m->B, m->T, m->nh, m->hd);
-    be->attention_fwd(a->y, a->att, a->q, a->k, a->v, m->B, m->T, m->nh, m->hd);
+    ar_attention at = {a->q, a->k, a->v, a->att, m->B, m->T, m->nh, m->hd};
+    be->attention_fwd(&at, a->y);
 }
 
 static void attn_forward(ar_model *m, int k, float *out)
@@ -324,8 +325,8 @@ static void attn_backward(ar_model *m, int k, const float *dout)
         attn_internals(m, k); /* the forward's q, k, v, probabilities and y again, from xn */
     be->zero(m->dy, nd);
     be->matmul_bwd(m->dy, G(b->o), dout, a->y, P(b->o), N, d, d);
-    be->attention_bwd(m->dq, m->dk, m->dv, m->datt, m->dy, a->att, a->q, a->k, a->v, m->B, m->T,
-                      m->nh, m->hd);
+    ar_attention at = {a->q, a->k, a->v, a->att, m->B, m->T, m->nh, m->hd};
+    be->attention_bwd(&at, m->dy, m->dq, m->dk, m->dv, m->datt);
     be->rope_bwd(m->dq, m->B, m->T, m->nh, m->hd);
     be->rope_bwd(m->dk, m->B, m->T, m->nh, m->hd);
     be->zero(m->dxn, nd);

@@ -243,8 +243,9 @@ void ar_adamw_step(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, double 
                 continue;
             }
             float wd = p->decay ? (float)tc->weight_decay : 0.0f;
-            o->be->adamw(model->params + lo, model->grads + lo, o->m + mo, o->v + mo, hi - lo, gscale,
-                         (float)lr, (float)tc->beta1, (float)tc->beta2, (float)tc->eps, wd, o->t);
+            ar_adamw_hparams st = {.lr = (float)lr, .b1 = (float)tc->beta1, .b2 = (float)tc->beta2,
+                                .eps = (float)tc->eps, .wd = wd, .gscale = gscale, .t = o->t};
+            o->be->adamw(model->params + lo, model->grads + lo, o->m + mo, o->v + mo, hi - lo, &st);
         }
         moff += o->hi[r] - o->lo[r];
     }

@@ -35,7 +35,9 @@
  * forward until its first output_grad() call; and `spare` (one of them),
  * which it leaves alone again from input_grad_buf(l, spare) to the end of
  * input_bwd(l).  A scheme works in them instead of memory of its own, so
- * AttnRes costs no more than its extra gradients (issue 3's memory target).
+ * that beyond the baseline AttnRes keeps only what its gradients need:
+ * nb block gradients of N x d (nb = N_blocks), plus each mixer's N x n
+ * weights and N-float statistics (lib/residual_depth.c).
  */
 #ifndef AR_RESIDUAL_H
 #define AR_RESIDUAL_H
@@ -46,21 +48,9 @@
 
 typedef struct ar_residual ar_residual;
 
-/* Where sublayer l wants its input normalised: xn = RMSNorm(h_l) with gain,
- * rstd per token (as the backend's rmsnorm_fwd). */
-typedef struct {
-    const float *gain;
-    float *xn, *rstd;
-} ar_norm_out;
-
-/* The backward of that norm, from dL/dxn (xn and rstd as the forward left
- * them): dL/dh_l is RMSNorm's backward of dxn, and dgain += its gain
- * gradient. */
-typedef struct {
-    const float *gain;
-    float *dgain;
-    const float *dxn, *xn, *rstd;
-} ar_norm_grad;
+/* Where sublayer l wants its input normalised, xn = RMSNorm(h_l), is an
+ * ar_norm_out, and the backward of that norm from dL/dxn an ar_norm_grad
+ * (lib/op_args.h: the depth ops take them to fuse the norm). */
 
 typedef struct {
     /* params: base of the parameter buffer (device) and of the gradients;

@@ -143,7 +143,7 @@ static void plan_chunks(depth_res *s, int npipe)
         c->alpha = ar_xcalloc((size_t)c->C, sizeof(float *));
         c->cdot = ar_xcalloc((size_t)c->C, sizeof(float *));
         c->dw = ar_xcalloc((size_t)c->C, sizeof(float *));
-        /* no gain lists without key norm: the ops take NULL (lib/backend.h) */
+        /* no gain lists without key norm: the ops take NULL (lib/ops.def) */
         c->dg = s->key_norm ? ar_xcalloc((size_t)c->C, sizeof(float *)) : NULL;
         c->w = ar_xcalloc((size_t)c->C, sizeof(float *));
         c->g = s->key_norm ? ar_xcalloc((size_t)c->C, sizeof(float *)) : NULL;
@@ -238,6 +238,23 @@ static float **chunk_h(depth_res *s, chunk *c)
     return c->h;
 }
 
+/* The op arguments of chunk c (its shared sources: mixer m0's first k)
+ * and of mixer x's own sources, for N tokens. */
+static ar_depth_inter inter_args(const depth_res *s, const chunk *c, int N)
+{
+    const mixer *x0 = &s->mx[c->m0];
+    return (ar_depth_inter){.C = c->C, .k = c->k, .n = c->n, .src = x0->sp, .rs = x0->rsp,
+                            .w = c->w, .g = c->g, .alpha = c->alpha, .lse = c->lse,
+                            .sigmoid = s->sigmoid, .N = N, .d = s->base.d};
+}
+
+static ar_depth_intra intra_args(depth_res *s, const chunk *c, const mixer *x, int N)
+{
+    return (ar_depth_intra){.n = x->n, .k = c->k, .src = x->sp, .rsi = x->rsp + c->k,
+                            .w = pq(s, x->q_idx), .g = pq(s, x->g_idx), .alpha = x->alpha,
+                            .lse = x->lse, .sigmoid = s->sigmoid, .N = N, .d = s->base.d};
+}
+
 /* nf (or NULL): where the sublayer wants RMSNorm(h); written here (and NULL
  * returned), so h is never stored. */
 static const float *mix_fwd(depth_res *s, int m, int N, const ar_norm_out *nf)
@@ -250,10 +267,8 @@ static const float *mix_fwd(depth_res *s, int m, int N, const ar_norm_out *nf)
      * phase 2 */
     int fuse1 = nf && m == c->m0 && x->n == c->k;
     if (m == c->m0) {
-        mixer *x0 = &s->mx[c->m0];
-        be->depth_fwd_inter(chunk_h(s, c), c->lse, c->alpha, c->n, x0->rsp, x0->sp, c->k, c->w,
-                            c->g, c->C, fuse1 ? nf->gain : NULL, fuse1 ? nf->xn : NULL,
-                            fuse1 ? nf->rstd : NULL, s->sigmoid, N, s->base.d);
+        ar_depth_inter shared = inter_args(s, c, N);
+        be->depth_fwd_inter(&shared, chunk_h(s, c), fuse1 ? nf : NULL);
     }
     float *h = s->hb[x->pos];
     int fuse = nf && x->n > c->k;
@@ -263,9 +278,8 @@ static const float *mix_fwd(depth_res *s, int m, int N, const ar_norm_out *nf)
         else
             be->copy(h, x->sp[0], (size_t)N * s->base.d);
     }
-    be->depth_fwd_merge(h, x->lse, x->alpha, x->n, c->k, x->rsp + c->k, x->sp + c->k,
-                        pq(s, x->q_idx), pq(s, x->g_idx), fuse ? nf->gain : NULL,
-                        fuse ? nf->xn : NULL, fuse ? nf->rstd : NULL, s->sigmoid, N, s->base.d);
+    ar_depth_intra own = intra_args(s, c, x, N);
+    be->depth_fwd_merge(&own, h, fuse ? nf : NULL);
     return fuse || fuse1 ? NULL : h;
 }
 
@@ -278,21 +292,15 @@ static void mix_bwd(depth_res *s, int m, const float *h, const ar_norm_grad *ng,
     const ar_backend *be = s->base.be;
     mixer *x = &s->mx[m];
     chunk *c = &s->ch[x->chunk];
-    be->depth_bwd_intra(x->dsp + c->k, gq(s, x->q_idx), gq(s, x->g_idx), x->cdot,
-                        c->dh[x->pos], h, ng ? ng->dxn : NULL,
-                        ng ? ng->xn : NULL, ng ? ng->gain : NULL, ng ? ng->dgain : NULL,
-                        ng ? ng->rstd : NULL, x->alpha, x->lse, x->n, c->k,
-                        (const float *const *)x->rsp + c->k, x->sp, pq(s, x->q_idx),
-                        pq(s, x->g_idx), s->sigmoid, N, s->base.d);
+    ar_depth_intra own = intra_args(s, c, x, N);
+    be->depth_bwd_intra(&own, x->dsp + c->k, gq(s, x->q_idx), gq(s, x->g_idx), x->cdot,
+                        c->dh[x->pos], h, ng);
     if (m == c->m0) {
-        mixer *x0 = &s->mx[c->m0];
+        ar_depth_inter shared = inter_args(s, c, N);
         /* The final mixer comes first in the backward and reaches every dB
          * (its sources are all block summaries): it initialises them. */
-        be->depth_bwd_inter(x0->dsp, c->dw, c->dg, (const float *const *)c->dh,
-                            (const float *const *)c->cdot, (const float *const *)c->alpha,
-                            (const float *const *)c->lse, c->n,
-                            (const float *const *)x0->rsp, x0->sp, c->k, c->w, c->g, c->C,
-                            m == s->base.L + 1, s->sigmoid, N, s->base.d);
+        be->depth_bwd_inter(&shared, s->mx[c->m0].dsp, c->dw, c->dg, (const float *const *)c->dh,
+                            (const float *const *)c->cdot, m == s->base.L + 1);
     }
 }
 
@@ -446,7 +454,7 @@ ar_residual *ar_residual_depth_create(const ar_model_cfg *cfg, const ar_backend 
     s->base.maxN = maxN;
     s->base.final_grad_overwrite = 1;
     ar_blocks_of_cfg(&s->blk, cfg);
-    /* key_norm: false has no gain: logits u.x with rstd 1 (lib/backend.h) */
+    /* key_norm: false has no gain: logits u.x with rstd 1 (lib/ops.def) */
     s->key_norm = cfg->residual.key_norm == AR_KEY_NORM_ON;
     s->sigmoid = cfg->residual.score == AR_SCORE_SIGMOID;
     s->pt = pt;

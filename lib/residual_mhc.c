@@ -248,7 +248,8 @@ static void mhc_accept_fwd(ar_residual *r, int l, int N)
         s->xv[j] = lvl(s, l - 1)[j];
     s->xv[m] = s->V[l];
     /* X_{l,i} = sum_j R_ij X_{l-1,j} + q_i v_l, every i in one pass */
-    r->be->wmix_fwd(lvl(s, l), m, s->xv, m + 1, s->mx[l].coef, LDC(m), (size_t)N * r->d);
+    ar_wmix mix = {.p = m, .n = m + 1, .C = s->mx[l].coef, .ldc = LDC(m), .len = (size_t)N * r->d};
+    r->be->wmix_fwd(&mix, lvl(s, l), s->xv);
 }
 
 static const float *mhc_final_fwd(ar_residual *r, int N)
@@ -278,8 +279,8 @@ static float *mhc_output_grad(ar_residual *r, int l, int N)
     hmixer *x = &s->mx[l];
     const float *v = s->V[l];
     r->be->zero(x->dcoef, (size_t)NCOEF(m) * sizeof(float));
-    r->be->wmix_bwd(&s->dV, 0, x->dcoef + m, (const float *const *)s->dXcur, m, &v, 1, x->coef + m,
-                    LDC(m), n);
+    ar_wmix mix = {.p = m, .n = 1, .C = x->coef + m, .ldc = LDC(m), .len = n};
+    r->be->wmix_bwd(&mix, &s->dV, 0, x->dcoef + m, (const float *const *)s->dXcur, &v);
     return s->dV;
 }
 
@@ -307,7 +308,8 @@ static void mhc_input_bwd(ar_residual *r, int l, int N)
         s->gv[i] = s->dXcur[i];
     s->gv[m] = s->dH;
     /* rows 0..m-1 (R) against dX_l, row m (p) against dh_l */
-    be->wmix_bwd(s->dXprev, 0, x->dcoef, s->gv, m + 1, Xp, m, x->coef, LDC(m), n);
+    ar_wmix mix = {.p = m + 1, .n = m, .C = x->coef, .ldc = LDC(m), .len = n};
+    be->wmix_bwd(&mix, s->dXprev, 0, x->dcoef, s->gv, Xp);
     float **t = s->dXcur;
     s->dXcur = s->dXprev;
     s->dXprev = t;

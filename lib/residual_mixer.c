@@ -15,7 +15,7 @@
  *   block/full [P_end(0), .., P_end(n-1)] (+ P_{m-1} if m is not first in its block)
  *   swa        [P_0, P_max(1,m-W), .., P_{m-1}]      (final: up to P_L)
  * and forms h_m = sum_s alpha[a(j),s] src_s[j] with the backend's
- * depth_mix op (lib/backend.h gives the exact math).  Per mixer, under the
+ * depth_mix op (lib/ops.def gives the exact math).  Per mixer, under the
  * prefix blocks.{k}.attn_res / blocks.{k}.mlp_res / final_res:
  *   .query [d]          learned pseudo-query (zero-initialised)
  *   .query.weight [d,d] query: input, w_m = W_m RMSNorm(last source) (no gain),
@@ -144,6 +144,15 @@ static void mixer_bind(ar_residual *r, float *params, float *grads, float *const
     }
 }
 
+/* The op arguments of mixer x with query w (wstride 0: shared; d: one
+ * per token), its own gain and logits, for N tokens. */
+static ar_depth_mix mix_args(mixer_res *s, const mixer *x, const float *w, int wstride, int N)
+{
+    return (ar_depth_mix){.n = x->n, .src = x->sp, .w = w, .wstride = wstride, .g = pp(s, x->g_idx),
+                          .theta = pp(s, x->t_idx), .alpha = x->alpha, .rstd = x->rstd,
+                          .sigmoid = s->sigmoid, .H = s->H, .N = N, .d = s->base.d};
+}
+
 static const float *mix_fwd(mixer_res *s, int m, int N)
 {
     const ar_backend *be = s->base.be;
@@ -157,8 +166,8 @@ static const float *mix_fwd(mixer_res *s, int m, int N)
         w = x->wq;
         wstride = d;
     }
-    be->depth_mix_fwd(x->h, x->alpha, x->rstd, x->sp, x->n, w, wstride, pp(s, x->g_idx), pp(s, x->t_idx),
-                      s->sigmoid, s->H, N, d);
+    ar_depth_mix mix = mix_args(s, x, w, wstride, N);
+    be->depth_mix_fwd(&mix, x->h);
     return x->h;
 }
 
@@ -170,8 +179,8 @@ static void mix_bwd(mixer_res *s, int m, const float *dh, int N)
     size_t nd = (size_t)N * d * sizeof(float);
     if (s->qinput) {
         be->zero(s->dwq, nd);
-        be->depth_mix_bwd(x->dsp, s->dwq, gp(s, x->g_idx), NULL, dh, x->alpha, x->rstd, x->sp, x->n, x->wq,
-                          d, pp(s, x->g_idx), NULL, s->sigmoid, s->H, N, d);
+        ar_depth_mix mix = mix_args(s, x, x->wq, d, N);
+        be->depth_mix_bwd(&mix, x->dsp, s->dwq, gp(s, x->g_idx), NULL, dh);
         be->zero(s->dqn, nd);
         be->matmul_bwd(s->dqn, gp(s, x->W_idx), s->dwq, x->qn, pp(s, x->W_idx), N, d, d);
         /* the query's RMSNorm has no gain: its gradient goes to a scratch row */
@@ -181,9 +190,8 @@ static void mix_bwd(mixer_res *s, int m, const float *dh, int N)
         return;
     }
     if (s->cmax == 1 || m == s->base.L + 1) {
-        be->depth_mix_bwd(x->dsp, gp(s, x->q_idx), gp(s, x->g_idx), gp(s, x->t_idx), dh, x->alpha, x->rstd,
-                          x->sp, x->n, pp(s, x->q_idx), 0, pp(s, x->g_idx), pp(s, x->t_idx), s->sigmoid, s->H,
-                          N, d);
+        ar_depth_mix mix = mix_args(s, x, pp(s, x->q_idx), 0, N);
+        be->depth_mix_bwd(&mix, x->dsp, gp(s, x->q_idx), gp(s, x->g_idx), gp(s, x->t_idx), dh);
         return;
     }
     /* its own sources now; the shared ones with the whole chunk, at its
@@ -202,13 +210,17 @@ static void mix_bwd(mixer_res *s, int m, const float *dh, int N)
         dhs[c] = s->dHc[y->pos], cd[c] = y->cdot, al[c] = y->alpha, rs[c] = y->rstd, n[c] = y->n;
         w[c] = pp(s, y->q_idx), g[c] = pp(s, y->g_idx), th[c] = pp(s, y->t_idx);
     }
+    ar_depth_mix_chunk ch = {.src = x->sp, .n = n, .w = w, .g = g, .theta = th, .alpha = al, .rstd = rs,
+                             .sigmoid = s->sigmoid, .H = s->H, .N = N, .d = d};
     be->depth_mix_cdot(x->cdot, dh, x->h, s->H, N, d);
-    if (x->n > k)
-        be->depth_mix_bwd_chunk(x->dsp, x->sp, k, x->n, 1, dw, dg, dt, dhs, cd, al, rs, n, w, g, th, s->sigmoid,
-                                s->H, N, d);
-    if (m == m0)
-        be->depth_mix_bwd_chunk(x->dsp, x->sp, 0, k, C, dw, dg, dt, dhs, cd, al, rs, n, w, g, th, s->sigmoid,
-                                s->H, N, d);
+    if (x->n > k) {
+        ch.C = 1, ch.s0 = k, ch.s1 = x->n;
+        be->depth_mix_bwd_chunk(&ch, x->dsp, dw, dg, dt, dhs, cd);
+    }
+    if (m == m0) {
+        ch.C = C, ch.s0 = 0, ch.s1 = k;
+        be->depth_mix_bwd_chunk(&ch, x->dsp, dw, dg, dt, dhs, cd);
+    }
 }
 
 static float *mixer_embed_out(ar_residual *r) { return MR(r)->P[0]; }

@@ -10,10 +10,11 @@
  * that runs past its buffer, or into one it was not given, faults too.
  *
  * Every entry also checks its arguments the other way round: each device
- * pointer must lie, with the extent the op's comment in lib/backend.h
+ * pointer must lie, with the extent that the op's "uses" in lib/ops.def
  * gives it, inside one live allocation of this backend, and each array of
  * pointers (a depth-attention source list) must be host memory.  A
- * violation aborts with the op and argument named. */
+ * violation aborts with the op and argument named.  The entries are
+ * generated from lib/ops.def, one per op. */
 #ifndef AR_GUARD_BACKEND_H
 #define AR_GUARD_BACKEND_H
 

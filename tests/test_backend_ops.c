@@ -837,14 +837,14 @@ static void attention_case(int Bn, int T, int nh, int hd, int bf16)
     tp *y = junk(n), *att = junk(na);
     att_bnd bf, bb;
     attention_bounds(&bf, q->h, k->h, v->h, NULL, NULL, Bn, T, 0, nh, hd, rho);
-    BOTH be->attention_fwd(D(y), D(att), D(q), D(k), D(v), Bn, T, nh, hd);
+    BOTH be->attention_fwd(&(ar_attention){D(q), D(k), D(v), D(att), Bn, T, nh, hd}, D(y));
     check("attention_fwd y", y, bf.y);
     check("attention_fwd att", att, bf.att); /* zeros above the diagonal included */
     take(att);
     tp *dy = rnd(n, -1, 1), *dq = junk(n), *dk = junk(n), *dv = junk(n), *datt = junk(na);
     attention_bounds(&bb, q->h, k->h, v->h, dy->h, att->h, Bn, T, 0, nh, hd, rho);
-    BOTH be->attention_bwd(D(dq), D(dk), D(dv), D(datt), D(dy), D(att), D(q), D(k), D(v), Bn,
-                           T, nh, hd);
+    BOTH be->attention_bwd(&(ar_attention){D(q), D(k), D(v), D(att), Bn, T, nh, hd}, D(dy), D(dq), D(dk), D(dv),
+                           D(datt));
     check("attention_bwd dq", dq, bb.dq);
     check("attention_bwd dk", dk, bb.dk);
     check("attention_bwd dv", dv, bb.dv);
@@ -1040,7 +1040,8 @@ static void adamw_case(size_t n, long t)
         bp[i] = 2 * (lr * (tu_gamma(5) * Mt / (bc1 * D) + tu_gamma(6) * fabs(q) + tu_gamma(3) * wd * fabs(p->h[i])) +
                      U * fabs(pn));
     }
-    BOTH be->adamw(D(p), D(g), D(m), D(v), n, gs, lr, b1, b2, eps, wd, t);
+    ar_adamw_hparams hp = {.lr = lr, .b1 = b1, .b2 = b2, .eps = eps, .wd = wd, .gscale = gs, .t = t};
+    BOTH be->adamw(D(p), D(g), D(m), D(v), n, &hp);
     check("adamw p", p, bp);
     check("adamw m", m, bm);
     check("adamw v", v, bv);
@@ -1056,7 +1057,7 @@ Test(backend_ops, adamw)
     adamw_case(1024 * 512 + 7, 3);
 }
 
-/* ---- depth attention, one phase -------------------------------------- */
+/* ---- depth attention: sources and queries ----------------------------- */
 
 /* n sources with growing scales, as in a residual stream */
 static void sources(tp **src, int n, int N, int d)
@@ -1194,109 +1195,6 @@ static void dw_bound(double *out, const double *P, const double *eP, const float
         double cj = c ? fabs(c[j]) : 1;
         out[j] += cj * (eP[j] + tu_gamma(cnt) * P[j]) + tu_gamma(2) * (fabs(base[j]) + cj * P[j]);
     }
-}
-
-/* repeat >= 0: dsrc[repeat] is dsrc[0]'s buffer (the op accumulates
- * repeated pointers in source order).
- * Forward, one backend: weights within eps = sm_eps(max ez, Zl, n + 2, n)
- * (CUDA's online softmax: an exp per source and up to n - 1 rescales, then
- * alpha's exp), h = sum_s alpha_s x_s within (eps + gamma(n + 2))
- * sum_s alpha_s |x_s|, rstd within RSTD_REL(d).
- * Backward, at A's alpha and rstd (read by both), with A_s = sum |dh x_s|,
- * C = sum_s alpha_s A_s: dl_s = alpha_s (dh.x_s - sum_r alpha_r dh.x_r)
- * within gamma(d + n + 2) DL_s, DL_s = alpha_s (A_s + C); u.x a d-term dot
- * on both (gamma(d + 2) UX); three terms per source into dsrc, P over
- * N n terms (bwd_term, ds_bound, dw_bound). */
-static void depth_attn_case(int n, int N, int d, int repeat)
-{
-    at("depth_attn n=%d N=%d d=%d%s", n, N, d, repeat >= 0 ? " repeated dsrc" : "");
-    size_t nd = (size_t)N * d;
-    tp *src[MAXL], *dsrc[MAXL];
-    sources(src, n, N, d);
-    tp *w = queries(d, d), *g = rnd(d, 0.5f, 1.5f);
-    tp *h = junk(nd), *alpha = junk((size_t)N * n), *rstd = junk((size_t)N * n);
-    double *u = query_u(w->h, g->h, d), *bh = bnew(nd), *ba = bnew((size_t)N * n), *br = bnew((size_t)N * n);
-    srcst st[MAXL];
-    for (int i = 0; i < N; i++) {
-        size_t o = (size_t)i * d;
-        double mx = -INFINITY, zm = 0, ezm = 0, sum = 0, al[MAXL];
-        for (int s = 0; s < n; s++) {
-            src_stat(&st[s], src[s]->h + o, u, 1, d);
-            mx = fmax(mx, st[s].z), zm = fmax(zm, st[s].zeta), ezm = fmax(ezm, st[s].ez);
-        }
-        for (int s = 0; s < n; s++)
-            sum += al[s] = exp(st[s].z - mx);
-        double eps = sm_eps(ezm, zm + log(n), n + 2, n);
-        for (int s = 0; s < n; s++) {
-            al[s] /= sum;
-            ba[(size_t)i * n + s] = 2 * eps * al[s];
-            br[(size_t)i * n + s] = 2 * (RSTD_REL(d) + U) * st[s].r;
-            for (int j = 0; j < d; j++)
-                bh[o + j] += 2 * (eps + tu_gamma(n + 2)) * al[s] * fabs(src[s]->h[o + j]);
-        }
-    }
-    tl ls = list(src, n);
-    BOTH be->depth_attn_fwd(D(h), D(alpha), D(rstd), CL(ls), n, D(w), D(g), N, d);
-    check("depth_attn_fwd h", h, bh);
-    check("depth_attn_fwd alpha", alpha, ba);
-    check("depth_attn_fwd rstd", rstd, br);
-    take(alpha), take(rstd);
-    for (int s = 0; s < n; s++)
-        dsrc[s] = s == repeat ? dsrc[0] : rnd(nd, -1, 1);
-    tp *dh = rnd(nd, -1, 1), *dw = rnd(d, -1, 1), *dg = rnd(d, -1, 1);
-    /* per buffer: its sources' terms (a repeated one: both sources') */
-    double *es[MAXL], *ms[MAXL], *P = bnew(d), *eP = bnew(d), *bd[MAXL], *bw = bnew(d), *bg = bnew(d);
-    int owner[MAXL], nt[MAXL] = {0};
-    for (int s = 0; s < n; s++) {
-        owner[s] = s == repeat ? 0 : s;
-        nt[owner[s]] += 3;
-        es[s] = bnew(nd), ms[s] = bnew(nd), bd[s] = bnew(nd);
-    }
-    for (int i = 0; i < N; i++) {
-        size_t o = (size_t)i * d;
-        const float *al = alpha->h + (size_t)i * n, *rs = rstd->h + (size_t)i * n;
-        double A[MAXL], C = 0;
-        for (int s = 0; s < n; s++) {
-            A[s] = 0;
-            for (int j = 0; j < d; j++)
-                A[s] += fabs((double)dh->h[o + j] * src[s]->h[o + j]);
-            C += al[s] * A[s];
-            src_stat(&st[s], src[s]->h + o, u, 1, d);
-        }
-        for (int s = 0; s < n; s++) {
-            double DL = al[s] * (A[s] + C);
-            bwd_term(es[owner[s]] + o, ms[owner[s]] + o, P, eP, src[s]->h + o, dh->h + o, NULL, u, al[s], DL,
-                     tu_gamma(d + n + 2) * DL, rs[s], st[s].UX, tu_gamma(d + 2) * st[s].UX, 1, d);
-        }
-    }
-    for (int s = 0; s < n; s++)
-        if (owner[s] == s)
-            for (int side = 0; side < 2; side++)
-                ds_bound(bd[s], es[s], ms[s], dsrc[s]->h, nt[s], nd);
-    for (int side = 0; side < 2; side++) {
-        dw_bound(bw, P, eP, g->h, dw->h, (double)N * n, d);
-        dw_bound(bg, P, eP, w->h, dg->h, (double)N * n, d);
-    }
-    tl ld = list(dsrc, n);
-    BOTH be->depth_attn_bwd(DL(ld), D(dw), D(dg), D(dh), D(alpha), D(rstd), CL(ls), n, D(w), D(g),
-                            N, d);
-    char what[64];
-    for (int s = 0; s < n; s++) {
-        snprintf(what, sizeof what, "depth_attn_bwd dsrc[%d]", s);
-        check(what, dsrc[s], bd[owner[s]]);
-    }
-    check("depth_attn_bwd dw", dw, bw);
-    check("depth_attn_bwd dg", dg, bg);
-    release();
-}
-
-Test(backend_ops, depth_attn)
-{
-    NEED_B();
-    depth_attn_case(3, 13, 72, -1);
-    depth_attn_case(1, 37, 20, -1);
-    depth_attn_case(4, 13, 72, 2);
-    depth_attn_case(6, 1024, 512, -1);
 }
 
 /* ---- depth attention, two phases ------------------------------------- */
@@ -1661,8 +1559,10 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
         eo[i] = bo[0][i] / 2; /* one backend's */
     norm_bounds(bxn, bnr, oe[0], eo, ng->h, N, d);
     tl lo2 = list(o2n, C), llse2 = list(lse2, C), lal2 = list(alpha2, C), lrs2 = list(rs2, k);
-    BOTH be->depth_fwd_inter(DL(lo2), DL(llse2), DL(lal2), n, DL(lrs2), CL(lsrc), k, CL(lw), kn ? CL(lg) : NULL, C,
-                             D(ng), D(xn), D(nrstd), sig, N, d);
+    BOTH be->depth_fwd_inter(&(ar_depth_inter){.C = C, .k = k, .n = n, .src = CL(lsrc), .rs = DL(lrs2), .w = CL(lw),
+                                                 .g = kn ? CL(lg) : NULL, .alpha = DL(lal2), .lse = DL(llse2),
+                                                 .sigmoid = sig, .N = N, .d = d},
+                             DL(lo2), &(ar_norm_out){D(ng), D(xn), D(nrstd)});
     check("depth_fwd_inter (xn) xn", xn, bxn);
     check("depth_fwd_inter (xn) nrstd", nrstd, bnr);
     for (int c = 0; c < C; c++) {
@@ -1679,8 +1579,10 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
     }
 
     /* phase 1 */
-    BOTH be->depth_fwd_inter(DL(lo), DL(llse), DL(lal), n, DL(lrs), CL(lsrc), k, CL(lw), kn ? CL(lg) : NULL, C,
-                             NULL, NULL, NULL, sig, N, d);
+    BOTH be->depth_fwd_inter(&(ar_depth_inter){.C = C, .k = k, .n = n, .src = CL(lsrc), .rs = DL(lrs), .w = CL(lw),
+                                                 .g = kn ? CL(lg) : NULL, .alpha = DL(lal), .lse = DL(llse),
+                                                 .sigmoid = sig, .N = N, .d = d},
+                             DL(lo), NULL);
     for (int c = 0; c < C; c++) {
         snprintf(what, sizeof what, "depth_fwd_inter o[%d]", c);
         check(what, o[c], bo[c]);
@@ -1699,7 +1601,7 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
     /* phase 2 per mixer (merge_bounds, from A's phase 1), first fused with
      * the sublayer's RMSNorm (h is left alone) on copies, then plain */
     for (int c = 0; c < C; c++) {
-        tl lrsi = list(rs + k, j[c]), lintra = list(src + k, j[c]);
+        tl lrsi = list(rs + k, j[c]);
         double *bh = bnew(nd), *bls = bnew(N), *bal = bnew((size_t)N * n[c]), *bri = bnew((size_t)N * (j[c] + 1));
         double *he = bnew(nd);
         merge_bounds(bh, bls, bal, bri, he, o[c]->h, lse[c]->h, alpha[c]->h, src + k, j[c], k, n[c], u[c], kn, sig,
@@ -1715,8 +1617,10 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
             for (size_t i = 0; i < nd; i++)
                 eh[i] = bh[i] / 2; /* one backend's */
             norm_bounds(bx3, bn3, he, eh, ng->h, N, d);
-            BOTH be->depth_fwd_merge(D(h3), D(lse3), D(al3), n[c], k, DL(lrsi3), CL(lintra),
-                                     D(w[c]), kn ? D(g[c]) : NULL, D(ng), D(xn3), D(nr3), sig, N, d);
+            BOTH be->depth_fwd_merge(&(ar_depth_intra){.n = n[c], .k = k, .src = CL(lsrc), .rsi = DL(lrsi3),
+                                                       .w = D(w[c]), .g = kn ? D(g[c]) : NULL, .alpha = D(al3),
+                                                       .lse = D(lse3), .sigmoid = sig, .N = N, .d = d},
+                                     D(h3), &(ar_norm_out){D(ng), D(xn3), D(nr3)});
             snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d xn", c);
             check(what, xn3, bx3);
             snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d nrstd", c);
@@ -1728,8 +1632,10 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
             snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d alpha", c);
             check(what, al3, bal);
         }
-        BOTH be->depth_fwd_merge(D(o[c]), D(lse[c]), D(alpha[c]), n[c], k, DL(lrsi), CL(lintra),
-                                 D(w[c]), kn ? D(g[c]) : NULL, NULL, NULL, NULL, sig, N, d);
+        BOTH be->depth_fwd_merge(&(ar_depth_intra){.n = n[c], .k = k, .src = CL(lsrc), .rsi = DL(lrsi),
+                                                   .w = D(w[c]), .g = kn ? D(g[c]) : NULL, .alpha = D(alpha[c]),
+                                                   .lse = D(lse[c]), .sigmoid = sig, .N = N, .d = d},
+                                 D(o[c]), NULL);
         snprintf(what, sizeof what, "depth_fwd_merge mixer %d h", c);
         check(what, o[c], bh);
         snprintf(what, sizeof what, "depth_fwd_merge mixer %d lse", c);
@@ -1780,11 +1686,13 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
         intra_bounds(&in, n[c], k, sig, N, d, bcd, bdh, bng, bdi, bw, bg);
         tl ldi = list(dsrc + k, j[c]), lrsi = list(rs + k, j[c]), lsrc = list(src, n[c]);
         /* no intra sources: the lists of their gradients and rstd are not read */
-        BOTH be->depth_bwd_intra(j[c] ? DL(ldi) : NULL, D(dw[c]), kn ? D(dg[c]) : NULL, D(cdot[c]), D(dh[c]),
-                                 h ? D(h) : NULL, dxn ? D(dxn) : NULL,
-                                 xn ? D(xn) : NULL, ng ? D(ng) : NULL, dng ? D(dng) : NULL,
-                                 nr ? D(nr) : NULL, D(alpha[c]), D(lse[c]), n[c], k,
-                                 j[c] ? CL(lrsi) : NULL, CL(lsrc), D(w[c]), kn ? D(g[c]) : NULL, sig, N, d);
+        BOTH be->depth_bwd_intra(&(ar_depth_intra){.n = n[c], .k = k, .src = CL(lsrc),
+                                                   .rsi = j[c] ? DL(lrsi) : NULL, .w = D(w[c]),
+                                                   .g = kn ? D(g[c]) : NULL, .alpha = D(alpha[c]),
+                                                   .lse = D(lse[c]), .sigmoid = sig, .N = N, .d = d},
+                                 j[c] ? DL(ldi) : NULL, D(dw[c]), kn ? D(dg[c]) : NULL, D(cdot[c]), D(dh[c]),
+                                 h ? D(h) : NULL,
+                                 fused ? &(ar_norm_grad){D(ng), D(dng), D(dxn), D(xn), D(nr)} : NULL);
         const char *fz = fused ? " (fused norm)" : "";
         snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d cdot", fz, c);
         check(what, cdot[c], bcd);
@@ -1824,10 +1732,14 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
     inter_bwd_bounds(src, k, C, n, dh, cdot, alpha, rs, w, g, kn, sig, dsrc, 0, dw, dg, N, d, bds, bw, bg);
     inter_bwd_bounds(src, k, C, n, dh, cdot, alpha, rs, w, g, kn, sig, dsrc, 1, dwO, dgO, N, d, bdsO, bwO, bgO);
     tl ldsrcO = list(dsrcO, k), ldwO = list(dwO, C), ldgO = list(dgO, C);
-    BOTH be->depth_bwd_inter(DL(ldsrc), DL(ldw), kn ? DL(ldg) : NULL, CL(ldh), CL(lcd), CL(lal), CL(llse), n,
-                             CL(lrs), CL(lsrc), k, CL(lw), kn ? CL(lg) : NULL, C, 0, sig, N, d);
-    BOTH be->depth_bwd_inter(DL(ldsrcO), DL(ldwO), kn ? DL(ldgO) : NULL, CL(ldh), CL(lcd), CL(lal), CL(llse), n,
-                             CL(lrs), CL(lsrc), k, CL(lw), kn ? CL(lg) : NULL, C, 1, sig, N, d);
+    BOTH be->depth_bwd_inter(&(ar_depth_inter){.C = C, .k = k, .n = n, .src = CL(lsrc), .rs = DL(lrs), .w = CL(lw),
+                                                 .g = kn ? CL(lg) : NULL, .alpha = DL(lal), .lse = DL(llse),
+                                                 .sigmoid = sig, .N = N, .d = d},
+                             DL(ldsrc), DL(ldw), kn ? DL(ldg) : NULL, CL(ldh), CL(lcd), 0);
+    BOTH be->depth_bwd_inter(&(ar_depth_inter){.C = C, .k = k, .n = n, .src = CL(lsrc), .rs = DL(lrs), .w = CL(lw),
+                                                 .g = kn ? CL(lg) : NULL, .alpha = DL(lal), .lse = DL(llse),
+                                                 .sigmoid = sig, .N = N, .d = d},
+                             DL(ldsrcO), DL(ldwO), kn ? DL(ldgO) : NULL, CL(ldh), CL(lcd), 1);
     for (int s = 0; s < k; s++) {
         snprintf(what, sizeof what, "depth_bwd_inter dsrc[%d]", s);
         check(what, dsrc[s], bds[s]);
@@ -2019,8 +1931,10 @@ static void mix_case(int n, int N, int d, int H, int query, int keynorm, int the
     }
     tl ls = list(src, n);
 #define OPT(t) ((t) ? D(t) : NULL)
-    BOTH be->depth_mix_fwd(D(h), D(alpha), D(rstd), CL(ls), n, OPT(w), ws, OPT(g), OPT(th),
-                           sigmoid, H, N, d);
+    BOTH be->depth_mix_fwd(&(ar_depth_mix){.n = n, .src = CL(ls), .w = OPT(w), .wstride = ws, .g = OPT(g),
+                                           .theta = OPT(th), .alpha = D(alpha), .rstd = D(rstd),
+                                           .sigmoid = sigmoid, .H = H, .N = N, .d = d},
+                           D(h));
     check("depth_mix_fwd h", h, bh);
     check("depth_mix_fwd alpha", alpha, ba);
     if (keynorm)
@@ -2050,8 +1964,10 @@ static void mix_case(int n, int N, int d, int H, int query, int keynorm, int the
             dw_bound(bt, Pt, ePt, NULL, dth->h, (double)N * H, n);
     }
     tl ld = list(dsrc, n);
-    BOTH be->depth_mix_bwd(DL(ld), OPT(dw), OPT(dg), OPT(dth), D(dh), D(alpha), D(rstd), CL(ls), n,
-                           OPT(w), ws, OPT(g), OPT(th), sigmoid, H, N, d);
+    BOTH be->depth_mix_bwd(&(ar_depth_mix){.n = n, .src = CL(ls), .w = OPT(w), .wstride = ws, .g = OPT(g),
+                                           .theta = OPT(th), .alpha = D(alpha), .rstd = D(rstd),
+                                           .sigmoid = sigmoid, .H = H, .N = N, .d = d},
+                           DL(ld), OPT(dw), OPT(dg), OPT(dth), D(dh));
 #undef OPT
     char what[64];
     for (int s = 0; s < n; s++)
@@ -2072,7 +1988,7 @@ Test(backend_ops, depth_mix)
 {
     NEED_B();
     /* n, N, d, H, query, keynorm, theta, sigmoid, null grads */
-    mix_case(4, 13, 72, 1, Q_SHARED, 1, 0, 0, 0); /* = depth_attn */
+    mix_case(4, 13, 72, 1, Q_SHARED, 1, 0, 0, 0); /* = one-phase depth attention */
     mix_case(3, 37, 20, 1, Q_SHARED, 0, 0, 0, 0); /* no key norm */
     mix_case(5, 13, 72, 1, Q_TOKEN, 1, 0, 0, 0);  /* input-dependent queries */
     mix_case(3, 37, 20, 1, Q_TOKEN, 0, 0, 0, 0);
@@ -2170,11 +2086,14 @@ static void mix_chunk_case(int k, int C, int N, int d, int H, int query, int key
             pdh[c] = D(dh[c]), pcd[c] = D(cd[c]), pal[c] = D(al[c]), prs[c] = D(rs[c]);
             pw[c] = OPT(w[c]), pg[c] = OPT(g[c]), pth[c] = OPT(th[c]);
         }
-        be->depth_mix_bwd_chunk(DL(ld), CL(ls), 0, k, C, pdw, pdg, pdt, pdh, pcd, pal, prs, n, pw, pg, pth,
-                                sigmoid, H, N, d);
+        ar_depth_mix_chunk ch = {.C = C, .s0 = 0, .s1 = k, .src = CL(ls), .n = n, .w = pw, .g = pg, .theta = pth,
+                                 .alpha = pal, .rstd = prs, .sigmoid = sigmoid, .H = H, .N = N, .d = d};
+        be->depth_mix_bwd_chunk(&ch, DL(ld), pdw, pdg, pdt, pdh, pcd);
         int c = C - 1; /* the last mixer's own sources */
-        be->depth_mix_bwd_chunk(DL(ld), CL(ls), k, n[c], 1, pdw + c, pdg + c, pdt + c, pdh + c, pcd + c, pal + c,
-                                prs + c, n + c, pw + c, pg + c, pth + c, sigmoid, H, N, d);
+        ch = (ar_depth_mix_chunk){.C = 1, .s0 = k, .s1 = n[c], .src = CL(ls), .n = n + c, .w = pw + c,
+                                  .g = pg + c, .theta = pth + c, .alpha = pal + c, .rstd = prs + c,
+                                  .sigmoid = sigmoid, .H = H, .N = N, .d = d};
+        be->depth_mix_bwd_chunk(&ch, DL(ld), pdw + c, pdg + c, pdt + c, pdh + c, pcd + c);
     }
 #undef OPT
     char what[64];
@@ -2321,13 +2240,15 @@ static void wmix_case(int p, int n, int ldc, size_t len)
         }
     tl lx = list(x, n), ly = list(y, p), ldy = list(dy, p), ldx = list(dx, n), ldx2 = list(dx2, n);
     char what[64];
-    BOTH be->wmix_fwd(DL(ly), p, CL(lx), n, D(C), ldc, len);
+    ar_wmix mix[2] = {{.p = p, .n = n, .C = C->a, .ldc = ldc, .len = len},
+                      {.p = p, .n = n, .C = C->b, .ldc = ldc, .len = len}}; /* per side */
+    BOTH be->wmix_fwd(&mix[side_], DL(ly), CL(lx));
     for (int i = 0; i < p; i++) {
         snprintf(what, sizeof what, "wmix_fwd y[%d]", i);
         check(what, y[i], by[i]);
     }
-    BOTH be->wmix_bwd(DL(ldx), 0, D(dC), CL(ldy), p, CL(lx), n, D(C), ldc, len);
-    BOTH be->wmix_bwd(DL(ldx2), 1, NULL, CL(ldy), p, CL(lx), n, D(C), ldc, len);
+    BOTH be->wmix_bwd(&mix[side_], DL(ldx), 0, D(dC), CL(ldy), CL(lx));
+    BOTH be->wmix_bwd(&mix[side_], DL(ldx2), 1, NULL, CL(ldy), CL(lx));
     for (int j = 0; j < n; j++) {
         snprintf(what, sizeof what, "wmix_bwd dx[%d]", j);
         check(what, dx[j], bdx[j]);
@@ -2336,7 +2257,7 @@ static void wmix_case(int p, int n, int ldc, size_t len)
     }
     /* the gaps between rows of ldc (bound 0) keep their values on both */
     check("wmix_bwd dC", dC, bdC);
-    BOTH be->wmix_bwd(NULL, 0, D(dC2), CL(ldy), p, CL(lx), n, D(C), ldc, len);
+    BOTH be->wmix_bwd(&mix[side_], NULL, 0, D(dC2), CL(ldy), CL(lx));
     check("wmix_bwd (dx NULL) dC", dC2, bdC2);
     release();
 }

@@ -129,7 +129,7 @@ Test(decode, attention_decode_is_attention_fwd_rows)
     tu_fill_uniform(q, nd, -1.5f, 1.5f, 1);
     tu_fill_uniform(k, nd, -1.5f, 1.5f, 2);
     tu_fill_uniform(v, nd, -1, 1, 3);
-    be->attention_fwd(y, att, q, k, v, 1, T, nh, hd);
+    be->attention_fwd(&(ar_attention){q, k, v, att, 1, T, nh, hd}, y);
     int cuts[][2] = {{0, 1}, {0, 70}, {5, 1}, {13, 3}, {64, 6}, {69, 1}};
     for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++) {
         int pos0 = cuts[c][0], n = cuts[c][1], Tk = pos0 + n;

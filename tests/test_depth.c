@@ -1,6 +1,6 @@
-/* The two-phase depth attention (lib/backend.h: depth_fwd_inter,
+/* The two-phase depth attention (lib/ops.def: depth_fwd_inter,
  * depth_fwd_merge, depth_bwd_intra, depth_bwd_inter) against
- * the simple one-phase ops (depth_attn_fwd/bwd, which test_ops checks
+ * the simple one-phase reference (depth_attn_ref.h, which test_ops checks
  * against a double reference and finite differences), on random inputs:
  * a chunk of C mixers sharing k sources, each with its own later sources,
  * forward and backward, plus a finite-difference check of the composed
@@ -15,6 +15,7 @@
 #include "lib/backend.h"
 #include "lib/model.h"
 #include "lib/residual.h"
+#include "depth_attn_ref.h"
 #include "testutil.h"
 
 static const ar_backend *be;
@@ -92,16 +93,33 @@ static void free_case(chunk_case *t)
         free(t->w[c]), free(t->g[c]), free(t->dh[c]);
 }
 
+/* The op arguments of the case's chunk (k shared sources) with the
+ * weights alpha[c], lse[c] of its mixers and the rstd rs[s] of its sources
+ * (softmax scores, key norm on) ... */
+static ar_depth_inter inter_args(const chunk_case *t, float **alpha, float **lse, float **rs)
+{
+    return (ar_depth_inter){.C = t->C, .k = t->k, .n = t->n, .src = (const float *const *)t->src,
+                            .rs = rs, .w = (const float *const *)t->w, .g = (const float *const *)t->g,
+                            .alpha = alpha, .lse = lse, .N = t->N, .d = t->d};
+}
+
+/* ... and of its mixer c's own sources (rs: every source's, from 0) */
+static ar_depth_intra intra_args(const chunk_case *t, int c, float *alpha, float *lse, float **rs)
+{
+    return (ar_depth_intra){.n = t->n[c], .k = t->k, .src = (const float *const *)t->src,
+                            .rsi = rs + t->k, .w = t->w[c], .g = t->g[c], .alpha = alpha, .lse = lse,
+                            .N = t->N, .d = t->d};
+}
+
 /* Two-phase forward of the whole chunk: h[c], alpha[c]; rs[s] per source. */
 static void two_phase_fwd(chunk_case *t, float **h, float **alpha, float **lse, float **rs)
 {
-    be->depth_fwd_inter(h, lse, alpha, t->n, rs, (const float *const *)t->src, t->k,
-                        (const float *const *)t->w, (const float *const *)t->g, t->C, NULL, NULL,
-                        NULL, 0, t->N, t->d);
-    for (int c = 0; c < t->C; c++)
-        be->depth_fwd_merge(h[c], lse[c], alpha[c], t->n[c], t->k, rs + t->k,
-                            (const float *const *)t->src + t->k, t->w[c], t->g[c], NULL, NULL,
-                            NULL, 0, t->N, t->d);
+    ar_depth_inter shared = inter_args(t, alpha, lse, rs);
+    be->depth_fwd_inter(&shared, h, NULL);
+    for (int c = 0; c < t->C; c++) {
+        ar_depth_intra own = intra_args(t, c, alpha[c], lse[c], rs);
+        be->depth_fwd_merge(&own, h[c], NULL);
+    }
 }
 
 static double rel(const float *a, const float *b, size_t n) { return tu_rel_err(a, b, n); }
@@ -239,7 +257,7 @@ static void check_chunk(int C, int k, const int *j, int N, int d)
     two_phase_fwd(&t, h, alpha, lse, rs);
     double *bh = dzeros(nd), *bal = dzeros((size_t)N * ns);
     for (int c = 0; c < C; c++) {
-        be->depth_attn_fwd(rh[c], ral[c], rrs[c], (const float *const *)t.src, t.n[c], t.w[c],
+        ref_depth_attn_fwd(rh[c], ral[c], rrs[c], (const float *const *)t.src, t.n[c], t.w[c],
                            t.g[c], N, d);
         size_t na = (size_t)N * t.n[c];
         mixer_bound((const float *const *)t.src, t.n[c], t.w[c], t.g[c], NULL, N, d, bh, bal, NULL, NULL,
@@ -278,16 +296,13 @@ static void check_chunk(int C, int k, const int *j, int N, int d)
                     bdw[c], bdg[c]);
     }
     for (int c = C - 1; c >= 0; c--) {
-        be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, NULL, NULL, NULL,
-                            NULL, alpha[c], lse[c], t.n[c], k, (const float *const *)rs + k,
-                            (const float *const *)t.src, t.w[c], t.g[c], 0, N, d);
-        be->depth_attn_bwd(rdsrc, rdw[c], rdg[c], t.dh[c], ral[c], rrs[c],
+        ar_depth_intra own = intra_args(&t, c, alpha[c], lse[c], rs);
+        be->depth_bwd_intra(&own, dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL);
+        ref_depth_attn_bwd(rdsrc, rdw[c], rdg[c], t.dh[c], ral[c], rrs[c],
                            (const float *const *)t.src, t.n[c], t.w[c], t.g[c], N, d);
     }
-    be->depth_bwd_inter(dsrc, dw, dg, (const float *const *)t.dh, (const float *const *)cdot,
-                        (const float *const *)alpha, (const float *const *)lse, t.n, (const float *const *)rs,
-                        (const float *const *)t.src, k, (const float *const *)t.w,
-                        (const float *const *)t.g, C, 0, 0, N, d);
+    ar_depth_inter shared = inter_args(&t, alpha, lse, rs);
+    be->depth_bwd_inter(&shared, dsrc, dw, dg, (const float *const *)t.dh, (const float *const *)cdot, 0);
     /* each path within mixer_bound's bounds per mixer; a source's gradient
      * adds up to C mixers' three terms (two in the shared op) onto its
      * initial value, in other orders: gamma(2 C + 3) of their magnitudes;
@@ -413,14 +428,12 @@ Test(depth, two_phase_gradients_match_finite_differences)
         rs[s] = zeros(N), dsrc[s] = zeros(nd);
     fd_ctx x = {&t, h, alpha, lse, rs, R};
     fd_loss(&x);
-    for (int c = C - 1; c >= 0; c--)
-        be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, NULL, NULL, NULL,
-                            NULL, alpha[c], lse[c], t.n[c], k, (const float *const *)rs + k,
-                            (const float *const *)t.src, t.w[c], t.g[c], 0, N, d);
-    be->depth_bwd_inter(dsrc, dw, dg, (const float *const *)t.dh, (const float *const *)cdot,
-                        (const float *const *)alpha, (const float *const *)lse, t.n, (const float *const *)rs,
-                        (const float *const *)t.src, k, (const float *const *)t.w,
-                        (const float *const *)t.g, C, 0, 0, N, d);
+    for (int c = C - 1; c >= 0; c--) {
+        ar_depth_intra own = intra_args(&t, c, alpha[c], lse[c], rs);
+        be->depth_bwd_intra(&own, dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL);
+    }
+    ar_depth_inter shared = inter_args(&t, alpha, lse, rs);
+    be->depth_bwd_inter(&shared, dsrc, dw, dg, (const float *const *)t.dh, (const float *const *)cdot, 0);
     char what[64];
     for (int s = 0; s < ns; s++) {
         snprintf(what, sizeof what, "source %d", s);
@@ -459,15 +472,13 @@ Test(depth, backward_bitwise_independent_of_threads)
         for (int s = 0; s < k + 1; s++)
             rs[s] = zeros(N), dsrc[s] = zeros(nd);
         two_phase_fwd(&t, h, alpha, lse, rs);
-        for (int c = C - 1; c >= 0; c--)
-            be->depth_bwd_intra(dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL, NULL, NULL,
-                                NULL, NULL, alpha[c], lse[c], t.n[c], k,
-                                (const float *const *)rs + k, (const float *const *)t.src, t.w[c],
-                                t.g[c], 0, N, d);
-        be->depth_bwd_inter(dsrc, dw, dg, (const float *const *)t.dh, (const float *const *)cdot,
-                            (const float *const *)alpha, (const float *const *)lse, t.n, (const float *const *)rs,
-                            (const float *const *)t.src, k, (const float *const *)t.w,
-                            (const float *const *)t.g, C, 0, 0, N, d);
+        for (int c = C - 1; c >= 0; c--) {
+            ar_depth_intra own = intra_args(&t, c, alpha[c], lse[c], rs);
+            be->depth_bwd_intra(&own, dsrc + k, dw[c], dg[c], cdot[c], t.dh[c], h[c], NULL);
+        }
+        ar_depth_inter shared = inter_args(&t, alpha, lse, rs);
+        be->depth_bwd_inter(&shared, dsrc, dw, dg, (const float *const *)t.dh, (const float *const *)cdot,
+                            0);
         for (int c = 0; c < C; c++) {
             out[run][2 * c] = dw[c], out[run][2 * c + 1] = dg[c];
             free(h[c]), free(alpha[c]), free(lse[c]), free(cdot[c]);
@@ -505,18 +516,13 @@ Test(depth, backward_overwrite_equals_accumulate_onto_zero)
     for (int s = 0; s < k; s++)
         rs[s] = zeros(N), acc[s] = zeros(nd), ovw[s] = rnd(nd, -5, 5);
     two_phase_fwd(&t, h, alpha, lse, rs);
-    be->depth_bwd_intra(NULL, dw[0], dg[0], cdot[0], t.dh[0], h[0], NULL, NULL, NULL, NULL, NULL,
-                        alpha[0], lse[0], k, k, NULL, (const float *const *)t.src, t.w[0], t.g[0], 0,
-                        N, d);
+    ar_depth_intra own = intra_args(&t, 0, alpha[0], lse[0], rs);
+    own.n = k, own.rsi = NULL; /* every source shared: none of its own */
+    be->depth_bwd_intra(&own, NULL, dw[0], dg[0], cdot[0], t.dh[0], h[0], NULL);
     const float *const *cd = (const float *const *)cdot;
-    be->depth_bwd_inter(acc, dw, dg, (const float *const *)t.dh, cd, (const float *const *)alpha,
-                        (const float *const *)lse, t.n, (const float *const *)rs,
-                        (const float *const *)t.src, k, (const float *const *)t.w,
-                        (const float *const *)t.g, C, 0, 0, N, d);
-    be->depth_bwd_inter(ovw, dw2, dg2, (const float *const *)t.dh, cd, (const float *const *)alpha,
-                        (const float *const *)lse, t.n, (const float *const *)rs,
-                        (const float *const *)t.src, k, (const float *const *)t.w,
-                        (const float *const *)t.g, C, 1, 0, N, d);
+    ar_depth_inter shared = inter_args(&t, alpha, lse, rs);
+    be->depth_bwd_inter(&shared, acc, dw, dg, (const float *const *)t.dh, cd, 0);
+    be->depth_bwd_inter(&shared, ovw, dw2, dg2, (const float *const *)t.dh, cd, 1);
     for (int s = 0; s < k; s++) {
         cr_expect(memcmp(acc[s], ovw[s], nd * sizeof(float)) == 0, "dsrc[%d]: overwrite != accumulate", s);
         free(rs[s]), free(acc[s]), free(ovw[s]);
@@ -632,10 +638,9 @@ static void check_fused_norm(int N, int d, int zero)
             out[v][q] = rnd(nd, -1, 1);
         if (v == 0)
             be->rmsnorm_bwd(dh[v], dng[v], dxn, h, ng, nr, 1, N, d);
-        be->depth_bwd_intra(out[v], dw[v], dg[v], cd[v], dh[v], v ? NULL : h, v ? dxn : NULL,
-                            v ? xn : NULL, v ? ng : NULL, v ? dng[v] : NULL, v ? nr : NULL, alpha,
-                            lse, t.n[0], k, (const float *const *)rs + k,
-                            (const float *const *)t.src, t.w[0], t.g[0], 0, N, d);
+        ar_depth_intra own = intra_args(&t, 0, alpha, lse, rs);
+        ar_norm_grad norm = {ng, dng[v], dxn, xn, nr};
+        be->depth_bwd_intra(&own, out[v], dw[v], dg[v], cd[v], dh[v], v ? NULL : h, v ? &norm : NULL);
     }
     double *bdh = dzeros(nd), *bcd = dzeros(N), *bdng = dzeros(d), *bdw = dzeros(d), *bdg = dzeros(d);
     double *bout[2] = {dzeros(nd), dzeros(nd)};
@@ -702,20 +707,24 @@ Test(depth, one_source_no_logit_gradient)
     }
     const float *src[1] = {x};
     float *dsrc[1] = {dx};
-    const float *rsl[1] = {rsx};
     /* own source (k = 0): the intra op */
-    be->depth_bwd_intra(dsrc, dw, dg, cd, dh, NULL, dxn, xn, ng, dng, nr, al, lse, 1, 0, rsl, src,
-                        w, g, 0, N, d);
+    float *rsm[1] = {rsx};
+    ar_depth_intra own = {.n = 1, .k = 0, .src = src, .rsi = rsm, .w = w, .g = g, .alpha = al, .lse = lse,
+                          .N = N, .d = d};
+    ar_norm_grad norm = {ng, dng, dxn, xn, nr};
+    be->depth_bwd_intra(&own, dsrc, dw, dg, cd, dh, NULL, &norm);
     cr_expect(memcmp(dw, dw0, d * sizeof(float)) == 0, "intra: dw changed");
     cr_expect(memcmp(dg, dg0, d * sizeof(float)) == 0, "intra: dg changed");
     for (size_t i = 0; i < nd; i++)
         cr_assert(dx[i] == dx0[i] + dh[i], "intra: dx[%zu] is not dx + dh", i);
     /* shared source (k = 1): the deferred op, with the cdot just taken */
     memcpy(dx, dx0, nd * sizeof(float));
-    const float *dhl[1] = {dh}, *cdl[1] = {cd}, *all[1] = {al}, *lsel[1] = {lse}, *wl[1] = {w}, *gl[1] = {g};
-    float *dwl[1] = {dw}, *dgl[1] = {dg};
+    const float *dhl[1] = {dh}, *cdl[1] = {cd}, *wl[1] = {w}, *gl[1] = {g};
+    float *dwl[1] = {dw}, *dgl[1] = {dg}, *all[1] = {al}, *lsel[1] = {lse};
     int n1 = 1;
-    be->depth_bwd_inter(dsrc, dwl, dgl, dhl, cdl, all, lsel, &n1, rsl, src, 1, wl, gl, 1, 0, 0, N, d);
+    ar_depth_inter shared = {.C = 1, .k = 1, .n = &n1, .src = src, .rs = rsm, .w = wl, .g = gl,
+                             .alpha = all, .lse = lsel, .N = N, .d = d};
+    be->depth_bwd_inter(&shared, dsrc, dwl, dgl, dhl, cdl, 0);
     cr_expect(memcmp(dw, dw0, d * sizeof(float)) == 0, "inter: dw changed");
     cr_expect(memcmp(dg, dg0, d * sizeof(float)) == 0, "inter: dg changed");
     for (size_t i = 0; i < nd; i++)
@@ -738,21 +747,19 @@ Test(depth, merge_fused_with_rmsnorm_equals_merge_then_norm)
         rs[s] = zeros(N);
     for (int v = 0; v < 2; v++)
         alpha[v] = zeros((size_t)N * t.n[0]), lse[v] = zeros(N);
-    be->depth_fwd_inter(o, lse, alpha, t.n, rs, (const float *const *)t.src, k,
-                        (const float *const *)t.w, (const float *const *)t.g, C, NULL, NULL, NULL, 0,
-                        N, d);
+    ar_depth_inter shared = inter_args(&t, alpha, lse, rs);
+    be->depth_fwd_inter(&shared, o, NULL);
     memcpy(alpha[1], alpha[0], (size_t)N * t.n[0] * sizeof(float));
     memcpy(lse[1], lse[0], N * sizeof(float));
     float *h = malloc(nd * sizeof(float)), *ho = malloc(nd * sizeof(float));
     memcpy(h, o[0], nd * sizeof(float));
     memcpy(ho, o[0], nd * sizeof(float));
     float *ng = rnd(d, 0.5f, 1.5f), *xa = zeros(nd), *xb = rnd(nd, -9, 9), *ra = zeros(N), *rb = zeros(N);
-    const float *const *intra = (const float *const *)t.src + k;
-    be->depth_fwd_merge(h, lse[0], alpha[0], t.n[0], k, rs + k, intra, t.w[0], t.g[0], NULL, NULL,
-                        NULL, 0, N, d);
+    ar_depth_intra own[2] = {intra_args(&t, 0, alpha[0], lse[0], rs), intra_args(&t, 0, alpha[1], lse[1], rs)};
+    be->depth_fwd_merge(&own[0], h, NULL);
     be->rmsnorm_fwd(xa, ra, h, ng, N, d);
-    be->depth_fwd_merge(o[0], lse[1], alpha[1], t.n[0], k, rs + k, intra, t.w[0], t.g[0], ng, xb,
-                        rb, 0, N, d);
+    ar_norm_out norm = {ng, xb, rb};
+    be->depth_fwd_merge(&own[1], o[0], &norm);
     /* the same bits: phase 2 builds the row by the same mix into its own
      * buffer, and normalises it by the row function rmsnorm_fwd runs
      * (rmsnorm_row.h) */
@@ -789,10 +796,11 @@ Test(depth, inter_fused_with_rmsnorm_equals_inter_then_norm)
     float *o0 = malloc(nd * sizeof(float));
     memcpy(o0, o[1][0], nd * sizeof(float));
     float *ng = rnd(d, 0.5f, 1.5f), *xa = zeros(nd), *xb = zeros(nd), *ra = zeros(N), *rb = zeros(N);
-    for (int v = 0; v < 2; v++)
-        be->depth_fwd_inter(o[v], lse[v], alpha[v], t.n, rs[v], (const float *const *)t.src, k,
-                            (const float *const *)t.w, (const float *const *)t.g, C, v ? ng : NULL,
-                            v ? xb : NULL, v ? rb : NULL, 0, N, d);
+    ar_norm_out norm = {ng, xb, rb};
+    for (int v = 0; v < 2; v++) {
+        ar_depth_inter shared = inter_args(&t, alpha[v], lse[v], rs[v]);
+        be->depth_fwd_inter(&shared, o[v], v ? &norm : NULL);
+    }
     be->rmsnorm_fwd(xa, ra, o[0][0], ng, N, d);
     /* the same bits: mixer 0's row is the same mix (each output's sums
      * in its own registers, whatever the others), normalised by the row
@@ -844,10 +852,10 @@ Test(depth, inter_skips_null_outputs)
             keep[c] = malloc(nd * sizeof(float));
             memcpy(keep[c], o[1][c], nd * sizeof(float));
         }
-        for (int v = 0; v < 2; v++)
-            be->depth_fwd_inter(v ? on : o[0], lse[v], alpha[v], t.n, rs[v], (const float *const *)t.src,
-                                k, (const float *const *)t.w, (const float *const *)t.g, C, NULL, NULL,
-                                NULL, 0, N, d);
+        for (int v = 0; v < 2; v++) {
+            ar_depth_inter shared = inter_args(&t, alpha[v], lse[v], rs[v]);
+            be->depth_fwd_inter(&shared, v ? on : o[0], NULL);
+        }
         for (int c = 0; c < C; c++) {
             if (on[c])
                 cr_expect(memcmp(o[0][c], o[1][c], nd * sizeof(float)) == 0, "k %d: o[%d] differs", k, c);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "depth_attn_ref.h"
 #include "lib/backend.h"
 #include "testutil.h"
 
@@ -711,7 +712,7 @@ typedef struct {
 static double attn_loss(void *p)
 {
     attn_ctx *c = p;
-    be->attention_fwd(c->y, c->att, c->q, c->k, c->v, c->B, c->T, c->nh, c->hd);
+    be->attention_fwd(&(ar_attention){c->q, c->k, c->v, c->att, c->B, c->T, c->nh, c->hd}, c->y);
     return dotf(c->y, c->R, (size_t)c->B * c->T * c->nh * c->hd);
 }
 
@@ -752,8 +753,8 @@ static void attn_check(int B, int T, int nh, int hd, int fd)
     double *batt = calloc(na, sizeof(double)), *bdq = calloc(n, sizeof(double));
     double *bdk = calloc(n, sizeof(double)), *bdv = calloc(n, sizeof(double));
 
-    be->attention_fwd(y, att, q, k, v, B, T, nh, hd);
-    be->attention_bwd(dq, dk, dv, datt, R, att, q, k, v, B, T, nh, hd);
+    be->attention_fwd(&(ar_attention){q, k, v, att, B, T, nh, hd}, y);
+    be->attention_bwd(&(ar_attention){q, k, v, att, B, T, nh, hd}, R, dq, dk, dv, datt);
     attn_ref(ry, ratt, rdq, rdk, rdv, by, batt, bdq, bdk, bdv, att, R, q, k, v, B, T, nh, hd);
     check_bnd("attention y", y, ry, by, n);
     check_bnd("attention att", att, ratt, batt, na);
@@ -949,7 +950,7 @@ typedef struct {
 static double da_loss(void *p)
 {
     da_ctx *c = p;
-    be->depth_attn_fwd(c->h, c->alpha, c->rstd, c->src, c->n, c->w, c->g, c->N, c->d);
+    ref_depth_attn_fwd(c->h, c->alpha, c->rstd, c->src, c->n, c->w, c->g, c->N, c->d);
     return dotf(c->h, c->R, (size_t)c->N * c->d);
 }
 
@@ -975,7 +976,7 @@ static void da_check(int n, int N, int d, int fd)
     double *bh = calloc(nd, sizeof(double)), *bal = calloc((size_t)N * n, sizeof(double));
     const float *const *csrc = (const float *const *)src;
 
-    be->depth_attn_fwd(h, alpha, rstd, csrc, n, w, g, N, d);
+    ref_depth_attn_fwd(h, alpha, rstd, csrc, n, w, g, N, d);
     da_ref_fwd(rh, ral, bh, bal, csrc, n, w, g, N, d);
     check_bnd("depth_attn h", h, rh, bh, nd);
     check_bnd("depth_attn alpha", alpha, ral, bal, (size_t)N * n);
@@ -983,7 +984,7 @@ static void da_check(int n, int N, int d, int fd)
     float *dw = zeros(d), *dg = zeros(d);
     double *rdw = calloc(d, sizeof(double)), *rdg = calloc(d, sizeof(double));
     double *bdw = calloc(d, sizeof(double)), *bdg = calloc(d, sizeof(double));
-    be->depth_attn_bwd(dsrc, dw, dg, R, alpha, rstd, csrc, n, w, g, N, d);
+    ref_depth_attn_bwd(dsrc, dw, dg, R, alpha, rstd, csrc, n, w, g, N, d);
     da_ref_bwd(rdsrc, rdw, rdg, bdsrc, bdw, bdg, R, alpha, rstd, csrc, n, w, g, N, d);
     for (int s = 0; s < n; s++)
         check_bnd("depth_attn dsrc", dsrc[s], rdsrc[s], bdsrc[s], nd);
@@ -996,7 +997,7 @@ static void da_check(int n, int N, int d, int fd)
             CHECK_FD("depth_attn dsrc", src[s], nd, dsrc[s], da_loss, &c, FD_EPS);
         CHECK_FD("depth_attn dw", w, d, dw, da_loss, &c, FD_EPS);
         CHECK_FD("depth_attn dg", g, d, dg, da_loss, &c, FD_EPS);
-        be->depth_attn_fwd(h, alpha, rstd, csrc, n, w, g, N, d);
+        ref_depth_attn_fwd(h, alpha, rstd, csrc, n, w, g, N, d);
     }
 
     /* += onto nonzero buffers */
@@ -1006,7 +1007,7 @@ static void da_check(int n, int N, int d, int fd)
         asrc[s] = dup(bsrc[s], nd);
     }
     float *bw = rnd(d, -1, 1), *bg = rnd(d, -1, 1), *aw = dup(bw, d), *ag = dup(bg, d);
-    be->depth_attn_bwd(asrc, aw, ag, R, alpha, rstd, csrc, n, w, g, N, d);
+    ref_depth_attn_bwd(asrc, aw, ag, R, alpha, rstd, csrc, n, w, g, N, d);
     for (int s = 0; s < n; s++) {
         check_accum("depth_attn dsrc", asrc[s], bsrc[s], dsrc[s], nd, 1, 0);
         free(asrc[s]), free(bsrc[s]);
@@ -1036,7 +1037,7 @@ Test(ops, depth_attn_zero_query_uniform)
         src[s] = rnd(nd, -2, 2);
     float *w = zeros(d), *g = rnd(d, 0.5f, 1.5f);
     float *h = zeros(nd), *alpha = zeros((size_t)N * n), *rstd = zeros((size_t)N * n);
-    be->depth_attn_fwd(h, alpha, rstd, (const float *const *)src, n, w, g, N, d);
+    ref_depth_attn_fwd(h, alpha, rstd, (const float *const *)src, n, w, g, N, d);
     /* every logit is 0 exactly, exp(0) = 1, 1/4 exact */
     for (int i = 0; i < N * n; i++)
         cr_assert(alpha[i] == 0.25f, "alpha %g != 1/n", alpha[i]);
@@ -1060,12 +1061,12 @@ Test(ops, depth_attn_repeated_dsrc)
     float *w = rnd(d, -1, 1), *g = rnd(d, 0.5f, 1.5f), *dh = rnd(nd, -1, 1);
     float *h = zeros(nd), *alpha = zeros((size_t)N * n), *rstd = zeros((size_t)N * n);
     const float *const *cs = (const float *const *)src;
-    be->depth_attn_fwd(h, alpha, rstd, cs, n, w, g, N, d);
+    ref_depth_attn_fwd(h, alpha, rstd, cs, n, w, g, N, d);
     float *d0 = zeros(nd), *d1 = zeros(nd), *same = zeros(nd);
     float *dw = zeros(d), *dg = zeros(d);
     float *sep[2] = {d0, d1}, *rep[2] = {same, same};
-    be->depth_attn_bwd(sep, dw, dg, dh, alpha, rstd, cs, n, w, g, N, d);
-    be->depth_attn_bwd(rep, dw, dg, dh, alpha, rstd, cs, n, w, g, N, d);
+    ref_depth_attn_bwd(sep, dw, dg, dh, alpha, rstd, cs, n, w, g, N, d);
+    ref_depth_attn_bwd(rep, dw, dg, dh, alpha, rstd, cs, n, w, g, N, d);
     /* the same code: each source's row term is formed before its +=, so the
      * repeated pointer gets (0 + t0) + t1 and the separate ones t0 and t1:
      * the same bits */
@@ -1232,7 +1233,8 @@ Test(ops, adamw_reference)
     float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.7f;
     for (long t = 1; t <= 5; t++) {
         float *g = rnd(n, -1, 1);
-        be->adamw(p, g, m, v, n, gs, lr, b1, b2, eps, wd, t);
+        ar_adamw_hparams hp = {.lr = lr, .b1 = b1, .b2 = b2, .eps = eps, .wd = wd, .gscale = gs, .t = t};
+        be->adamw(p, g, m, v, n, &hp);
         adamw_ref_step(rp, rm, rv, ep, em, ev, g, n, gs, lr, b1, b2, eps, wd, t);
         free(g);
     }
@@ -1246,7 +1248,9 @@ Test(ops, adamw_reference)
      * of lr*sign(g) */
     float q[3] = {0.5f, -0.5f, 0.0f}, gg[3] = {2.0f, -0.01f, 1.0f}, mm[3] = {0}, vv[3] = {0};
     double rq[3] = {0.5, -0.5, 0.0}, rmm[3] = {0}, rvv[3] = {0}, eq[3] = {0}, emm[3] = {0}, evv[3] = {0};
-    be->adamw(q, gg, mm, vv, 3, 1.0f, 0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 1);
+    ar_adamw_hparams hp = {.lr = 0.01f, .b1 = 0.9f, .b2 = 0.999f, .eps = 1e-8f, .wd = 0.0f, .gscale = 1.0f,
+                           .t = 1};
+    be->adamw(q, gg, mm, vv, 3, &hp);
     adamw_ref_step(rq, rmm, rvv, eq, emm, evv, gg, 3, 1.0f, 0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 1);
     for (int i = 0; i < 3; i++) {
         double step = 0.01f * (gg[i] > 0 ? 1 : -1), qi = i == 0 ? 0.5 : i == 1 ? -0.5 : 0.0;
@@ -1271,14 +1275,14 @@ Test(ops, determinism)
         size_t n = (size_t)B * T * C, na = (size_t)B * nh * T * T;
         float *q = rnd(n, -1, 1), *k = rnd(n, -1, 1), *v = rnd(n, -1, 1), *dy = rnd(n, -1, 1);
         float *y = zeros(n), *att = zeros(na);
-        be->attention_fwd(y, att, q, k, v, B, T, nh, hd);
+        be->attention_fwd(&(ar_attention){q, k, v, att, B, T, nh, hd}, y);
         float *r[2][4];
         for (int run = 0; run < 2; run++) {
             for (int j = 0; j < 3; j++)
                 r[run][j] = zeros(n);
             r[run][3] = zeros(na);
-            be->attention_bwd(r[run][0], r[run][1], r[run][2], r[run][3], dy, att, q, k, v, B,
-                              T, nh, hd);
+            be->attention_bwd(&(ar_attention){q, k, v, att, B, T, nh, hd}, dy, r[run][0], r[run][1],
+                              r[run][2], r[run][3]);
         }
         for (int j = 0; j < 3; j++)
             cr_assert(memcmp(r[0][j], r[1][j], n * sizeof(float)) == 0, "attention_bwd differs");
@@ -1297,14 +1301,14 @@ Test(ops, determinism)
         float *w = rnd(d, -1, 1), *g = rnd(d, 0.5f, 1.5f), *dh = rnd(nd, -1, 1);
         float *h = zeros(nd), *al = zeros((size_t)N * n), *rs = zeros((size_t)N * n);
         const float *const *cs = (const float *const *)src;
-        be->depth_attn_fwd(h, al, rs, cs, n, w, g, N, d);
+        ref_depth_attn_fwd(h, al, rs, cs, n, w, g, N, d);
         float *ds[2][5], *dw[2], *dg[2];
         for (int run = 0; run < 2; run++) {
             for (int s = 0; s < n; s++)
                 ds[run][s] = zeros(nd);
             dw[run] = zeros(d);
             dg[run] = zeros(d);
-            be->depth_attn_bwd(ds[run], dw[run], dg[run], dh, al, rs, cs, n, w, g, N, d);
+            ref_depth_attn_bwd(ds[run], dw[run], dg[run], dh, al, rs, cs, n, w, g, N, d);
         }
         for (int s = 0; s < n; s++)
             cr_assert(memcmp(ds[0][s], ds[1][s], nd * sizeof(float)) == 0);
@@ -1371,7 +1375,7 @@ Test(ops, reductions_thread_count_independent)
     for (int i = 0; i < N; i++)
         tok[i] = (i * 5 + i / 7) % V;
     be->rmsnorm_fwd(out, rstd, x, g, N, d);
-    be->depth_attn_fwd(out, al, rs, cs, n, w, g, N, d);
+    ref_depth_attn_fwd(out, al, rs, cs, n, w, g, N, d);
     float *rg[2], *dw[2], *dg[2], *de[2], *dx = zeros(nd);
     float *ds[3] = {zeros(nd), zeros(nd), zeros(nd)};
     double ss[2];
@@ -1379,7 +1383,7 @@ Test(ops, reductions_thread_count_independent)
         be->set_threads(k + 1);
         rg[k] = zeros(d), dw[k] = zeros(d), dg[k] = zeros(d), de[k] = zeros((size_t)V * d);
         be->rmsnorm_bwd(dx, rg[k], dout, x, g, rstd, 0, N, d);
-        be->depth_attn_bwd(ds, dw[k], dg[k], dout, al, rs, cs, n, w, g, N, d);
+        ref_depth_attn_bwd(ds, dw[k], dg[k], dout, al, rs, cs, n, w, g, N, d);
         be->embedding_bwd(de[k], dout, tok, N, d);
         ss[k] = be->sumsq(dout, nd);
     }

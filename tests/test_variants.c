@@ -13,6 +13,7 @@
 #include "lib/model.h"
 #include "lib/residual.h"
 #include "lib/residual_mhc.h"
+#include "depth_attn_ref.h"
 #include "modelutil.h"
 #include "testutil.h"
 
@@ -25,7 +26,7 @@ static const ar_backend *cpu(void)
 
 /* ---------- ops ---------- */
 
-/* depth_mix_fwd in double, straight from the formula in backend.h: h
+/* depth_mix_fwd in double, straight from the formula in lib/ops.def: h
  * (N x d) and, where not NULL, the weights a (N x H x n, head-major per
  * token) and rstd r (N x n, 1 without a gain), with the rounding bounds bh,
  * ba, br of one float evaluation, element by element (e = d / H, u the
@@ -148,7 +149,7 @@ static double past_d(const float *a, const double *x, const double *bound, size_
     return worst;
 }
 
-/* The magnitudes of the depth_mix backward's terms (lib/backend.h): the
+/* The magnitudes of the depth_mix backward's terms (lib/ops.def): the
  * same sums in double with every input replaced by its absolute value and
  * every difference by a sum, from the saved alpha and rstd that the float
  * paths read, added into adx[s] (NULL: none for that source), adw, adg, adt
@@ -249,7 +250,10 @@ static void mix_case(int n, int wstride, int use_g, int use_theta, int sigmoid, 
     double *ref = malloc(nd * sizeof(double)), *bh = malloc(nd * sizeof(double)),
            *ra = malloc(na * sizeof(double)), *ba = malloc(na * sizeof(double));
     const float *const *sp = (const float *const *)src;
-    be->depth_mix_fwd(h, alpha, rstd, sp, n, w, wstride, use_g ? g : NULL, use_theta ? th : NULL, sigmoid, H, N, d);
+    ar_depth_mix mix = {.n = n, .src = sp, .w = w, .wstride = wstride, .g = use_g ? g : NULL,
+                        .theta = use_theta ? th : NULL, .alpha = alpha, .rstd = rstd, .sigmoid = sigmoid,
+                        .H = H, .N = N, .d = d};
+    be->depth_mix_fwd(&mix, h);
     /* one float evaluation against the exact values: within ref_mix_b's bounds */
     ref_mix_b(ref, ra, NULL, bh, ba, NULL, sp, n, w, wstride, use_g ? g : NULL, use_theta ? th : NULL, sigmoid,
               H, N, d);
@@ -267,8 +271,7 @@ static void mix_case(int n, int wstride, int use_g, int use_theta, int sigmoid, 
     float *ds[8], *dw = calloc((size_t)N * d, sizeof(float)), dg[16] = {0}, dth[8] = {0};
     for (int s = 0; s < n; s++)
         ds[s] = calloc((size_t)N * d, sizeof(float));
-    be->depth_mix_bwd(ds, dw, use_g ? dg : NULL, use_theta ? dth : NULL, c, alpha, rstd, sp, n, w, wstride,
-                      use_g ? g : NULL, use_theta ? th : NULL, sigmoid, H, N, d);
+    be->depth_mix_bwd(&mix, ds, dw, use_g ? dg : NULL, use_theta ? dth : NULL, c);
     struct { float *x, *gx; size_t len; } ins[12];
     int ni = 0;
     for (int s = 0; s < n; s++)
@@ -342,8 +345,9 @@ Test(ops, depth_mix_equals_depth_attn)
     float *h1 = malloc((size_t)N * d * 4), *h2 = malloc((size_t)N * d * 4), *a1 = malloc((size_t)N * n * 4),
           *a2 = malloc((size_t)N * n * 4), *r1 = malloc((size_t)N * n * 4), *r2 = malloc((size_t)N * n * 4);
     const float *const *sp = (const float *const *)src;
-    be->depth_mix_fwd(h1, a1, r1, sp, n, w, 0, g, NULL, 0, 1, N, d);
-    be->depth_attn_fwd(h2, a2, r2, sp, n, w, g, N, d);
+    ar_depth_mix mix = {.n = n, .src = sp, .w = w, .g = g, .alpha = a1, .rstd = r1, .H = 1, .N = N, .d = d};
+    be->depth_mix_fwd(&mix, h1);
+    ref_depth_attn_fwd(h2, a2, r2, sp, n, w, g, N, d);
     /* two float evaluations of the same sums: within twice ref_mix_b's bounds */
     size_t nd = (size_t)N * d, na = (size_t)N * n;
     double *rh = malloc(nd * 8), *bh = malloc(nd * 8), *ba = malloc(na * 8), *br = malloc(na * 8);
@@ -388,8 +392,12 @@ static void mix_fast_case(int n, int N, int d, int H, int per_token, int use_w, 
     size_t na = (size_t)N * H * n, nr = (size_t)N * n;
     float *a1 = malloc(na * 4), *a2 = malloc(na * 4), *r1 = calloc(nr, 4), *r2 = calloc(nr, 4);
     const float *const *sp = (const float *const *)src;
-    cpu_depth_mix_fwd_simple(h1, a1, r1, sp, n, W, ws, G, TH, sigmoid, H, N, d);
-    ar_backend_cpu()->depth_mix_fwd(h2, a2, r2, sp, n, W, ws, G, TH, sigmoid, H, N, d);
+    ar_depth_mix m1 = {.n = n, .src = sp, .w = W, .wstride = ws, .g = G, .theta = TH, .alpha = a1, .rstd = r1,
+                       .sigmoid = sigmoid, .H = H, .N = N, .d = d};
+    ar_depth_mix m2 = m1;
+    m2.alpha = a2, m2.rstd = r2;
+    cpu_depth_mix_fwd_simple(&m1, h1);
+    ar_backend_cpu()->depth_mix_fwd(&m2, h2);
     char what[160];
     snprintf(what, sizeof what, "n %d N %d d %d H %d per-token %d w %d g %d theta %d sigmoid %d null %d", n,
              N, d, H, per_token, use_w, use_g, use_theta, sigmoid, nullmask);
@@ -431,10 +439,8 @@ static void mix_fast_case(int n, int N, int d, int H, int per_token, int use_w, 
     for (int k = 0; k < 16; k++)
         adt[k] = fabs(dt1[k]);
     mix_bwd_abs(adx, adw, adg, adt, dh, a1, r1, sp, n, W, ws, G, TH, sigmoid, H, N, d);
-    cpu_depth_mix_bwd_simple(d1, nullp ? NULL : dw1, nullp ? NULL : dg1, nullp ? NULL : dt1, dh, a1, r1, sp, n,
-                             W, ws, G, TH, sigmoid, H, N, d);
-    ar_backend_cpu()->depth_mix_bwd(d2, nullp ? NULL : dw2, nullp ? NULL : dg2, nullp ? NULL : dt2, dh, a1, r1,
-                                    sp, n, W, ws, G, TH, sigmoid, H, N, d);
+    cpu_depth_mix_bwd_simple(&m1, d1, nullp ? NULL : dw1, nullp ? NULL : dg1, nullp ? NULL : dt1, dh);
+    ar_backend_cpu()->depth_mix_bwd(&m1, d2, nullp ? NULL : dw2, nullp ? NULL : dg2, nullp ? NULL : dt2, dh);
     /* two float evaluations: within 2 gamma(K) of those magnitudes */
     bwd_chain K = mix_bwd_chain(n, N, d, H, per_token, 1);
     for (int s = 0; s < n; s++) {
@@ -529,9 +535,10 @@ static void mix_chunk_case(int k, int C, int N, int d, int H, int use_w, int use
     const float *W[MAXC], *G[MAXC], *TH[MAXC];
     for (int c = 0; c < C; c++) {
         W[c] = use_w ? w[c] : NULL, G[c] = use_g ? g[c] : NULL, TH[c] = use_theta ? th[c] : NULL;
-        cpu_depth_mix_fwd_simple(h[c], al[c], rs[c], sp, n[c], W[c], 0, G[c], TH[c], sigmoid, H, N, d);
-        cpu_depth_mix_bwd_simple(dref, dw1[c], dg1[c], dt1[c], dh[c], al[c], rs[c], sp, n[c], W[c], 0, G[c], TH[c],
-                                 sigmoid, H, N, d);
+        ar_depth_mix mix = {.n = n[c], .src = sp, .w = W[c], .g = G[c], .theta = TH[c], .alpha = al[c],
+                            .rstd = rs[c], .sigmoid = sigmoid, .H = H, .N = N, .d = d};
+        cpu_depth_mix_fwd_simple(&mix, h[c]);
+        cpu_depth_mix_bwd_simple(&mix, dref, dw1[c], dg1[c], dt1[c], dh[c]);
     }
     /* the magnitudes of the terms, from the values the gradients accumulate
      * onto (dgot, dw2, dg2, dt2 still hold them) */
@@ -550,17 +557,20 @@ static void mix_chunk_case(int k, int C, int N, int d, int H, int use_w, int use
         mix_bwd_abs(adx, adw[c], adg[c], adt[c], dh[c], al[c], rs[c], sp, n[c], W[c], 0, G[c], TH[c], sigmoid, H,
                     N, d);
     }
-    void (*op)(float *const *, const float *const *, int, int, int, float *const *, float *const *, float *const *,
-               const float *const *, const float *const *, const float *const *, const float *const *, const int *,
-               const float *const *, const float *const *, const float *const *, int, int, int, int) =
+    void (*op)(const ar_depth_mix_chunk *, float *const *, float *const *, float *const *, float *const *,
+               const float *const *, const float *const *) =
         fast ? ar_backend_cpu()->depth_mix_bwd_chunk : cpu_depth_mix_bwd_chunk_simple;
     for (int c = 0; c < C; c++) {
         ar_backend_cpu()->depth_mix_cdot(cd[c], dh[c], h[c], H, N, d);
-        op(dgot, sp, k, n[c], 1, &dw2[c], &dg2[c], &dt2[c], (const float *const *)&dh[c], (const float *const *)&cd[c],
-           (const float *const *)&al[c], (const float *const *)&rs[c], &n[c], &W[c], &G[c], &TH[c], sigmoid, H, N, d);
+        ar_depth_mix_chunk own = {.C = 1, .s0 = k, .s1 = n[c], .src = sp, .n = &n[c], .w = &W[c], .g = &G[c],
+                                  .theta = &TH[c], .alpha = (const float *const *)&al[c],
+                                  .rstd = (const float *const *)&rs[c], .sigmoid = sigmoid, .H = H, .N = N, .d = d};
+        op(&own, dgot, &dw2[c], &dg2[c], &dt2[c], (const float *const *)&dh[c], (const float *const *)&cd[c]);
     }
-    op(dgot, sp, 0, k, C, dw2, dg2, dt2, (const float *const *)dh, (const float *const *)cd,
-       (const float *const *)al, (const float *const *)rs, n, W, G, TH, sigmoid, H, N, d);
+    ar_depth_mix_chunk shared = {.C = C, .s0 = 0, .s1 = k, .src = sp, .n = n, .w = W, .g = G, .theta = TH,
+                                 .alpha = (const float *const *)al, .rstd = (const float *const *)rs,
+                                 .sigmoid = sigmoid, .H = H, .N = N, .d = d};
+    op(&shared, dgot, dw2, dg2, dt2, (const float *const *)dh, (const float *const *)cd);
     char what[160];
     snprintf(what, sizeof what, "k %d C %d N %d d %d H %d w %d g %d theta %d sigmoid %d fast %d", k, C, N, d, H,
              use_w, use_g, use_theta, sigmoid, fast);
@@ -657,7 +667,7 @@ Test(ops, wsum_forward_and_backward)
     free(dy);
 }
 
-/* wmix against the plain double sums of its definition (lib/backend.h), on
+/* wmix against the plain double sums of its definition (lib/ops.def), on
  * random inputs, strided C, lengths with a tail past whole vectors and more
  * than one reduction chunk, both dx modes, dC accumulating onto random
  * values. */
@@ -684,8 +694,9 @@ static void wmix_case(int p, int n, int ldc, size_t len, int accumulate, uint64_
         tu_fill_uniform(y[i], len, -5, 5, seed + 30 + (uint64_t)i); /* garbage: y is written */
         tu_fill_uniform(dy[i], len, -1, 1, seed + 40 + (uint64_t)i);
     }
-    be->wmix_fwd(y, p, (const float *const *)x, n, C, ldc, len);
-    be->wmix_bwd(dx, accumulate, dC, (const float *const *)dy, p, (const float *const *)x, n, C, ldc, len);
+    ar_wmix mix = {.p = p, .n = n, .C = C, .ldc = ldc, .len = len};
+    be->wmix_fwd(&mix, y, (const float *const *)x);
+    be->wmix_bwd(&mix, dx, accumulate, dC, (const float *const *)dy, (const float *const *)x);
     /* y: n products and n - 1 additions, within gamma(n) sum_j |C x_j|; dx:
      * p more terms onto dx0, gamma(p + 1) (|dx0| + sum_i |C dy_i|) */
     double ey = 0, edx = 0;
@@ -736,7 +747,7 @@ static void wmix_case(int p, int n, int ldc, size_t len, int accumulate, uint64_
      * sweep writes only dx), so the same bits */
     float *dC2 = malloc(nc * 4);
     memcpy(dC2, dC0, nc * 4);
-    be->wmix_bwd(NULL, 0, dC2, (const float *const *)dy, p, (const float *const *)x, n, C, ldc, len);
+    be->wmix_bwd(&mix, NULL, 0, dC2, (const float *const *)dy, (const float *const *)x);
     for (size_t t = 0; t < nc; t++)
         cr_expect_eq(dC2[t], dC[t], "dC with and without dx differ at %zu", t);
     free(dC2);

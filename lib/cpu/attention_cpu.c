@@ -3,7 +3,7 @@
  * are called per (batch, head) inside an OpenMP parallel region; the
  * OpenMP build of OpenBLAS runs single-threaded when it is called from
  * inside a parallel region. */
-#include "attention_cpu.h"
+#include "ops_cpu.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -32,9 +32,11 @@ static size_t head_offset(int bh, int T, int nh, int hd)
  * [r0, r1) only needs key columns [0, r1), which skips most of the masked
  * upper triangle in both sgemms.  att is written in full (zeros above the
  * diagonal). */
-void cpu_attention_fwd(float *y, float *att, const float *q, const float *k,
-                       const float *v, int B, int T, int nh, int hd)
+void cpu_attention_fwd(const ar_attention *a, float *y)
 {
+    const float *q = a->q, *k = a->k, *v = a->v;
+    int B = a->B, T = a->T, nh = a->nh, hd = a->hd;
+    float *att = a->att;
     int C = nh * hd;
     float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for schedule(static)
@@ -76,10 +78,12 @@ void cpu_attention_fwd(float *y, float *att, const float *q, const float *k,
  * Same row tiling as the forward: for row block [r0,r1) dA, ds and dq use
  * columns [0,r1); dv and dk are computed per column block [c0,c1) from rows
  * [c0,T) only (att and ds vanish above the diagonal). */
-void cpu_attention_bwd(float *dq, float *dk, float *dv, float *datt, const float *dy,
-                       const float *att, const float *q, const float *k, const float *v,
-                       int B, int T, int nh, int hd)
+void cpu_attention_bwd(const ar_attention *a, const float *dy, float *dq, float *dk, float *dv,
+                       float *datt)
 {
+    const float *q = a->q, *k = a->k, *v = a->v;
+    int B = a->B, T = a->T, nh = a->nh, hd = a->hd;
+    const float *att = a->att;
     int C = nh * hd;
     float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for schedule(static)

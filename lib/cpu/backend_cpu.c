@@ -1,6 +1,6 @@
 /* The CPU backend: every entry of the op table in lib/backend.h over flat
  * float arrays, in the style of llm.c: each op a plain forward/backward pair
- * with its math in a comment above it.
+ * (cpu_<op>, the math of each in lib/ops.def).
  *
  * Matrix products go through CBLAS (OpenBLAS, OpenMP build); the remaining
  * loops are parallelised with OpenMP over rows / tokens / (batch, head).
@@ -20,17 +20,12 @@
  *                     cross-entropy, AdamW
  *   matmul_cpu.c      linear layers
  *   attention_cpu.c   causal multi-head attention
- *   depth_cpu.c       depth attention: one-phase and two-phase (Full/Block AttnRes)
+ *   depth_cpu.c       two-phase depth attention (Full/Block AttnRes)
  *   mixer_cpu.c       the general depth mixer (lib/residual_mixer.c)
  *   wsum_cpu.c        weighted sums of buffers (DenseFormer, mHC; wsum, wmix) */
 #include "../backend.h"
-#include "attention_cpu.h"
-#include "depth_cpu.h"
-#include "kernels_cpu.h"
-#include "matmul_cpu.h"
-#include "mixer_cpu.h"
+#include "ops_cpu.h"
 #include "workspace.h"
-#include "wsum_cpu.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -152,42 +147,9 @@ static const ar_backend cpu_backend = {
     .set_bf16 = cpu_set_bf16,
     .device_name = cpu_device_name,
     .peak_bf16_flops = cpu_peak_bf16_flops,
-    .copy = cpu_copy,
-    .add = cpu_add,
-    .scale = cpu_scale,
-    .sumsq = cpu_sumsq,
-    .embedding_fwd = cpu_embedding_fwd,
-    .embedding_bwd = cpu_embedding_bwd,
-    .rmsnorm_fwd = cpu_rmsnorm_fwd,
-    .rmsnorm_bwd = cpu_rmsnorm_bwd,
-    .matmul_fwd = cpu_matmul_fwd,
-    .matmul_bwd = cpu_matmul_bwd,
-    .rope_fwd = cpu_rope_fwd,
-    .rope_bwd = cpu_rope_bwd,
-    .attention_fwd = cpu_attention_fwd,
-    .attention_bwd = cpu_attention_bwd,
-    .rope_fwd_at = cpu_rope_fwd_at,
-    .attention_decode = cpu_attention_decode,
-    .matvec_fwd = cpu_matvec_fwd,
-    .swiglu_fwd = cpu_swiglu_fwd,
-    .swiglu_bwd = cpu_swiglu_bwd,
-    .depth_attn_fwd = cpu_depth_attn_fwd,
-    .depth_attn_bwd = cpu_depth_attn_bwd,
-    .depth_fwd_inter = cpu_depth_fwd_inter,
-    .depth_fwd_merge = cpu_depth_fwd_merge,
-    .depth_bwd_intra = cpu_depth_bwd_intra,
-    .depth_bwd_inter = cpu_depth_bwd_inter,
-    .depth_mix_fwd = cpu_depth_mix_fwd,
-    .depth_mix_bwd = cpu_depth_mix_bwd,
-    .depth_mix_cdot = cpu_depth_mix_cdot,
-    .depth_mix_bwd_chunk = cpu_depth_mix_bwd_chunk,
-    .wsum_fwd = cpu_wsum_fwd,
-    .wsum_bwd = cpu_wsum_bwd,
-    .wmix_fwd = cpu_wmix_fwd,
-    .wmix_bwd = cpu_wmix_bwd,
-    .xent_fwd = cpu_xent_fwd,
-    .xent_bwd = cpu_xent_bwd,
-    .adamw = cpu_adamw,
+#define AR_OP(ret, name, params, args, uses) .name = cpu_##name,
+#include "../ops.def"
+#undef AR_OP
 };
 
 const ar_backend *ar_backend_cpu(void)

@@ -1,7 +1,6 @@
 /* Depth attention on the CPU: the two-phase ops (the AttnRes report's
- * Algorithm 1 and Appendix B; the math of each op is in lib/backend.h, the
- * schedule in lib/residual_depth.c), and at the end the simple one-phase
- * ops depth_attn_fwd/bwd that they are tested against.
+ * Algorithm 1 and Appendix B; the math of each op is in lib/ops.def, the
+ * schedule in lib/residual_depth.c).
  *
  * Why it is fast here: every op walks the tokens in the outer loop and, for
  * one token, visits all C mixers of a chunk and all their sources.  A
@@ -20,7 +19,7 @@
  * Determinism: parameter-gradient reductions over tokens go through
  * partials of RED_CHUNK tokens added in chunk order, so results do not
  * depend on the thread count. */
-#include "depth_cpu.h"
+#include "ops_cpu.h"
 
 #include <math.h>
 #include <omp.h>
@@ -222,11 +221,14 @@ static inline float key_rstd(int key_norm, float xx, int d)
  * 9.5; at d 256 no difference either way (BENCHMARKS.md). */
 #define TILE 16
 #define SHORT_ROW 128
-void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha, const int *n,
-                         float *const *rs, const float *const *src, int k, const float *const *w,
-                         const float *const *g, int C, const float *ng, float *xn, float *nrstd,
-                         int sigmoid, int N, int d)
+void cpu_depth_fwd_inter(const ar_depth_inter *chunk, float *const *o, const ar_norm_out *nf)
 {
+    float *const *lse = chunk->lse, *const *alpha = chunk->alpha, *const *rs = chunk->rs;
+    const float *const *src = chunk->src, *const *w = chunk->w, *const *g = chunk->g;
+    const int *n = chunk->n;
+    int k = chunk->k, C = chunk->C, sigmoid = chunk->sigmoid, N = chunk->N, d = chunk->d;
+    const float *ng = nf ? nf->gain : NULL;
+    float *xn = nf ? nf->xn : NULL, *nrstd = nf ? nf->rstd : NULL;
     const float *u = queries(w, g, C, d);
     int key_norm = g != NULL;
     int tile = d <= SHORT_ROW ? 1 : TILE;
@@ -314,11 +316,14 @@ void cpu_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha
  *   LSE = log(exp(lse) + sum_t exp z_t),  h = exp(lse - LSE) o + sum_t exp(z_t - LSE) x_t
  * Over tiles of TILE tokens as phase 1: the logits source by source, then
  * per token h, o and the x_t in one sweep, as a mix of j + 1 rows. */
-void cpu_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
-                         float *const *rsi, const float *const *intra, const float *w,
-                         const float *g, const float *ng, float *xn, float *nrstd, int sigmoid,
-                         int N, int d)
+void cpu_depth_fwd_merge(const ar_depth_intra *m, float *h, const ar_norm_out *nf)
 {
+    float *lse = m->lse, *alpha = m->alpha, *const *rsi = m->rsi;
+    const float *const *intra = m->src + m->k;
+    const float *w = m->w, *g = m->g;
+    int n = m->n, k = m->k, sigmoid = m->sigmoid, N = m->N, d = m->d;
+    const float *ng = nf ? nf->gain : NULL;
+    float *xn = nf ? nf->xn : NULL, *nrstd = nf ? nf->rstd : NULL;
     const float *u = queries(&w, g ? &g : NULL, 1, d);
     int j = n - k, ntile = (N + TILE - 1) / TILE;
 #pragma omp parallel for schedule(static) if ((long)N * d * (j + 1) > PAR_MIN)
@@ -458,13 +463,16 @@ static float norm_bwd_row(float *row, float *out, int st, float *pdg, const floa
  * With dxn, dh is first formed by the sublayer norm's backward from xn
  * (norm_bwd_row; h is NULL) and streamed to dh, which the deferred shared
  * pass reads only after other sublayers' work has evicted it. */
-void cpu_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot, float *dh,
-                         const float *h, const float *dxn, const float *xn,
-                         const float *ng, float *dng, const float *nrstd, const float *alpha,
-                         const float *lse, int n, int k, const float *const *rsi,
-                         const float *const *src, const float *w, const float *g, int sigmoid,
-                         int N, int d)
+void cpu_depth_bwd_intra(const ar_depth_intra *m, float *const *dintra, float *dw, float *dg,
+                         float *cdot, float *dh, const float *h, const ar_norm_grad *norm)
 {
+    const float *alpha = m->alpha, *lse = m->lse;
+    const float *const *rsi = (const float *const *)m->rsi, *const *src = m->src;
+    const float *w = m->w, *g = m->g;
+    int n = m->n, k = m->k, sigmoid = m->sigmoid, N = m->N, d = m->d;
+    const float *dxn = norm ? norm->dxn : NULL, *xn = norm ? norm->xn : NULL;
+    const float *ng = norm ? norm->gain : NULL, *nrstd = norm ? norm->rstd : NULL;
+    float *dng = norm ? norm->dgain : NULL;
     int j = n - k;
     const float *const *intra = src + k;
     const float *u = queries(&w, g ? &g : NULL, 1, d);
@@ -576,13 +584,15 @@ static void inter_update(float *dx, int acc, int C, const float *a, const float 
  *   dl[c,s] = alpha_c[s] (dh_c.x_s - cdot_c)   (0 for a mixer of one source)
  *   dx_s   += sum_c (alpha_c[s] dh_c + dl rstd_s u_c) - (sum_c dl (u_c.x_s)) rstd_s^3 x_s / d
  *   P_c    += sum_s dl rstd_s x_s   (dw_c += g_c P_c, dg_c += w_c P_c) */
-void cpu_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg,
-                         const float *const *dh, const float *const *cdot,
-                         const float *const *alpha, const float *const *lse, const int *n,
-                         const float *const *rs, const float *const *src, int k,
-                         const float *const *w, const float *const *g, int C, int overwrite,
-                         int sigmoid, int N, int d)
+void cpu_depth_bwd_inter(const ar_depth_inter *chunk, float *const *dsrc, float *const *dw,
+                         float *const *dg, const float *const *dh, const float *const *cdot,
+                         int overwrite)
 {
+    const float *const *alpha = (const float *const *)chunk->alpha;
+    const float *const *lse = (const float *const *)chunk->lse, *const *rs = (const float *const *)chunk->rs;
+    const float *const *src = chunk->src, *const *w = chunk->w, *const *g = chunk->g;
+    const int *n = chunk->n;
+    int k = chunk->k, C = chunk->C, sigmoid = chunk->sigmoid, N = chunk->N, d = chunk->d;
     const float *u = queries(w, g, C, d);
     int kn = g != NULL; /* the key norm's r^3 term: none without it */
     int uxdot = kn && d <= UX_BY_DOT;
@@ -627,144 +637,4 @@ void cpu_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg,
     }
     for (int c = 0; c < C; c++)
         reduce_partials(dw[c], g ? dg[c] : NULL, part + (size_t)c * d, nch, stride, w[c], g ? g[c] : NULL, d);
-}
-
-/* ------------------------------------------------------------------------ */
-/* depth attention, one phase                                                */
-
-/* n sources src[0..n-1], each N x d; per token i:
- *   rstd[i,s]  = 1/sqrt(mean_j src[s][i,j]^2 + eps)
- *   logit[i,s] = sum_j w_j g_j src[s][i,j] rstd[i,s]
- *   alpha[i,:] = softmax_s(logit[i,:]);  h[i,:] = sum_s alpha[i,s] src[s][i,:]   (=)
- * Parallel over tokens.  h is built in a per-thread row buffer and then
- * stored, so h may alias one of the sources. */
-void cpu_depth_attn_fwd(float *h, float *alpha, float *rstd, const float *const *src,
-                        int n, const float *w, const float *g, int N, int d)
-{
-#pragma omp parallel if ((long)N * d * n > PAR_MIN)
-    {
-        float *acc = malloc((size_t)d * sizeof(float) + 1);
-        float *u = malloc((size_t)d * sizeof(float) + 1);
-        float *lg = malloc((size_t)n * sizeof(float) + 1);
-        if (!acc || !u || !lg)
-            abort();
-        for (int j = 0; j < d; j++)
-            u[j] = w[j] * g[j];
-#pragma omp for schedule(static)
-        for (int i = 0; i < N; i++) {
-            float *al = alpha + (size_t)i * n;
-            float *rs = rstd + (size_t)i * n;
-            float mx = -INFINITY;
-            for (int s = 0; s < n; s++) {
-                const float *x = src[s] + (size_t)i * d;
-                float ss = 0.0f, dot = 0.0f;
-#pragma omp simd reduction(+ : ss, dot)
-                for (int j = 0; j < d; j++) {
-                    ss += x[j] * x[j];
-                    dot += u[j] * x[j];
-                }
-                float r = 1.0f / sqrtf(ss / d + AR_RMS_EPS);
-                rs[s] = r;
-                lg[s] = dot * r;
-                mx = lg[s] > mx ? lg[s] : mx;
-            }
-            float sum = 0.0f;
-            for (int s = 0; s < n; s++) {
-                lg[s] = expf(lg[s] - mx);
-                sum += lg[s];
-            }
-            for (int s = 0; s < n; s++)
-                al[s] = lg[s] / sum;
-            for (int j = 0; j < d; j++)
-                acc[j] = 0.0f;
-            for (int s = 0; s < n; s++) {
-                const float *x = src[s] + (size_t)i * d;
-                float a = al[s];
-                for (int j = 0; j < d; j++)
-                    acc[j] += a * x[j];
-            }
-            memcpy(h + (size_t)i * d, acc, (size_t)d * sizeof(float));
-        }
-        free(acc);
-        free(u);
-        free(lg);
-    }
-}
-
-/* u = w*g, da_s = dh.src_s, dl_s = alpha_s (da_s - sum_r alpha_r da_r):
- *   dsrc[s] += alpha_s dh + dl_s (rstd_s u - (u.src_s) rstd_s^3 src_s / d)
- *   dw += g * sum_{i,s} dl_s rstd_s src_s ;  dg += w * (same sum)
- * One pass, parallel over fixed chunks of ATTN_CHUNK tokens: each chunk
- * writes its dsrc rows and its own partial of the (i,s) sum (tokens and
- * sources in order); the partials are then added in chunk order.  So the
- * result is deterministic and independent of the thread count.  The dh row
- * is copied to a per-thread buffer first, so dh may alias one of the dsrc;
- * repeated dsrc pointers accumulate in source order. */
-#define ATTN_CHUNK 32
-void cpu_depth_attn_bwd(float *const *dsrc, float *dw, float *dg, const float *dh,
-                        const float *alpha, const float *rstd, const float *const *src,
-                        int n, const float *w, const float *g, int N, int d)
-{
-    int nch = (N + ATTN_CHUNK - 1) / ATTN_CHUNK;
-    float *part = calloc((size_t)nch * d + 1, sizeof(float));
-    if (!part)
-        abort();
-#pragma omp parallel if ((long)N * d * n > PAR_MIN)
-    {
-        float *dhr = malloc((size_t)d * sizeof(float) + 1);
-        float *u = malloc((size_t)d * sizeof(float) + 1);
-        float *da = malloc((size_t)n * sizeof(float) + 1);
-        float *us = malloc((size_t)n * sizeof(float) + 1);
-        if (!dhr || !u || !da || !us)
-            abort();
-        for (int j = 0; j < d; j++)
-            u[j] = w[j] * g[j];
-#pragma omp for schedule(static)
-        for (int ch = 0; ch < nch; ch++) {
-            float *pp = part + (size_t)ch * d;
-            int i1 = (ch + 1) * ATTN_CHUNK < N ? (ch + 1) * ATTN_CHUNK : N;
-            for (int i = ch * ATTN_CHUNK; i < i1; i++) {
-                const float *al = alpha + (size_t)i * n;
-                const float *rs = rstd + (size_t)i * n;
-                memcpy(dhr, dh + (size_t)i * d, (size_t)d * sizeof(float));
-                float mean_da = 0.0f;
-                for (int s = 0; s < n; s++) {
-                    const float *x = src[s] + (size_t)i * d;
-                    float a = 0.0f, ux = 0.0f;
-#pragma omp simd reduction(+ : a, ux)
-                    for (int j = 0; j < d; j++) {
-                        a += dhr[j] * x[j];
-                        ux += u[j] * x[j];
-                    }
-                    da[s] = a;
-                    us[s] = ux;
-                    mean_da += al[s] * a;
-                }
-                for (int s = 0; s < n; s++) {
-                    const float *x = src[s] + (size_t)i * d;
-                    float *dx = dsrc[s] + (size_t)i * d;
-                    float a = al[s], r = rs[s];
-                    float dl = a * (da[s] - mean_da);
-                    float c1 = dl * r;
-                    float c2 = dl * us[s] * r * r * r / d;
-                    for (int j = 0; j < d; j++) {
-                        dx[j] += a * dhr[j] + c1 * u[j] - c2 * x[j];
-                        pp[j] += c1 * x[j];
-                    }
-                }
-            }
-        }
-        free(dhr);
-        free(u);
-        free(da);
-        free(us);
-    }
-    for (int j = 0; j < d; j++) {
-        float acc = 0.0f;
-        for (int ch = 0; ch < nch; ch++)
-            acc += part[(size_t)ch * d + j];
-        dw[j] += g[j] * acc;
-        dg[j] += w[j] * acc;
-    }
-    free(part);
 }

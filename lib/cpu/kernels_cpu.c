@@ -1,9 +1,9 @@
 /* The CPU backend's elementwise and row ops: copy, add, scale, sumsq,
  * embedding, RMSNorm, rotary position embedding, SwiGLU, softmax
- * cross-entropy and AdamW, each with its math (lib/backend.h) above it.
+ * cross-entropy and AdamW, each with its math (lib/ops.def) above it.
  * Determinism as the whole backend (backend_cpu.c): static schedules, and
  * reductions over tokens through fixed chunks added in order. */
-#include "kernels_cpu.h"
+#include "ops_cpu.h"
 
 #include <math.h>
 #include <omp.h>
@@ -341,9 +341,10 @@ void cpu_xent_bwd(float *dlogits, const float *probs, const int32_t *targets,
  * m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2
  * p -= lr * ( (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps) + wd * p )
  * bias corrections 1-b^t computed in double. */
-void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float gscale,
-               float lr, float b1, float b2, float eps, float wd, long t)
+void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const ar_adamw_hparams *s)
 {
+    float gscale = s->gscale, lr = s->lr, b1 = s->b1, b2 = s->b2, eps = s->eps, wd = s->wd;
+    long t = s->t;
     float bc1 = (float)(1.0 - pow((double)b1, (double)t));
     float bc2 = (float)(1.0 - pow((double)b2, (double)t));
     long nn = (long)n;

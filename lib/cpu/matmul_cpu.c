@@ -1,7 +1,7 @@
 /* The CPU backend's linear layers (no bias): CBLAS sgemm (OpenBLAS, whose
  * OpenMP build splits only the output among its threads, so products are
  * reproducible for a given thread count). */
-#include "matmul_cpu.h"
+#include "ops_cpu.h"
 
 #include <cblas.h>
 

@@ -1,4 +1,4 @@
-/* The general depth mixer's ops on the CPU (math in lib/backend.h), for
+/* The general depth mixer's ops on the CPU (math in lib/ops.def), for
  * lib/residual_mixer.c: depth_mix_fwd/bwd, one-phase depth mixing with
  * sigmoid scores, keys without RMSNorm, per-token queries, static logits,
  * uniform weights and multiple heads.
@@ -9,6 +9,7 @@
  * depend on the thread count.  Inner loops run in float over contiguous
  * channels so that the compiler vectorises them. */
 #include "mixer_cpu.h"
+#include "ops_cpu.h"
 
 #include <math.h>
 #include <omp.h>
@@ -75,10 +76,12 @@ static void mix_logits(float *a, float *rs, const float *const *src, int n, cons
     }
 }
 
-void cpu_depth_mix_fwd_simple(float *h, float *alpha, float *rstd, const float *const *src, int n,
-                       const float *w, int wstride, const float *g, const float *theta, int sigmoid,
-                       int H, int N, int d)
+void cpu_depth_mix_fwd_simple(const ar_depth_mix *m, float *h)
 {
+    const float *const *src = m->src;
+    const float *w = m->w, *g = m->g, *theta = m->theta;
+    int n = m->n, wstride = m->wstride, sigmoid = m->sigmoid, H = m->H, N = m->N, d = m->d;
+    float *alpha = m->alpha, *rstd = m->rstd;
     int e = d / H;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
@@ -98,11 +101,13 @@ void cpu_depth_mix_fwd_simple(float *h, float *alpha, float *rstd, const float *
     }
 }
 
-void cpu_depth_mix_bwd_simple(float *const *dsrc, float *dw, float *dg, float *dtheta, const float *dh,
-                       const float *alpha, const float *rstd, const float *const *src, int n,
-                       const float *w, int wstride, const float *g, const float *theta, int sigmoid,
-                       int H, int N, int d)
+void cpu_depth_mix_bwd_simple(const ar_depth_mix *m, float *const *dsrc, float *dw, float *dg,
+                              float *dtheta, const float *dh)
 {
+    const float *const *src = m->src;
+    const float *w = m->w, *g = m->g, *theta = m->theta;
+    int n = m->n, wstride = m->wstride, sigmoid = m->sigmoid, H = m->H, N = m->N, d = m->d;
+    const float *alpha = m->alpha, *rstd = m->rstd;
     int e = d / H;
     int nch = (N + MIX_CHUNK - 1) / MIX_CHUNK;
     int shared_w = w && !theta && wstride == 0 && dw;
@@ -404,12 +409,14 @@ static inline void mix_rows1(float *y, const float *a, const float *const *x, in
     }
 }
 
-void cpu_depth_mix_fwd(float *h, float *alpha, float *rstd, const float *const *src, int n,
-                       const float *w, int wstride, const float *g, const float *theta, int sigmoid,
-                       int H, int N, int d)
+void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
 {
+    const float *const *src = m->src;
+    const float *w = m->w, *g = m->g, *theta = m->theta;
+    int n = m->n, wstride = m->wstride, sigmoid = m->sigmoid, H = m->H, N = m->N, d = m->d;
+    float *alpha = m->alpha, *rstd = m->rstd;
     if (n < 1 || !fast_shape(H, d)) {
-        cpu_depth_mix_fwd_simple(h, alpha, rstd, src, n, w, wstride, g, theta, sigmoid, H, N, d);
+        cpu_depth_mix_fwd_simple(m, h);
         return;
     }
     const int e = d / H, Hn = H * n, P = H + VL; /* P: padded per-source head row */
@@ -589,14 +596,15 @@ static inline __attribute__((always_inline)) void row_sweep2(const float *a, con
     }
 }
 
-void cpu_depth_mix_bwd(float *const *dsrc, float *dw, float *dg, float *dtheta, const float *dh,
-                       const float *alpha, const float *rstd, const float *const *src, int n,
-                       const float *w, int wstride, const float *g, const float *theta, int sigmoid,
-                       int H, int N, int d)
+void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, float *dg, float *dtheta,
+                       const float *dh)
 {
+    const float *const *src = m->src;
+    const float *w = m->w, *g = m->g, *theta = m->theta;
+    int n = m->n, wstride = m->wstride, sigmoid = m->sigmoid, H = m->H, N = m->N, d = m->d;
+    const float *alpha = m->alpha, *rstd = m->rstd;
     if (n < 1 || !fast_shape(H, d)) {
-        cpu_depth_mix_bwd_simple(dsrc, dw, dg, dtheta, dh, alpha, rstd, src, n, w, wstride, g, theta,
-                                 sigmoid, H, N, d);
+        cpu_depth_mix_bwd_simple(m, dsrc, dw, dg, dtheta, dh);
         return;
     }
     const int e = d / H, Hn = H * n, P = H + VL;
@@ -757,7 +765,7 @@ void cpu_depth_mix_bwd(float *const *dsrc, float *dw, float *dg, float *dtheta, 
 }
 
 /* ------------------------------------------------------------------------
- * The backward in pieces (lib/backend.h depth_mix_cdot, depth_mix_bwd_chunk):
+ * The backward in pieces (lib/ops.def: depth_mix_cdot, depth_mix_bwd_chunk):
  * a chunk of C mixers that share sources takes each shared source row from
  * memory once per token, and its gradient row once, instead of once per
  * mixer; cdot stands in for the softmax's sum over all of a mixer's
@@ -806,13 +814,15 @@ static void chunk_reduce(const float *part, int nch, int C, size_t pc, int s0, i
         }
 }
 
-void cpu_depth_mix_bwd_chunk_simple(float *const *dsrc, const float *const *src, int s0, int s1, int C,
+void cpu_depth_mix_bwd_chunk_simple(const ar_depth_mix_chunk *chunk, float *const *dsrc,
                                     float *const *dw, float *const *dg, float *const *dtheta,
-                                    const float *const *dh, const float *const *cdot,
-                                    const float *const *alpha, const float *const *rstd, const int *n,
-                                    const float *const *w, const float *const *g,
-                                    const float *const *theta, int sigmoid, int H, int N, int d)
+                                    const float *const *dh, const float *const *cdot)
 {
+    const float *const *src = chunk->src, *const *alpha = chunk->alpha, *const *rstd = chunk->rstd;
+    const float *const *w = chunk->w, *const *g = chunk->g, *const *theta = chunk->theta;
+    const int *n = chunk->n;
+    int s0 = chunk->s0, s1 = chunk->s1, C = chunk->C, sigmoid = chunk->sigmoid, H = chunk->H;
+    int N = chunk->N, d = chunk->d;
     if (s1 <= s0 || C < 1 || N < 1)
         return;
     const int e = d / H, ns = s1 - s0;
@@ -871,17 +881,19 @@ void cpu_depth_mix_bwd_chunk_simple(float *const *dsrc, const float *const *src,
  * mixer while it sits in L1 (row_sweep2: dh.x and u.x), its gradient row
  * updated in place (bwd_row); the parameter gradients' partial is one row
  * T_c = sum dl r x per mixer and token chunk, times g or q at the end. */
-void cpu_depth_mix_bwd_chunk(float *const *dsrc, const float *const *src, int s0, int s1, int C,
-                             float *const *dw, float *const *dg, float *const *dtheta, const float *const *dh,
-                             const float *const *cdot, const float *const *alpha, const float *const *rstd,
-                             const int *n, const float *const *w, const float *const *g,
-                             const float *const *theta, int sigmoid, int H, int N, int d)
+void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc, float *const *dw,
+                             float *const *dg, float *const *dtheta, const float *const *dh,
+                             const float *const *cdot)
 {
+    const float *const *src = chunk->src, *const *alpha = chunk->alpha, *const *rstd = chunk->rstd;
+    const float *const *w = chunk->w, *const *g = chunk->g, *const *theta = chunk->theta;
+    const int *n = chunk->n;
+    int s0 = chunk->s0, s1 = chunk->s1, C = chunk->C, sigmoid = chunk->sigmoid, H = chunk->H;
+    int N = chunk->N, d = chunk->d;
     if (s1 <= s0 || C < 1 || N < 1)
         return;
     if (!fast_shape(H, d) || C > MIX_CHUNK_MAX) {
-        cpu_depth_mix_bwd_chunk_simple(dsrc, src, s0, s1, C, dw, dg, dtheta, dh, cdot, alpha, rstd, n, w, g,
-                                       theta, sigmoid, H, N, d);
+        cpu_depth_mix_bwd_chunk_simple(chunk, dsrc, dw, dg, dtheta, dh, cdot);
         return;
     }
     const int e = d / H, ns = s1 - s0, P = H + VL;

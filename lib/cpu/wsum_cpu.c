@@ -1,5 +1,5 @@
 /* Weighted sums of buffers with learned coefficients on the CPU (math
- * in lib/backend.h): wsum_fwd/bwd, the mixing of DenseFormer
+ * in lib/ops.def): wsum_fwd/bwd, the mixing of DenseFormer
  * (lib/residual_denseformer.c) and mHC (lib/residual_mhc.c), and
  * wmix_fwd/bwd, several such sums of the same inputs in one pass (mHC's m
  * streams).
@@ -7,7 +7,7 @@
  * Determinism: the coefficient gradients are summed over fixed
  * chunks of WSUM_CHUNK elements, and the partials added in chunk order, so
  * results do not depend on the thread count. */
-#include "wsum_cpu.h"
+#include "ops_cpu.h"
 
 #include <stdlib.h>
 
@@ -92,8 +92,11 @@ void cpu_wsum_bwd(float *const *dx, float *dc, const float *dy, const float *con
 
 /* y[i][k] = sum_j C[i ldc + j] x[j][k]: each vector of the n inputs is
  * loaded once and every output formed from the registers. */
-void cpu_wmix_fwd(float *const *y, int p, const float *const *x, int n, const float *C, int ldc, size_t len)
+void cpu_wmix_fwd(const ar_wmix *m, float *const *y, const float *const *x)
 {
+    const float *C = m->C;
+    int p = m->p, n = m->n, ldc = m->ldc;
+    size_t len = m->len;
     size_t nv = len / VL;
 #pragma omp parallel for schedule(static) if (len >= WSUM_CHUNK)
     for (size_t b = 0; b < nv; b++) {
@@ -124,9 +127,12 @@ void cpu_wmix_fwd(float *const *y, int p, const float *const *x, int n, const fl
  * sweep first, then the p n dot products from L1 (float vectors, then
  * double per block); per chunk of WSUM_CHUNK in double, the chunks added in
  * order, so the result does not depend on the thread count. */
-void cpu_wmix_bwd(float *const *dx, int accumulate, float *dC, const float *const *dy, int p,
-                  const float *const *x, int n, const float *C, int ldc, size_t len)
+void cpu_wmix_bwd(const ar_wmix *m, float *const *dx, int accumulate, float *dC,
+                  const float *const *dy, const float *const *x)
 {
+    const float *C = m->C;
+    int p = m->p, n = m->n, ldc = m->ldc;
+    size_t len = m->len;
     size_t nch = (len + WSUM_CHUNK - 1) / WSUM_CHUNK, pn = (size_t)p * n;
     double *part = dC ? cpu_ws(WS_C, nch * pn * sizeof(double)) : NULL;
 #pragma omp parallel for schedule(static)

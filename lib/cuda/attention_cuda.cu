@@ -12,7 +12,7 @@
  * diagonal are computed and then discarded by the softmax, which writes
  * exact zeros there, so att v and the backward products add only zero
  * terms for the masked positions. */
-#include "attention_cuda.h"
+#include "ops_cuda.h"
 
 #include "cuda_util.h"
 #include "matmul_cuda.h"
@@ -95,9 +95,11 @@ __global__ static void causal_softmax_bwd_kernel(float *D, const float *att, siz
 static unsigned row_blocks(size_t rows) { return (unsigned)((rows + ROWS - 1) / ROWS); }
 
 /* s = q k^T / sqrt(hd) (causal), att = softmax(s), y = att v        (=) */
-void cuda_attention_fwd(float *y, float *att, const float *q, const float *k, const float *v,
-                        int B, int T, int nh, int hd)
+void cuda_attention_fwd(const ar_attention *a, float *y)
 {
+    const float *q = a->q, *k = a->k, *v = a->v;
+    int B = a->B, T = a->T, nh = a->nh, hd = a->hd;
+    float *att = a->att;
     if (B <= 0 || T <= 0 || nh <= 0 || hd <= 0)
         return;
     int C = nh * hd;
@@ -119,10 +121,12 @@ void cuda_attention_fwd(float *y, float *att, const float *q, const float *k, co
 /* (=, overwrites dq dk dv; datt is scratch):
  *   dv = att^T dy;  dA = dy v^T;  ds = att*(dA - rowsum(dA*att)) / sqrt(hd);
  *   dq = ds k;  dk = ds^T q */
-void cuda_attention_bwd(float *dq, float *dk, float *dv, float *datt, const float *dy,
-                        const float *att, const float *q, const float *k, const float *v, int B,
-                        int T, int nh, int hd)
+void cuda_attention_bwd(const ar_attention *a, const float *dy, float *dq, float *dk, float *dv,
+                        float *datt)
 {
+    const float *q = a->q, *k = a->k, *v = a->v;
+    int B = a->B, T = a->T, nh = a->nh, hd = a->hd;
+    const float *att = a->att;
     if (B <= 0 || T <= 0 || nh <= 0 || hd <= 0)
         return;
     int C = nh * hd;

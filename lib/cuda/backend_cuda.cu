@@ -3,13 +3,14 @@
  * This file: the shared stream and cuBLAS handle (cuda_util.h), memory, the
  * workspace and device queries, and ar_cuda_module_open() (the entry point
  * lib/cuda/backend_cuda_load.c calls after dlopen), which fills the table.
- * The ops are in one file per family, each mirroring lib/cpu/<family>_cpu.c:
+ * The ops (cuda_<op>, lib/ops.def's) are in one file per family, each
+ * mirroring lib/cpu/<family>_cpu.c:
  *   kernels_cuda.cu     elementwise, embedding, RMSNorm, rotary, SwiGLU,
  *                       cross-entropy, AdamW
  *   matmul_cuda.cu      linear layers, and the cuBLAS products of all ops
  *                       (its mapping of row-major products and precision)
  *   attention_cuda.cu   causal multi-head attention
- *   depth_cuda.cu       depth attention: one-phase and two-phase (Full/Block AttnRes)
+ *   depth_cuda.cu       two-phase depth attention (Full/Block AttnRes)
  *   mixer_cuda.cu       the general depth mixer (lib/residual_mixer.c)
  *   wsum_cuda.cu        weighted sums of buffers (DenseFormer, mHC)
  * with rows_cuda.cu/.h the row-block layout the last three share.
@@ -28,14 +29,9 @@
  * atomics disallowed (the default). */
 #include "../../core/error.h"
 #include "../backend.h"
-#include "attention_cuda.h"
 #include "cuda_util.h"
-#include "depth_cuda.h"
-#include "kernels_cuda.h"
-#include "matmul_cuda.h"
-#include "mixer_cuda.h"
+#include "ops_cuda.h"
 #include "workspace_cuda.h"
-#include "wsum_cuda.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,42 +201,9 @@ static void fill_table(ar_backend *b)
     b->set_bf16 = cu_set_bf16;
     b->device_name = cu_device_name;
     b->peak_bf16_flops = cu_peak_bf16_flops;
-    b->copy = cuda_copy;
-    b->add = cuda_add;
-    b->scale = cuda_scale;
-    b->sumsq = cuda_sumsq;
-    b->embedding_fwd = cuda_embedding_fwd;
-    b->embedding_bwd = cuda_embedding_bwd;
-    b->rmsnorm_fwd = cuda_rmsnorm_fwd;
-    b->rmsnorm_bwd = cuda_rmsnorm_bwd;
-    b->matmul_fwd = cuda_matmul_fwd;
-    b->matmul_bwd = cuda_matmul_bwd;
-    b->rope_fwd = cuda_rope_fwd;
-    b->rope_bwd = cuda_rope_bwd;
-    b->attention_fwd = cuda_attention_fwd;
-    b->attention_bwd = cuda_attention_bwd;
-    b->rope_fwd_at = cuda_rope_fwd_at;
-    b->attention_decode = cuda_attention_decode;
-    b->matvec_fwd = cuda_matvec_fwd;
-    b->swiglu_fwd = cuda_swiglu_fwd;
-    b->swiglu_bwd = cuda_swiglu_bwd;
-    b->depth_attn_fwd = cuda_depth_attn_fwd;
-    b->depth_attn_bwd = cuda_depth_attn_bwd;
-    b->depth_fwd_inter = cuda_depth_fwd_inter;
-    b->depth_fwd_merge = cuda_depth_fwd_merge;
-    b->depth_bwd_intra = cuda_depth_bwd_intra;
-    b->depth_bwd_inter = cuda_depth_bwd_inter;
-    b->depth_mix_fwd = cuda_depth_mix_fwd;
-    b->depth_mix_bwd = cuda_depth_mix_bwd;
-    b->depth_mix_cdot = cuda_depth_mix_cdot;
-    b->depth_mix_bwd_chunk = cuda_depth_mix_bwd_chunk;
-    b->wsum_fwd = cuda_wsum_fwd;
-    b->wsum_bwd = cuda_wsum_bwd;
-    b->wmix_fwd = cuda_wmix_fwd;
-    b->wmix_bwd = cuda_wmix_bwd;
-    b->xent_fwd = cuda_xent_fwd;
-    b->xent_bwd = cuda_xent_bwd;
-    b->adamw = cuda_adamw;
+#define AR_OP(ret, name, params, args, uses) b->name = cuda_##name;
+#include "../ops.def"
+#undef AR_OP
 }
 
 /* The module's one entry point (lib/cuda/backend_cuda_load.c dlopens

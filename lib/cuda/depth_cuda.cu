@@ -1,15 +1,15 @@
-/* Depth attention on the GPU: the one-phase ops (depth_attn_fwd/bwd) and
- * the two-phase ops of a chunk of mixers (depth_fwd_inter, depth_fwd_merge,
- * depth_bwd_intra, depth_bwd_inter; the schedule is in
- * lib/residual_depth.c).  The math of each op is in lib/backend.h; the CPU
- * versions are in lib/cpu/depth_cpu.c; the row-block layout is rows_cuda.h.
+/* Depth attention on the GPU: the two-phase ops of a chunk of mixers
+ * (depth_fwd_inter, depth_fwd_merge, depth_bwd_intra, depth_bwd_inter; the
+ * schedule is in lib/residual_depth.c).  The math of each op is in
+ * lib/ops.def; the CPU versions are in lib/cpu/depth_cpu.c; the row-block
+ * layout is rows_cuda.h.
  *
  * The forward ops read each source once per pass: they mix by online
  * softmax (running max m, l = sum exp(z - m), acc = sum exp(z - m) x,
  * rescaled when m grows), which equals the CPU's two sweeps to rounding.
  * Mixers of a chunk are processed CG at a time, their per-channel
  * accumulators in registers. */
-#include "depth_cuda.h"
+#include "ops_cuda.h"
 
 #include <math.h>
 
@@ -94,158 +94,6 @@ __device__ __forceinline__ float key_dot_of(int sigmoid, float a, float dl, floa
     if (dl == 0.0f)
         return 0.0f;
     return sigmoid ? (logf(a) - log1pf(-a)) / r : (logf(a) + lse) / r;
-}
-
-/* ------------------------------------------------------------------------ */
-/* depth attention, one phase                                                */
-
-/* Token i (one block), u = w*g:
- *   r_s = 1/sqrt(mean_j x_s[j]^2 + eps) (= rstd[i,s]);  z_s = r_s (u.x_s)
- *   alpha[i,:] = softmax(z);  h[i,:] = sum_s alpha_s x_s
- * one read of each source by online softmax; zs (shared, n) keeps z. */
-__global__ void __launch_bounds__(MAXT)
-attn_fwd_kernel(float *h, float *alpha, float *rstd, clist src, int n, const float *w,
-                const float *g, int d)
-{
-    extern __shared__ float zs[];
-    size_t i = blockIdx.x;
-    int T = blockDim.x, tid = threadIdx.x;
-    float u[MAXV], acc[MAXV];
-#pragma unroll
-    for (int q = 0; q < MAXV; q++) {
-        int j = tid + q * T;
-        u[q] = j < d ? w[j] * g[j] : 0.0f;
-        acc[q] = 0.0f;
-    }
-    float m = -INFINITY, l = 0.0f;
-    for (int s = 0; s < n; s++) {
-        float xv[MAXV], z;
-        float r = key_logit(src.p[s] + i * d, u, xv, tid, T, d, &z);
-        if (tid == 0) {
-            rstd[i * n + s] = r;
-            zs[s] = z;
-        }
-        online_add(z, xv, &m, &l, acc);
-    }
-    __syncthreads(); /* zs complete */
-    for (int s = tid; s < n; s += T)
-        alpha[i * n + s] = expf(zs[s] - m) / l;
-#pragma unroll
-    for (int q = 0; q < MAXV; q++) {
-        int j = tid + q * T;
-        if (j < d)
-            h[i * d + j] = n > 0 ? acc[q] / l : 0.0f;
-    }
-}
-
-/* Tokens [b tpb, (b+1) tpb) of block b, u = w*g, per token:
- *   da_s = dh.x_s, ux_s = u.x_s (shared, n each), cbar = sum_s alpha_s da_s
- *   dl_s = alpha_s (da_s - cbar)
- *   dsrc[s] += alpha_s dh + dl_s r_s u - dl_s ux_s r_s^3 x_s / d
- *   part[b,:] = sum over tokens and s of dl_s r_s x_s   (then ar_cu_reduce_wg)
- * dh is held in registers before any dsrc row is written, so dh may be one
- * of the dsrc; repeated dsrc pointers add in source order (one thread per
- * channel). */
-__global__ void __launch_bounds__(MAXT)
-attn_bwd_kernel(mlist dsrc, float *part, const float *dh, const float *alpha, const float *rstd,
-                clist src, int n, const float *w, const float *g, int N, int d, int tpb)
-{
-    extern __shared__ float sh[];
-    float *da = sh, *ux = sh + n;
-    int T = blockDim.x, tid = threadIdx.x;
-    float u[MAXV], pp[MAXV];
-#pragma unroll
-    for (int q = 0; q < MAXV; q++) {
-        int j = tid + q * T;
-        u[q] = j < d ? w[j] * g[j] : 0.0f;
-        pp[q] = 0.0f;
-    }
-    int i0 = blockIdx.x * tpb, i1 = min(N, i0 + tpb);
-    for (int ii = i0; ii < i1; ii++) {
-        size_t i = ii;
-        float gy[MAXV];
-#pragma unroll
-        for (int q = 0; q < MAXV; q++) {
-            int j = tid + q * T;
-            gy[q] = j < d ? dh[i * d + j] : 0.0f;
-        }
-        for (int s = 0; s < n; s++) {
-            const float *x = src.p[s] + i * d;
-            float v[2] = {0.0f, 0.0f};
-#pragma unroll
-            for (int q = 0; q < MAXV; q++) {
-                int j = tid + q * T;
-                float xv = j < d ? x[j] : 0.0f;
-                v[0] += gy[q] * xv;
-                v[1] += u[q] * xv;
-            }
-            block_sum<2>(v);
-            if (tid == 0) {
-                da[s] = v[0];
-                ux[s] = v[1];
-            }
-        }
-        __syncthreads(); /* da, ux complete */
-        const float *al = alpha + i * n, *rs = rstd + i * n;
-        float cbar = 0.0f;
-        for (int s = 0; s < n; s++)
-            cbar += al[s] * da[s];
-        for (int s = 0; s < n; s++) {
-            const float *x = src.p[s] + i * d;
-            float *dx = dsrc.p[s] + i * d;
-            float a = al[s], r = rs[s];
-            float dl = a * (da[s] - cbar);
-            float c1 = dl * r;
-            float c2 = dl * ux[s] * r * r * r / d;
-#pragma unroll
-            for (int q = 0; q < MAXV; q++) {
-                int j = tid + q * T;
-                if (j < d) {
-                    float xv = x[j];
-                    dx[j] += a * gy[q] + c1 * u[q] - c2 * xv;
-                    pp[q] += c1 * xv;
-                }
-            }
-        }
-        __syncthreads(); /* da, ux read by all before the next token writes them */
-    }
-#pragma unroll
-    for (int q = 0; q < MAXV; q++) {
-        int j = tid + q * T;
-        if (j < d)
-            part[(size_t)blockIdx.x * d + j] = pp[q];
-    }
-}
-
-extern "C" void cuda_depth_attn_fwd(float *h, float *alpha, float *rstd, const float *const *src,
-                                    int n, const float *w, const float *g, int N, int d)
-{
-    const char *op = "depth_attn_fwd";
-    if (N <= 0 || d <= 0)
-        return;
-    int T = row_threads(d, op);
-    clist sl = make_clist(src, n, op);
-    attn_fwd_kernel<<<N, T, (size_t)(n > 0 ? n : 1) * sizeof(float), ar_cuda_stream()>>>(
-        h, alpha, rstd, sl, n, w, g, d);
-    AR_CUDA_LAUNCHED();
-}
-
-extern "C" void cuda_depth_attn_bwd(float *const *dsrc, float *dw, float *dg, const float *dh,
-                                    const float *alpha, const float *rstd,
-                                    const float *const *src, int n, const float *w,
-                                    const float *g, int N, int d)
-{
-    const char *op = "depth_attn_bwd";
-    if (N <= 0 || d <= 0 || n <= 0)
-        return;
-    int T = row_threads(d, op), tpb = red_tokens(N, T), nb = red_nblk(N, tpb);
-    clist sl = make_clist(src, n, op);
-    mlist dl = make_mlist(dsrc, n, op);
-    float *part = (float *)ar_cu_ws(CU_WS_ROWS, (size_t)nb * d * sizeof(float));
-    attn_bwd_kernel<<<nb, T, (size_t)2 * n * sizeof(float), ar_cuda_stream()>>>(
-        dl, part, dh, alpha, rstd, sl, n, w, g, N, d, tpb);
-    AR_CUDA_LAUNCHED();
-    ar_cu_reduce_wg(dw, dg, part, nb, (size_t)d, w, g, d);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -341,12 +189,15 @@ inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, con
     }
 }
 
-extern "C" void cuda_depth_fwd_inter(float *const *o, float *const *lse, float *const *alpha,
-                                     const int *n, float *const *rs, const float *const *src,
-                                     int k, const float *const *w, const float *const *g, int C,
-                                     const float *ng, float *xn, float *nrstd, int sigmoid, int N,
-                                     int d)
+extern "C" void cuda_depth_fwd_inter(const ar_depth_inter *chunk, float *const *o,
+                                     const ar_norm_out *nf)
 {
+    float *const *lse = chunk->lse, *const *alpha = chunk->alpha, *const *rs = chunk->rs;
+    const float *const *src = chunk->src, *const *w = chunk->w, *const *g = chunk->g;
+    const int *n = chunk->n;
+    int k = chunk->k, C = chunk->C, sigmoid = chunk->sigmoid, N = chunk->N, d = chunk->d;
+    const float *ng = nf ? nf->gain : NULL;
+    float *xn = nf ? nf->xn : NULL, *nrstd = nf ? nf->rstd : NULL;
     const char *op = "depth_fwd_inter";
     if (N <= 0 || d <= 0 || C <= 0)
         return;
@@ -430,11 +281,14 @@ merge_kernel(float *h, float *lse, float *alpha, int n, int k, mlist rsi, clist 
     store_rmsnorm(acc, l, ng, xn, nrstd, i, tid, T, d);
 }
 
-extern "C" void cuda_depth_fwd_merge(float *h, float *lse, float *alpha, int n, int k,
-                                     float *const *rsi, const float *const *intra, const float *w,
-                                     const float *g, const float *ng, float *xn, float *nrstd,
-                                     int sigmoid, int N, int d)
+extern "C" void cuda_depth_fwd_merge(const ar_depth_intra *m, float *h, const ar_norm_out *nf)
 {
+    float *lse = m->lse, *alpha = m->alpha, *const *rsi = m->rsi;
+    const float *const *intra = m->src + m->k;
+    const float *w = m->w, *g = m->g;
+    int n = m->n, k = m->k, sigmoid = m->sigmoid, N = m->N, d = m->d;
+    const float *ng = nf ? nf->gain : NULL;
+    float *xn = nf ? nf->xn : NULL, *nrstd = nf ? nf->rstd : NULL;
     const char *op = "depth_fwd_merge";
     if (N <= 0 || d <= 0)
         return;
@@ -560,14 +414,17 @@ intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh
     }
 }
 
-extern "C" void cuda_depth_bwd_intra(float *const *dintra, float *dw, float *dg, float *cdot,
-                                     float *dh, const float *h, const float *dxn,
-                                     const float *xn, const float *ng, float *dng,
-                                     const float *nrstd, const float *alpha, const float *lse,
-                                     int n, int k, const float *const *rsi,
-                                     const float *const *src, const float *w, const float *g,
-                                     int sigmoid, int N, int d)
+extern "C" void cuda_depth_bwd_intra(const ar_depth_intra *m, float *const *dintra, float *dw,
+                                     float *dg, float *cdot, float *dh, const float *h,
+                                     const ar_norm_grad *norm)
 {
+    const float *alpha = m->alpha, *lse = m->lse;
+    const float *const *rsi = (const float *const *)m->rsi, *const *src = m->src;
+    const float *w = m->w, *g = m->g;
+    int n = m->n, k = m->k, sigmoid = m->sigmoid, N = m->N, d = m->d;
+    const float *dxn = norm ? norm->dxn : NULL, *xn = norm ? norm->xn : NULL;
+    const float *ng = norm ? norm->gain : NULL, *nrstd = norm ? norm->rstd : NULL;
+    float *dng = norm ? norm->dgain : NULL;
     const char *op = "depth_bwd_intra";
     if (N <= 0 || d <= 0)
         return;
@@ -686,14 +543,16 @@ inter_bwd_kernel(mlist dsrc, float *part, bwd_grp p, int G, clist rs, clist src,
     }
 }
 
-extern "C" void cuda_depth_bwd_inter(float *const *dsrc, float *const *dw, float *const *dg,
-                                     const float *const *dh, const float *const *cdot,
-                                     const float *const *alpha, const float *const *lse,
-                                     const int *n, const float *const *rs,
-                                     const float *const *src, int k, const float *const *w,
-                                     const float *const *g, int C, int overwrite, int sigmoid,
-                                     int N, int d)
+extern "C" void cuda_depth_bwd_inter(const ar_depth_inter *chunk, float *const *dsrc,
+                                     float *const *dw, float *const *dg, const float *const *dh,
+                                     const float *const *cdot, int overwrite)
 {
+    const float *const *alpha = (const float *const *)chunk->alpha;
+    const float *const *lse = (const float *const *)chunk->lse;
+    const float *const *rs = (const float *const *)chunk->rs;
+    const float *const *src = chunk->src, *const *w = chunk->w, *const *g = chunk->g;
+    const int *n = chunk->n;
+    int k = chunk->k, C = chunk->C, sigmoid = chunk->sigmoid, N = chunk->N, d = chunk->d;
     const char *op = "depth_bwd_inter";
     if (N <= 0 || d <= 0 || C <= 0 || k <= 0)
         return;

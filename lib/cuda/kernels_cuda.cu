@@ -1,6 +1,6 @@
 /* The CUDA backend's fused kernels: elementwise ops, sums, embedding,
  * RMSNorm, rotary, SwiGLU, cross-entropy and AdamW, each with the math of
- * its lib/backend.h entry (and of lib/cpu/kernels_cpu.c) above it.
+ * its lib/ops.def entry (and of lib/cpu/kernels_cpu.c) above it.
  *
  * Shapes: rows of d up to 4096 floats are handled one warp per row (RMSNorm)
  * or one block per row (embedding); rows of V up to 50304 logits one block
@@ -12,7 +12,7 @@
  * the partials); a column sum over tokens (dg of RMSNorm) is per-chunk
  * partials of a fixed row chunking, then added in chunk order; dwte sums
  * repeated tokens in token order after a stable sort. */
-#include "kernels_cuda.h"
+#include "ops_cuda.h"
 
 #include "../backend.h"
 #include "cuda_util.h"
@@ -563,9 +563,10 @@ __global__ static void adamw_kernel(float *p, const float *g, float *m, float *v
 }
 
 /* bias corrections in double on the host, rounded to float (as the CPU) */
-void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float gscale, float lr,
-                float b1, float b2, float eps, float wd, long t)
+void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, const ar_adamw_hparams *s)
 {
+    float gscale = s->gscale, lr = s->lr, b1 = s->b1, b2 = s->b2, eps = s->eps, wd = s->wd;
+    long t = s->t;
     if (!n)
         return;
     float bc1 = (float)(1.0 - pow((double)b1, (double)t));

@@ -30,6 +30,7 @@
  *     att v and their backward products); norms, softmaxes, cross-entropy
  *     and AdamW stay fp32. */
 #include "matmul_cuda.h"
+#include "ops_cuda.h"
 
 #include "cuda_util.h"
 

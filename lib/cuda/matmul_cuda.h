@@ -1,17 +1,11 @@
-/* The CUDA backend's matrix products (lib/cuda/matmul_cuda.cu): the linear
- * layers of lib/backend.h, and the row-major cuBLAS products that
- * attention_cuda.cu uses too.  The CPU versions are in lib/cpu/matmul_cpu.c. */
+/* The row-major cuBLAS products of lib/cuda/matmul_cuda.cu, which its
+ * linear layers (ops_cuda.h) and attention_cuda.cu use. */
 #ifndef AR_CUDA_MATMUL_H
 #define AR_CUDA_MATMUL_H
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-void cuda_matmul_fwd(float *out, const float *x, const float *W, int N, int in, int outd);
-void cuda_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, const float *W,
-                     int N, int in, int outd);
-void cuda_matvec_fwd(float *out, const float *x, const float *W, int in, int outd);
 
 /* Row-major products on cuBLAS, with cblas_sgemm's row-major meaning:
  *   C (M x N, ldc) = alpha op(A) op(B) + beta C,  op(A) M x K, op(B) K x N

@@ -1,9 +1,9 @@
 /* The general depth mixer on the GPU: depth_mix_fwd/bwd, one-phase depth
  * mixing with sigmoid scores, keys without RMSNorm, per-token queries,
  * static logits, uniform weights and multiple heads (lib/residual_mixer.c).
- * The math is in lib/backend.h; the CPU versions are in lib/cpu/mixer_cpu.c;
+ * The math is in lib/ops.def; the CPU versions are in lib/cpu/mixer_cpu.c;
  * the row-block layout is rows_cuda.h. */
-#include "mixer_cuda.h"
+#include "ops_cuda.h"
 
 #include <math.h>
 
@@ -285,10 +285,12 @@ static size_t mix_smem(int H, int n, int bwd)
     return (bwd ? 4 * hn + n + 2 * (size_t)H : hn + H) * sizeof(float);
 }
 
-extern "C" void cuda_depth_mix_fwd(float *h, float *alpha, float *rstd, const float *const *src,
-                                   int n, const float *w, int wstride, const float *g,
-                                   const float *theta, int sigmoid, int H, int N, int d)
+extern "C" void cuda_depth_mix_fwd(const ar_depth_mix *m, float *h)
 {
+    const float *const *src = m->src;
+    const float *w = m->w, *g = m->g, *theta = m->theta;
+    int n = m->n, wstride = m->wstride, sigmoid = m->sigmoid, H = m->H, N = m->N, d = m->d;
+    float *alpha = m->alpha, *rstd = m->rstd;
     const char *op = "depth_mix_fwd";
     if (N <= 0 || d <= 0 || n <= 0)
         return;
@@ -302,12 +304,13 @@ extern "C" void cuda_depth_mix_fwd(float *h, float *alpha, float *rstd, const fl
     AR_CUDA_LAUNCHED();
 }
 
-extern "C" void cuda_depth_mix_bwd(float *const *dsrc, float *dw, float *dg, float *dtheta,
-                                   const float *dh, const float *alpha, const float *rstd,
-                                   const float *const *src, int n, const float *w, int wstride,
-                                   const float *g, const float *theta, int sigmoid, int H, int N,
-                                   int d)
+extern "C" void cuda_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, float *dg,
+                                   float *dtheta, const float *dh)
 {
+    const float *const *src = m->src;
+    const float *w = m->w, *g = m->g, *theta = m->theta;
+    int n = m->n, wstride = m->wstride, sigmoid = m->sigmoid, H = m->H, N = m->N, d = m->d;
+    const float *alpha = m->alpha, *rstd = m->rstd;
     const char *op = "depth_mix_bwd";
     if (N <= 0 || d <= 0 || n <= 0)
         return;
@@ -456,13 +459,15 @@ mix_bwd_part_kernel(mlist dsrc, float *part, int want_dt, const float *dh, const
  * the shared dsrc rows do not race): the GPU reads each shared source once
  * per mixer, as depth_mix_bwd does; the CPU op's one read per chunk is a
  * cache optimisation this version does not make. */
-extern "C" void cuda_depth_mix_bwd_chunk(float *const *dsrc, const float *const *src, int s0, int s1, int C,
+extern "C" void cuda_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc,
                                          float *const *dw, float *const *dg, float *const *dtheta,
-                                         const float *const *dh, const float *const *cdot,
-                                         const float *const *alpha, const float *const *rstd, const int *n,
-                                         const float *const *w, const float *const *g,
-                                         const float *const *theta, int sigmoid, int H, int N, int d)
+                                         const float *const *dh, const float *const *cdot)
 {
+    const float *const *src = chunk->src, *const *alpha = chunk->alpha, *const *rstd = chunk->rstd;
+    const float *const *w = chunk->w, *const *g = chunk->g, *const *theta = chunk->theta;
+    const int *n = chunk->n;
+    int s0 = chunk->s0, s1 = chunk->s1, C = chunk->C, sigmoid = chunk->sigmoid, H = chunk->H;
+    int N = chunk->N, d = chunk->d;
     const char *op = "depth_mix_bwd_chunk";
     if (N <= 0 || d <= 0 || s1 <= s0 || C < 1)
         return;

@@ -1,6 +1,6 @@
 /* Row blocks: the thread layout, source lists and token reductions shared
  * by the CUDA depth-mixing ops (depth_cuda.cu, mixer_cuda.cu, wsum_cuda.cu;
- * the math of each op is in lib/backend.h).
+ * the math of each op is in lib/ops.def).
  *
  * Layout of the work: one thread block per token row (a chunk of rows in
  * the backward ops), blockDim.x = T threads, thread t owning the channels

@@ -1,12 +1,12 @@
 /* Weighted sums of buffers with learned coefficients on the GPU:
  * wsum_fwd/bwd, the mixing of DenseFormer (lib/residual_denseformer.c) and
  * mHC (lib/residual_mhc.c), and wmix_fwd/bwd, several sums of the same
- * inputs in one pass (mHC's streams).  The math is in lib/backend.h; the
+ * inputs in one pass (mHC's streams).  The math is in lib/ops.def; the
  * CPU versions are in lib/cpu/wsum_cpu.c.  wsum's buffer lists travel as
  * rows_cuda.h's source lists, wmix's as lists of AR_WMIX_MAX.
  * Determinism: the coefficient gradients are per-block partials in double,
  * added in block order. */
-#include "wsum_cuda.h"
+#include "ops_cuda.h"
 
 #include "../backend.h"
 #include "rows_cuda.h"
@@ -205,9 +205,11 @@ __global__ void wmix_bwd_kernel(wl_m dx, int accumulate, double *part, wl_c dy, 
         }
 }
 
-extern "C" void cuda_wmix_fwd(float *const *y, int p, const float *const *x, int n, const float *C,
-                              int ldc, size_t len)
+extern "C" void cuda_wmix_fwd(const ar_wmix *m, float *const *y, const float *const *x)
 {
+    const float *C = m->C;
+    int p = m->p, n = m->n, ldc = m->ldc;
+    size_t len = m->len;
     const char *op = "wmix_fwd";
     if (len == 0)
         return;
@@ -220,10 +222,12 @@ extern "C" void cuda_wmix_fwd(float *const *y, int p, const float *const *x, int
     AR_CUDA_LAUNCHED();
 }
 
-extern "C" void cuda_wmix_bwd(float *const *dx, int accumulate, float *dC, const float *const *dy,
-                              int p, const float *const *x, int n, const float *C, int ldc,
-                              size_t len)
+extern "C" void cuda_wmix_bwd(const ar_wmix *m, float *const *dx, int accumulate, float *dC,
+                              const float *const *dy, const float *const *x)
 {
+    const float *C = m->C;
+    int p = m->p, n = m->n, ldc = m->ldc;
+    size_t len = m->len;
     const char *op = "wmix_bwd";
     if (len == 0)
         return;

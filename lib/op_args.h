@@ -1,0 +1,169 @@
+/* The argument structs of the ops in lib/ops.def: an op that would take
+ * more than about eight arguments takes the description of what it works
+ * on (the sources, the query, the gain, the shape, the flags) as one of
+ * these, passed by pointer.  Pointers in them are device pointers; arrays
+ * of pointers are host arrays holding device pointers, as everywhere in
+ * the op table (lib/backend.h).
+ *
+ * Each struct comes with its AR_*_USES(x) words: the buffers it names and
+ * their extents, in the vocabulary of lib/ops.def's "uses" (expanded only
+ * where that vocabulary is defined, as tests/guard_backend.c does). */
+#ifndef AR_OP_ARGS_H
+#define AR_OP_ARGS_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The RMSNorm of the sublayer that reads a mixed row, fused into the depth
+ * op that forms it: xn = RMSNorm(h) with gain (d) and rstd (N) per token,
+ * as rmsnorm_fwd(xn, rstd, h, gain) would write them (xn: N x d). */
+typedef struct {
+    const float *gain;
+    float *xn, *rstd;
+} ar_norm_out;
+#define AR_NORM_OUT_USES(nf, N, d)                                                                   \
+    DEV((nf)->gain, d) DEV((nf)->xn, (size_t)(N) * (d)) DEV((nf)->rstd, N)
+
+/* The backward of that norm, from dL/dxn (dxn) and the xn and rstd the
+ * forward left: dL/dh is RMSNorm's backward of dxn, and dgain += its gain
+ * gradient. */
+typedef struct {
+    const float *gain;
+    float *dgain;
+    const float *dxn, *xn, *rstd;
+} ar_norm_grad;
+#define AR_NORM_GRAD_USES(ng, N, d)                                                                  \
+    DEV((ng)->gain, d) DEV((ng)->dgain, d) DEV((ng)->dxn, (size_t)(N) * (d))                      \
+    DEV((ng)->xn, (size_t)(N) * (d)) DEV((ng)->rstd, N)
+
+/* Causal multi-head attention over B sequences of T tokens, nh heads of hd
+ * channels: the rotated queries q and keys k and the values v (B x T x
+ * (nh*hd) each), and the softmax probabilities att (B x nh x T x T;
+ * written by attention_fwd, read by attention_bwd). */
+typedef struct {
+    const float *q, *k, *v;
+    float *att;
+    int B, T, nh, hd;
+} ar_attention;
+#define AR_ATTENTION_ROWS(a) ((size_t)(a)->B * (a)->T * (a)->nh * (a)->hd)
+#define AR_ATTENTION_USES(a)                                                                         \
+    DEV((a)->q, AR_ATTENTION_ROWS(a)) DEV((a)->k, AR_ATTENTION_ROWS(a))                           \
+    DEV((a)->v, AR_ATTENTION_ROWS(a)) DEV((a)->att, (size_t)(a)->B * (a)->nh * (a)->T * (a)->T)
+
+/* Two-phase depth attention (lib/residual_depth.c's chunks; the ops'
+ * math is in lib/ops.def).  A chunk: C mixers c < C sharing their first k
+ * sources src[0..k-1] (N x d each).  Mixer c has n[c] >= k sources, its
+ * query w[c] and key-norm gain g[c] (d each; g NULL: no key norm, the
+ * logit is w.x unnormalised), its weights alpha[c] (N x n[c]) and
+ * log-sum-exps lse[c] (N); rs[s] (N) is the rstd of shared source s.
+ * Phase 1 writes rs, alpha and lse; the shared backward reads them.
+ * sigmoid: `score: sigmoid`. */
+typedef struct {
+    int C, k;
+    const int *n;
+    const float *const *src;
+    float *const *rs;
+    const float *const *w, *const *g;
+    float *const *alpha, *const *lse;
+    int sigmoid;
+    int N, d;
+} ar_depth_inter;
+#define AR_DEPTH_INTER_USES(c)                                                                       \
+    HOST_ARRAY((c)->n, (c)->C) LIST((c)->src, (c)->k, (size_t)(c)->N * (c)->d)                     \
+    LIST((c)->rs, (c)->k, (c)->N) LIST((c)->w, (c)->C, (c)->d)                                     \
+    WHEN((c)->g, LIST((c)->g, (c)->C, (c)->d)) LIST((c)->lse, (c)->C, (c)->N) HOST((c)->alpha)     \
+    EACH(i_, (c)->C, DEV((c)->alpha[i_], (size_t)(c)->N * (c)->n[i_]))
+
+/* One mixer of such a chunk, for its own ("intra") sources: n sources
+ * src[0..n-1] (N x d), the first k the chunk's shared ones, the other n-k
+ * its own; rsi[t] (N) the rstd of its own source k+t; its query w and
+ * gain g (d; g NULL: no key norm), weights alpha (N x n) and lse (N).
+ * Phase 2 reads src[k..n-1] and writes rsi; the intra backward reads all
+ * n sources and rsi. */
+typedef struct {
+    int n, k;
+    const float *const *src;
+    float *const *rsi;
+    const float *w, *g;
+    float *alpha, *lse;
+    int sigmoid;
+    int N, d;
+} ar_depth_intra;
+#define AR_DEPTH_INTRA_USES(m)                                                                       \
+    LIST((m)->src + (m)->k, (m)->n - (m)->k, (size_t)(m)->N * (m)->d)                              \
+    LIST((m)->rsi, (m)->n - (m)->k, (m)->N) DEV((m)->w, (m)->d) DEV_OPT((m)->g, (m)->d)             \
+    DEV((m)->alpha, (size_t)(m)->N * (m)->n) DEV((m)->lse, (m)->N)
+
+/* One general depth mixer (lib/residual_mixer.c): n sources src[s] (N x
+ * d), H heads over channel groups of d/H; the query w (d, or wstride = d:
+ * one per token, N x d; NULL: none), the key-norm gain g (d; NULL: no key
+ * norm), the per-source logits theta (n; static mixing; NULL: none);
+ * alpha (N x H x n) and rstd (N x n, only with g) written by the forward
+ * and read by the backward.  sigmoid: `score: sigmoid`. */
+typedef struct {
+    int n;
+    const float *const *src;
+    const float *w;
+    int wstride;
+    const float *g, *theta;
+    float *alpha, *rstd;
+    int sigmoid, H;
+    int N, d;
+} ar_depth_mix;
+#define AR_DEPTH_MIX_USES(m)                                                                         \
+    LIST((m)->src, (m)->n, (size_t)(m)->N * (m)->d)                                                \
+    DEV_OPT((m)->w, (m)->wstride ? (size_t)(m)->N * (m)->d : (size_t)(m)->d)                        \
+    DEV_OPT((m)->g, (m)->d) DEV_OPT((m)->theta, (m)->n)                                            \
+    DEV((m)->alpha, (size_t)(m)->N * (m)->H * (m)->n) DEV_IF((m)->g, (m)->rstd, (size_t)(m)->N * (m)->n)
+
+/* C general mixers c < C (shared queries: wstride 0) whose source lists
+ * hold the same buffers src[s] at places s0 <= s < s1; each mixer's
+ * number of sources n[c], query w[c], gain g[c], logits theta[c] (all
+ * NULL or all set, per kind), weights alpha[c] and rstd[c], as in
+ * ar_depth_mix. */
+typedef struct {
+    int C, s0, s1;
+    const float *const *src;
+    const int *n;
+    const float *const *w, *const *g, *const *theta;
+    const float *const *alpha, *const *rstd;
+    int sigmoid, H;
+    int N, d;
+} ar_depth_mix_chunk;
+#define AR_DEPTH_MIX_CHUNK_USES(c)                                                                   \
+    HOST_ARRAY((c)->n, (c)->C) LIST((c)->src, (c)->s1, (size_t)(c)->N * (c)->d)                    \
+    LIST_OPT((c)->w, (c)->C, (c)->d) LIST_OPT((c)->g, (c)->C, (c)->d) HOST((c)->alpha)             \
+    HOST((c)->rstd) HOST((c)->theta)                                                                \
+    EACH(i_, (c)->C, DEV((c)->alpha[i_], (size_t)(c)->N * (c)->H * (c)->n[i_])                      \
+                         DEV_IF((c)->g[i_], (c)->rstd[i_], (size_t)(c)->N * (c)->n[i_])             \
+                         DEV_OPT((c)->theta[i_], (c)->n[i_]))
+
+/* p weighted sums of the same n buffers of len floats (mHC's streams,
+ * p, n <= AR_WMIX_MAX): output i takes C[i ldc + j] of input j (C: device,
+ * rows ldc floats apart). */
+typedef struct {
+    int p, n;
+    const float *C;
+    int ldc;
+    size_t len;
+} ar_wmix;
+#define AR_WMIX_COEFS(m) ((size_t)((m)->p - 1) * (m)->ldc + (m)->n)
+#define AR_WMIX_USES(m) DEV((m)->C, AR_WMIX_COEFS(m))
+
+/* One AdamW step's hyperparameters (host values): learning rate, betas,
+ * eps, decoupled weight decay, the factor the gradient is read with
+ * (gradient clipping), and the step number t >= 1 of the bias
+ * corrections. */
+typedef struct {
+    float lr, b1, b2, eps, wd, gscale;
+    long t;
+} ar_adamw_hparams;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
