@@ -2,8 +2,6 @@
  * plan over MPI. */
 #include "pipe.h"
 
-#include "dp.h"
-
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -85,13 +83,6 @@ static int make_plan(ar_pipe_plan *pl, const ar_comm *world, const ar_config *cf
                                       cfg->train.grad_accum / D, cfg->parallel.cache_blocks, sched_of(cfg), e);
     ar_blocks_free(&b);
     return rc;
-}
-
-int ar_pipelined(const ar_config *cfg) { return cfg->parallel.pipeline > 1 || cfg->parallel.virtual_stages > 1; }
-
-int ar_parallel_check(const ar_comm *world, const ar_config *cfg, ar_err *e)
-{
-    return ar_pipelined(cfg) ? ar_pipe_check(world, cfg, e) : ar_dp_check(world, &cfg->train, e);
 }
 
 int ar_pipe_check(const ar_comm *world, const ar_config *cfg, ar_err *e)

@@ -35,6 +35,7 @@
 #include "../lib/model.h"
 #include "../lib/optim.h"
 #include "comm.h"
+#include "parallel.h" /* the sampler; ar_pipelined and ar_parallel_check, the choice of layout */
 #include "pipe_plan.h"
 
 typedef struct ar_pipe ar_pipe;
@@ -44,11 +45,6 @@ typedef struct ar_pipe ar_pipe;
  * sublayers, too few micro-batches, a residual kind that cannot pipeline,
  * a device or option the pipeline does not run with). */
 int ar_pipe_check(const ar_comm *world, const ar_config *cfg, ar_err *e);
-
-/* The layout's check, whichever it is: ar_pipe_check for a pipeline
- * (parallel.pipeline or parallel.virtual above 1), else ar_dp_check. */
-int ar_parallel_check(const ar_comm *world, const ar_config *cfg, ar_err *e);
-int ar_pipelined(const ar_config *cfg);
 
 /* The pipelined step's chunk count C = P V for cfg (1 without a pipeline):
  * the model is created with it (ar_model_split.nchunks). */
@@ -66,7 +62,7 @@ ar_pipe *ar_pipe_create(ar_comm *world, const ar_config *cfg, ar_model *m, ar_er
 void ar_pipe_free(ar_pipe *p);
 
 /* Fills micro-batch a (0..A-1) of the step: B x T inputs and targets. */
-typedef void (*ar_pipe_sample_fn)(void *ud, int a, int32_t *in, int32_t *tg);
+typedef ar_parallel_sample_fn ar_pipe_sample_fn;
 
 /* One step's gradient: on return each rank's grads hold the step's
  * gradient on its own chunks' parameters (zero elsewhere) and loss[0..A-1]

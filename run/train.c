@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,9 +27,8 @@
 #include "../parallel/comm.h"
 #include "data.h"
 #include "depth_stats.h"
-#include "../parallel/dp.h"
 #include "eval.h"
-#include "../parallel/pipe.h"
+#include "../parallel/parallel.h"
 #include "run_figures.h"
 
 static double now_s(void)
@@ -66,7 +64,6 @@ typedef struct {
     ar_model *m;
     ar_adamw opt;
     gsl_rng *rng;
-    int32_t *in, *tg;
     char metrics[AR_PATH_MAX + 64];
     double last_val;
     long pos;           /* data position: micro-batches drawn so far */
@@ -77,9 +74,8 @@ typedef struct {
     int lock_fd;
     int made_dir;       /* ar_mkdir_p_new's first_new for the run directory */
     int made_lock;      /* this process created .attnres.lock */
-    ar_comm *comm;      /* the ranks of a data-parallel run (self: one) */
-    ar_dp *dp;          /* data parallelism alone, or */
-    ar_pipe *pp;        /* a pipeline (parallel.pipeline > 1) */
+    ar_comm *comm;      /* the ranks of the run (self: one) */
+    ar_parallel *par;   /* how they share a step (parallel.h) */
     int lead;           /* rank 0: reads the checkpoint, writes every file */
     int opt_ready;      /* opt is allocated */
 } trainer;
@@ -97,7 +93,7 @@ static void warnf(const trainer *t, const char *fmt, ...)
     t->o->warn(msg, t->o->ud);
 }
 
-/* Micro-batch a of the step at the data position (pipe.h's sampler). */
+/* Micro-batch a of the step at the data position (parallel.h's sampler). */
 static void sample_micro(void *ud, int a, int32_t *in, int32_t *tg)
 {
     trainer *t = ud;
@@ -106,46 +102,14 @@ static void sample_micro(void *ud, int a, int32_t *in, int32_t *tg)
     ar_sample_batch(t->ds.train, t->ds.ntrain, tc->batch_size, t->m->T, t->rng, in, tg);
 }
 
-/* The pipelined step (pipe.h): the same micro-batches and loss. */
-static int forward_backward_pipe(trainer *t, double *loss, ar_err *e)
+/* One step's gradient over grad_accum micro-batches at the data position,
+ * spread over the ranks (parallel.h); the loss is the mean of every
+ * micro-batch's, summed in micro-batch order on every rank. */
+static int forward_backward(trainer *t, double *loss, ar_err *e)
 {
     int A = t->cfg->train.grad_accum;
     double *l = ar_xcalloc((size_t)A, sizeof(double));
-    int rc = ar_pipe_step(t->pp, sample_micro, t, l, e);
-    *loss = 0;
-    for (int a = 0; a < A; a++)
-        *loss += l[a] / A;
-    free(l);
-    t->pos += A;
-    return rc;
-}
-
-/* One step's gradient: grad_accum micro-batches at the data position, this
- * rank's share of them (dp.h), summed over the ranks; the loss is the mean
- * of every micro-batch's, summed in micro-batch order on every rank. */
-static int forward_backward(trainer *t, double *loss, ar_err *e)
-{
-    if (t->pp)
-        return forward_backward_pipe(t, loss, e);
-    const ar_train_cfg *tc = &t->cfg->train;
-    ar_model *m = t->m;
-    int B = tc->batch_size, T = m->T, A = tc->grad_accum, first;
-    (void)B;
-    int k = ar_dp_local(t->dp, &first);
-    float scale = (float)(1.0 / ((double)B * T * A));
-    double *l = ar_xcalloc((size_t)A, sizeof(double));
-    int rc = 0;
-    for (int i = 0; i < k && rc == 0; i++) {
-        int a = first + i;
-        sample_micro(t, a, t->in, t->tg);
-        ar_dp_begin(t->dp, i);
-        l[a] = ar_model_forward_backward(m, t->in, t->tg, B, scale, NULL);
-        rc = ar_dp_end(t->dp, i, e);
-    }
-    if (rc == 0)
-        rc = ar_dp_finish(t->dp, e);
-    if (rc == 0)
-        rc = t->comm->ops->allgather(t->comm, l + first, l, (size_t)k * sizeof(double), e);
+    int rc = t->par->ops->step(t->par, sample_micro, t, l, e);
     *loss = 0;
     for (int a = 0; a < A; a++)
         *loss += l[a] / A;
@@ -209,20 +173,16 @@ static int evaluate(trainer *t, ar_jw *w, ar_err *e)
 {
     ar_model *m = t->m;
     double *grms = ar_xcalloc((size_t)m->L, sizeof(double));
-    /* before eval: eval does not touch grads; a pipeline's stages hold
-     * their own chunks' parameters and gradients */
-    if (t->pp ? ar_pipe_gather(t->pp, m->grads, e) != 0 || ar_pipe_gather(t->pp, m->params, e) != 0
-              : ar_dp_gather_grads(t->dp, e) != 0) {
+    /* before eval: eval does not touch grads */
+    if (t->par->ops->gather_model(t->par, e) != 0) {
         free(grms);
         return -1;
     }
     grad_rms_by_sublayer(m, grms);
-    /* A stage's model keeps activations for its own sublayers alone: the
-     * evaluation runs on a whole copy sharing its parameters, for its
-     * duration (every rank evaluates its share of the windows). */
+    /* a model that runs every sublayer, for the evaluation's duration
+     * (every rank evaluates its share of the windows) */
     ar_model *em = m;
-    ar_model_split sp = {.nchunks = ar_pipe_nchunks(t->cfg), .share = m};
-    if (t->pp && ar_model_create_split(&em, &m->cfg, m->be, m->maxB, &sp, e) != 0) {
+    if (t->par->ops->eval_model(t->par, &em, e) != 0) {
         free(grms);
         return -1;
     }
@@ -488,20 +448,13 @@ static int setup(trainer *t, long *start, ar_err *e)
     const ar_train_opts *o = t->o;
     t->lock_fd = -1;
     t->saved_step = -1;
-    int piped = ar_pipelined(cfg);
     if (ar_config_validate(cfg, e) != 0 || ar_parallel_check(t->comm, cfg, e) != 0)
         return -1;
     char note[512];
     if (!o->resume && ar_config_warning(cfg, note, sizeof note))
         warnf(t, "%s", note);
-    /* GPUs exchange over NCCL, which picks each rank's GPU before the
-     * backend starts on it */
-    if (t->comm->size > 1 && cfg->train.device == AR_DEVICE_CUDA && !piped) {
-        ar_comm *nccl = ar_comm_nccl(e);
-        if (ar_comm_agree(t->comm, nccl ? 0 : -1, e) != 0)
-            return -1;
-        t->comm = nccl;
-    }
+    if (ar_parallel_comm(&t->comm, cfg, e) != 0) /* before the backend starts on a GPU */
+        return -1;
     const ar_backend *be = o->be;
     if (!be && !(be = ar_backend_open(ar_device_name(cfg->train.device), cfg->train.precision == AR_PREC_BF16, e))) {
         if (o->resume && cfg->train.device != AR_DEVICE_CPU) {
@@ -532,26 +485,14 @@ static int setup(trainer *t, long *start, ar_err *e)
         rc = -1;
     if (rc == 0) {
         t->data_crc = ar_st_crc32(t->ds.train, (uint64_t)t->ds.ntrain * sizeof(int32_t));
-        /* a stage allocates activations for its own sublayers alone */
-        unsigned char *runs = ar_xcalloc((size_t)ar_cfg_sublayers(&cfg->model) + 2, 1);
-        ar_model_split sp;
-        ar_pipe_model_split(cfg, t->comm->rank, runs, &sp);
-        ar_model_cfg mc = ar_cfg_training_model(cfg);
-        rc = ar_model_create_split(&t->m, &mc, be, cfg->train.batch_size, &sp, e);
-        free(runs);
+        rc = ar_parallel_model(cfg, t->comm->rank, be, &t->m, e);
     }
-    if (rc == 0 && piped && !(t->pp = ar_pipe_create(t->comm, cfg, t->m, e)))
-        rc = -1;
-    else if (rc == 0 && !piped &&
-             !(t->dp = ar_dp_create(t->comm, t->m, cfg->train.grad_accum, cfg->parallel.shard_optimizer, e)))
+    if (rc == 0 && !(t->par = ar_parallel_create(t->comm, cfg, t->m, e)))
         rc = -1;
     if (rc == 0) {
         int nr;
         const size_t *lo, *hi;
-        if (t->pp)
-            ar_pipe_opt_ranges(t->pp, &nr, &lo, &hi);
-        else
-            ar_dp_opt_ranges(t->dp, &nr, &lo, &hi);
+        t->par->ops->opt_ranges(t->par, &nr, &lo, &hi);
         ar_adamw_init_ranges(&t->opt, t->m, nr, lo, hi);
         t->opt.muon = cfg->train.optimizer == AR_OPT_MUON;
         t->opt_ready = 1;
@@ -580,16 +521,13 @@ static int setup(trainer *t, long *start, ar_err *e)
     rc = ar_comm_agree(t->comm, rc, e);
     if (rc == 0)
         rc = share_state(t, start, o->resume ? &full : NULL, o->resume, e);
-    if (rc == 0 && t->dp)
-        rc = ar_dp_measure(t->dp, e);
+    if (rc == 0)
+        rc = t->par->ops->measure(t->par, e);
     if (full.m)
         ar_adamw_free(&full);
     if (rc != 0)
         return -1;
     t->rng = gsl_rng_alloc(gsl_rng_mt19937);
-    size_t N = (size_t)cfg->train.batch_size * cfg->model.seq_len;
-    t->in = ar_xmalloc(N * sizeof(int32_t));
-    t->tg = ar_xmalloc(N * sizeof(int32_t));
     t->last_val = NAN;
     return 0;
 }
@@ -610,23 +548,37 @@ static void teardown(trainer *t)
 {
     if (t->opt_ready)
         ar_adamw_free(&t->opt);
-    ar_dp_free(t->dp);
-    ar_pipe_free(t->pp);
+    ar_parallel_free(t->par);
     if (t->m)
         ar_model_free(t->m);
     if (t->rng)
         gsl_rng_free(t->rng);
-    free(t->in);
-    free(t->tg);
     ar_dataset_close(&t->ds);
     if (t->lock_fd >= 0)
         close(t->lock_fd);
 }
 
+/* The optimizer's update of this rank's ranges, passed on to the ranks
+ * that need it, and the check that the parameters stayed finite. */
+static int update(trainer *t, long step, double lr, double gnorm, ar_err *e)
+{
+    char kept[AR_PATH_MAX + 128];
+    ar_adamw_step(&t->opt, t->m, &t->cfg->train, lr, gnorm);
+    if (t->par->ops->updated(t->par, e) != 0)
+        return -1;
+    int rc = 0, p = nonfinite_param(t->m);
+    if (p >= 0)
+        rc = ar_fail(e, "step %ld: the update made tensor '%s' non-finite (train.lr %g too high?); training "
+                        "stopped; %s",
+                     step + 1, t->m->pt.p[p].name, lr, kept_text(t, kept, sizeof kept));
+    return t->par->ops->agree(t->par, rc, e);
+}
+
 static int due(long done, long every, long steps) { return done == steps || (every > 0 && done % every == 0); }
 
-/* Rank 0 writes the checkpoint: with a sharded optimizer, of the moments
- * gathered from every rank, so the files are those of one process. */
+/* Rank 0 writes the checkpoint: of the whole state, gathered from every
+ * rank where the ranks hold parts of it, so the files are those of one
+ * process. */
 static int write_checkpoint(trainer *t, long step, const ar_adamw *opt, ar_err *e)
 {
     const ar_config *cfg = t->cfg;
@@ -635,9 +587,9 @@ static int write_checkpoint(trainer *t, long step, const ar_adamw *opt, ar_err *
                         .data_crc32 = t->data_crc};
     char kept[AR_PATH_MAX + 128];
     if (ar_ckpt_save_state(t->o->out_dir, cfg, t->m, opt, &st, e) != 0) {
-        /* The files are replaced one by one, each atomically: the message
-         * says what was kept. */
-        if (strstr(e->msg, "is kept") == NULL)
+        /* A refusal (AR_ERR_KEPT) already says what was kept; any other
+         * failure gets it added here. */
+        if (e->kind != AR_ERR_KEPT)
             ar_wrap(e, "checkpoint of step %ld not saved (%s)", step, kept_text(t, kept, sizeof kept));
         return -1;
     }
@@ -648,72 +600,19 @@ static int write_checkpoint(trainer *t, long step, const ar_adamw *opt, ar_err *
 
 static int save(trainer *t, long step, ar_err *e)
 {
-    int rc = 0;
-    if (!t->pp && !ar_dp_sharded(t->dp)) {
-        if (t->lead)
-            rc = write_checkpoint(t, step, &t->opt, e);
-    } else {
-        /* a sharded optimizer's moments, or a pipeline's stages' parameters
-         * and moments, gathered to rank 0: the files of one process */
-        size_t n = t->m->pt.total;
-        float *hm = ar_xmalloc(n * sizeof(float)), *hv = ar_xmalloc(n * sizeof(float));
-        rc = t->pp ? ar_pipe_gather(t->pp, t->m->params, e) : 0;
-        if (rc == 0)
-            rc = t->pp ? ar_pipe_full_moments(t->pp, &t->opt, hm, hv, e)
-                       : ar_dp_full_moments(t->dp, &t->opt, hm, hv, e);
-        if (rc == 0 && t->lead) {
-            ar_adamw full;
-            ar_adamw_init(&full, t->m);
-            full.muon = t->opt.muon;
-            ar_adamw_moments_from_full(&full, hm, hv);
-            full.t = t->opt.t;
-            rc = write_checkpoint(t, step, &full, e);
-            ar_adamw_free(&full);
-        }
-        free(hm);
-        free(hv);
-    }
+    /* the moments (and parameters) of ranks that update parts of the
+     * model, gathered (parallel.h): the files of one process */
+    ar_adamw full;
+    const ar_adamw *opt;
+    int rc = ar_parallel_checkpoint_opt(t->par, &t->opt, t->lead ? &full : NULL, &opt, e);
+    if (rc == 0 && t->lead)
+        rc = write_checkpoint(t, step, opt, e);
+    if (opt == &full)
+        ar_adamw_free(&full);
     if (ar_comm_agree(t->comm, rc, e) != 0)
         return -1;
     t->saved_step = step;
     return 0;
-}
-
-/* A pipelined step's metrics: the layout, the rows' bytes moved (the
- * forward's and the gradients'; over the world, and per token), the
- * schedule's idle fraction and every rank's peak resident memory. */
-static int log_pipe(trainer *t, ar_jw *w, long tok_per_step, ar_err *e)
-{
-    ar_pipe_stats st;
-    const ar_pipe_plan *pl = ar_pipe_plan_of(t->pp);
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    double *rss = ar_xcalloc((size_t)t->comm->size, sizeof(double));
-    rss[t->comm->rank] = (double)ru.ru_maxrss / 1024.0; /* KiB -> MiB */
-    int rc = ar_pipe_stats_sum(t->pp, &st, e);
-    if (rc == 0)
-        rc = t->comm->ops->sum_doubles(t->comm, rss, (size_t)t->comm->size, e);
-    if (rc == 0) {
-        ar_jw_key(w, "ranks");
-        ar_jw_int(w, t->comm->size);
-        ar_jw_key(w, "pipeline");
-        ar_jw_int(w, pl->P);
-        ar_jw_key(w, "virtual");
-        ar_jw_int(w, pl->V);
-        ar_jw_key(w, "cache_blocks");
-        ar_jw_bool(w, pl->cache);
-        ar_jw_key(w, "pipe_fwd_bytes");
-        ar_jw_num(w, st.fwd_bytes);
-        ar_jw_key(w, "pipe_bwd_bytes");
-        ar_jw_num(w, st.bwd_bytes);
-        ar_jw_key(w, "pipe_bytes_per_token");
-        ar_jw_num(w, (st.fwd_bytes + st.bwd_bytes) / (double)tok_per_step);
-        ar_jw_key(w, "pipe_bubble");
-        ar_jw_num(w, st.bubble);
-        write_list(w, "rank_peak_rss_mib", rss, t->comm->size);
-    }
-    free(rss);
-    return rc;
 }
 
 /* The metrics line of a step (every logged step, and every skipped one). */
@@ -737,21 +636,9 @@ static int log_step(trainer *t, long step, long tok_per_step, double loss, doubl
     ar_jw_num(&w, tok_per_step / dt);
     ar_jw_key(&w, "elapsed_s");
     ar_jw_num(&w, now_s() - t0);
-    if (t->pp) {
-        if (log_pipe(t, &w, tok_per_step, e) != 0) {
-            ar_jw_free(&w);
-            return -1;
-        }
-    } else if (t->comm->size > 1) {
-        /* the reduction's cost: blocking, and what the backward left waiting */
-        double wait_s, reduce_s;
-        ar_dp_times(t->dp, &wait_s, &reduce_s);
-        ar_jw_key(&w, "ranks");
-        ar_jw_int(&w, t->comm->size);
-        ar_jw_key(&w, "reduce_s");
-        ar_jw_num(&w, reduce_s);
-        ar_jw_key(&w, "reduce_wait_s");
-        ar_jw_num(&w, wait_s);
+    if (t->par->ops->metrics(t->par, &w, tok_per_step, e) != 0) {
+        ar_jw_free(&w);
+        return -1;
     }
     if (warning) {
         ar_jw_key(&w, "skipped");
@@ -798,7 +685,7 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
         if (rc == 0 && o->grad_hook)
             o->grad_hook(t.m, step + 1, o->ud);
         if (rc == 0)
-            rc = t.pp ? ar_pipe_grad_norm(t.pp, &gnorm, e) : ar_dp_grad_norm(t.dp, &gnorm, e);
+            rc = t.par->ops->grad_norm(t.par, &gnorm, e);
         if (rc != 0)
             break;
         char warning[256];
@@ -814,16 +701,7 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
             warnf(&t, "%s", warning);
         } else {
             t.bad = 0;
-            ar_adamw_step(&t.opt, t.m, tc, lr, gnorm); /* this rank's shard, when sharded */
-            int p = t.dp && ar_dp_gather_params(t.dp, e) != 0 ? -2 : nonfinite_param(t.m);
-            if (p == -2)
-                rc = -1;
-            else if (p >= 0)
-                rc = ar_fail(e, "step %ld: the update made tensor '%s' non-finite (train.lr %g too high?); training "
-                                "stopped; %s",
-                             step + 1, t.m->pt.p[p].name, lr, kept_text(&t, kept, sizeof kept));
-            if (t.pp && p != -2) /* a stage updates its own chunks alone */
-                rc = ar_comm_agree(t.comm, rc, e);
+            rc = update(&t, step, lr, gnorm, e);
         }
         t.m->be->sync();
         double dt = now_s() - ts;
