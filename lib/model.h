@@ -89,7 +89,7 @@ int ar_model_create(ar_model **out, const ar_model_cfg *cfg, const ar_backend *b
 /* How a stage of a pipelined run builds the copies of the model it keeps
  * a micro-batch's activations in. */
 typedef struct {
-    int nchunks;               /* pipeline chunks (residual.h: ar_chunk_first; 1: none): a residual scheme's
+    int nchunks;               /* pipeline chunks (lib/chunks.h; 1: none): a residual scheme's
                                   own schedule (the two-phase depth chunks)
                                   never spans one */
     const struct ar_model *share; /* NULL, or the model whose parameters,

@@ -1,7 +1,5 @@
 #include "residual.h"
 
-int ar_chunk_first(int L, int C, int c) { return 1 + (int)((long)c * L / C); }
-
 ar_residual *ar_residual_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN,
                                 int nchunks, ar_param_table *pt)
 {

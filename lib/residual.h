@@ -120,10 +120,6 @@ struct ar_residual {
     int final_grad_overwrite, input_grad_overwrite;
 };
 
-/* Pipeline parallelism (parallel/pipe_plan.h) cuts the L sublayers into C
- * contiguous chunks; chunk c starts at sublayer 1 + floor(c L / C). */
-int ar_chunk_first(int L, int C, int c);
-
 /* Creates the scheme named by cfg->residual, registering its parameters in
  * pt (after the transformer's own).  Activation memory for maxN tokens is
  * allocated at bind time. */
@@ -146,7 +142,7 @@ extern int ar_depth_general;
 /* baseline (lib/residual_sum.c) */
 ar_residual *ar_residual_sum_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN);
 /* plain full/block, two-phase (lib/residual_depth.c); no two-phase chunk
- * spans a cut between nchunks pipeline chunks (ar_model_chunk_first) */
+ * spans a cut between nchunks pipeline chunks (lib/chunks.h) */
 ar_residual *ar_residual_depth_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN,
                                       int nchunks, ar_param_table *pt);
 /* the general depth mixer (lib/residual_mixer.c): full/block with flags,

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 
 #include "../core/error.h"
+#include "chunks.h"
 #include "depth_sources.h"
 #include "residual.h"
 

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "../lib/chunks.h"
+
 /* A message in flight: its request and its packed rows. */
 typedef struct {
     ar_comm_req req;

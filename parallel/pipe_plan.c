@@ -1,6 +1,7 @@
 /* Pipeline parallelism's plan (pipe_plan.h). */
 #include "pipe_plan.h"
 
+#include "../lib/chunks.h"
 #include "../lib/residual.h"
 
 #include <math.h>

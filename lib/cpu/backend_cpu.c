@@ -25,7 +25,6 @@
  *   wsum_cpu.c        weighted sums of buffers (DenseFormer, mHC; wsum, wmix) */
 #include "../backend.h"
 #include "ops_cpu.h"
-#include "workspace.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -109,22 +108,6 @@ static void cpu_set_threads(int n)
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
     flush_subnormals();
-}
-
-/* Grow-only scratch (workspace.h). */
-void *cpu_ws(int slot, size_t bytes)
-{
-    static void *buf[WS_NSLOTS];
-    static size_t cap[WS_NSLOTS];
-    if (bytes > cap[slot]) {
-        free(buf[slot]);
-        size_t n = (bytes + 63) & ~(size_t)63;
-        buf[slot] = aligned_alloc(64, n);
-        if (!buf[slot])
-            abort();
-        cap[slot] = n;
-    }
-    return buf[slot];
 }
 
 /* ------------------------------------------------------------------------ */
