@@ -165,6 +165,98 @@ static double median(const double *v, int n, double *lo, double *hi)
     return m;
 }
 
+/* The variants, and a second baseline: two identical models measure how
+ * far apart the same work lands (weights at other addresses).  NULL after
+ * the error message. */
+static variant *create_variants(const ar_config *base, const ar_backend *be, int nv, int chunk, int T)
+{
+    ar_err e;
+    variant *vs = calloc((size_t)nv, sizeof *vs);
+    for (int v = 0; v < nv; v++) {
+        vs[v].cfg = *base;
+        ar_bench_apply_variant(&vs[v].cfg, &ar_bench_variants[v < ar_bench_n_default ? v : 0]);
+        ar_model_cfg mc = vs[v].cfg.model;
+        mc.seq_len = chunk; /* the weights' holder: no activations of T rows */
+        if (ar_config_validate(&vs[v].cfg, &e) != 0 || ar_model_create(&vs[v].m, &mc, be, 1, &e) != 0 ||
+            ar_decoder_create(&vs[v].dec, vs[v].m, chunk, T, &e) != 0) {
+            fprintf(stderr, "bench_decode: %s: %s\n", label(v), e.msg);
+            return NULL;
+        }
+        ar_model_init(vs[v].m, 1);
+        vs[v].logits = malloc((size_t)mc.vocab * sizeof(float));
+    }
+    return vs;
+}
+
+/* What is measured, and every variant's numbers: round r of variant v at
+ * [v * rounds + r]. */
+typedef struct {
+    int nv, rounds, T, P, chunk;
+    int pp, pd;        /* prefill and decode passes a measurement */
+    double *pre, *dec; /* tokens/s */
+    double *pmm, *dmm; /* their fractions of time in the products */
+    double *rus;       /* residual_us */
+} rates;
+
+/* Warm-up, and passes per measurement: 0.3 s at least at the best warm-up
+ * rate (a loaded machine's slow passes would make it short); then the
+ * rounds, the variants of odd rounds in reverse order. */
+static void measure(variant *vs, const int32_t *tok, rates *m)
+{
+    int nv = m->nv, rounds = m->rounds, T = m->T, P = m->P;
+    double wp = 0, wd = 0;
+    for (int w = 0; w < 3; w++)
+        for (int v = 0; v < nv; v++) {
+            double p = prefill_rate(&vs[v], tok, T, 1, NULL), d = decode_rate(&vs[v], tok, P, T, 1, NULL);
+            wp = p > wp ? p : wp;
+            wd = d > wd ? d : wd;
+        }
+    m->pp = (int)ceil(0.3 * wp / T);
+    m->pd = (int)ceil(0.3 * wd / (T - P));
+    size_t nr = (size_t)nv * rounds;
+    m->pre = calloc(nr, sizeof *m->pre), m->dec = calloc(nr, sizeof *m->dec);
+    m->pmm = calloc(nr, sizeof *m->pmm), m->dmm = calloc(nr, sizeof *m->dmm), m->rus = calloc(nr, sizeof *m->rus);
+    for (int r = 0; r < rounds; r++)
+        for (int k = 0; k < nv; k++) {
+            int v = r % 2 ? nv - 1 - k : k;
+            m->pre[v * rounds + r] = prefill_rate(&vs[v], tok, T, m->pp, &m->pmm[v * rounds + r]);
+            m->rus[v * rounds + r] = residual_us(&vs[v], 2000);
+            m->dec[v * rounds + r] = decode_rate(&vs[v], tok, P, T, m->pd, &m->dmm[v * rounds + r]);
+        }
+}
+
+/* A line a variant: its rates' medians and ranges, its overheads against
+ * the baseline (medians of per-round values: time per token, and the part
+ * of it outside the matrix products) and its caches' sizes. */
+static void print_rows(const variant *vs, const rates *m)
+{
+    int rounds = m->rounds, T = m->T;
+    const double *pre = m->pre, *dec = m->dec, *pmm = m->pmm, *dmm = m->dmm;
+    double *rp = malloc((size_t)rounds * sizeof *rp), *rd = malloc((size_t)rounds * sizeof *rd);
+    double *op = malloc((size_t)rounds * sizeof *op), *od = malloc((size_t)rounds * sizeof *od);
+    for (int v = 0; v < m->nv; v++) {
+        double plo, phi, dlo, dhi, bdhi;
+        double pm = median(pre + v * rounds, rounds, &plo, &phi), dm = median(dec + v * rounds, rounds, &dlo, &dhi);
+        median(dec, rounds, NULL, &bdhi);
+        for (int r = 0; r < rounds; r++) {
+            int i = v * rounds + r;
+            rp[r] = 100 * (pre[r] / pre[i] - 1);
+            rd[r] = 100 * (dec[r] / dec[i] - 1);
+            op[r] = ar_bench_overhead_outside_mm(pre[i], pmm[i], pre[r], pmm[r]);
+            od[r] = ar_bench_overhead_outside_mm(dec[i], dmm[i], dec[r], dmm[r]);
+        }
+        const ar_model_cfg *mc = &vs[v].cfg.model;
+        printf("%-10s %8.0f [%5.0f-%5.0f] %+7.2f%% %+7.2f%% %8.0f [%5.0f-%5.0f] %+7.2f%% %+7.2f%% %+7.2f%% %9.2f %7.2f "
+               "%3d %10zu B %8zu B\n",
+               label(v), pm, plo, phi, median(rp, rounds, NULL, NULL), median(op, rounds, NULL, NULL),
+               dm, dlo, dhi, median(rd, rounds, NULL, NULL), median(od, rounds, NULL, NULL), 100 * (bdhi / dhi - 1),
+               median(m->rus + v * rounds, rounds, NULL, NULL), ar_decode_kv_cache_bytes(mc, T) / 1048576.0,
+               ar_decode_depth_reps(mc),
+               ar_decode_depth_cache_bytes(mc, m->chunk), ar_decode_depth_cache_bytes(mc, 1));
+    }
+    free(rp), free(rd), free(op), free(od);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -185,48 +277,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_decode: %s\n", e.msg);
         return 1;
     }
-    /* the variants, and a second baseline: two identical models measure
-     * how far apart the same work lands (weights at other addresses) */
     int nv = ar_bench_n_default + 1, T = base.model.seq_len, P = T / 4;
     if (chunk > T)
         chunk = T;
-    variant *vs = calloc((size_t)nv, sizeof *vs);
-    for (int v = 0; v < nv; v++) {
-        vs[v].cfg = base;
-        ar_bench_apply_variant(&vs[v].cfg, &ar_bench_variants[v < ar_bench_n_default ? v : 0]);
-        ar_model_cfg mc = vs[v].cfg.model;
-        mc.seq_len = chunk; /* the weights' holder: no activations of T rows */
-        if (ar_config_validate(&vs[v].cfg, &e) != 0 || ar_model_create(&vs[v].m, &mc, be, 1, &e) != 0 ||
-            ar_decoder_create(&vs[v].dec, vs[v].m, chunk, T, &e) != 0) {
-            fprintf(stderr, "bench_decode: %s: %s\n", label(v), e.msg);
-            return 1;
-        }
-        ar_model_init(vs[v].m, 1);
-        vs[v].logits = malloc((size_t)mc.vocab * sizeof(float));
-    }
+    variant *vs = create_variants(&base, be, nv, chunk, T);
+    if (!vs)
+        return 1;
     int32_t *tok = malloc((size_t)T * sizeof *tok);
     for (int i = 0; i < T; i++)
         tok[i] = (i * 31 + 7) % base.model.vocab;
-    /* warm-up, and passes per measurement: 0.3 s at least at the best
-     * warm-up rate (a loaded machine's slow passes would make it short) */
-    double wp = 0, wd = 0;
-    for (int w = 0; w < 3; w++)
-        for (int v = 0; v < nv; v++) {
-            double p = prefill_rate(&vs[v], tok, T, 1, NULL), d = decode_rate(&vs[v], tok, P, T, 1, NULL);
-            wp = p > wp ? p : wp;
-            wd = d > wd ? d : wd;
-        }
-    int pp = (int)ceil(0.3 * wp / T), pd = (int)ceil(0.3 * wd / (T - P));
-    size_t nr = (size_t)nv * rounds;
-    double *pre = calloc(nr, sizeof *pre), *dec = calloc(nr, sizeof *dec);
-    double *pmm = calloc(nr, sizeof *pmm), *dmm = calloc(nr, sizeof *dmm), *rus = calloc(nr, sizeof *rus);
-    for (int r = 0; r < rounds; r++)
-        for (int k = 0; k < nv; k++) {
-            int v = r % 2 ? nv - 1 - k : k;
-            pre[v * rounds + r] = prefill_rate(&vs[v], tok, T, pp, &pmm[v * rounds + r]);
-            rus[v * rounds + r] = residual_us(&vs[v], 2000);
-            dec[v * rounds + r] = decode_rate(&vs[v], tok, P, T, pd, &dmm[v * rounds + r]);
-        }
+    rates m = {.nv = nv, .rounds = rounds, .T = T, .P = P, .chunk = chunk};
+    measure(vs, tok, &m);
     const char *ct = getenv("OPENBLAS_CORETYPE");
     printf("%s: d_model %d, n_layer %d, T %d, vocab %d; prefill chunk %d; threads %d, OPENBLAS_CORETYPE=%s; "
            "%d rounds\n",
@@ -234,39 +295,16 @@ int main(int argc, char **argv)
            rounds);
     printf("prefill: %d tokens from position 0 (x%d a measurement); decode: positions %d..%d, 1 token a step "
            "(x%d)\n",
-           T, pp, P, T - 1, pd);
+           T, m.pp, P, T - 1, m.pd);
     printf("%-10s %21s %8s %8s %21s %8s %8s %8s %9s %7s %3s %12s %10s\n", "variant", "prefill tok/s [range]",
            "vs base", "out-mm", "decode tok/s [range]", "vs base", "out-mm", "best", "res us/t", "KV MiB", "R",
            "depth C rows", "depth 1 row");
-    double *rp = malloc((size_t)rounds * sizeof *rp), *rd = malloc((size_t)rounds * sizeof *rd);
-    double *op = malloc((size_t)rounds * sizeof *op), *od = malloc((size_t)rounds * sizeof *od);
-    for (int v = 0; v < nv; v++) {
-        double plo, phi, dlo, dhi, bdhi;
-        double pm = median(pre + v * rounds, rounds, &plo, &phi), dm = median(dec + v * rounds, rounds, &dlo, &dhi);
-        median(dec, rounds, NULL, &bdhi);
-        /* overheads against the baseline, medians of per-round values:
-         * time per token, and the part of it outside the matrix products */
-        for (int r = 0; r < rounds; r++) {
-            int i = v * rounds + r;
-            rp[r] = 100 * (pre[r] / pre[i] - 1);
-            rd[r] = 100 * (dec[r] / dec[i] - 1);
-            op[r] = ar_bench_overhead_outside_mm(pre[i], pmm[i], pre[r], pmm[r]);
-            od[r] = ar_bench_overhead_outside_mm(dec[i], dmm[i], dec[r], dmm[r]);
-        }
-        const ar_model_cfg *mc = &vs[v].cfg.model;
-        printf("%-10s %8.0f [%5.0f-%5.0f] %+7.2f%% %+7.2f%% %8.0f [%5.0f-%5.0f] %+7.2f%% %+7.2f%% %+7.2f%% %9.2f %7.2f "
-               "%3d %10zu B %8zu B\n",
-               label(v), pm, plo, phi, median(rp, rounds, NULL, NULL), median(op, rounds, NULL, NULL),
-               dm, dlo, dhi, median(rd, rounds, NULL, NULL), median(od, rounds, NULL, NULL), 100 * (bdhi / dhi - 1),
-               median(rus + v * rounds, rounds, NULL, NULL), ar_decode_kv_cache_bytes(mc, T) / 1048576.0,
-               ar_decode_depth_reps(mc),
-               ar_decode_depth_cache_bytes(mc, chunk), ar_decode_depth_cache_bytes(mc, 1));
-    }
+    print_rows(vs, &m);
     printf("vs base: median over rounds of the time per token against the baseline's in the same round; out-mm: the\n"
            "same for the time outside the linear layers' products, as a share of the variant's time; best: the\n"
            "fastest rounds' decode rates compared; res us/t: microseconds per token of the residual scheme\n"
            "alone in a decoding step (median; the part of a step that differs between variants)\n");
-    free(rp), free(rd), free(op), free(od), free(pmm), free(dmm), free(rus);
+    free(m.pmm), free(m.dmm), free(m.rus);
     for (int v = 0; v < nv; v++) {
         ar_decoder_free(vs[v].dec);
         ar_model_free(vs[v].m);
@@ -274,7 +312,7 @@ int main(int argc, char **argv)
     }
     free(vs);
     free(tok);
-    free(pre);
-    free(dec);
+    free(m.pre);
+    free(m.dec);
     return 0;
 }

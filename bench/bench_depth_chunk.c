@@ -41,84 +41,94 @@ static float *rows(size_t n, unsigned seed)
     return p;
 }
 
-int main(int argc, char **argv)
-{
-    if (argc < 5) {
-        fprintf(stderr, "usage: bench_depth_chunk K C N COLD [D]\n");
-        return 2;
-    }
-    int k = atoi(argv[1]), C = atoi(argv[2]), N = atoi(argv[3]), cold = atoi(argv[4]);
-    int d = argc > 5 ? atoi(argv[5]) : 512;
-    if (k < 1 || k > 14 || C < 1 || C > 8 || N < 1 || d < 1) {
-        fprintf(stderr, "bench_depth_chunk: need 1 <= K <= 14, 1 <= C <= 8, N >= 1, D >= 1\n");
-        return 2;
-    }
-    be = ar_backend_cpu();
-    be->set_threads(0);
-    big = be->alloc(big_floats * sizeof(float));
-    size_t nd = (size_t)N * d;
-    float *src[16], *rs[16], *o[8], *lse[8], *al[8], *w[8], *g[8];
+/* One chunk's mixers over shared sources: the sizes and the rows. */
+typedef struct {
+    int k, C, N, d, cold;
+    size_t nd; /* N d */
+    float *src[16], *rs[16];                   /* k + 2 sources and their inverse norms */
+    float *o[8], *lse[8], *al[8], *w[8], *g[8]; /* C mixers */
     int n[8];
+    float *xn; /* the sublayer norm's output (phase 2, then the backward) */
+} chunk;
+
+static void setup(chunk *b)
+{
+    int k = b->k, C = b->C, N = b->N, d = b->d;
+    b->nd = (size_t)N * d;
     for (int s = 0; s < k + 2; s++) {
-        src[s] = rows(nd, (unsigned)s);
-        rs[s] = be->alloc((size_t)N * sizeof(float));
+        b->src[s] = rows(b->nd, (unsigned)s);
+        b->rs[s] = be->alloc((size_t)N * sizeof(float));
     }
     for (int c = 0; c < C; c++) {
-        n[c] = k + 2;
-        o[c] = be->alloc(nd * sizeof(float));
-        lse[c] = be->alloc((size_t)N * sizeof(float));
-        al[c] = be->alloc((size_t)N * n[c] * sizeof(float));
-        w[c] = be->alloc((size_t)d * sizeof(float));
-        g[c] = be->alloc((size_t)d * sizeof(float));
+        b->n[c] = k + 2;
+        b->o[c] = be->alloc(b->nd * sizeof(float));
+        b->lse[c] = be->alloc((size_t)N * sizeof(float));
+        b->al[c] = be->alloc((size_t)N * b->n[c] * sizeof(float));
+        b->w[c] = be->alloc((size_t)d * sizeof(float));
+        b->g[c] = be->alloc((size_t)d * sizeof(float));
         for (int j = 0; j < d; j++) {
-            w[c][j] = 0.3f * (float)((j * 7 + c) % 11 - 5) * (float)(c + 1);
-            g[c][j] = 1.0f + 0.01f * (float)(j % 5);
+            b->w[c][j] = 0.3f * (float)((j * 7 + c) % 11 - 5) * (float)(c + 1);
+            b->g[c][j] = 1.0f + 0.01f * (float)(j % 5);
         }
     }
+}
+
+/* Phase 1 for the C mixers, then its largest difference from the
+ * one-phase reference. */
+static void bench_phase1(chunk *b)
+{
+    int k = b->k, C = b->C, N = b->N, d = b->d;
+    size_t nd = b->nd;
     double best = 1e30, tot = 0;
     for (int r = 0; r < REPS; r++) {
-        if (cold)
+        if (b->cold)
             evict();
         double t = omp_get_wtime();
-        ar_depth_inter shared = {.C = C, .k = k, .n = n, .src = (const float *const *)src, .rs = rs,
-                                 .w = (const float *const *)w, .g = (const float *const *)g, .alpha = al,
-                                 .lse = lse, .N = N, .d = d};
-        be->depth_fwd_inter(&shared, o, NULL);
+        ar_depth_inter shared = {.C = C, .k = k, .n = b->n, .src = (const float *const *)b->src, .rs = b->rs,
+                                 .w = (const float *const *)b->w, .g = (const float *const *)b->g, .alpha = b->al,
+                                 .lse = b->lse, .N = N, .d = d};
+        be->depth_fwd_inter(&shared, b->o, NULL);
         t = omp_get_wtime() - t;
         tot += t;
         best = t < best ? t : best;
     }
     printf("phase 1, k %d C %d N %d d %d %s: best %.3f ms, mean %.3f ms", k, C, N, d,
-           cold ? "cold" : "warm", 1e3 * best, 1e3 * tot / REPS);
+           b->cold ? "cold" : "warm", 1e3 * best, 1e3 * tot / REPS);
     float *h = be->alloc(nd * sizeof(float)), *a2 = be->alloc((size_t)N * k * sizeof(float));
     float *r2 = be->alloc((size_t)N * k * sizeof(float));
     double err = 0;
     for (int c = 0; c < C; c++) {
-        ref_depth_attn_fwd(h, a2, r2, (const float *const *)src, k, w[c], g[c], N, d);
+        ref_depth_attn_fwd(h, a2, r2, (const float *const *)b->src, k, b->w[c], b->g[c], N, d);
         for (size_t i = 0; i < nd; i++)
-            err = fmax(err, fabs((double)h[i] - o[c][i]));
+            err = fmax(err, fabs((double)h[i] - b->o[c][i]));
     }
     printf(" (max |o - one-phase| %.1e)\n", err);
-    /* phase 2 of mixer 0 with j intra sources; its inputs are restored
-     * before each call (the op turns phase 1's logits into weights and its
-     * log-sum-exp into the total) */
-    size_t na = (size_t)N * n[0];
+}
+
+/* Phase 2 of mixer 0 with j intra sources; its inputs are restored before
+ * each call (the op turns phase 1's logits into weights and its
+ * log-sum-exp into the total). */
+static void bench_phase2(chunk *b)
+{
+    int k = b->k, C = b->C, N = b->N, d = b->d;
+    size_t nd = b->nd, na = (size_t)N * b->n[0];
     float *lse0 = be->alloc((size_t)N * sizeof(float)), *hb = be->alloc(nd * sizeof(float));
-    float *al0 = be->alloc(na * sizeof(float)), *xn = be->alloc(nd * sizeof(float));
-    memcpy(lse0, lse[0], (size_t)N * sizeof(float));
-    memcpy(al0, al[0], na * sizeof(float));
+    float *al0 = be->alloc(na * sizeof(float));
+    b->xn = be->alloc(nd * sizeof(float));
+    memcpy(lse0, b->lse[0], (size_t)N * sizeof(float));
+    memcpy(al0, b->al[0], na * sizeof(float));
     for (int j = 1; j <= 2; j++) {
-        best = 1e30, tot = 0;
+        double best = 1e30, tot = 0;
         for (int r = 0; r < REPS; r++) {
-            memcpy(lse[0], lse0, (size_t)N * sizeof(float));
-            memcpy(al[0], al0, na * sizeof(float));
-            memcpy(hb, o[0], nd * sizeof(float));
-            if (cold)
+            memcpy(b->lse[0], lse0, (size_t)N * sizeof(float));
+            memcpy(b->al[0], al0, na * sizeof(float));
+            memcpy(hb, b->o[0], nd * sizeof(float));
+            if (b->cold)
                 evict();
             double t = omp_get_wtime();
-            ar_depth_intra own = {.n = k + j, .k = k, .src = (const float *const *)src, .rsi = rs + k,
-                                  .w = w[0], .g = g[0], .alpha = al[0], .lse = lse[0], .N = N, .d = d};
-            be->depth_fwd_merge(&own, hb, &(ar_norm_out){g[1 % C], xn, lse[1 % C]});
+            ar_depth_intra own = {.n = k + j, .k = k, .src = (const float *const *)b->src, .rsi = b->rs + k,
+                                  .w = b->w[0], .g = b->g[0], .alpha = b->al[0], .lse = b->lse[0], .N = N, .d = d};
+            be->depth_fwd_merge(&own, hb, &(ar_norm_out){b->g[1 % C], b->xn, b->lse[1 % C]});
             t = omp_get_wtime() - t;
             tot += t;
             best = t < best ? t : best;
@@ -126,8 +136,15 @@ int main(int argc, char **argv)
         printf("phase 2, %d intra source%s: best %.3f ms, mean %.3f ms\n", j, j > 1 ? "s" : "",
                1e3 * best, 1e3 * tot / REPS);
     }
-    /* backward over the k shared sources only (n = k), uniform weights
-     * (alpha = 1/k, lse = 0: any positive weights cost the same) */
+}
+
+/* The backward over the k shared sources only (n = k), uniform weights
+ * (alpha = 1/k, lse = 0: any positive weights cost the same): the intra
+ * part of one mixer, then the shared part. */
+static void bench_backward(chunk *b)
+{
+    int k = b->k, C = b->C, N = b->N, d = b->d;
+    size_t nd = b->nd;
     float *dh[8], *cd[8], *dw[8], *dg[8], *dsrc[16];
     float *dxn = rows(nd, 400u), *nr = rows((size_t)N, 401u);
     int nk[8];
@@ -140,27 +157,28 @@ int main(int argc, char **argv)
         dw[c] = be->alloc((size_t)d * sizeof(float));
         dg[c] = be->alloc((size_t)d * sizeof(float));
         for (size_t i = 0; i < (size_t)N * k; i++)
-            al[c][i] = 1.0f / k;
-        memset(lse[c], 0, (size_t)N * sizeof(float));
+            b->al[c][i] = 1.0f / k;
+        memset(b->lse[c], 0, (size_t)N * sizeof(float));
     }
     for (int s = 0; s < k; s++)
         dsrc[s] = rows(nd, 300u + s);
     for (int part = 0; part < 2; part++) {
-        best = 1e30, tot = 0;
+        double best = 1e30, tot = 0;
         for (int r = 0; r < REPS; r++) {
-            if (cold)
+            if (b->cold)
                 evict();
             double t = omp_get_wtime();
             if (part == 0) {
-                ar_depth_intra own = {.n = k, .k = k - 1, .src = (const float *const *)src,
-                                      .rsi = rs + k - 1, .w = w[0], .g = g[0], .alpha = al[0], .lse = lse[0],
-                                      .N = N, .d = d};
-                ar_norm_grad norm = {g[0], dw[1 % C], dxn, xn, nr};
+                ar_depth_intra own = {.n = k, .k = k - 1, .src = (const float *const *)b->src,
+                                      .rsi = b->rs + k - 1, .w = b->w[0], .g = b->g[0], .alpha = b->al[0],
+                                      .lse = b->lse[0], .N = N, .d = d};
+                ar_norm_grad norm = {b->g[0], dw[1 % C], dxn, b->xn, nr};
                 be->depth_bwd_intra(&own, dsrc + k - 1, dw[0], dg[0], cd[0], dh[0], NULL, &norm);
             } else {
-                ar_depth_inter shared = {.C = C, .k = k, .n = nk, .src = (const float *const *)src,
-                                         .rs = rs, .w = (const float *const *)w, .g = (const float *const *)g,
-                                         .alpha = al, .lse = lse, .N = N, .d = d};
+                ar_depth_inter shared = {.C = C, .k = k, .n = nk, .src = (const float *const *)b->src,
+                                         .rs = b->rs, .w = (const float *const *)b->w,
+                                         .g = (const float *const *)b->g, .alpha = b->al, .lse = b->lse, .N = N,
+                                         .d = d};
                 be->depth_bwd_inter(&shared, dsrc, dw, dg, (const float *const *)dh, (const float *const *)cd, 0);
             }
             t = omp_get_wtime() - t;
@@ -172,5 +190,26 @@ int main(int argc, char **argv)
                1e3 * best,
                1e3 * tot / REPS);
     }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 5) {
+        fprintf(stderr, "usage: bench_depth_chunk K C N COLD [D]\n");
+        return 2;
+    }
+    chunk b = {.k = atoi(argv[1]), .C = atoi(argv[2]), .N = atoi(argv[3]), .cold = atoi(argv[4])};
+    b.d = argc > 5 ? atoi(argv[5]) : 512;
+    if (b.k < 1 || b.k > 14 || b.C < 1 || b.C > 8 || b.N < 1 || b.d < 1) {
+        fprintf(stderr, "bench_depth_chunk: need 1 <= K <= 14, 1 <= C <= 8, N >= 1, D >= 1\n");
+        return 2;
+    }
+    be = ar_backend_cpu();
+    be->set_threads(0);
+    big = be->alloc(big_floats * sizeof(float));
+    setup(&b);
+    bench_phase1(&b);
+    bench_phase2(&b);
+    bench_backward(&b);
     return 0;
 }

@@ -267,40 +267,118 @@ static void json_num_or_null(ar_jw *w, const char *key, double x)
         ar_jw_null(w);
 }
 
+/* The "config" object: the model's shape and the batch. */
+static void json_config(ar_jw *w, const char *config, const ar_config *cfg)
+{
+    const ar_model_cfg *m = &cfg->model;
+    ar_jw_key(w, "config");
+    ar_jw_obj_begin(w);
+    ar_jw_key(w, "file");
+    if (config)
+        ar_jw_str(w, config);
+    else
+        ar_jw_null(w);
+    ar_jw_key(w, "d_model");
+    ar_jw_int(w, m->d_model);
+    ar_jw_key(w, "n_layer");
+    ar_jw_int(w, m->n_layer);
+    ar_jw_key(w, "n_head");
+    ar_jw_int(w, m->n_head);
+    ar_jw_key(w, "d_ff");
+    ar_jw_int(w, m->d_ff);
+    ar_jw_key(w, "seq_len");
+    ar_jw_int(w, m->seq_len);
+    ar_jw_key(w, "batch_size");
+    ar_jw_int(w, cfg->train.batch_size);
+    ar_jw_key(w, "vocab");
+    ar_jw_int(w, m->vocab);
+    ar_jw_key(w, "sublayers");
+    ar_jw_int(w, ar_cfg_sublayers(m));
+    ar_jw_obj_end(w);
+}
+
+/* key: x, or null where the value is missing (have == 0). */
+static void json_int_or_null(ar_jw *w, const char *key, int have, long long x)
+{
+    ar_jw_key(w, key);
+    if (have)
+        ar_jw_int(w, x);
+    else
+        ar_jw_null(w);
+}
+
+/* One element of "results": a variant's throughput, overheads and memory. */
+static void json_result(ar_jw *w, const variant_run *v, const variant_run *base, int gpu, double ceil_max,
+                        double peak_tflops, int with_ops)
+{
+    const ar_bench_result *r = &v->rep.r;
+    derived d = derive(v, base, peak_tflops);
+    ar_jw_obj_begin(w);
+    ar_jw_key(w, "variant");
+    ar_jw_str(w, v->def->label);
+    ar_jw_key(w, "name");
+    ar_jw_str(w, v->def->name);
+    ar_jw_key(w, "kind");
+    ar_jw_str(w, ar_res_kind_name(v->cfg.model.residual.kind));
+    /* null: baseline, or blocks of different sizes */
+    json_int_or_null(w, "block_size",
+                     !(v->cfg.model.residual.kind == AR_RES_BASELINE || ar_cfg_block_size(&v->cfg.model) == 0),
+                     ar_cfg_block_size(&v->cfg.model));
+    ar_jw_key(w, "num_blocks");
+    ar_jw_int(w, ar_bench_num_blocks_effective(&v->cfg.model));
+    ar_jw_key(w, "params");
+    ar_jw_int(w, r->params);
+    ar_jw_key(w, "nonembed_params");
+    ar_jw_int(w, r->nonembed_params);
+    ar_jw_key(w, "flops_per_token");
+    ar_jw_num(w, r->flops_per_token);
+    ar_jw_key(w, "train_tok_per_s");
+    ar_jw_num(w, r->train_tok_per_s);
+    ar_jw_key(w, "train_tok_per_s_min");
+    ar_jw_num(w, r->train_tok_per_s_min);
+    ar_jw_key(w, "train_tok_per_s_max");
+    ar_jw_num(w, r->train_tok_per_s_max);
+    ar_jw_key(w, "train_step_ms");
+    ar_jw_num(w, r->train_step_ms);
+    ar_jw_key(w, "infer_tok_per_s");
+    ar_jw_num(w, r->infer_tok_per_s);
+    ar_jw_key(w, "infer_tok_per_s_min");
+    ar_jw_num(w, r->infer_tok_per_s_min);
+    ar_jw_key(w, "infer_tok_per_s_max");
+    ar_jw_num(w, r->infer_tok_per_s_max);
+    ar_jw_key(w, "gflops");
+    ar_jw_num(w, r->gflops);
+    json_num_or_null(w, "ceiling_gflops", gpu ? (d.peak > 0 ? d.peak / 1e9 : NAN) : v->rep.ceiling);
+    json_num_or_null(w, "ceiling_percent", d.ceil_pct);
+    json_num_or_null(w, "mfu", d.mfu);
+    json_num_or_null(w, "train_overhead", d.train_ovh);
+    json_num_or_null(w, "infer_overhead", d.infer_ovh);
+    json_num_or_null(w, "train_overhead_outside_matmul", base ? v->train_nm : NAN);
+    json_num_or_null(w, "infer_overhead_outside_matmul", base ? v->infer_nm : NAN);
+    json_int_or_null(w, "peak_rss_bytes", r->peak_rss_bytes >= 0, r->peak_rss_bytes);
+    json_int_or_null(w, "extra_rss_bytes", isfinite(d.extra), isfinite(d.extra) ? (long long)d.extra : 0);
+    json_int_or_null(w, "predicted_extra_bytes", isfinite(d.pred), isfinite(d.pred) ? (long long)d.pred : 0);
+    json_num_or_null(w, "extra_ratio", d.ratio);
+    json_num_or_null(w, "loss", r->loss);
+    if (with_ops) {
+        ar_jw_key(w, "ops");
+        bench_ops_json(w, &v->ops, ceil_max);
+    }
+    ar_jw_obj_end(w);
+}
+
+/* The document: the config, the machine and the options, then "results",
+ * one object a variant. */
 static void print_json(const char *config, const ar_config *cfg, const ar_bench_opts *o, variant_run *runs,
                        int n, const variant_run *base, double ceil_max, double peak_tflops, int with_ops)
 {
     int gpu = cfg->train.device != AR_DEVICE_CPU;
     derived d0 = derive(&runs[0], base, peak_tflops);
     const char *ct = getenv("OPENBLAS_CORETYPE");
-    const ar_model_cfg *m = &cfg->model;
     ar_jw w;
     ar_jw_init(&w);
     ar_jw_obj_begin(&w);
-    ar_jw_key(&w, "config");
-    ar_jw_obj_begin(&w);
-    ar_jw_key(&w, "file");
-    if (config)
-        ar_jw_str(&w, config);
-    else
-        ar_jw_null(&w);
-    ar_jw_key(&w, "d_model");
-    ar_jw_int(&w, m->d_model);
-    ar_jw_key(&w, "n_layer");
-    ar_jw_int(&w, m->n_layer);
-    ar_jw_key(&w, "n_head");
-    ar_jw_int(&w, m->n_head);
-    ar_jw_key(&w, "d_ff");
-    ar_jw_int(&w, m->d_ff);
-    ar_jw_key(&w, "seq_len");
-    ar_jw_int(&w, m->seq_len);
-    ar_jw_key(&w, "batch_size");
-    ar_jw_int(&w, cfg->train.batch_size);
-    ar_jw_key(&w, "vocab");
-    ar_jw_int(&w, m->vocab);
-    ar_jw_key(&w, "sublayers");
-    ar_jw_int(&w, ar_cfg_sublayers(m));
-    ar_jw_obj_end(&w);
+    json_config(&w, config, cfg);
     ar_jw_key(&w, "device");
     ar_jw_str(&w, ar_device_name(cfg->train.device));
     ar_jw_key(&w, "device_name");
@@ -329,76 +407,8 @@ static void print_json(const char *config, const ar_config *cfg, const ar_bench_
     json_num_or_null(&w, "ceiling_gflops", gpu ? (d0.peak > 0 ? d0.peak / 1e9 : NAN) : ceil_max);
     ar_jw_key(&w, "results");
     ar_jw_arr_begin(&w);
-    for (int i = 0; i < n; i++) {
-        const variant_run *v = &runs[i];
-        const ar_bench_result *r = &v->rep.r;
-        derived d = derive(v, base, peak_tflops);
-        ar_jw_obj_begin(&w);
-        ar_jw_key(&w, "variant");
-        ar_jw_str(&w, v->def->label);
-        ar_jw_key(&w, "name");
-        ar_jw_str(&w, v->def->name);
-        ar_jw_key(&w, "kind");
-        ar_jw_str(&w, ar_res_kind_name(v->cfg.model.residual.kind));
-        ar_jw_key(&w, "block_size"); /* null: baseline, or blocks of different sizes */
-        if (v->cfg.model.residual.kind == AR_RES_BASELINE || ar_cfg_block_size(&v->cfg.model) == 0)
-            ar_jw_null(&w);
-        else
-            ar_jw_int(&w, ar_cfg_block_size(&v->cfg.model));
-        ar_jw_key(&w, "num_blocks");
-        ar_jw_int(&w, ar_bench_num_blocks_effective(&v->cfg.model));
-        ar_jw_key(&w, "params");
-        ar_jw_int(&w, r->params);
-        ar_jw_key(&w, "nonembed_params");
-        ar_jw_int(&w, r->nonembed_params);
-        ar_jw_key(&w, "flops_per_token");
-        ar_jw_num(&w, r->flops_per_token);
-        ar_jw_key(&w, "train_tok_per_s");
-        ar_jw_num(&w, r->train_tok_per_s);
-        ar_jw_key(&w, "train_tok_per_s_min");
-        ar_jw_num(&w, r->train_tok_per_s_min);
-        ar_jw_key(&w, "train_tok_per_s_max");
-        ar_jw_num(&w, r->train_tok_per_s_max);
-        ar_jw_key(&w, "train_step_ms");
-        ar_jw_num(&w, r->train_step_ms);
-        ar_jw_key(&w, "infer_tok_per_s");
-        ar_jw_num(&w, r->infer_tok_per_s);
-        ar_jw_key(&w, "infer_tok_per_s_min");
-        ar_jw_num(&w, r->infer_tok_per_s_min);
-        ar_jw_key(&w, "infer_tok_per_s_max");
-        ar_jw_num(&w, r->infer_tok_per_s_max);
-        ar_jw_key(&w, "gflops");
-        ar_jw_num(&w, r->gflops);
-        json_num_or_null(&w, "ceiling_gflops", gpu ? (d.peak > 0 ? d.peak / 1e9 : NAN) : v->rep.ceiling);
-        json_num_or_null(&w, "ceiling_percent", d.ceil_pct);
-        json_num_or_null(&w, "mfu", d.mfu);
-        json_num_or_null(&w, "train_overhead", d.train_ovh);
-        json_num_or_null(&w, "infer_overhead", d.infer_ovh);
-        json_num_or_null(&w, "train_overhead_outside_matmul", base ? v->train_nm : NAN);
-        json_num_or_null(&w, "infer_overhead_outside_matmul", base ? v->infer_nm : NAN);
-        ar_jw_key(&w, "peak_rss_bytes");
-        if (r->peak_rss_bytes >= 0)
-            ar_jw_int(&w, r->peak_rss_bytes);
-        else
-            ar_jw_null(&w);
-        ar_jw_key(&w, "extra_rss_bytes");
-        if (isfinite(d.extra))
-            ar_jw_int(&w, (long long)d.extra);
-        else
-            ar_jw_null(&w);
-        ar_jw_key(&w, "predicted_extra_bytes");
-        if (isfinite(d.pred))
-            ar_jw_int(&w, (long long)d.pred);
-        else
-            ar_jw_null(&w);
-        json_num_or_null(&w, "extra_ratio", d.ratio);
-        json_num_or_null(&w, "loss", r->loss);
-        if (with_ops) {
-            ar_jw_key(&w, "ops");
-            bench_ops_json(&w, &v->ops, ceil_max);
-        }
-        ar_jw_obj_end(&w);
-    }
+    for (int i = 0; i < n; i++)
+        json_result(&w, &runs[i], base, gpu, ceil_max, peak_tflops, with_ops);
     ar_jw_arr_end(&w);
     ar_jw_obj_end(&w);
     printf("%s\n", w.s);
@@ -510,12 +520,138 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
     }
 }
 
+/* The command line, as parsed. */
+typedef struct {
+    const char *config, *variants;
+    int json, with_ops;
+    double peak_tflops;
+    ar_bench_opts o;
+} bench_args;
+
+/* The command's own options and CONFIG into a, the variants to run into
+ * sel; 0, or -1 after the usage error. */
+static int parse_args(cli_opts *so, bench_args *a, int *sel)
+{
+    for (const char *o, *v; (o = cli_opts_next(so, &v));) {
+        int bad = 0;
+        if (!strcmp(o, "--variants"))
+            a->variants = v;
+        else if (!strcmp(o, "--peak-tflops"))
+            bad = cli_parse_positive(usage, o, v, &a->peak_tflops) != 0;
+        else if (!strcmp(o, "--steps"))
+            bad = cli_parse_int(o, v, 1, &a->o.steps) != 0;
+        else if (!strcmp(o, "--warmup"))
+            bad = cli_parse_int(o, v, 0, &a->o.warmup) != 0;
+        else if (!strcmp(o, "--repeat"))
+            bad = cli_parse_int(o, v, 1, &a->o.repeat) != 0;
+        else if (!strcmp(o, "--json"))
+            a->json = 1;
+        else if (!strcmp(o, "--ops"))
+            a->with_ops = 1;
+        else if (!strcmp(o, "--virtual") || !strcmp(o, "--micro-batches"))
+            bad = cli_usage_error(usage, "'%s' goes with '--pipeline P'", o) != 0;
+        else
+            bad = cli_opts_argument(so, o, &a->config) != 0;
+        if (bad)
+            return -1;
+    }
+    if (so->bad)
+        return -1;
+    for (int i = 0; i < ar_bench_n_variants; i++)
+        sel[i] = i < ar_bench_n_default;
+    if (a->variants && parse_variants(a->variants, sel) != 0)
+        return -1;
+    return 0;
+}
+
+/* The selected variants into runs[0..*n), each with its config validated
+ * here, before any child runs (the config's own residual is replaced, so
+ * it need not be valid); *base: the baseline's, or NULL.  0, or -1 with e
+ * set. */
+static int plan_variants(const ar_config *cfg, const int *sel, variant_run *runs, int *n,
+                         const variant_run **base, ar_err *e)
+{
+    *n = 0;
+    *base = NULL;
+    for (int i = 0; i < ar_bench_n_variants; i++) {
+        if (!sel[i])
+            continue;
+        variant_run *v = &runs[(*n)++];
+        memset(v, 0, sizeof *v);
+        v->def = &ar_bench_variants[i];
+        v->cfg = *cfg;
+        ar_bench_apply_variant(&v->cfg, v->def);
+        if (ar_config_validate(&v->cfg, e) != 0)
+            return -1;
+        if (v->def->kind == AR_RES_BASELINE)
+            *base = v;
+    }
+    return 0;
+}
+
+static void clear_status(int tty)
+{
+    if (tty) {
+        fprintf(stderr, "\r\033[K");
+        fflush(stderr);
+    }
+}
+
+/* Each variant's memory in its own child, then the timing of all of them
+ * paired; the sgemm ceilings' range over the children into *ceil_min and
+ * *ceil_max.  0, or -1 with e set. */
+static int measure(variant_run *runs, int n, const variant_run *base, const ar_bench_opts *o, double *ceil_min,
+                   double *ceil_max, ar_err *e)
+{
+    int tty = isatty(STDERR_FILENO);
+    *ceil_min = INFINITY;
+    *ceil_max = 0;
+    for (int i = 0; i < n; i++) {
+        if (tty) {
+            fprintf(stderr, "\r\033[Kmeasuring '%s' (%d/%d)...", runs[i].def->label, i + 1, n);
+            fflush(stderr);
+        }
+        /* memory only: peak RSS is reached by one training step and one
+         * forward; the timing is done below with all variants paired */
+        ar_bench_opts mem = *o;
+        mem.steps = mem.repeat = mem.warmup = 1;
+        int r = run_variant(&runs[i], &mem, e);
+        clear_status(tty);
+        if (r != 0)
+            return -1;
+        double c = runs[i].rep.ceiling;
+        *ceil_min = c < *ceil_min ? c : *ceil_min;
+        *ceil_max = c > *ceil_max ? c : *ceil_max;
+    }
+    if (tty) {
+        fprintf(stderr, "\r\033[Ktiming all %d variants round-robin...", n);
+        fflush(stderr);
+    }
+    int pr = run_paired(runs, n, base, o, e);
+    clear_status(tty);
+    return pr != 0 ? -1 : 0;
+}
+
+/* Every op's time, a table a variant (--ops without --json); 0, or -1
+ * with e set. */
+static int print_ops(const variant_run *runs, int n, double ceil_max, ar_err *e)
+{
+    bench_ops_variant *ov = calloc((size_t)n, sizeof *ov);
+    if (!ov) {
+        ar_fail(e, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        ov[i] = runs[i].ops;
+    bench_ops_print(ov, n, ceil_max);
+    free(ov);
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv)
 {
-    const char *config = NULL, *variants = NULL;
-    int json = 0, with_ops = 0, rc = AR_EXIT_USAGE;
-    double peak_tflops = 0;
-    ar_bench_opts o = {.be = NULL, .threads = 0, .steps = 5, .warmup = 2, .repeat = 3};
+    bench_args a = {.o = {.be = NULL, .threads = 0, .steps = 5, .warmup = 2, .repeat = 3}};
+    int rc = AR_EXIT_USAGE;
     variant_run *runs = NULL;
     /* a pipeline runs on the ranks of an mpirun launch, with none of the
      * forked processes below */
@@ -525,46 +661,19 @@ int cmd_bench(int argc, char **argv)
                                       "--virtual", "--micro-batches", NULL};
     cli_opts so;
     cli_opts_init(&so, usage, CLI_SET | CLI_THREADS | CLI_DEVICE | CLI_PRECISION, own, argc, argv);
-    for (const char *a, *v; (a = cli_opts_next(&so, &v));) {
-        int bad = 0;
-        if (!strcmp(a, "--variants"))
-            variants = v;
-        else if (!strcmp(a, "--peak-tflops"))
-            bad = cli_parse_positive(usage, a, v, &peak_tflops) != 0;
-        else if (!strcmp(a, "--steps"))
-            bad = cli_parse_int(a, v, 1, &o.steps) != 0;
-        else if (!strcmp(a, "--warmup"))
-            bad = cli_parse_int(a, v, 0, &o.warmup) != 0;
-        else if (!strcmp(a, "--repeat"))
-            bad = cli_parse_int(a, v, 1, &o.repeat) != 0;
-        else if (!strcmp(a, "--json"))
-            json = 1;
-        else if (!strcmp(a, "--ops"))
-            with_ops = 1;
-        else if (!strcmp(a, "--virtual") || !strcmp(a, "--micro-batches"))
-            bad = cli_usage_error(usage, "'%s' goes with '--pipeline P'", a) != 0;
-        else
-            bad = cli_opts_argument(&so, a, &config) != 0;
-        if (bad)
-            goto out;
-    }
-    if (so.bad)
-        goto out;
     int sel[AR_BENCH_MAX_VARIANTS];
-    for (int i = 0; i < ar_bench_n_variants; i++)
-        sel[i] = i < ar_bench_n_default;
-    if (variants && parse_variants(variants, sel) != 0)
+    if (parse_args(&so, &a, sel) != 0)
         goto out;
 
     rc = AR_EXIT_FAIL;
     ar_err e = {{0}};
     ar_config cfg;
     ar_config_defaults(&cfg);
-    if ((config && ar_config_load(&cfg, config, &e) != 0) || cli_opts_apply(&so, &cfg, &e) != 0)
+    if ((a.config && ar_config_load(&cfg, a.config, &e) != 0) || cli_opts_apply(&so, &cfg, &e) != 0)
         goto fail;
-    o.threads = cfg.train.threads;
+    a.o.threads = cfg.train.threads;
     /* a device's ops return before their work is done */
-    if (with_ops && cfg.train.device != AR_DEVICE_CPU) {
+    if (a.with_ops && cfg.train.device != AR_DEVICE_CPU) {
         ar_fail(&e, "'--ops' times the CPU backend's ops only, and 'train.device' is %s",
                 ar_device_name(cfg.train.device));
         goto fail;
@@ -573,74 +682,20 @@ int cmd_bench(int argc, char **argv)
      * without a CUDA context */
     if (cli_check_device(&cfg, &e) != 0)
         goto fail;
-
-    /* Validate every variant's config here, before any child runs (the
-     * config's own residual is replaced, so it need not be valid). */
     runs = calloc((size_t)ar_bench_n_variants, sizeof *runs);
-    int n = 0;
-    const variant_run *base = NULL;
-    for (int i = 0; i < ar_bench_n_variants; i++) {
-        if (!sel[i])
-            continue;
-        variant_run *v = &runs[n++];
-        memset(v, 0, sizeof *v);
-        v->def = &ar_bench_variants[i];
-        v->cfg = cfg;
-        ar_bench_apply_variant(&v->cfg, v->def);
-        if (ar_config_validate(&v->cfg, &e) != 0)
-            goto fail;
-        if (v->def->kind == AR_RES_BASELINE)
-            base = v;
-    }
-
-    int tty = isatty(STDERR_FILENO);
-    double ceil_min = INFINITY, ceil_max = 0;
-    for (int i = 0; i < n; i++) {
-        if (tty) {
-            fprintf(stderr, "\r\033[Kmeasuring '%s' (%d/%d)...", runs[i].def->label, i + 1, n);
-            fflush(stderr);
-        }
-        /* memory only: peak RSS is reached by one training step and one
-         * forward; the timing is done below with all variants paired */
-        ar_bench_opts mem = o;
-        mem.steps = mem.repeat = mem.warmup = 1;
-        int r = run_variant(&runs[i], &mem, &e);
-        if (tty) {
-            fprintf(stderr, "\r\033[K");
-            fflush(stderr);
-        }
-        if (r != 0)
-            goto fail;
-        double c = runs[i].rep.ceiling;
-        ceil_min = c < ceil_min ? c : ceil_min;
-        ceil_max = c > ceil_max ? c : ceil_max;
-    }
-    if (tty) {
-        fprintf(stderr, "\r\033[Ktiming all %d variants round-robin...", n);
-        fflush(stderr);
-    }
-    int pr = run_paired(runs, n, base, &o, &e);
-    if (tty) {
-        fprintf(stderr, "\r\033[K");
-        fflush(stderr);
-    }
-    if (pr != 0)
+    int n;
+    const variant_run *base;
+    if (plan_variants(&cfg, sel, runs, &n, &base, &e) != 0)
         goto fail;
-    if (json)
-        print_json(config, &cfg, &o, runs, n, base, ceil_max, peak_tflops, with_ops);
+    double ceil_min, ceil_max;
+    if (measure(runs, n, base, &a.o, &ceil_min, &ceil_max, &e) != 0)
+        goto fail;
+    if (a.json)
+        print_json(a.config, &cfg, &a.o, runs, n, base, ceil_max, a.peak_tflops, a.with_ops);
     else
-        print_table(config, &cfg, &o, runs, n, base, ceil_min, ceil_max, peak_tflops);
-    if (with_ops && !json) {
-        bench_ops_variant *ov = calloc((size_t)n, sizeof *ov);
-        if (!ov) {
-            ar_fail(&e, "out of memory");
-            goto fail;
-        }
-        for (int i = 0; i < n; i++)
-            ov[i] = runs[i].ops;
-        bench_ops_print(ov, n, ceil_max);
-        free(ov);
-    }
+        print_table(a.config, &cfg, &a.o, runs, n, base, ceil_min, ceil_max, a.peak_tflops);
+    if (a.with_ops && !a.json && print_ops(runs, n, ceil_max, &e) != 0)
+        goto fail;
     rc = AR_EXIT_OK;
     goto out;
 fail:

@@ -137,10 +137,96 @@ static void jint(ar_jw *w, const char *key, long long x)
     ar_jw_int(w, x);
 }
 
+/* The "config" object: the model's shape and the batch. */
+static void json_config(ar_jw *w, const char *config, const ar_config *cfg)
+{
+    const ar_model_cfg *m = &cfg->model;
+    ar_jw_key(w, "config");
+    ar_jw_obj_begin(w);
+    ar_jw_key(w, "file");
+    if (config)
+        ar_jw_str(w, config);
+    else
+        ar_jw_null(w);
+    jint(w, "d_model", m->d_model);
+    jint(w, "n_layer", m->n_layer);
+    jint(w, "n_head", m->n_head);
+    jint(w, "d_ff", m->d_ff);
+    jint(w, "seq_len", m->seq_len);
+    jint(w, "batch_size", cfg->train.batch_size);
+    jint(w, "vocab", m->vocab);
+    jint(w, "sublayers", ar_cfg_sublayers(m));
+    ar_jw_obj_end(w);
+}
+
+/* One element of "results": a run's rows, bytes, time and memory; tokens:
+ * those of a step. */
+static void json_result(ar_jw *w, const run *v, const run *base, double tokens)
+{
+    const ar_pipe_bench_result *r = &v->r;
+    double per_mb = (double)r->A * r->row_bytes;
+    ar_jw_obj_begin(w);
+    ar_jw_key(w, "variant");
+    ar_jw_str(w, v->def->label);
+    ar_jw_key(w, "name");
+    ar_jw_str(w, v->def->name);
+    ar_jw_key(w, "kind");
+    ar_jw_str(w, ar_res_kind_name(v->cfg.model.residual.kind));
+    ar_jw_key(w, "block_size");
+    if (r->baseline)
+        ar_jw_null(w);
+    else
+        ar_jw_int(w, r->S);
+    jint(w, "num_blocks", r->baseline ? 0 : (r->L + r->S - 1) / r->S);
+    jnum(w, "blocks_per_chunk", r->baseline ? NAN : (double)((r->L + r->S - 1) / r->S) / r->C);
+    ar_jw_key(w, "cache_blocks");
+    ar_jw_bool(w, v->cache);
+    /* rows per micro-batch */
+    jnum(w, "rows_per_mb", r->fwd_bytes / per_mb);
+    jnum(w, "bwd_rows_per_mb", r->bwd_bytes / per_mb);
+    jint(w, "predicted_rows_per_mb", r->rows_per_mb);
+    jnum(w, "eq7_rows_per_mb", r->eq7);
+    jnum(w, "eq8_rows_per_mb", r->eq8);
+    ar_jw_key(w, "formula");
+    if (r->baseline)
+        ar_jw_null(w);
+    else
+        ar_jw_str(w, v->cache ? "eq8" : "eq7");
+    /* bytes a step, over all ranks */
+    jnum(w, "fwd_bytes", r->fwd_bytes);
+    jnum(w, "bwd_bytes", r->bwd_bytes);
+    jnum(w, "predicted_bytes", r->pred_bytes);
+    jnum(w, "formula_bytes", formula(v) * per_mb);
+    /* bytes a token */
+    jnum(w, "fwd_bytes_per_token", r->fwd_bytes / tokens);
+    jnum(w, "bwd_bytes_per_token", r->bwd_bytes / tokens);
+    jnum(w, "predicted_bytes_per_token", r->pred_bytes / tokens);
+    jnum(w, "formula_bytes_per_token", formula(v) * per_mb / tokens);
+    ar_jw_key(w, "match");
+    ar_jw_bool(w, matches(v));
+    /* time */
+    jnum(w, "step_ms", r->step_ms);
+    jnum(w, "step_ms_min", r->step_ms_min);
+    jnum(w, "step_ms_max", r->step_ms_max);
+    jnum(w, "overhead_percent", overhead(v, base));
+    jnum(w, "bubble", r->bubble);
+    jnum(w, "simulated_bubble", r->sim_bubble);
+    jnum(w, "loss", r->loss);
+    /* memory */
+    ar_jw_key(w, "rank_peak_rss_mib");
+    ar_jw_arr_begin(w);
+    for (int k = 0; k < r->W; k++)
+        ar_jw_num(w, r->rank_peak_mib[k] >= 0 ? r->rank_peak_mib[k] : NAN);
+    ar_jw_arr_end(w);
+    jnum(w, "max_peak_rss_mib", max_peak(v) >= 0 ? max_peak(v) : NAN);
+    ar_jw_obj_end(w);
+}
+
+/* The document: the config, the pipeline's shape, the machine and the
+ * options, then "results", one object a run. */
 static void print_json(const char *config, const ar_config *cfg, const ar_pipe_bench_opts *o, const run *runs,
                        int n, const run *base)
 {
-    const ar_model_cfg *m = &cfg->model;
     const ar_pipe_bench_result *r0 = &runs[0].r;
     const char *ct = getenv("OPENBLAS_CORETYPE");
     double tokens = (double)r0->A * r0->B * r0->T;
@@ -149,22 +235,7 @@ static void print_json(const char *config, const ar_config *cfg, const ar_pipe_b
     ar_jw_obj_begin(&w);
     ar_jw_key(&w, "mode");
     ar_jw_str(&w, "pipeline");
-    ar_jw_key(&w, "config");
-    ar_jw_obj_begin(&w);
-    ar_jw_key(&w, "file");
-    if (config)
-        ar_jw_str(&w, config);
-    else
-        ar_jw_null(&w);
-    jint(&w, "d_model", m->d_model);
-    jint(&w, "n_layer", m->n_layer);
-    jint(&w, "n_head", m->n_head);
-    jint(&w, "d_ff", m->d_ff);
-    jint(&w, "seq_len", m->seq_len);
-    jint(&w, "batch_size", cfg->train.batch_size);
-    jint(&w, "vocab", m->vocab);
-    jint(&w, "sublayers", ar_cfg_sublayers(m));
-    ar_jw_obj_end(&w);
+    json_config(&w, config, cfg);
     jint(&w, "ranks", r0->W);
     jint(&w, "pipeline", r0->P);
     jint(&w, "virtual", r0->V);
@@ -194,66 +265,8 @@ static void print_json(const char *config, const ar_config *cfg, const ar_pipe_b
     ar_jw_str(&w, reset ? "per_variant" : "cumulative");
     ar_jw_key(&w, "results");
     ar_jw_arr_begin(&w);
-    for (int i = 0; i < n; i++) {
-        const run *v = &runs[i];
-        const ar_pipe_bench_result *r = &v->r;
-        double per_mb = (double)r->A * r->row_bytes;
-        ar_jw_obj_begin(&w);
-        ar_jw_key(&w, "variant");
-        ar_jw_str(&w, v->def->label);
-        ar_jw_key(&w, "name");
-        ar_jw_str(&w, v->def->name);
-        ar_jw_key(&w, "kind");
-        ar_jw_str(&w, ar_res_kind_name(v->cfg.model.residual.kind));
-        ar_jw_key(&w, "block_size");
-        if (r->baseline)
-            ar_jw_null(&w);
-        else
-            ar_jw_int(&w, r->S);
-        jint(&w, "num_blocks", r->baseline ? 0 : (r->L + r->S - 1) / r->S);
-        jnum(&w, "blocks_per_chunk", r->baseline ? NAN : (double)((r->L + r->S - 1) / r->S) / r->C);
-        ar_jw_key(&w, "cache_blocks");
-        ar_jw_bool(&w, v->cache);
-        /* rows per micro-batch */
-        jnum(&w, "rows_per_mb", r->fwd_bytes / per_mb);
-        jnum(&w, "bwd_rows_per_mb", r->bwd_bytes / per_mb);
-        jint(&w, "predicted_rows_per_mb", r->rows_per_mb);
-        jnum(&w, "eq7_rows_per_mb", r->eq7);
-        jnum(&w, "eq8_rows_per_mb", r->eq8);
-        ar_jw_key(&w, "formula");
-        if (r->baseline)
-            ar_jw_null(&w);
-        else
-            ar_jw_str(&w, v->cache ? "eq8" : "eq7");
-        /* bytes a step, over all ranks */
-        jnum(&w, "fwd_bytes", r->fwd_bytes);
-        jnum(&w, "bwd_bytes", r->bwd_bytes);
-        jnum(&w, "predicted_bytes", r->pred_bytes);
-        jnum(&w, "formula_bytes", formula(v) * per_mb);
-        /* bytes a token */
-        jnum(&w, "fwd_bytes_per_token", r->fwd_bytes / tokens);
-        jnum(&w, "bwd_bytes_per_token", r->bwd_bytes / tokens);
-        jnum(&w, "predicted_bytes_per_token", r->pred_bytes / tokens);
-        jnum(&w, "formula_bytes_per_token", formula(v) * per_mb / tokens);
-        ar_jw_key(&w, "match");
-        ar_jw_bool(&w, matches(v));
-        /* time */
-        jnum(&w, "step_ms", r->step_ms);
-        jnum(&w, "step_ms_min", r->step_ms_min);
-        jnum(&w, "step_ms_max", r->step_ms_max);
-        jnum(&w, "overhead_percent", overhead(v, base));
-        jnum(&w, "bubble", r->bubble);
-        jnum(&w, "simulated_bubble", r->sim_bubble);
-        jnum(&w, "loss", r->loss);
-        /* memory */
-        ar_jw_key(&w, "rank_peak_rss_mib");
-        ar_jw_arr_begin(&w);
-        for (int k = 0; k < r->W; k++)
-            ar_jw_num(&w, r->rank_peak_mib[k] >= 0 ? r->rank_peak_mib[k] : NAN);
-        ar_jw_arr_end(&w);
-        jnum(&w, "max_peak_rss_mib", max_peak(v) >= 0 ? max_peak(v) : NAN);
-        ar_jw_obj_end(&w);
-    }
+    for (int i = 0; i < n; i++)
+        json_result(&w, &runs[i], base, tokens);
     ar_jw_arr_end(&w);
     ar_jw_obj_end(&w);
     printf("%s\n", w.s);
@@ -370,107 +383,95 @@ static int resolve(const cli_opts *so, const char *config, ar_config *cfg, ar_er
     return cli_opts_apply(so, cfg, e);
 }
 
-int cmd_bench_pipeline(int argc, char **argv, const char *usage)
+/* The command line, as parsed. */
+typedef struct {
+    const char *config, *variants;
+    int json, P, V, M; /* --pipeline, --virtual, --micro-batches (0: the config's) */
+    ar_pipe_bench_opts o;
+} pipe_args;
+
+/* The command's own options and CONFIG into a, the variants to run into
+ * sel; 0, or -1 after the usage error. */
+static int parse_args(cli_opts *so, const char *usage, pipe_args *a, int *sel)
 {
-    const char *config = NULL, *variants = NULL;
-    int json = 0, P = 0, V = 1, M = 0, rc = AR_EXIT_USAGE, n = 0;
-    ar_pipe_bench_opts o = {.steps = 4, .warmup = 1};
-    run *runs = NULL;
-    static const char *const own[] = {"--steps",    "--warmup",  "--repeat",        "--peak-tflops", "--variants",
-                                      "--pipeline", "--virtual", "--micro-batches", NULL};
-    cli_opts so;
-    cli_opts_init(&so, usage, CLI_SET | CLI_THREADS | CLI_DEVICE | CLI_PRECISION, own, argc, argv);
-    for (const char *a, *v; (a = cli_opts_next(&so, &v));) {
+    for (const char *o, *v; (o = cli_opts_next(so, &v));) {
         int bad = 0;
-        if (!strcmp(a, "--variants"))
-            variants = v;
-        else if (!strcmp(a, "--pipeline"))
-            bad = cli_parse_int(a, v, 2, &P) != 0;
-        else if (!strcmp(a, "--virtual"))
-            bad = cli_parse_int(a, v, 1, &V) != 0;
-        else if (!strcmp(a, "--micro-batches"))
-            bad = cli_parse_int(a, v, 1, &M) != 0;
-        else if (!strcmp(a, "--steps"))
-            bad = cli_parse_int(a, v, 1, &o.steps) != 0;
-        else if (!strcmp(a, "--warmup"))
-            bad = cli_parse_int(a, v, 0, &o.warmup) != 0;
-        else if (!strcmp(a, "--repeat") || !strcmp(a, "--peak-tflops")) {
+        if (!strcmp(o, "--variants"))
+            a->variants = v;
+        else if (!strcmp(o, "--pipeline"))
+            bad = cli_parse_int(o, v, 2, &a->P) != 0;
+        else if (!strcmp(o, "--virtual"))
+            bad = cli_parse_int(o, v, 1, &a->V) != 0;
+        else if (!strcmp(o, "--micro-batches"))
+            bad = cli_parse_int(o, v, 1, &a->M) != 0;
+        else if (!strcmp(o, "--steps"))
+            bad = cli_parse_int(o, v, 1, &a->o.steps) != 0;
+        else if (!strcmp(o, "--warmup"))
+            bad = cli_parse_int(o, v, 0, &a->o.warmup) != 0;
+        else if (!strcmp(o, "--repeat") || !strcmp(o, "--peak-tflops")) {
             cli_usage_error(usage, "'%s' is an option of the one-process bench; with '--pipeline' the steps are "
                                    "timed as they run ('--steps')",
-                            a);
+                            o);
             bad = 1;
-        } else if (!strcmp(a, "--json"))
-            json = 1;
+        } else if (!strcmp(o, "--json"))
+            a->json = 1;
         else
-            bad = cli_opts_argument(&so, a, &config) != 0;
+            bad = cli_opts_argument(so, o, &a->config) != 0;
         if (bad)
-            goto out;
+            return -1;
     }
-    if (so.bad)
-        goto out;
-    int sel[MAX_RUNS];
+    if (so->bad)
+        return -1;
     for (int i = 0; i < ar_pipe_bench_n_variants; i++)
         sel[i] = 1;
-    if (variants && parse_variants(usage, variants, sel) != 0)
-        goto out;
-    if (M > 0 && V == 1 && M < P) {
+    if (a->variants && parse_variants(usage, a->variants, sel) != 0)
+        return -1;
+    int M = a->M, P = a->P;
+    if (M > 0 && a->V == 1 && M < P) {
         cli_usage_error(usage, "'--micro-batches' %d is too few for %d stages: the 1F1B schedule needs at least one "
                                "per stage (%d or more)",
                         M, P, P);
-        goto out;
+        return -1;
     }
-    if (M > 0 && V > 1 && M % P) {
+    if (M > 0 && a->V > 1 && M % P) {
         cli_usage_error(usage, "'--micro-batches' %d does not fit the interleaved schedule of %d stages: it runs "
                                "micro-batches in groups of '--pipeline' (a multiple of %d)",
                         M, P, P);
-        goto out;
+        return -1;
     }
+    return 0;
+}
 
-    rc = AR_EXIT_FAIL;
-    ar_err e = {{0}};
-    ar_comm *world = ar_comm_world();
-    int W = world->size;
-    if (W % P) {
-        ar_fail(&e, "'--pipeline' %d does not divide the %d rank%s %s: measure a pipeline under mpirun with a "
-                "multiple of %d ranks (mpirun -np %d attnres bench --pipeline %d)",
-                P, W, W == 1 ? "" : "s", ar_comm_launched() ? "mpirun started" : "of this process (not under mpirun)",
-                P, P, P);
-        goto fail;
-    }
-    int D = W / P;
-    ar_config cfg;
-    if (ar_comm_agree(world, resolve(&so, config, &cfg, &e), &e) != 0)
-        goto fail;
-    cfg.parallel.pipeline = P;
-    cfg.parallel.virtual_stages = V;
-    cfg.parallel.shard_optimizer = 0; /* no optimizer here */
-    if (M == 0) /* the config's micro-batches per pipeline, as many as the schedule needs */
-        M = ar_pipe_bench_fit_micro(P, V, (cfg.train.grad_accum + D - 1) / D);
-    cfg.train.grad_accum = M * D;
-
-    /* every variant's config is checked before any runs: baseline once,
-     * each AttnRes variant cached, then naive */
-    runs = calloc(MAX_RUNS, sizeof *runs);
+/* The runs into runs[0..*n), every variant's config checked before any
+ * runs: baseline once, each AttnRes variant cached, then naive.  This
+ * rank's 0 or -1 (e set), for the ranks to agree on. */
+static int plan_runs(ar_comm *world, const ar_config *cfg, const int *sel, run *runs, int *n, ar_err *e)
+{
     int vr = 0;
     for (int i = 0; i < ar_pipe_bench_n_variants && vr == 0; i++) {
         if (!sel[i])
             continue;
         const ar_pipe_bench_variant_def *d = &ar_pipe_bench_variants[i];
         for (int cache = 1; cache >= (d->kind == AR_RES_BASELINE ? 1 : 0) && vr == 0; cache--) {
-            run *v = &runs[n++];
+            run *v = &runs[(*n)++];
             v->def = d;
             v->cache = cache;
-            v->cfg = cfg;
+            v->cfg = *cfg;
             ar_pipe_bench_apply_variant(&v->cfg, d, cache);
-            if (ar_config_validate(&v->cfg, &e) != 0 || ar_pipe_check(world, &v->cfg, &e) != 0)
+            if (ar_config_validate(&v->cfg, e) != 0 || ar_pipe_check(world, &v->cfg, e) != 0)
                 vr = -1;
         }
     }
-    if (ar_comm_agree(world, vr, &e) != 0)
-        goto fail;
+    return vr;
+}
 
+/* Measures every run in turn; *base: the baseline's run, or NULL.  0, or
+ * -1 with e set. */
+static int measure_runs(ar_comm *world, run *runs, int n, const ar_pipe_bench_opts *o, const run **base,
+                        ar_err *e)
+{
     int tty = world->rank == 0 && isatty(STDERR_FILENO);
-    const run *base = NULL;
+    *base = NULL;
     for (int i = 0; i < n; i++) {
         run *v = &runs[i];
         char name[64];
@@ -479,27 +480,26 @@ int cmd_bench_pipeline(int argc, char **argv, const char *usage)
             fprintf(stderr, "\r\033[Kmeasuring '%s' (%d/%d)...", name, i + 1, n);
             fflush(stderr);
         }
-        int r = ar_pipe_bench_variant(world, &v->cfg, &o, &v->r, &e);
+        int r = ar_pipe_bench_variant(world, &v->cfg, o, &v->r, e);
         if (tty) {
             fprintf(stderr, "\r\033[K");
             fflush(stderr);
         }
         if (r != 0) {
-            ar_wrap(&e, "variant '%s'", name);
-            goto fail;
+            ar_wrap(e, "variant '%s'", name);
+            return -1;
         }
         if (v->def->kind == AR_RES_BASELINE)
-            base = v;
+            *base = v;
     }
-    if (world->rank == 0) {
-        if (json)
-            print_json(config, &cfg, &o, runs, n, base);
-        else
-            print_table(config, &cfg, &o, runs, n, base);
-        fflush(stdout);
-    }
-    /* the counts must be exact: every rank holds the same sums */
-    rc = AR_EXIT_OK;
+    return 0;
+}
+
+/* The counts must be exact: every rank holds the same sums.  The exit
+ * status, after an error for each run whose bytes differ from the plan's. */
+static int check_counts(const run *runs, int n)
+{
+    int rc = AR_EXIT_OK;
     for (int i = 0; i < n; i++) {
         const run *v = &runs[i];
         if (matches(v))
@@ -512,6 +512,57 @@ int cmd_bench_pipeline(int argc, char **argv, const char *usage)
                   v->r.A, v->r.row_bytes);
         rc = AR_EXIT_FAIL;
     }
+    return rc;
+}
+
+int cmd_bench_pipeline(int argc, char **argv, const char *usage)
+{
+    pipe_args a = {.V = 1, .o = {.steps = 4, .warmup = 1}};
+    int rc = AR_EXIT_USAGE, n = 0;
+    run *runs = NULL;
+    static const char *const own[] = {"--steps",    "--warmup",  "--repeat",        "--peak-tflops", "--variants",
+                                      "--pipeline", "--virtual", "--micro-batches", NULL};
+    cli_opts so;
+    cli_opts_init(&so, usage, CLI_SET | CLI_THREADS | CLI_DEVICE | CLI_PRECISION, own, argc, argv);
+    int sel[MAX_RUNS];
+    if (parse_args(&so, usage, &a, sel) != 0)
+        goto out;
+
+    rc = AR_EXIT_FAIL;
+    ar_err e = {{0}};
+    ar_comm *world = ar_comm_world();
+    int W = world->size, P = a.P, V = a.V, M = a.M;
+    if (W % P) {
+        ar_fail(&e, "'--pipeline' %d does not divide the %d rank%s %s: measure a pipeline under mpirun with a "
+                "multiple of %d ranks (mpirun -np %d attnres bench --pipeline %d)",
+                P, W, W == 1 ? "" : "s", ar_comm_launched() ? "mpirun started" : "of this process (not under mpirun)",
+                P, P, P);
+        goto fail;
+    }
+    int D = W / P;
+    ar_config cfg;
+    if (ar_comm_agree(world, resolve(&so, a.config, &cfg, &e), &e) != 0)
+        goto fail;
+    cfg.parallel.pipeline = P;
+    cfg.parallel.virtual_stages = V;
+    cfg.parallel.shard_optimizer = 0; /* no optimizer here */
+    if (M == 0) /* the config's micro-batches per pipeline, as many as the schedule needs */
+        M = ar_pipe_bench_fit_micro(P, V, (cfg.train.grad_accum + D - 1) / D);
+    cfg.train.grad_accum = M * D;
+    runs = calloc(MAX_RUNS, sizeof *runs);
+    if (ar_comm_agree(world, plan_runs(world, &cfg, sel, runs, &n, &e), &e) != 0)
+        goto fail;
+    const run *base;
+    if (measure_runs(world, runs, n, &a.o, &base, &e) != 0)
+        goto fail;
+    if (world->rank == 0) {
+        if (a.json)
+            print_json(a.config, &cfg, &a.o, runs, n, base);
+        else
+            print_table(a.config, &cfg, &a.o, runs, n, base);
+        fflush(stdout);
+    }
+    rc = check_counts(runs, n);
     goto out;
 fail:
     cli_error("%s", e.msg);

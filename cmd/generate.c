@@ -322,63 +322,73 @@ static void print_json(const char *ckpt, long step, const ar_config *cfg, vocab_
     ar_jw_free(&w);
 }
 
+/* The command's own options and the checkpoint into *ckpt, po and g; 0, or
+ * -1 after the usage error. */
+static int parse_args(cli_opts *so, const char **ckpt, prompt_opts *po, gen_opts *g)
+{
+    int nprompt = 0;
+    for (const char *a, *v; (a = cli_opts_next(so, &v));) {
+        long seed;
+        if (!strcmp(a, "--prompt"))
+            po->text = v, nprompt++;
+        else if (!strcmp(a, "--prompt-file"))
+            po->file = v, nprompt++;
+        else if (!strcmp(a, "--prompt-ids"))
+            po->ids = v, nprompt++;
+        else if (!strcmp(a, "--truncate"))
+            po->truncate = 1;
+        else if (!strcmp(a, "--json"))
+            g->json = 1;
+        else if (!strcmp(a, "--tokens")) {
+            if (cli_parse_long(a, v, 1, &g->tokens) != 0)
+                return -1;
+        } else if (!strcmp(a, "--temperature")) {
+            if (parse_number(a, v, 0, 0, INFINITY, &g->temperature) != 0)
+                return -1;
+        } else if (!strcmp(a, "--top-p")) {
+            if (parse_number(a, v, 0, 1, 1, &g->top_p) != 0)
+                return -1;
+        } else if (!strcmp(a, "--top-k")) {
+            if (cli_parse_int(a, v, 0, &g->top_k) != 0)
+                return -1;
+        } else if (!strcmp(a, "--prefill-chunk")) {
+            if (cli_parse_int(a, v, 1, &g->chunk) != 0)
+                return -1;
+        } else if (!strcmp(a, "--seed")) {
+            if (cli_parse_long(a, v, 0, &seed) != 0)
+                return -1;
+            g->seed = (uint64_t)seed;
+            g->seeded = 1;
+        } else if (cli_opts_argument(so, a, ckpt) != 0)
+            return -1;
+    }
+    if (so->bad)
+        return -1;
+    if (!*ckpt) {
+        cli_usage_error(usage, "missing the checkpoint (a run directory or a .safetensors file)");
+        return -1;
+    }
+    if (nprompt > 1) {
+        cli_usage_error(usage, "give the prompt once: '--prompt', '--prompt-file' or '--prompt-ids'");
+        return -1;
+    }
+    if (po->ids && parse_ids(po->ids, &po->id, &po->nid) != 0) /* a usage matter: before loading */
+        return -1;
+    return 0;
+}
+
 int cmd_generate(int argc, char **argv)
 {
     const char *ckpt = NULL;
     prompt_opts po = {0};
     gen_opts g = {.tokens = 256, .temperature = 1.0, .top_p = 1.0, .chunk = 64};
-    int rc = AR_EXIT_USAGE, nprompt = 0;
+    int rc = AR_EXIT_USAGE;
     ar_err e = {{0}};
     static const char *const own[] = {"--prompt", "--prompt-file", "--prompt-ids", "--tokens", "--temperature",
                                       "--top-k", "--top-p", "--seed", "--prefill-chunk", NULL};
     cli_opts so;
     cli_opts_init(&so, usage, CLI_THREADS, own, argc, argv);
-    for (const char *a, *v; (a = cli_opts_next(&so, &v));) {
-        long seed;
-        if (!strcmp(a, "--prompt"))
-            po.text = v, nprompt++;
-        else if (!strcmp(a, "--prompt-file"))
-            po.file = v, nprompt++;
-        else if (!strcmp(a, "--prompt-ids"))
-            po.ids = v, nprompt++;
-        else if (!strcmp(a, "--truncate"))
-            po.truncate = 1;
-        else if (!strcmp(a, "--json"))
-            g.json = 1;
-        else if (!strcmp(a, "--tokens")) {
-            if (cli_parse_long(a, v, 1, &g.tokens) != 0)
-                goto done;
-        } else if (!strcmp(a, "--temperature")) {
-            if (parse_number(a, v, 0, 0, INFINITY, &g.temperature) != 0)
-                goto done;
-        } else if (!strcmp(a, "--top-p")) {
-            if (parse_number(a, v, 0, 1, 1, &g.top_p) != 0)
-                goto done;
-        } else if (!strcmp(a, "--top-k")) {
-            if (cli_parse_int(a, v, 0, &g.top_k) != 0)
-                goto done;
-        } else if (!strcmp(a, "--prefill-chunk")) {
-            if (cli_parse_int(a, v, 1, &g.chunk) != 0)
-                goto done;
-        } else if (!strcmp(a, "--seed")) {
-            if (cli_parse_long(a, v, 0, &seed) != 0)
-                goto done;
-            g.seed = (uint64_t)seed;
-            g.seeded = 1;
-        } else if (cli_opts_argument(&so, a, &ckpt) != 0)
-            goto done;
-    }
-    if (so.bad)
-        goto done;
-    if (!ckpt) {
-        cli_usage_error(usage, "missing the checkpoint (a run directory or a .safetensors file)");
-        goto done;
-    }
-    if (nprompt > 1) {
-        cli_usage_error(usage, "give the prompt once: '--prompt', '--prompt-file' or '--prompt-ids'");
-        goto done;
-    }
-    if (po.ids && parse_ids(po.ids, &po.id, &po.nid) != 0) /* a usage matter: before loading */
+    if (parse_args(&so, &ckpt, &po, &g) != 0)
         goto done;
     if (!g.seeded)
         g.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);

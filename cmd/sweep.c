@@ -38,6 +38,23 @@ static void print_plan(const ar_sweep *s, const char *out, int jobs)
     fflush(stdout);
 }
 
+/* A missing device or data fails now, not after the first run's setup:
+ * 0, or -1 after the error message. */
+static int check_runs(const ar_sweep *s, ar_err *e)
+{
+    for (int i = 0; i < s->nruns; i++) {
+        if (cli_check_device(&s->runs[i].cfg, e) != 0) {
+            cli_error("run '%s': %s", s->runs[i].name, e->msg);
+            return -1;
+        }
+        if (ar_data_check_train(&s->runs[i].cfg.data, e) != 0) {
+            cli_error("run '%s': %s", s->runs[i].name, e->msg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int cmd_sweep(int argc, char **argv)
 {
     const char *config = NULL, *sizes = NULL;
@@ -86,17 +103,8 @@ int cmd_sweep(int argc, char **argv)
         cli_error("%s: %s", config ? config : AR_SWEEP_BUILTIN_NAME, e.msg);
         goto done;
     }
-    /* A missing device or data fails now, not after the first run's setup. */
-    for (int i = 0; i < s.nruns; i++) {
-        if (cli_check_device(&s.runs[i].cfg, &e) != 0) {
-            cli_error("run '%s': %s", s.runs[i].name, e.msg);
-            goto done;
-        }
-        if (ar_data_check_train(&s.runs[i].cfg.data, &e) != 0) {
-            cli_error("run '%s': %s", s.runs[i].name, e.msg);
-            goto done;
-        }
-    }
+    if (check_runs(&s, &e) != 0)
+        goto done;
     char outbuf[AR_PATH_MAX];
     const char *out = so.out;
     if (!out) {

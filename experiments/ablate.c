@@ -541,14 +541,12 @@ static int fill_md(FILE *f, void *ud)
     return ferror(f) ? -1 : 0;
 }
 
-int ar_ablate_report(const ar_ablation *a, const char *out_dir, ar_ablate_stat *stats, ar_err *e)
+/* rows[i] of every run finished and finally evaluated under
+ * OUT_DIR/runs/NAME (the others keep have = 0); 0, or -1 with e set. */
+static int collect_rows(const ar_ablation *a, const char *out_dir, arow *rows, ar_err *e)
 {
-    int nr = a->sweep.nruns, rc = -1;
-    arow *rows = ar_xcalloc((size_t)nr, sizeof *rows);
-    ar_ablate_stat *st = ar_xcalloc((size_t)a->nvariants, sizeof *st);
-    double *loss = ar_xcalloc((size_t)nr, sizeof *loss);
     char path[AR_PATH_MAX + 160];
-    for (int i = 0; i < nr; i++) {
+    for (int i = 0; i < a->sweep.nruns; i++) {
         const ar_sweep_run *r = &a->sweep.runs[i];
         snprintf(path, sizeof path, "%s/runs/%s/model.safetensors", out_dir, r->name);
         if (access(path, F_OK) != 0)
@@ -556,22 +554,111 @@ int ar_ablate_report(const ar_ablation *a, const char *out_dir, ar_ablate_stat *
         ar_config saved;
         long step;
         if (ar_ckpt_read_config(path, &saved, &step, e) != 0)
-            goto out;
+            return -1;
         if (step != r->cfg.train.steps)
             continue; /* not finished */
         snprintf(path, sizeof path, "%s/runs/%s", out_dir, r->name);
         /* a run counts once it has its final evaluation */
         int fe = ar_final_eval_read(path, r->cfg.train.steps, r->cfg.train.final_eval_windows, &rows[i].fe, e);
         if (fe < 0)
-            goto out;
+            return -1;
         if (fe == 0)
             continue;
         if (ar_sweep_compute_of(r, &rows[i].c, e) != 0 ||
             ar_sweep_run_stats(path, &rows[i].wall_s, &rows[i].val_loss, e) != 0)
-            goto out;
+            return -1;
         rows[i].seed = i % a->nseeds + 1;
         rows[i].have = 1;
     }
+    return 0;
+}
+
+/* OUT_DIR/ablation.png: a bar a variant with results, mean +- 1 std, the
+ * baseline as a line.  0, or -1 with e set. */
+static int plot_ablation(const ar_ablation *a, const ar_ablate_stat *st, const char *out_dir, ar_err *e)
+{
+    char path[AR_PATH_MAX + 160];
+    const char **lab = ar_xcalloc((size_t)a->nvariants, sizeof *lab);
+    double *m = ar_xcalloc((size_t)a->nvariants, sizeof *m), *sd = ar_xcalloc((size_t)a->nvariants, sizeof *sd);
+    int nb = 0;
+    for (int v = 0; v < a->nvariants; v++)
+        if (st[v].n > 0) {
+            lab[nb] = a->variant[v];
+            m[nb] = st[v].mean;
+            sd[nb++] = st[v].sd;
+        }
+    char title[160];
+    snprintf(title, sizeof title, "Ablation: final validation loss (mean \xc2\xb1 1 std over %d seed%s)", a->nseeds,
+             a->nseeds > 1 ? "s" : "");
+    snprintf(path, sizeof path, "%s/ablation.png", out_dir);
+    ar_bar_opts bo = {.title = title, .ylabel = "validation loss (nats/token)",
+                      .ref = st[0].n > 0 ? st[0].mean : NAN, .ref_label = "baseline"};
+    int brc = nb > 0 ? ar_plot_bars(path, &bo, lab, m, sd, nb, e) : 0;
+    free(lab);
+    free(m);
+    free(sd);
+    return brc != 0 ? -1 : 0;
+}
+
+/* OUT_DIR/block_sizes.png: val loss against S, full and baseline as
+ * lines.  0, or -1 with e set. */
+static int plot_block_sizes(const ar_ablation *a, const ar_ablate_stat *st, const char *out_dir, ar_err *e)
+{
+    char path[AR_PATH_MAX + 160];
+    double *x = ar_xcalloc((size_t)a->nblock, sizeof *x), *y = ar_xcalloc((size_t)a->nblock, sizeof *y);
+    double *yl = ar_xcalloc((size_t)a->nblock, sizeof *yl), *yh = ar_xcalloc((size_t)a->nblock, sizeof *yh);
+    double rx[2], rf[2], rb[2];
+    int vf = -1;
+    for (int v = 0; v < a->nvariants; v++)
+        if (strcmp(a->variant[v], "full") == 0)
+            vf = v;
+    double xmin = INFINITY, xmax = -INFINITY;
+    for (int i = 0; i < a->nblock; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "block-s%d", a->block_size[i]);
+        x[i] = a->block_size[i];
+        y[i] = yl[i] = yh[i] = NAN;
+        xmin = fmin(xmin, x[i]);
+        xmax = fmax(xmax, x[i]);
+        for (int v = 0; v < a->nvariants; v++)
+            if (strcmp(a->variant[v], name) == 0 && st[v].n > 0) {
+                y[i] = st[v].mean;
+                yl[i] = st[v].mean - st[v].sd;
+                yh[i] = st[v].mean + st[v].sd;
+            }
+    }
+    rx[0] = xmin;
+    rx[1] = xmax > xmin ? xmax : xmin + 1;
+    rf[0] = rf[1] = vf >= 0 && st[vf].n > 0 ? st[vf].mean : NAN;
+    rb[0] = rb[1] = st[0].n > 0 ? st[0].mean : NAN;
+    ar_series s[5] = {
+        {.label = "Block AttnRes", .x = x, .y = y, .n = a->nblock, .markers = 1, .color = 1},
+        {.label = "Full AttnRes", .x = rx, .y = rf, .n = 2, .color = 2},
+        {.label = "baseline", .x = rx, .y = rb, .n = 2, .color = 3},
+        {.label = a->nseeds > 1 ? "\xc2\xb1 1 std" : NULL, .x = x, .y = yl, .n = a->nblock, .markers = 1,
+         .no_line = 1, .color = 1},
+        {.x = x, .y = yh, .n = a->nblock, .markers = 1, .no_line = 1, .color = 1},
+    };
+    ar_plot_opts po = {.title = "Validation loss against block size S", .xlabel = "block size S (sublayers)",
+                       .ylabel = "validation loss (nats/token)", .logx = xmax / xmin >= 4, .empty = "no finished runs"};
+    snprintf(path, sizeof path, "%s/block_sizes.png", out_dir);
+    int prc = ar_plot_lines(path, &po, s, a->nseeds > 1 ? 5 : 3, e);
+    free(x);
+    free(y);
+    free(yl);
+    free(yh);
+    return prc != 0 ? -1 : 0;
+}
+
+int ar_ablate_report(const ar_ablation *a, const char *out_dir, ar_ablate_stat *stats, ar_err *e)
+{
+    int nr = a->sweep.nruns, rc = -1;
+    arow *rows = ar_xcalloc((size_t)nr, sizeof *rows);
+    ar_ablate_stat *st = ar_xcalloc((size_t)a->nvariants, sizeof *st);
+    double *loss = ar_xcalloc((size_t)nr, sizeof *loss);
+    char path[AR_PATH_MAX + 160];
+    if (collect_rows(a, out_dir, rows, e) != 0)
+        goto out;
     for (int i = 0; i < nr; i++)
         loss[i] = rows[i].have ? rows[i].fe.loss : NAN;
     ar_ablate_stats(loss, a->nvariants, a->nseeds, st);
@@ -582,79 +669,10 @@ int ar_ablate_report(const ar_ablation *a, const char *out_dir, ar_ablate_stat *
     snprintf(path, sizeof path, "%s/results.md", out_dir);
     if (ar_write_atomic(path, fill_md, &c, e) != 0)
         goto out;
-
-    /* bar chart: variants with results */
-    {
-        const char **lab = ar_xcalloc((size_t)a->nvariants, sizeof *lab);
-        double *m = ar_xcalloc((size_t)a->nvariants, sizeof *m), *sd = ar_xcalloc((size_t)a->nvariants, sizeof *sd);
-        int nb = 0;
-        for (int v = 0; v < a->nvariants; v++)
-            if (st[v].n > 0) {
-                lab[nb] = a->variant[v];
-                m[nb] = st[v].mean;
-                sd[nb++] = st[v].sd;
-            }
-        char title[160];
-        snprintf(title, sizeof title, "Ablation: final validation loss (mean \xc2\xb1 1 std over %d seed%s)", a->nseeds,
-                 a->nseeds > 1 ? "s" : "");
-        snprintf(path, sizeof path, "%s/ablation.png", out_dir);
-        ar_bar_opts bo = {.title = title, .ylabel = "validation loss (nats/token)",
-                          .ref = st[0].n > 0 ? st[0].mean : NAN, .ref_label = "baseline"};
-        int brc = nb > 0 ? ar_plot_bars(path, &bo, lab, m, sd, nb, e) : 0;
-        free(lab);
-        free(m);
-        free(sd);
-        if (brc != 0)
-            goto out;
-    }
-
-    /* block sizes: val loss against S, full and baseline as lines */
-    if (a->nblock > 0) {
-        double *x = ar_xcalloc((size_t)a->nblock, sizeof *x), *y = ar_xcalloc((size_t)a->nblock, sizeof *y);
-        double *yl = ar_xcalloc((size_t)a->nblock, sizeof *yl), *yh = ar_xcalloc((size_t)a->nblock, sizeof *yh);
-        double rx[2], rf[2], rb[2];
-        int vf = -1;
-        for (int v = 0; v < a->nvariants; v++)
-            if (strcmp(a->variant[v], "full") == 0)
-                vf = v;
-        double xmin = INFINITY, xmax = -INFINITY;
-        for (int i = 0; i < a->nblock; i++) {
-            char name[32];
-            snprintf(name, sizeof name, "block-s%d", a->block_size[i]);
-            x[i] = a->block_size[i];
-            y[i] = yl[i] = yh[i] = NAN;
-            xmin = fmin(xmin, x[i]);
-            xmax = fmax(xmax, x[i]);
-            for (int v = 0; v < a->nvariants; v++)
-                if (strcmp(a->variant[v], name) == 0 && st[v].n > 0) {
-                    y[i] = st[v].mean;
-                    yl[i] = st[v].mean - st[v].sd;
-                    yh[i] = st[v].mean + st[v].sd;
-                }
-        }
-        rx[0] = xmin;
-        rx[1] = xmax > xmin ? xmax : xmin + 1;
-        rf[0] = rf[1] = vf >= 0 && st[vf].n > 0 ? st[vf].mean : NAN;
-        rb[0] = rb[1] = st[0].n > 0 ? st[0].mean : NAN;
-        ar_series s[5] = {
-            {.label = "Block AttnRes", .x = x, .y = y, .n = a->nblock, .markers = 1, .color = 1},
-            {.label = "Full AttnRes", .x = rx, .y = rf, .n = 2, .color = 2},
-            {.label = "baseline", .x = rx, .y = rb, .n = 2, .color = 3},
-            {.label = a->nseeds > 1 ? "\xc2\xb1 1 std" : NULL, .x = x, .y = yl, .n = a->nblock, .markers = 1,
-             .no_line = 1, .color = 1},
-            {.x = x, .y = yh, .n = a->nblock, .markers = 1, .no_line = 1, .color = 1},
-        };
-        ar_plot_opts po = {.title = "Validation loss against block size S", .xlabel = "block size S (sublayers)",
-                           .ylabel = "validation loss (nats/token)", .logx = xmax / xmin >= 4, .empty = "no finished runs"};
-        snprintf(path, sizeof path, "%s/block_sizes.png", out_dir);
-        int prc = ar_plot_lines(path, &po, s, a->nseeds > 1 ? 5 : 3, e);
-        free(x);
-        free(y);
-        free(yl);
-        free(yh);
-        if (prc != 0)
-            goto out;
-    }
+    if (plot_ablation(a, st, out_dir, e) != 0)
+        goto out;
+    if (a->nblock > 0 && plot_block_sizes(a, st, out_dir, e) != 0)
+        goto out;
     if (stats)
         memcpy(stats, st, (size_t)a->nvariants * sizeof *st);
     rc = 0;

@@ -123,11 +123,111 @@ static int fill_plan(ar_pipe_bench_result *r, const ar_pipe_plan *pl, ar_err *e)
     return ar_pipe_simulate(pl, 1.0, 2.0, &r->sim_makespan, &r->sim_bubble, NULL, e);
 }
 
+/* This rank's stage of the model on the CPU backend, its pipeline and the
+ * plan's numbers into r; this rank's 0 or -1 (e set), for the ranks to
+ * agree on.  *m and *pp are the caller's to free, also after a failure. */
+static int setup(ar_comm *world, const ar_config *cfg, ar_pipe_bench_result *r, ar_model **m, ar_pipe **pp,
+                 ar_err *e)
+{
+    const ar_backend *be = ar_backend_open("cpu", 0, e);
+    if (!be)
+        return -1;
+    be->set_threads(cfg->train.threads);
+    r->threads = omp_get_max_threads();
+    unsigned char *runs = ar_xcalloc((size_t)ar_cfg_sublayers(&cfg->model) + 2, 1);
+    ar_model_split sp;
+    ar_pipe_model_split(cfg, world->rank, runs, &sp); /* this stage's activations only */
+    ar_model_cfg mc = ar_cfg_training_model(cfg);
+    int rc = ar_model_create_split(m, &mc, be, cfg->train.batch_size, &sp, e);
+    free(runs);
+    if (rc != 0)
+        return rc;
+    ar_model_init(*m, cfg->train.seed);
+    if (!(*pp = ar_pipe_create(world, cfg, *m, e)))
+        return -1;
+    return fill_plan(r, ar_pipe_plan_of(*pp), e);
+}
+
+/* Runs the warm-up and timed steps: the bytes moved (and whether every
+ * step moved the same) into r, the timed steps' times (the slowest rank's)
+ * and bubbles into step_ms and bubble, the last step's losses into loss;
+ * slot: W doubles of scratch.  0, or -1 with e set on every rank. */
+static int run_steps(ar_comm *world, ar_pipe *pp, const ar_config *cfg, const ar_pipe_bench_opts *o,
+                     ar_pipe_bench_result *r, double *loss, double *slot, double *step_ms, double *bubble,
+                     ar_err *e)
+{
+    int W = world->size, total = o->warmup + o->steps;
+    sampler smp = {.seed = (uint64_t)cfg->train.seed, .n = r->B * r->T, .vocab = cfg->model.vocab};
+    r->bytes_steady = 1;
+    double f0 = NAN, b0 = NAN;
+    for (int s = 0; s < total; s++) {
+        int rc = ar_pipe_step(pp, sample, &smp, loss, e);
+        if (ar_comm_agree(world, rc, e) != 0)
+            return -1;
+        ar_pipe_stats st;
+        if (ar_pipe_stats_sum(pp, &st, e) != 0)
+            return -1; /* a collective failed: MPI's error, on every rank */
+        /* the step took as long as its slowest rank */
+        memset(slot, 0, (size_t)W * sizeof *slot);
+        slot[world->rank] = st.step_s;
+        if (world->ops->sum_doubles(world, slot, (size_t)W, e) != 0)
+            return -1;
+        double slowest = 0;
+        for (int k = 0; k < W; k++)
+            slowest = slot[k] > slowest ? slot[k] : slowest;
+        if (s == 0) {
+            f0 = st.fwd_bytes;
+            b0 = st.bwd_bytes;
+        } else if (st.fwd_bytes != f0 || st.bwd_bytes != b0) {
+            r->bytes_steady = 0;
+        }
+        r->fwd_bytes = st.fwd_bytes;
+        r->bwd_bytes = st.bwd_bytes;
+        if (s >= o->warmup) {
+            step_ms[s - o->warmup] = 1e3 * slowest;
+            bubble[s - o->warmup] = st.bubble;
+        }
+    }
+    return 0;
+}
+
+/* The mean loss of the step's micro-batches, and the step times' and
+ * bubbles' medians (step_ms and bubble are sorted here) and range. */
+static void summarise(ar_pipe_bench_result *r, const double *loss, double *step_ms, double *bubble, int steps)
+{
+    r->loss = 0;
+    for (int a = 0; a < r->A; a++)
+        r->loss += loss[a] / r->A;
+    r->step_ms_min = r->step_ms_max = step_ms[0];
+    for (int k = 0; k < steps; k++) {
+        r->step_ms_min = step_ms[k] < r->step_ms_min ? step_ms[k] : r->step_ms_min;
+        r->step_ms_max = step_ms[k] > r->step_ms_max ? step_ms[k] : r->step_ms_max;
+    }
+    r->step_ms = median(step_ms, steps);
+    r->bubble = median(bubble, steps);
+}
+
+/* Every rank's peak into r, and whether every rank could reset it (reset:
+ * this rank's); slot: W + 1 doubles of scratch.  0, or -1 with e set. */
+static int gather_peaks(ar_comm *world, ar_pipe_bench_result *r, int reset, double *slot, ar_err *e)
+{
+    int W = world->size;
+    long long peak = ar_bench_peak_rss();
+    memset(slot, 0, ((size_t)W + 1) * sizeof *slot);
+    slot[world->rank] = peak >= 0 ? (double)peak / (1024.0 * 1024.0) : -1;
+    slot[W] = reset ? 0 : 1;
+    if (world->ops->sum_doubles(world, slot, (size_t)W + 1, e) != 0)
+        return -1;
+    memcpy(r->rank_peak_mib, slot, (size_t)W * sizeof *slot);
+    r->peak_reset = slot[W] == 0;
+    return 0;
+}
+
 int ar_pipe_bench_variant(ar_comm *world, const ar_config *cfg, const ar_pipe_bench_opts *o,
                           ar_pipe_bench_result *r, ar_err *e)
 {
     memset(r, 0, sizeof *r);
-    int W = world->size, steps = o->steps, total = o->warmup + o->steps;
+    int W = world->size, steps = o->steps;
     r->W = W;
     r->D = cfg->parallel.pipeline > 0 ? W / cfg->parallel.pipeline : W;
     r->B = cfg->train.batch_size;
@@ -152,81 +252,14 @@ int ar_pipe_bench_variant(ar_comm *world, const ar_config *cfg, const ar_pipe_be
     double *slot = ar_xcalloc((size_t)W + 1, sizeof(double));
     double *step_ms = ar_xcalloc((size_t)steps, sizeof(double));
     double *bubble = ar_xcalloc((size_t)steps, sizeof(double));
-    int rc = 0, ret = -1;
-    const ar_backend *be = ar_backend_open("cpu", 0, e);
-    if (!be)
-        rc = -1;
-    if (rc == 0) {
-        be->set_threads(cfg->train.threads);
-        r->threads = omp_get_max_threads();
-        unsigned char *runs = ar_xcalloc((size_t)ar_cfg_sublayers(&cfg->model) + 2, 1);
-        ar_model_split sp;
-        ar_pipe_model_split(cfg, world->rank, runs, &sp); /* this stage's activations only */
-        ar_model_cfg mc = ar_cfg_training_model(cfg);
-        rc = ar_model_create_split(&m, &mc, be, cfg->train.batch_size, &sp, e);
-        free(runs);
-    }
-    if (rc == 0) {
-        ar_model_init(m, cfg->train.seed);
-        if (!(pp = ar_pipe_create(world, cfg, m, e)))
-            rc = -1;
-    }
-    if (rc == 0)
-        rc = fill_plan(r, ar_pipe_plan_of(pp), e);
-    if (ar_comm_agree(world, rc, e) != 0)
+    int ret = -1;
+    if (ar_comm_agree(world, setup(world, cfg, r, &m, &pp, e), e) != 0)
         goto out;
-
-    sampler smp = {.seed = (uint64_t)cfg->train.seed, .n = r->B * r->T, .vocab = cfg->model.vocab};
-    r->bytes_steady = 1;
-    double f0 = NAN, b0 = NAN;
-    for (int s = 0; s < total; s++) {
-        rc = ar_pipe_step(pp, sample, &smp, loss, e);
-        if (ar_comm_agree(world, rc, e) != 0)
-            goto out;
-        ar_pipe_stats st;
-        if (ar_pipe_stats_sum(pp, &st, e) != 0)
-            goto out; /* a collective failed: MPI's error, on every rank */
-        /* the step took as long as its slowest rank */
-        memset(slot, 0, (size_t)W * sizeof *slot);
-        slot[world->rank] = st.step_s;
-        if (world->ops->sum_doubles(world, slot, (size_t)W, e) != 0)
-            goto out;
-        double slowest = 0;
-        for (int k = 0; k < W; k++)
-            slowest = slot[k] > slowest ? slot[k] : slowest;
-        if (s == 0) {
-            f0 = st.fwd_bytes;
-            b0 = st.bwd_bytes;
-        } else if (st.fwd_bytes != f0 || st.bwd_bytes != b0) {
-            r->bytes_steady = 0;
-        }
-        r->fwd_bytes = st.fwd_bytes;
-        r->bwd_bytes = st.bwd_bytes;
-        if (s >= o->warmup) {
-            step_ms[s - o->warmup] = 1e3 * slowest;
-            bubble[s - o->warmup] = st.bubble;
-        }
-    }
-    r->loss = 0;
-    for (int a = 0; a < r->A; a++)
-        r->loss += loss[a] / r->A;
-    r->step_ms_min = r->step_ms_max = step_ms[0];
-    for (int k = 0; k < steps; k++) {
-        r->step_ms_min = step_ms[k] < r->step_ms_min ? step_ms[k] : r->step_ms_min;
-        r->step_ms_max = step_ms[k] > r->step_ms_max ? step_ms[k] : r->step_ms_max;
-    }
-    r->step_ms = median(step_ms, steps);
-    r->bubble = median(bubble, steps);
-
-    /* every rank's peak, and whether every rank could reset it */
-    long long peak = ar_bench_peak_rss();
-    memset(slot, 0, ((size_t)W + 1) * sizeof *slot);
-    slot[world->rank] = peak >= 0 ? (double)peak / (1024.0 * 1024.0) : -1;
-    slot[W] = reset ? 0 : 1;
-    if (world->ops->sum_doubles(world, slot, (size_t)W + 1, e) != 0)
+    if (run_steps(world, pp, cfg, o, r, loss, slot, step_ms, bubble, e) != 0)
         goto out;
-    memcpy(r->rank_peak_mib, slot, (size_t)W * sizeof *slot);
-    r->peak_reset = slot[W] == 0;
+    summarise(r, loss, step_ms, bubble, steps);
+    if (gather_peaks(world, r, reset, slot, e) != 0)
+        goto out;
     ret = 0;
 out:
     ar_pipe_free(pp);

@@ -575,6 +575,89 @@ static void jw_pair(ar_jw *w, const char *key, const double *v)
     ar_jw_arr_end(w);
 }
 
+/* The "points" of group g: each measurement beside the fit. */
+static void json_points(ar_jw *w, const ar_scaling_group *g)
+{
+    ar_jw_key(w, "points");
+    ar_jw_arr_begin(w);
+    for (int i = 0; i < g->n; i++) {
+        double fit = ar_fit_eval(&g->fit, g->x[i]);
+        ar_jw_obj_begin(w);
+        ar_jw_key(w, "x");
+        ar_jw_num(w, g->x[i]);
+        ar_jw_key(w, "y");
+        ar_jw_num(w, g->y[i]);
+        ar_jw_key(w, "fit");
+        ar_jw_num(w, fit);
+        ar_jw_key(w, "residual");
+        ar_jw_num(w, g->y[i] - fit);
+        ar_jw_key(w, "source");
+        char src[4200];
+        snprintf(src, sizeof src, "%s:%d", g->file[i], g->line[i]);
+        ar_jw_str(w, src);
+        ar_jw_obj_end(w);
+    }
+    ar_jw_arr_end(w);
+}
+
+/* One element of "groups": the fit's parameters with their errors, its
+ * quality, the compute ratio against the baseline (other groups) and the
+ * points. */
+static void json_group(ar_jw *w, const ar_scaling *s, const ar_scaling_group *g)
+{
+    const ar_fit *f = &g->fit;
+    ar_jw_obj_begin(w);
+    ar_jw_key(w, "group");
+    ar_jw_str(w, g->name);
+    ar_jw_key(w, "baseline");
+    ar_jw_bool(w, g->is_baseline);
+    ar_jw_key(w, "n");
+    ar_jw_int(w, g->n);
+    for (int i = 0; i < f->np; i++) {
+        char key[32];
+        ar_jw_key(w, param_name(i));
+        ar_jw_num(w, f->p[i]);
+        snprintf(key, sizeof key, "%s_se", param_name(i));
+        ar_jw_key(w, key);
+        ar_jw_num(w, f->se[i]);
+        snprintf(key, sizeof key, "%s_ci95", param_name(i));
+        jw_pair(w, key, f->ci[i]);
+    }
+    ar_jw_key(w, "covariance");
+    ar_jw_arr_begin(w);
+    for (int i = 0; i < f->np; i++) {
+        ar_jw_arr_begin(w);
+        for (int j = 0; j < f->np; j++)
+            ar_jw_num(w, f->dof > 0 ? f->cov[i][j] : NAN);
+        ar_jw_arr_end(w);
+    }
+    ar_jw_arr_end(w);
+    ar_jw_key(w, "r2");
+    ar_jw_num(w, f->r2);
+    ar_jw_key(w, "rss");
+    ar_jw_num(w, f->rss);
+    ar_jw_key(w, "dof");
+    ar_jw_int(w, f->dof);
+    ar_jw_key(w, "t95");
+    ar_jw_num(w, f->t95);
+    ar_jw_key(w, "loss_at");
+    ar_jw_num(w, ar_fit_eval(f, s->at));
+    if (!g->is_baseline) {
+        const ar_ratio *r = &g->ratio;
+        ar_jw_key(w, "ratio");
+        ar_jw_num(w, r->ratio);
+        ar_jw_key(w, "ratio_se");
+        ar_jw_num(w, r->se);
+        jw_pair(w, "ratio_ci95", r->ci);
+        ar_jw_key(w, "ratio_log_se");
+        ar_jw_num(w, r->se_log);
+        ar_jw_key(w, "baseline_compute");
+        ar_jw_num(w, r->c_base);
+    }
+    json_points(w, g);
+    ar_jw_obj_end(w);
+}
+
 char *ar_scaling_json(const ar_scaling *s)
 {
     ar_jw w;
@@ -601,79 +684,8 @@ char *ar_scaling_json(const ar_scaling *s)
     ar_jw_arr_end(&w);
     ar_jw_key(&w, "groups");
     ar_jw_arr_begin(&w);
-    for (int k = 0; k < s->ng; k++) {
-        const ar_scaling_group *g = &s->g[k];
-        const ar_fit *f = &g->fit;
-        ar_jw_obj_begin(&w);
-        ar_jw_key(&w, "group");
-        ar_jw_str(&w, g->name);
-        ar_jw_key(&w, "baseline");
-        ar_jw_bool(&w, g->is_baseline);
-        ar_jw_key(&w, "n");
-        ar_jw_int(&w, g->n);
-        for (int i = 0; i < f->np; i++) {
-            char key[32];
-            ar_jw_key(&w, param_name(i));
-            ar_jw_num(&w, f->p[i]);
-            snprintf(key, sizeof key, "%s_se", param_name(i));
-            ar_jw_key(&w, key);
-            ar_jw_num(&w, f->se[i]);
-            snprintf(key, sizeof key, "%s_ci95", param_name(i));
-            jw_pair(&w, key, f->ci[i]);
-        }
-        ar_jw_key(&w, "covariance");
-        ar_jw_arr_begin(&w);
-        for (int i = 0; i < f->np; i++) {
-            ar_jw_arr_begin(&w);
-            for (int j = 0; j < f->np; j++)
-                ar_jw_num(&w, f->dof > 0 ? f->cov[i][j] : NAN);
-            ar_jw_arr_end(&w);
-        }
-        ar_jw_arr_end(&w);
-        ar_jw_key(&w, "r2");
-        ar_jw_num(&w, f->r2);
-        ar_jw_key(&w, "rss");
-        ar_jw_num(&w, f->rss);
-        ar_jw_key(&w, "dof");
-        ar_jw_int(&w, f->dof);
-        ar_jw_key(&w, "t95");
-        ar_jw_num(&w, f->t95);
-        ar_jw_key(&w, "loss_at");
-        ar_jw_num(&w, ar_fit_eval(f, s->at));
-        if (!g->is_baseline) {
-            const ar_ratio *r = &g->ratio;
-            ar_jw_key(&w, "ratio");
-            ar_jw_num(&w, r->ratio);
-            ar_jw_key(&w, "ratio_se");
-            ar_jw_num(&w, r->se);
-            jw_pair(&w, "ratio_ci95", r->ci);
-            ar_jw_key(&w, "ratio_log_se");
-            ar_jw_num(&w, r->se_log);
-            ar_jw_key(&w, "baseline_compute");
-            ar_jw_num(&w, r->c_base);
-        }
-        ar_jw_key(&w, "points");
-        ar_jw_arr_begin(&w);
-        for (int i = 0; i < g->n; i++) {
-            double fit = ar_fit_eval(f, g->x[i]);
-            ar_jw_obj_begin(&w);
-            ar_jw_key(&w, "x");
-            ar_jw_num(&w, g->x[i]);
-            ar_jw_key(&w, "y");
-            ar_jw_num(&w, g->y[i]);
-            ar_jw_key(&w, "fit");
-            ar_jw_num(&w, fit);
-            ar_jw_key(&w, "residual");
-            ar_jw_num(&w, g->y[i] - fit);
-            ar_jw_key(&w, "source");
-            char src[4200];
-            snprintf(src, sizeof src, "%s:%d", g->file[i], g->line[i]);
-            ar_jw_str(&w, src);
-            ar_jw_obj_end(&w);
-        }
-        ar_jw_arr_end(&w);
-        ar_jw_obj_end(&w);
-    }
+    for (int k = 0; k < s->ng; k++)
+        json_group(&w, s, &s->g[k]);
     ar_jw_arr_end(&w);
     ar_jw_obj_end(&w);
     return w.s;

@@ -456,131 +456,155 @@ static int settle(const ar_sweep *s, int idx, int eval_only, int code, const cha
     return 0;
 }
 
+/* What ar_sweep_run_all keeps between its steps: the rows so far and the
+ * children still running. */
+typedef struct {
+    const ar_sweep *s;
+    const ar_sweep_opts *o;
+    int jobs;
+    row *rows;
+    kid *kids; /* [jobs] */
+    int nkids, forwarded;
+    ar_sweep_result *res;
+    ar_err first_fail;
+} sched;
+
+/* Starts run idx: a finished run with its final evaluation is reused; any
+ * other is trained (or only finally evaluated) here when jobs is 1, else in
+ * a child.  0, or -1 with e set. */
+static int start_run(sched *q, int idx, ar_err *e)
+{
+    const ar_sweep *s = q->s;
+    const ar_sweep_opts *o = q->o;
+    const ar_sweep_run *r = &s->runs[idx];
+    char dir[AR_PATH_MAX + 2 * AR_SWEEP_NAME_MAX + 8], detail[128];
+    snprintf(dir, sizeof dir, "%s/%s", o->out_dir, r->name);
+    run_state st;
+    long step;
+    if (run_state_of(r, dir, &st, &step, e) != 0)
+        return -1;
+    int eval_only = 0;
+    if (st == RUN_DONE) {
+        ar_final_eval fe;
+        int have = ar_final_eval_read(dir, r->cfg.train.steps, r->cfg.train.final_eval_windows, &fe, e);
+        if (have < 0)
+            return -1;
+        if (have) {
+            if (collect(r, dir, &q->rows[idx], e) != 0 || write_results(s, q->rows, o->out_dir, e) != 0)
+                return -1;
+            q->res->skipped++;
+            q->res->finished++;
+            finished_detail(&q->rows[idx], detail, sizeof detail);
+            emit(o, r, AR_SWEEP_SKIPPED, detail);
+            return 0;
+        }
+        eval_only = 1; /* trained, not yet finally evaluated: a job of its own */
+    } else {
+        snprintf(detail, sizeof detail, "step %ld", step);
+        emit(o, r, st == RUN_RESUME ? AR_SWEEP_RESUMED : AR_SWEEP_STARTED, st == RUN_RESUME ? detail : NULL);
+    }
+    int threads = r->cfg.train.threads;
+    if (q->jobs > 1) {
+        long total = threads > 0 ? threads : sysconf(_SC_NPROCESSORS_ONLN);
+        threads = (int)(total / q->jobs > 1 ? total / q->jobs : 1);
+    }
+    if (q->jobs == 1) {
+        ar_err te;
+        int code = train_one(r, dir, st == RUN_RESUME, eval_only, threads, o, &te);
+        return settle(s, idx, eval_only, code, te.msg, o, q->rows, q->res, &q->first_fail, e);
+    }
+    kid_job j = {r, dir, st == RUN_RESUME, eval_only, threads, o};
+    kid *k = &q->kids[q->nkids];
+    if (ar_child_start(&k->c, train_kid, &j, AR_CHILD_OWN_GROUP, "the training process", e) != 0)
+        return -1;
+    k->eval_only = eval_only;
+    k->run = idx;
+    q->nkids++;
+    return 0;
+}
+
+/* Waits for a child to end, forwarding an interrupt to them all once;
+ * its index in q->kids, or -1 with e set. */
+static int wait_kid(sched *q, ar_err *e)
+{
+    int k = -1;
+    while (k < 0) {
+        if (interrupted(q->o) && !q->forwarded) {
+            for (int i = 0; i < q->nkids; i++)
+                kill(q->kids[i].c.pid, SIGINT);
+            q->forwarded = 1;
+        }
+        for (int i = 0; i < q->nkids && k < 0; i++) {
+            int ended = ar_child_ended(&q->kids[i].c, e);
+            if (ended < 0)
+                return -1;
+            if (ended)
+                k = i;
+        }
+        if (k < 0)
+            sleep_ms(100);
+    }
+    return k;
+}
+
+/* Takes ended child k off the list and records how its run ended; 0, or -1
+ * with e set. */
+static int reap_kid(sched *q, int k, ar_err *e)
+{
+    kid c = q->kids[k];
+    q->kids[k] = q->kids[--q->nkids];
+    ar_err te = {{0}};
+    size_t got;
+    if (ar_child_finish(&c.c, te.msg, sizeof te.msg - 1, &got, e) != 0)
+        return -1;
+    te.msg[got] = '\0';
+    int code = WIFEXITED(c.c.status) ? WEXITSTATUS(c.c.status) : -1;
+    if (code != 0 && code != 130 && !te.msg[0])
+        ar_child_check(&c.c, &te);
+    return settle(q->s, c.run, c.eval_only, code, te.msg, q->o, q->rows, q->res, &q->first_fail, e);
+}
+
 int ar_sweep_run_all(const ar_sweep *s, const ar_sweep_opts *o, ar_sweep_result *res, ar_err *e)
 {
     memset(res, 0, sizeof *res);
     int jobs = o->jobs > 1 ? o->jobs : 1;
     if (ar_mkdir_p(o->out_dir, e) != 0)
         return -1;
-    row *rows = ar_xcalloc((size_t)s->nruns, sizeof *rows);
-    kid *kids = ar_xcalloc((size_t)jobs, sizeof *kids);
-    int nkids = 0, next = 0, rc = 0, forwarded = 0;
-    ar_err first_fail = {{0}};
-    char dir[AR_PATH_MAX + 2 * AR_SWEEP_NAME_MAX + 8], detail[128];
-
+    sched q = {.s = s, .o = o, .jobs = jobs, .res = res};
+    q.rows = ar_xcalloc((size_t)s->nruns, sizeof *q.rows);
+    q.kids = ar_xcalloc((size_t)jobs, sizeof *q.kids);
+    int next = 0, rc = 0;
     for (;;) {
         /* Start runs while there is room. */
-        while (nkids < jobs && next < s->nruns && !interrupted(o) && !res->failed) {
-            const ar_sweep_run *r = &s->runs[next];
+        while (q.nkids < jobs && next < s->nruns && !interrupted(o) && !res->failed) {
             int idx = next++;
             if (o->nranks > 1 && idx % o->nranks != o->rank)
                 continue; /* another rank's */
-            snprintf(dir, sizeof dir, "%s/%s", o->out_dir, r->name);
-            run_state st;
-            long step;
-            if (run_state_of(r, dir, &st, &step, e) != 0) {
+            if (start_run(&q, idx, e) != 0) {
                 rc = -1;
                 goto out;
             }
-            int eval_only = 0;
-            if (st == RUN_DONE) {
-                ar_final_eval fe;
-                int have = ar_final_eval_read(dir, r->cfg.train.steps, r->cfg.train.final_eval_windows, &fe, e);
-                if (have < 0) {
-                    rc = -1;
-                    goto out;
-                }
-                if (have) {
-                    if (collect(r, dir, &rows[idx], e) != 0 || write_results(s, rows, o->out_dir, e) != 0) {
-                        rc = -1;
-                        goto out;
-                    }
-                    res->skipped++;
-                    res->finished++;
-                    finished_detail(&rows[idx], detail, sizeof detail);
-                    emit(o, r, AR_SWEEP_SKIPPED, detail);
-                    continue;
-                }
-                eval_only = 1; /* trained, not yet finally evaluated: a job of its own */
-            } else {
-                snprintf(detail, sizeof detail, "step %ld", step);
-                emit(o, r, st == RUN_RESUME ? AR_SWEEP_RESUMED : AR_SWEEP_STARTED,
-                     st == RUN_RESUME ? detail : NULL);
-            }
-            int threads = r->cfg.train.threads;
-            if (jobs > 1) {
-                long total = threads > 0 ? threads : sysconf(_SC_NPROCESSORS_ONLN);
-                threads = (int)(total / jobs > 1 ? total / jobs : 1);
-            }
-            if (jobs == 1) {
-                ar_err te;
-                int code = train_one(r, dir, st == RUN_RESUME, eval_only, threads, o, &te);
-                if (settle(s, idx, eval_only, code, te.msg, o, rows, res, &first_fail, e) != 0) {
-                    rc = -1;
-                    goto out;
-                }
-                continue;
-            }
-            kid_job j = {r, dir, st == RUN_RESUME, eval_only, threads, o};
-            if (ar_child_start(&kids[nkids].c, train_kid, &j, AR_CHILD_OWN_GROUP, "the training process", e) != 0) {
-                rc = -1;
-                goto out;
-            }
-            kids[nkids].eval_only = eval_only;
-            kids[nkids++].run = idx;
         }
-        if (nkids == 0)
+        if (q.nkids == 0)
             break;
-
-        /* Wait for a child, forwarding an interrupt once. */
-        int k = -1;
-        while (k < 0) {
-            if (interrupted(o) && !forwarded) {
-                for (int i = 0; i < nkids; i++)
-                    kill(kids[i].c.pid, SIGINT);
-                forwarded = 1;
-            }
-            for (int i = 0; i < nkids && k < 0; i++) {
-                int ended = ar_child_ended(&kids[i].c, e);
-                if (ended < 0) {
-                    rc = -1;
-                    goto out;
-                }
-                if (ended)
-                    k = i;
-            }
-            if (k < 0)
-                sleep_ms(100);
-        }
-        kid c = kids[k];
-        kids[k] = kids[--nkids];
-        ar_err te = {{0}};
-        size_t got;
-        if (ar_child_finish(&c.c, te.msg, sizeof te.msg - 1, &got, e) != 0) {
-            rc = -1;
-            goto out;
-        }
-        te.msg[got] = '\0';
-        int code = WIFEXITED(c.c.status) ? WEXITSTATUS(c.c.status) : -1;
-        if (code != 0 && code != 130 && !te.msg[0])
-            ar_child_check(&c.c, &te);
-        if (settle(s, c.run, c.eval_only, code, te.msg, o, rows, res, &first_fail, e) != 0) {
+        int k = wait_kid(&q, e);
+        if (k < 0 || reap_kid(&q, k, e) != 0) {
             rc = -1;
             goto out;
         }
     }
     if (interrupted(o))
         res->interrupted = 1;
-    if (write_results(s, rows, o->out_dir, e) != 0)
+    if (write_results(s, q.rows, o->out_dir, e) != 0)
         rc = -1;
     else if (res->failed)
-        rc = ar_fail(e, "%s", first_fail.msg);
+        rc = ar_fail(e, "%s", q.first_fail.msg);
 out:
     /* Only reached early on an error of the parent: stop the children. */
-    for (int k = 0; k < nkids; k++)
-        ar_child_stop(&kids[k].c, SIGINT);
-    free(kids);
-    free(rows);
+    for (int k = 0; k < q.nkids; k++)
+        ar_child_stop(&q.kids[k].c, SIGINT);
+    free(q.kids);
+    free(q.rows);
     return rc;
 }
 

@@ -102,6 +102,132 @@ static int only_blank_lines_left(const char *t, size_t i, size_t len)
     return 1;
 }
 
+/* The text being read: where, and the line there (from 1). */
+typedef struct {
+    const char *t;
+    size_t i, len;
+    long line;
+    const char *name;
+} reader;
+
+/* A quoted field, from its opening quote to past its closing one, into f:
+ * "" is a quote, line breaks are kept.  0, or -1 with e set. */
+static int read_quoted(reader *r, buf *f, ar_err *e)
+{
+    long open_line = r->line;
+    r->i++;
+    for (;;) {
+        if (r->i >= r->len) {
+            fail_line(e, r->name, open_line, "unterminated quoted field (the quote opened on this line is never closed)");
+            return -1;
+        }
+        char c = r->t[r->i];
+        if (c == '"') {
+            if (r->i + 1 < r->len && r->t[r->i + 1] == '"') {
+                buf_put(f, '"');
+                r->i += 2;
+                continue;
+            }
+            r->i++;
+            break;
+        }
+        if (c == '\0') {
+            fail_line(e, r->name, r->line, "NUL byte in a field");
+            return -1;
+        }
+        if (c == '\n')
+            r->line++;
+        buf_put(f, c);
+        r->i++;
+    }
+    if (r->i < r->len && r->t[r->i] != ',' && r->t[r->i] != '\n' && r->t[r->i] != '\r') {
+        fail_line(e, r->name, r->line, "text after the closing quote of a field (a quote inside a quoted field is written \"\")");
+        return -1;
+    }
+    return 0;
+}
+
+/* An unquoted field, up to the comma or line break after it, into f; 0, or
+ * -1 with e set. */
+static int read_unquoted(reader *r, buf *f, ar_err *e)
+{
+    while (r->i < r->len && r->t[r->i] != ',' && r->t[r->i] != '\n' && r->t[r->i] != '\r') {
+        if (r->t[r->i] == '"') {
+            fail_line(e, r->name, r->line, "a quote inside an unquoted field (quote the whole field and double the quote)");
+            return -1;
+        }
+        if (r->t[r->i] == '\0') {
+            fail_line(e, r->name, r->line, "NUL byte in a field");
+            return -1;
+        }
+        buf_put(f, r->t[r->i]);
+        r->i++;
+    }
+    return 0;
+}
+
+/* One record's fields appended to rec, reading past its line break (field:
+ * the buffer for each in turn); 0, or -1 with e set. */
+static int read_record(reader *r, buf *field, strs *rec, ar_err *e)
+{
+    for (;;) {
+        if (r->i < r->len && r->t[r->i] == '"') {
+            if (read_quoted(r, field, e) != 0)
+                return -1;
+        } else if (read_unquoted(r, field, e) != 0)
+            return -1;
+        strs_push(rec, buf_take(field));
+        if (r->i < r->len && r->t[r->i] == ',') {
+            r->i++;
+            continue;
+        }
+        if (r->i < r->len && r->t[r->i] == '\r') {
+            if (r->i + 1 >= r->len || r->t[r->i + 1] != '\n') {
+                fail_line(e, r->name, r->line, "carriage return without a line feed");
+                return -1;
+            }
+            r->i++;
+        }
+        if (r->i < r->len) { /* '\n' */
+            r->i++;
+            r->line++;
+        }
+        return 0;
+    }
+}
+
+/* Every column of the header named, and no name twice; 0, or -1 with e
+ * set. */
+static int check_header(char *const *header, int ncols, const char *name, long line, ar_err *e)
+{
+    for (int a = 0; a < ncols; a++) {
+        if (!header[a][0]) {
+            fail_line(e, name, line, "column %d of the header has no name", a + 1);
+            return -1;
+        }
+        for (int b = 0; b < a; b++)
+            if (strcmp(header[a], header[b]) == 0) {
+                fail_line(e, name, line, "duplicate column '%s' in the header", header[a]);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+/* (*lines)[(*n)++] = line, growing the array (capacity *cap) as needed. */
+static void push_line(int **lines, size_t *n, size_t *cap, long line)
+{
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 64;
+        int *l = ar_xmalloc(*cap * sizeof *l);
+        if (*n)
+            memcpy(l, *lines, *n * sizeof *l);
+        free(*lines);
+        *lines = l;
+    }
+    (*lines)[(*n)++] = (int)line;
+}
+
 int ar_csv_parse(ar_csv **out, const char *text, size_t len, const char *name, ar_err *e)
 {
     *out = NULL;
@@ -110,12 +236,12 @@ int ar_csv_parse(ar_csv **out, const char *text, size_t len, const char *name, a
     if (len > (size_t)INT_MAX / 2)
         return ar_fail(e, "%s: file too large (%zu bytes)", name, len);
     size_t i = 0;
-    long line = 1;
     if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0)
         i = 3;
     if (only_blank_lines_left(text, i, len))
         return fail_line(e, name, 1, "empty file (expected a header line of column names)");
 
+    reader r = {.t = text, .i = i, .len = len, .line = 1, .name = name};
     buf field = {0};
     strs rec = {0}, cells = {0};
     int *lines = NULL;
@@ -124,72 +250,10 @@ int ar_csv_parse(ar_csv **out, const char *text, size_t len, const char *name, a
     char **header = NULL;
     int rc = -1;
 
-    while (i < len) {
-        long rec_line = line;
-        for (;;) {
-            if (i < len && text[i] == '"') {
-                long open_line = line;
-                i++;
-                for (;;) {
-                    if (i >= len) {
-                        fail_line(e, name, open_line, "unterminated quoted field (the quote opened on this line is never closed)");
-                        goto out;
-                    }
-                    char c = text[i];
-                    if (c == '"') {
-                        if (i + 1 < len && text[i + 1] == '"') {
-                            buf_put(&field, '"');
-                            i += 2;
-                            continue;
-                        }
-                        i++;
-                        break;
-                    }
-                    if (c == '\0') {
-                        fail_line(e, name, line, "NUL byte in a field");
-                        goto out;
-                    }
-                    if (c == '\n')
-                        line++;
-                    buf_put(&field, c);
-                    i++;
-                }
-                if (i < len && text[i] != ',' && text[i] != '\n' && text[i] != '\r') {
-                    fail_line(e, name, line, "text after the closing quote of a field (a quote inside a quoted field is written \"\")");
-                    goto out;
-                }
-            } else {
-                while (i < len && text[i] != ',' && text[i] != '\n' && text[i] != '\r') {
-                    if (text[i] == '"') {
-                        fail_line(e, name, line, "a quote inside an unquoted field (quote the whole field and double the quote)");
-                        goto out;
-                    }
-                    if (text[i] == '\0') {
-                        fail_line(e, name, line, "NUL byte in a field");
-                        goto out;
-                    }
-                    buf_put(&field, text[i]);
-                    i++;
-                }
-            }
-            strs_push(&rec, buf_take(&field));
-            if (i < len && text[i] == ',') {
-                i++;
-                continue;
-            }
-            if (i < len && text[i] == '\r') {
-                if (i + 1 >= len || text[i + 1] != '\n') {
-                    fail_line(e, name, line, "carriage return without a line feed");
-                    goto out;
-                }
-                i++;
-            }
-            if (i < len) { /* '\n' */
-                i++;
-                line++;
-            }
-            break;
-        }
+    while (r.i < len) {
+        long rec_line = r.line;
+        if (read_record(&r, &field, &rec, e) != 0)
+            goto out;
         if (ncols < 0) {
             if (rec.n > 100000) {
                 fail_line(e, name, rec_line, "too many columns (%zu)", rec.n);
@@ -199,17 +263,8 @@ int ar_csv_parse(ar_csv **out, const char *text, size_t len, const char *name, a
             header = rec.v;
             rec.v = NULL;
             rec.n = rec.cap = 0;
-            for (int a = 0; a < ncols; a++) {
-                if (!header[a][0]) {
-                    fail_line(e, name, rec_line, "column %d of the header has no name", a + 1);
-                    goto out;
-                }
-                for (int b = 0; b < a; b++)
-                    if (strcmp(header[a], header[b]) == 0) {
-                        fail_line(e, name, rec_line, "duplicate column '%s' in the header", header[a]);
-                        goto out;
-                    }
-            }
+            if (check_header(header, ncols, name, rec_line, e) != 0)
+                goto out;
         } else {
             if (rec.n != (size_t)ncols) {
                 fail_line(e, name, rec_line, "%zu field%s, expected %d as in the header", rec.n,
@@ -219,17 +274,9 @@ int ar_csv_parse(ar_csv **out, const char *text, size_t len, const char *name, a
             for (size_t k = 0; k < rec.n; k++)
                 strs_push(&cells, rec.v[k]);
             rec.n = 0;
-            if (nrec == lines_cap) {
-                lines_cap = lines_cap ? 2 * lines_cap : 64;
-                int *l = ar_xmalloc(lines_cap * sizeof *l);
-                if (nrec)
-                    memcpy(l, lines, nrec * sizeof *l);
-                free(lines);
-                lines = l;
-            }
-            lines[nrec++] = (int)rec_line;
+            push_line(&lines, &nrec, &lines_cap, rec_line);
         }
-        if (only_blank_lines_left(text, i, len))
+        if (only_blank_lines_left(text, r.i, len))
             break;
     }
 

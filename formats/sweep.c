@@ -366,6 +366,136 @@ out:
     return rc;
 }
 
+/* The top level: a mapping of base (optional), sizes and variants, each
+ * key once; their nodes into *nbase (NULL: none), *nsizes and *nvars.
+ * 0, or -1 with the error set. */
+static int top_keys(sctx *c, yaml_node_t *root, yaml_node_t **nbase, yaml_node_t **nsizes, yaml_node_t **nvars)
+{
+    if (root->type != YAML_MAPPING_NODE) {
+        fail_at(c, root, "expected a mapping with base, sizes and variants at the top level, got %s", describe(root));
+        return -1;
+    }
+    *nbase = *nsizes = *nvars = NULL;
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(c->doc, p->key), *v = yaml_document_get_node(c->doc, p->value);
+        const char *kt = key_text(k);
+        if (check_dup(c, root, p))
+            return -1;
+        if (kt && !strcmp(kt, "base"))
+            *nbase = v;
+        else if (kt && !strcmp(kt, "sizes"))
+            *nsizes = v;
+        else if (kt && !strcmp(kt, "variants"))
+            *nvars = v;
+        else {
+            fail_at(c, k, "unknown key '%s' (expected one of: base, sizes, variants)", kt ? kt : "?");
+            return -1;
+        }
+    }
+    if (!*nsizes || !*nvars) {
+        fail_at(c, root, "a sweep needs '%s'", !*nsizes ? "sizes" : "variants");
+        return -1;
+    }
+    return 0;
+}
+
+/* The lists 'variants' and 'sizes', each non-empty and without a name
+ * twice, into vs[0..*nv) and zs[0..*nz) (allocated here, for the caller
+ * to free also after a failure).  0, or -1 with the error set. */
+static int parse_lists(sctx *c, yaml_node_t *nvars, yaml_node_t *nsizes, variant_spec **vs, int *nv,
+                       size_spec **zs, int *nz)
+{
+    yaml_node_t *lists[2] = {nvars, nsizes};
+    for (int l = 0; l < 2; l++)
+        if (lists[l]->type != YAML_SEQUENCE_NODE ||
+            lists[l]->data.sequence.items.top == lists[l]->data.sequence.items.start) {
+            fail_at(c, lists[l], "'%s' expects a non-empty list, got %s", l ? "sizes" : "variants",
+                    lists[l]->type == YAML_SEQUENCE_NODE ? "an empty one" : describe(lists[l]));
+            return -1;
+        }
+    *nv = (int)(nvars->data.sequence.items.top - nvars->data.sequence.items.start);
+    *nz = (int)(nsizes->data.sequence.items.top - nsizes->data.sequence.items.start);
+    *vs = ar_xcalloc((size_t)*nv, sizeof **vs);
+    *zs = ar_xcalloc((size_t)*nz, sizeof **zs);
+    for (int i = 0; i < *nv; i++) {
+        yaml_node_t *n = yaml_document_get_node(c->doc, nvars->data.sequence.items.start[i]);
+        if (parse_variant(c, n, &(*vs)[i]))
+            return -1;
+        for (int j = 0; j < i; j++)
+            if (!strcmp((*vs)[i].name, (*vs)[j].name)) {
+                fail_at(c, n, "duplicate variant '%s' (give each variant its own 'name')", (*vs)[i].name);
+                return -1;
+            }
+    }
+    for (int i = 0; i < *nz; i++) {
+        yaml_node_t *n = yaml_document_get_node(c->doc, nsizes->data.sequence.items.start[i]);
+        if (parse_size(c, n, &(*zs)[i]))
+            return -1;
+        for (int j = 0; j < i; j++)
+            if (!strcmp((*zs)[i].name, (*zs)[j].name)) {
+                fail_at(c, n, "duplicate size '%s'", (*zs)[i].name);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+/* A size's 'tokens' as r's steps: a whole number of steps of per_step
+ * tokens, or an error that names the nearest that are.  0, or -1 with
+ * the error set. */
+static int steps_of_tokens(sctx *c, yaml_node_t *tokens, const size_spec *z, ar_sweep_run *r, long per_step)
+{
+    const ar_train_cfg *t = &r->cfg.train;
+    double want = 0;
+    if (parse_tokens(c, tokens, &want))
+        return -1;
+    long tk = (long)want;
+    if (tk % per_step) {
+        long lo = tk / per_step * per_step;
+        char near[64];
+        if (lo > 0)
+            snprintf(near, sizeof near, "%ld or %ld would be", lo, lo + per_step);
+        else
+            snprintf(near, sizeof near, "%ld would be", per_step);
+        fail_at(c, tokens,
+                "size '%s': tokens %ld is not a whole number of steps of %ld tokens "
+                "(batch_size %d x grad_accum %d x seq_len %d); %s",
+                z->name, tk, per_step, t->batch_size, t->grad_accum, r->cfg.model.seq_len, near);
+        return -1;
+    }
+    r->cfg.train.steps = tk / per_step;
+    return 0;
+}
+
+/* The run of size z and variant v over base, its config validated; 0, or
+ * -1 with the error set. */
+static int make_run(sctx *c, const size_spec *z, const variant_spec *v, const ar_config *base, ar_sweep_run *r)
+{
+    yaml_node_t *tokens, *flops;
+    r->cfg = *base;
+    if (apply_size(c, z, base, &r->cfg, &tokens, &flops) || apply_variant(c, v, &r->cfg))
+        return -1;
+    if (flops) {
+        if (parse_flops(c, flops, &r->flops_budget))
+            return -1;
+        r->cfg.train.steps = 1; /* until ar_sweep_resolve_budgets */
+    }
+    const ar_train_cfg *t = &r->cfg.train;
+    long per_step = (long)t->batch_size * t->grad_accum * r->cfg.model.seq_len;
+    if (tokens && steps_of_tokens(c, tokens, z, r, per_step))
+        return -1;
+    snprintf(r->size, sizeof r->size, "%s", z->name);
+    snprintf(r->variant, sizeof r->variant, "%s", v->name);
+    snprintf(r->name, sizeof r->name, "%s-%s", z->name, v->name);
+    r->tokens = r->cfg.train.steps * per_step;
+    ar_err ve;
+    if (ar_config_validate(&r->cfg, &ve) != 0) {
+        ar_fail(c->e, "%s: size '%s', variant '%s': %s", c->name, r->size, r->variant, ve.msg);
+        return -1;
+    }
+    return 0;
+}
+
 int ar_sweep_parse(ar_sweep *s, const char *text, size_t len, const char *name, const char *base_dir,
                    const char *const *sets, int nsets, ar_err *e)
 {
@@ -374,7 +504,7 @@ int ar_sweep_parse(ar_sweep *s, const char *text, size_t len, const char *name, 
     sctx c = {.name = name ? name : "<sweep>", .doc = &doc, .e = e};
     if (load_doc(&c, &doc, text, len))
         return -1;
-    int rc = -1;
+    int rc = -1, nv = 0, nz = 0;
     variant_spec *vs = NULL;
     size_spec *zs = NULL;
     ar_config base;
@@ -384,118 +514,24 @@ int ar_sweep_parse(ar_sweep *s, const char *text, size_t len, const char *name, 
         ar_fail(e, "%s: empty sweep file (expected base, sizes and variants)", c.name);
         goto out;
     }
-    if (root->type != YAML_MAPPING_NODE) {
-        fail_at(&c, root, "expected a mapping with base, sizes and variants at the top level, got %s", describe(root));
+    yaml_node_t *nbase, *nsizes, *nvars;
+    if (top_keys(&c, root, &nbase, &nsizes, &nvars))
         goto out;
-    }
-    yaml_node_t *nbase = NULL, *nsizes = NULL, *nvars = NULL;
-    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
-        yaml_node_t *k = yaml_document_get_node(&doc, p->key), *v = yaml_document_get_node(&doc, p->value);
-        const char *kt = key_text(k);
-        if (check_dup(&c, root, p))
-            goto out;
-        if (kt && !strcmp(kt, "base"))
-            nbase = v;
-        else if (kt && !strcmp(kt, "sizes"))
-            nsizes = v;
-        else if (kt && !strcmp(kt, "variants"))
-            nvars = v;
-        else {
-            fail_at(&c, k, "unknown key '%s' (expected one of: base, sizes, variants)", kt ? kt : "?");
-            goto out;
-        }
-    }
-    if (!nsizes || !nvars) {
-        fail_at(&c, root, "a sweep needs '%s'", !nsizes ? "sizes" : "variants");
-        goto out;
-    }
     if (nbase && load_base(&c, nbase, base_dir, &base))
         goto out;
     for (int i = 0; i < nsets; i++)
         if (ar_config_set(&base, sets[i], e) != 0)
             goto out;
-
-    yaml_node_t *lists[2] = {nvars, nsizes};
-    for (int l = 0; l < 2; l++)
-        if (lists[l]->type != YAML_SEQUENCE_NODE ||
-            lists[l]->data.sequence.items.top == lists[l]->data.sequence.items.start) {
-            fail_at(&c, lists[l], "'%s' expects a non-empty list, got %s", l ? "sizes" : "variants",
-                    lists[l]->type == YAML_SEQUENCE_NODE ? "an empty one" : describe(lists[l]));
-            goto out;
-        }
-    int nv = (int)(nvars->data.sequence.items.top - nvars->data.sequence.items.start);
-    int nz = (int)(nsizes->data.sequence.items.top - nsizes->data.sequence.items.start);
-    vs = ar_xcalloc((size_t)nv, sizeof *vs);
-    zs = ar_xcalloc((size_t)nz, sizeof *zs);
-    for (int i = 0; i < nv; i++) {
-        yaml_node_t *n = yaml_document_get_node(&doc, nvars->data.sequence.items.start[i]);
-        if (parse_variant(&c, n, &vs[i]))
-            goto out;
-        for (int j = 0; j < i; j++)
-            if (!strcmp(vs[i].name, vs[j].name)) {
-                fail_at(&c, n, "duplicate variant '%s' (give each variant its own 'name')", vs[i].name);
-                goto out;
-            }
-    }
-    for (int i = 0; i < nz; i++) {
-        yaml_node_t *n = yaml_document_get_node(&doc, nsizes->data.sequence.items.start[i]);
-        if (parse_size(&c, n, &zs[i]))
-            goto out;
-        for (int j = 0; j < i; j++)
-            if (!strcmp(zs[i].name, zs[j].name)) {
-                fail_at(&c, n, "duplicate size '%s'", zs[i].name);
-                goto out;
-            }
-    }
-
+    if (parse_lists(&c, nvars, nsizes, &vs, &nv, &zs, &nz))
+        goto out;
     s->nsizes = nz;
     s->nvariants = nv;
     s->nruns = nz * nv;
     s->runs = ar_xcalloc((size_t)s->nruns, sizeof *s->runs);
     for (int i = 0; i < nz; i++)
-        for (int j = 0; j < nv; j++) {
-            ar_sweep_run *r = &s->runs[i * nv + j];
-            yaml_node_t *tokens, *flops;
-            r->cfg = base;
-            if (apply_size(&c, &zs[i], &base, &r->cfg, &tokens, &flops) || apply_variant(&c, &vs[j], &r->cfg))
+        for (int j = 0; j < nv; j++)
+            if (make_run(&c, &zs[i], &vs[j], &base, &s->runs[i * nv + j]))
                 goto out;
-            if (flops) {
-                if (parse_flops(&c, flops, &r->flops_budget))
-                    goto out;
-                r->cfg.train.steps = 1; /* until ar_sweep_resolve_budgets */
-            }
-            const ar_train_cfg *t = &r->cfg.train;
-            long per_step = (long)t->batch_size * t->grad_accum * r->cfg.model.seq_len;
-            if (tokens) {
-                double want = 0;
-                if (parse_tokens(&c, tokens, &want))
-                    goto out;
-                long tk = (long)want;
-                if (tk % per_step) {
-                    long lo = tk / per_step * per_step;
-                    char near[64];
-                    if (lo > 0)
-                        snprintf(near, sizeof near, "%ld or %ld would be", lo, lo + per_step);
-                    else
-                        snprintf(near, sizeof near, "%ld would be", per_step);
-                    fail_at(&c, tokens,
-                            "size '%s': tokens %ld is not a whole number of steps of %ld tokens "
-                            "(batch_size %d x grad_accum %d x seq_len %d); %s",
-                            zs[i].name, tk, per_step, t->batch_size, t->grad_accum, r->cfg.model.seq_len, near);
-                    goto out;
-                }
-                r->cfg.train.steps = tk / per_step;
-            }
-            snprintf(r->size, sizeof r->size, "%s", zs[i].name);
-            snprintf(r->variant, sizeof r->variant, "%s", vs[j].name);
-            snprintf(r->name, sizeof r->name, "%s-%s", zs[i].name, vs[j].name);
-            r->tokens = r->cfg.train.steps * per_step;
-            ar_err ve;
-            if (ar_config_validate(&r->cfg, &ve) != 0) {
-                ar_fail(e, "%s: size '%s', variant '%s': %s", c.name, r->size, r->variant, ve.msg);
-                goto out;
-            }
-        }
     rc = 0;
 out:
     if (rc)

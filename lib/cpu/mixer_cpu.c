@@ -101,6 +101,45 @@ void cpu_depth_mix_fwd_simple(const ar_depth_mix *m, float *h)
     }
 }
 
+/* d logit of token i per head from da = dh.x: sigmoid a (1 - a) da, or
+ * softmax a (da - sum_s a da) with the sum in double. */
+static void simple_dlogits(float *dl, const float *a, const float *da, int n, int H, int sigmoid)
+{
+    for (int hh = 0; hh < H; hh++) {
+        const float *ah = a + hh * n;
+        if (sigmoid) {
+            for (int s = 0; s < n; s++)
+                dl[hh * n + s] = da[hh * n + s] * ah[s] * (1.0f - ah[s]);
+        } else {
+            double cd = 0;
+            for (int s = 0; s < n; s++)
+                cd += (double)ah[s] * da[hh * n + s];
+            for (int s = 0; s < n; s++)
+                dl[hh * n + s] = ah[s] * (float)(da[hh * n + s] - cd);
+        }
+    }
+}
+
+/* Adds the per-chunk partials (each stride floats: dw d, dg d, dtheta n)
+ * in chunk order, so that the thread count does not change the sums; a
+ * NULL gradient is not wanted. */
+static void mix_reduce(const float *part, int nch, size_t stride, int n, int d, float *dw, float *dg,
+                       float *dtheta)
+{
+    for (int c = 0; c < nch; c++) {
+        const float *pw = part + (size_t)c * stride, *pg = pw + d, *pt = pg + d;
+        if (dw)
+            for (int j = 0; j < d; j++)
+                dw[j] += pw[j];
+        if (dg)
+            for (int j = 0; j < d; j++)
+                dg[j] += pg[j];
+        if (dtheta)
+            for (int s = 0; s < n; s++)
+                dtheta[s] += pt[s];
+    }
+}
+
 void cpu_depth_mix_bwd_simple(const ar_depth_mix *m, float *const *dsrc, float *dw, float *dg,
                               float *dtheta, const float *dh)
 {
@@ -142,19 +181,7 @@ void cpu_depth_mix_bwd_simple(const ar_depth_mix *m, float *const *dsrc, float *
                     dot[hh * n + s] = u;
                 }
             }
-            for (int hh = 0; hh < H; hh++) {
-                const float *ah = a + hh * n;
-                if (sigmoid) {
-                    for (int s = 0; s < n; s++)
-                        dl[hh * n + s] = da[hh * n + s] * ah[s] * (1.0f - ah[s]);
-                } else {
-                    double cd = 0;
-                    for (int s = 0; s < n; s++)
-                        cd += (double)ah[s] * da[hh * n + s];
-                    for (int s = 0; s < n; s++)
-                        dl[hh * n + s] = ah[s] * (float)(da[hh * n + s] - cd);
-                }
-            }
+            simple_dlogits(dl, a, da, n, H, sigmoid);
             for (int s = 0; s < n; s++) {
                 const float *x = src[s] + (size_t)i * d;
                 float *dx = dsrc[s] ? dsrc[s] + (size_t)i * d : NULL;
@@ -205,23 +232,13 @@ void cpu_depth_mix_bwd_simple(const ar_depth_mix *m, float *const *dsrc, float *
             }
         }
     }
-    for (int c = 0; c < nch; c++) {
-        const float *pw = part + (size_t)c * stride, *pg = pw + d, *pt = pg + d;
-        if (shared_w)
-            for (int j = 0; j < d; j++)
-                dw[j] += pw[j];
-        if (g && dg && w && !theta)
-            for (int j = 0; j < d; j++)
-                dg[j] += pg[j];
-        if (theta && dtheta)
-            for (int s = 0; s < n; s++)
-                dtheta[s] += pt[s];
-    }
+    mix_reduce(part, nch, stride, n, d, shared_w ? dw : NULL, g && dg && w && !theta ? dg : NULL,
+               theta ? dtheta : NULL);
 }
 
 /* ------------------------------------------------------------------------
  * The fast path (what the backend table holds).  The simple ops above are
- * its reference (tests/test_variants.c compares the two) and run the
+ * its reference (tests/test_residual_variants.c compares the two) and run the
  * shapes it does not take.
  *
  * Per token, each source row is read from memory once: one vector sweep
@@ -247,6 +264,28 @@ static int fast_shape(int H, int d)
         return 0;
     int e = d / H;
     return e % VL == 0 || VL % e == 0;
+}
+
+/* The lanes' heads within a VL-column block for head_cols: lane l holds
+ * head l/e when a block holds several (e < VL). */
+static inline v16i head_idx(int e)
+{
+    v16i idx;
+    for (int l = 0; l < VL; l++)
+        idx[l] = e < VL ? l / e : 0;
+    return idx;
+}
+
+/* The query with the key norm's gain folded in, u = q g, in workspace slot
+ * ws (q itself without key norm). */
+static const float *gain_query(const float *q, const float *g, int d, int ws)
+{
+    if (!g)
+        return q;
+    float *t = cpu_ws(ws, (size_t)d * sizeof(float));
+    for (int j = 0; j < d; j++)
+        t[j] = q[j] * g[j];
+    return t;
 }
 
 /* Per-head values spread over the columns of VL-block b: column j gets
@@ -409,6 +448,17 @@ static inline void mix_rows1(float *y, const float *a, const float *const *x, in
     }
 }
 
+/* The weights of mixing without a query, the same for every token:
+ * theta's scores (uniform without theta), in workspace slot WS_B. */
+static const float *static_weights(const float *theta, int n, int H, int sigmoid)
+{
+    float *a0 = cpu_ws(WS_B, (size_t)H * n * sizeof(float));
+    for (int k = 0; k < H * n; k++)
+        a0[k] = theta ? theta[k % n] : 0.0f;
+    mix_scores(a0, n, H, sigmoid);
+    return a0;
+}
+
 void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
 {
     const float *const *src = m->src;
@@ -422,28 +472,10 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
     const int e = d / H, Hn = H * n, P = H + VL; /* P: padded per-source head row */
     const int hasq = w && !theta;
     /* the shared query u = q g (q without key norm) */
-    const float *u = NULL;
-    if (hasq && wstride == 0) {
-        if (g) {
-            float *t = cpu_ws(WS_A, (size_t)d * sizeof(float));
-            for (int j = 0; j < d; j++)
-                t[j] = w[j] * g[j];
-            u = t;
-        } else {
-            u = w;
-        }
-    }
+    const float *u = hasq && wstride == 0 ? gain_query(w, g, d, WS_A) : NULL;
     /* no query: the weights are the same for every token */
-    float *a0 = NULL;
-    if (!hasq) {
-        a0 = cpu_ws(WS_B, (size_t)Hn * sizeof(float));
-        for (int k = 0; k < Hn; k++)
-            a0[k] = theta ? theta[k % n] : 0.0f;
-        mix_scores(a0, n, H, sigmoid);
-    }
-    v16i idx;
-    for (int l = 0; l < VL; l++)
-        idx[l] = e < VL ? l / e : 0;
+    const float *a0 = hasq ? NULL : static_weights(theta, n, H, sigmoid);
+    const v16i idx = head_idx(e);
 #pragma omp parallel if ((long)N * n * d > PAR_MIN)
     {
         float ur[hasq && wstride ? d : 1], pr[H > 1 ? d : 1];
@@ -596,6 +628,32 @@ static inline __attribute__((always_inline)) void row_sweep2(const float *a, con
     }
 }
 
+/* d logit of one token per head from da = dh.x: sigmoid a (1 - a) da, or
+ * softmax a (da - sum_s a da) with the sum in float. */
+static inline void mix_dlogits(float *dl, const float *a, const float *da, int n, int H, int sigmoid)
+{
+    for (int hh = 0; hh < H; hh++) {
+        const float *ah = a + hh * n, *dah = da + hh * n;
+        float *dlh = dl + hh * n;
+        if (sigmoid) {
+            for (int s = 0; s < n; s++)
+                dlh[s] = dah[s] * ah[s] * (1.0f - ah[s]);
+        } else {
+            float cd = 0;
+            for (int s = 0; s < n; s++)
+                cd += ah[s] * dah[s];
+            for (int s = 0; s < n; s++)
+                dlh[s] = ah[s] * (dah[s] - cd);
+        }
+    }
+}
+
+/* Kept whole: per chunk of tokens, sweep 1 (da, dot), the d logit, sweep 2
+ * (dsrc and T = sum dl r x) and the per-token query's gradients share the
+ * parallel region's per-thread rows (T, ur, pr, pr2, av, cv: VLAs sized by
+ * d, H and n) and the token's pointers; split apart, each piece would take
+ * a dozen of them as arguments and the sweeps would no longer read against
+ * the equations above. */
 void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, float *dg, float *dtheta,
                        const float *dh)
 {
@@ -615,20 +673,8 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
     /* per chunk partials: dw (d), dg (d), dtheta (n) */
     const size_t stride = (size_t)2 * d + n;
     float *part = cpu_ws(WS_A, (size_t)nch * stride * sizeof(float));
-    const float *u = NULL;
-    if (shared) {
-        if (g) {
-            float *t = cpu_ws(WS_B, (size_t)d * sizeof(float));
-            for (int j = 0; j < d; j++)
-                t[j] = w[j] * g[j];
-            u = t;
-        } else {
-            u = w;
-        }
-    }
-    v16i idx;
-    for (int l = 0; l < VL; l++)
-        idx[l] = e < VL ? l / e : 0;
+    const float *u = shared ? gain_query(w, g, d, WS_B) : NULL;
+    const v16i idx = head_idx(e);
 #pragma omp parallel if (nch > 1 && (long)N * n * d > PAR_MIN)
     {
         float T[d], ur[hasq && !shared ? d : 1], pr[H > 1 ? d : 1], pr2[H > 1 ? d : 1];
@@ -681,21 +727,7 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
                         }
                     }
                 }
-                /* d logit */
-                for (int hh = 0; hh < H; hh++) {
-                    const float *ah = a + hh * n, *dah = da + hh * n;
-                    float *dlh = dl + hh * n;
-                    if (sigmoid) {
-                        for (int s = 0; s < n; s++)
-                            dlh[s] = dah[s] * ah[s] * (1.0f - ah[s]);
-                    } else {
-                        float cd = 0;
-                        for (int s = 0; s < n; s++)
-                            cd += ah[s] * dah[s];
-                        for (int s = 0; s < n; s++)
-                            dlh[s] = ah[s] * (dah[s] - cd);
-                    }
-                }
+                mix_dlogits(dl, a, da, n, H, sigmoid);
                 /* sweep 2: dsrc, and T = sum dl r x */
                 for (int s = 0; s < n; s++) {
                     float r = g ? rstd[(size_t)i * n + s] : 1.0f, cross = 0, sdl = 0;
@@ -750,18 +782,8 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
             }
         }
     }
-    for (int c = 0; c < nch; c++) {
-        const float *pw = part + (size_t)c * stride, *pg = pw + d, *pt = pg + d;
-        if (shared && dw)
-            for (int j = 0; j < d; j++)
-                dw[j] += pw[j];
-        if (hasq && g && dg)
-            for (int j = 0; j < d; j++)
-                dg[j] += pg[j];
-        if (theta && dtheta)
-            for (int s = 0; s < n; s++)
-                dtheta[s] += pt[s];
-    }
+    mix_reduce(part, nch, stride, n, d, shared && dw ? dw : NULL, hasq && g && dg ? dg : NULL,
+               theta ? dtheta : NULL);
 }
 
 /* ------------------------------------------------------------------------
@@ -909,9 +931,7 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
     for (int c = 0; c < C && hasq; c++)
         for (int j = 0; j < d; j++)
             u[(size_t)c * d + j] = w[c][j] * (keyn ? g[c][j] : 1.0f);
-    v16i idx;
-    for (int l = 0; l < VL; l++)
-        idx[l] = e < VL ? l / e : 0;
+    const v16i idx = head_idx(e);
 #pragma omp parallel if (nch > 1 && (long)N * ns * C * d > PAR_MIN)
     {
         float T[MIX_CHUNK_MAX][d], pr[H > 1 ? d : 1], pr2[H > 1 ? d : 1];

@@ -311,7 +311,10 @@ extern "C" void cuda_depth_fwd_merge(const ar_depth_intra *m, float *h, const ar
  *     dl = a (dh.x - cdot) (0 where n = 1);  ux = (log a + lse[i]) / r   (phase 2's lse)
  *     dintra[t] += a dh + dl r u - dl ux r^3 x / d
  *   part[b,:] = sum of dl r x   (then ar_cu_reduce_wg)
- * Each thread reads and writes only its own columns of a row. */
+ * Each thread reads and writes only its own columns of a row.  Kept whole:
+ * the norm's backward, cdot and the sources' gradients of a token share the
+ * thread's register rows (gy, u, pp, pn) and the block sums between them;
+ * split, each step would take them all as arguments. */
 __global__ void __launch_bounds__(MAXT)
 intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh, const float *h,
                  const float *dxn, const float *xn, const float *ng,

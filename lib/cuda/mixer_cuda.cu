@@ -152,6 +152,44 @@ mix_fwd_kernel(float *h, float *alpha, float *rstd, clist src, int n, const floa
     }
 }
 
+/* dl of one token, a head a thread: alpha (da - sum_s alpha da) (softmax,
+ * sum in double) | da alpha (1 - alpha); al, da and dl are H x n. */
+__device__ __forceinline__ void mix_dlogits(float *dl, const float *al, const float *da, int n, int H,
+                                            int sigmoid, int tid, int T)
+{
+    for (int a = tid; a < H; a += T) {
+        const float *ah = al + a * n, *dah = da + a * n;
+        float *dlh = dl + a * n;
+        if (sigmoid) {
+            for (int s = 0; s < n; s++)
+                dlh[s] = dah[s] * ah[s] * (1.0f - ah[s]);
+            continue;
+        }
+        double cd = 0.0;
+        for (int s = 0; s < n; s++)
+            cd += (double)ah[s] * dah[s];
+        for (int s = 0; s < n; s++)
+            dlh[s] = ah[s] * (float)(dah[s] - cd);
+    }
+}
+
+/* The block's partials into pb (2d + n floats): dw's d, dg's d, dtheta's
+ * n; each thread its own columns. */
+__device__ __forceinline__ void store_partials(float *pb, const float *pw, const float *pg, const float *pt,
+                                               int n, int d, int tid, int T)
+{
+#pragma unroll
+    for (int v = 0; v < MAXV; v++) {
+        int j = tid + v * T;
+        if (j < d) {
+            pb[j] = pw[v];
+            pb[d + j] = pg[v];
+        }
+    }
+    for (int s = tid; s < n; s += T)
+        pb[2 * d + s] = pt[s];
+}
+
 /* Backward, tokens [b tpb, (b+1) tpb) of block b; per token, q as forward
  * (NULL with theta), r_s = rstd[i,s] with g (else 1), a = a(j):
  *   da[a,s] = sum_{j in G_a} dh_j x_s[j];  ux[a,s] = sum_{j in G_a} q_j g_j x_s[j]
@@ -210,20 +248,7 @@ mix_bwd_kernel(mlist dsrc, float *part, float *dw, int shared_w, int want_dg, in
             }
         }
         __syncthreads(); /* al, da, ux complete */
-        for (int a = tid; a < H; a += T) {
-            const float *ah = al + a * n, *dah = da + a * n;
-            float *dlh = dl + a * n;
-            if (sigmoid) {
-                for (int s = 0; s < n; s++)
-                    dlh[s] = dah[s] * ah[s] * (1.0f - ah[s]);
-                continue;
-            }
-            double cd = 0.0;
-            for (int s = 0; s < n; s++)
-                cd += (double)ah[s] * dah[s];
-            for (int s = 0; s < n; s++)
-                dlh[s] = ah[s] * (float)(dah[s] - cd);
-        }
+        mix_dlogits(dl, al, da, n, H, sigmoid, tid, T);
         __syncthreads(); /* dl complete */
         if (want_dt && tid == 0)
             for (int s = 0; s < n; s++)
@@ -265,18 +290,7 @@ mix_bwd_kernel(mlist dsrc, float *part, float *dw, int shared_w, int want_dg, in
         }
         __syncthreads(); /* scratch read by all before the next token */
     }
-    size_t stride = (size_t)2 * d + n;
-    float *pb = part + blockIdx.x * stride;
-#pragma unroll
-    for (int v = 0; v < MAXV; v++) {
-        int j = tid + v * T;
-        if (j < d) {
-            pb[j] = pw[v];
-            pb[d + j] = pg[v];
-        }
-    }
-    for (int s = tid; s < n; s += T)
-        pb[2 * d + s] = pt[s];
+    store_partials(part + blockIdx.x * ((size_t)2 * d + n), pw, pg, pt, n, d, tid, T);
 }
 
 static size_t mix_smem(int H, int n, int bwd)
