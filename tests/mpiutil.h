@@ -1,4 +1,4 @@
-/* What the tests run under mpirun share (test_mpi.c: data parallelism,
+/* What the tests run under mpirun share (test_dp.c: data parallelism,
  * test_pipe.c: pipeline parallelism). */
 #ifndef AR_TEST_MPIUTIL_H
 #define AR_TEST_MPIUTIL_H

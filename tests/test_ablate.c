@@ -205,26 +205,10 @@ static int count(const char *s, const char *needle)
     return n;
 }
 
-Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
+/* results.csv: its header, a row per run of 15 fields with a finite loss,
+ * and one token budget for all. */
+static void expect_results_csv(const char *cdir)
 {
-    const char *bin = tu_bin();
-    if (!bin)
-        cr_skip_test("AR_BIN not set");
-    const char *dir = tu_tmpdir();
-    char cdir[4200];
-    snprintf(cdir, sizeof cdir, "%s", dir);
-    tu_write_corpus_text(tu_path(cdir, "corpus.txt"));
-    tu_write_file(tu_path(cdir, "tiny.yaml"), TINY, strlen(TINY));
-    char cmd[9000];
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' ablate --variant sigmoid tiny.yaml --seeds 2 --out ab --block-sizes 1,2",
-             cdir, bin);
-    int st;
-    char *out = tu_run(cmd, &st);
-    cr_assert_eq(st, 0, "%s", out);
-    /* baseline, full (reference for the block sizes), sigmoid, block-s1, block-s2 */
-    cr_expect_eq(count(out, ": done, val_loss"), 10, "%s", out);
-    free(out);
-
     size_t n;
     char *csv = tu_read_file(tu_path(cdir, "ab/results.csv"), &n);
     cr_assert(csv);
@@ -245,10 +229,14 @@ Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
         cr_expect_gt(params, 0);
     }
     free(csv);
+}
 
-    /* the final evaluations: the whole validation split (the last 5% of the
-     * corpus: (floor(0.05 n) - 1) / 16 windows of 16), not the 4 windows of
-     * the evaluations during training; each as recorded in its run */
+/* The final evaluations: the whole validation split (the last 5% of the
+ * corpus: (floor(0.05 n) - 1) / 16 windows of 16), not the 4 windows of
+ * the evaluations during training; each as recorded in its run.  Returns
+ * that number of windows. */
+static long expect_final_evals(const char *cdir)
+{
     struct stat cs;
     cr_assert_eq(stat(tu_path(cdir, "corpus.txt"), &cs), 0);
     long nval = (long)floor((double)cs.st_size * 0.05), want_windows = (nval - 1) / 16;
@@ -281,7 +269,14 @@ Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
         cr_expect(nl == 1 && dm == 16 && nh == 2, "shape %g %g %g", nl, dm, nh);
     }
     ar_csv_free(c);
+    return want_windows;
+}
 
+/* results.md: its columns, the split it evaluated on, sigmoid's tests and
+ * baseline's dashes. */
+static void expect_results_md(const char *cdir, long want_windows)
+{
+    size_t n;
     char *md = tu_read_file(tu_path(cdir, "ab/results.md"), &n);
     cr_assert(md);
     cr_expect(strstr(md, "| variant | seeds | val loss (mean) | std | diff vs baseline | p (Welch) "
@@ -307,7 +302,11 @@ Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
     cr_expect(pairs == 2 && fabs(pdiff - diff) <= 1e-4 + 1e-12 && se > 0 && pp >= 0 && pp <= 1, "%s", rowbuf);
     cr_expect(strstr(md, "| baseline | 2 | ") && strstr(md, "- | - | - | - | - |\n"), "%s", md);
     free(md);
+}
 
+static void expect_pngs(const char *cdir)
+{
+    size_t n;
     const char *pngs[] = {"ab/ablation.png", "ab/block_sizes.png"};
     for (int i = 0; i < 2; i++) {
         char *png = tu_read_file(tu_path(cdir, pngs[i]), &n);
@@ -316,14 +315,17 @@ Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
         cr_expect(memmem(png, n, "tEXt", 4) != NULL, "%s has no tEXt metadata", pngs[i]);
         free(png);
     }
+}
 
-    /* a rerun reuses every finished run and its final evaluation: nothing
-     * is trained or evaluated again */
+/* A rerun of cmd reuses every finished run and its final evaluation:
+ * nothing is trained or evaluated again, and results.csv stays csv0. */
+static void expect_rerun_reuses(const char *cdir, const char *cmd, const char *csv0)
+{
+    int st;
     struct stat s0, s1, f0, f1;
     cr_assert_eq(stat(tu_path(cdir, "ab/runs/sigmoid-seed2/model.safetensors"), &s0), 0);
     cr_assert_eq(stat(tu_path(cdir, "ab/runs/sigmoid-seed2/final_eval.json"), &f0), 0);
-    char *csv0 = tu_read_file(tu_path(cdir, "ab/results.csv"), NULL);
-    out = tu_run(cmd, &st);
+    char *out = tu_run(cmd, &st);
     cr_assert_eq(st, 0, "%s", out);
     cr_expect_eq(count(out, "reused"), 10 + 1, "%s", out);
     cr_expect_eq(count(out, "training"), 0, "%s", out);
@@ -336,12 +338,16 @@ Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
     char *csv1 = tu_read_file(tu_path(cdir, "ab/results.csv"), NULL);
     cr_expect_str_eq(csv0, csv1);
     free(csv1);
+}
 
-    /* a lost final evaluation is made again, the run not trained again, and
-     * gives the same number */
+/* A lost final evaluation is made again, the run not trained again, and
+ * gives the same number. */
+static void expect_lost_final_eval_redone(const char *cdir, const char *cmd, const char *csv0)
+{
+    int st;
     char *fe0 = tu_read_file(tu_path(cdir, "ab/runs/baseline-seed1/final_eval.json"), NULL);
     cr_assert_eq(unlink(tu_path(cdir, "ab/runs/baseline-seed1/final_eval.json")), 0);
-    out = tu_run(cmd, &st);
+    char *out = tu_run(cmd, &st);
     cr_assert_eq(st, 0, "%s", out);
     cr_expect_eq(count(out, "training"), 0, "%s", out);
     cr_expect(strstr(out, "(10 reused, 0 trained)"), "%s", out);
@@ -350,38 +356,82 @@ Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
     cr_assert(fe1);
     cr_expect_str_eq(fe0, fe1);
     free(fe1);
-    csv1 = tu_read_file(tu_path(cdir, "ab/results.csv"), NULL);
+    char *csv1 = tu_read_file(tu_path(cdir, "ab/results.csv"), NULL);
     cr_expect_str_eq(csv0, csv1);
     free(csv1);
-    free(csv0);
+    free(fe0);
+}
 
-    /* another train.final_eval_windows evaluates the finished runs again
-     * (and only evaluates them) */
+/* Another train.final_eval_windows evaluates the finished runs again (and
+ * only evaluates them). */
+static void expect_other_windows_reevaluate(const char *cdir, const char *cmd)
+{
+    int st;
     char cmd2[9200];
     snprintf(cmd2, sizeof cmd2, "%s --set train.final_eval_windows=3", cmd);
-    out = tu_run(cmd2, &st);
+    char *out = tu_run(cmd2, &st);
     cr_assert_eq(st, 0, "%s", out);
     cr_expect_eq(count(out, "training"), 0, "%s", out);
     free(out);
+    ar_csv *c;
+    ar_err ce;
     cr_assert_eq(ar_csv_read(&c, tu_path(cdir, "ab/results.csv"), &ce), 0, "%s", ce.msg);
     for (int i = 0; i < c->nrows; i++)
         cr_expect_str_eq(ar_csv_cell(c, i, ar_csv_col(c, "final_eval_windows")), "3");
     ar_csv_free(c);
-    md = tu_read_file(tu_path(cdir, "ab/results.md"), NULL);
+    char *md = tu_read_file(tu_path(cdir, "ab/results.md"), NULL);
     cr_expect(strstr(md, "the first 3 windows (train.final_eval_windows) of the validation split, 3 windows"), "%s",
               md);
     free(md);
+}
 
-    /* a damaged record is an error that names it */
+/* A damaged record is an error that names it. */
+static void expect_damaged_record_named(const char *cdir, const char *cmd)
+{
+    int st;
+    char cmd2[9200];
     tu_write_file(tu_path(cdir, "ab/runs/baseline-seed1/final_eval.json"), "{\"step\": 4,", 11);
     snprintf(cmd2, sizeof cmd2, "%s --set train.final_eval_windows=3 2>&1", cmd);
-    out = tu_run(cmd2, &st);
+    char *out = tu_run(cmd2, &st);
     cr_expect_eq(st, 1, "%s", out);
     cr_expect(strstr(out, "attnres: error: '") && strstr(out, "ab/runs/baseline-seed1/final_eval.json': ") &&
                   strstr(out, "remove it to evaluate the run again"),
               "%s", out);
     free(out);
-    free(fe0);
+}
+
+/* One ablation (it trains 10 runs), then each of its outputs in turn, and
+ * reruns of it that reuse, redo or refuse. */
+Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
+{
+    const char *bin = tu_bin();
+    if (!bin)
+        cr_skip_test("AR_BIN not set");
+    const char *dir = tu_tmpdir();
+    char cdir[4200];
+    snprintf(cdir, sizeof cdir, "%s", dir);
+    tu_write_corpus_text(tu_path(cdir, "corpus.txt"));
+    tu_write_file(tu_path(cdir, "tiny.yaml"), TINY, strlen(TINY));
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' ablate --variant sigmoid tiny.yaml --seeds 2 --out ab --block-sizes 1,2",
+             cdir, bin);
+    int st;
+    char *out = tu_run(cmd, &st);
+    cr_assert_eq(st, 0, "%s", out);
+    /* baseline, full (reference for the block sizes), sigmoid, block-s1, block-s2 */
+    cr_expect_eq(count(out, ": done, val_loss"), 10, "%s", out);
+    free(out);
+
+    expect_results_csv(cdir);
+    long want_windows = expect_final_evals(cdir);
+    expect_results_md(cdir, want_windows);
+    expect_pngs(cdir);
+    char *csv0 = tu_read_file(tu_path(cdir, "ab/results.csv"), NULL);
+    expect_rerun_reuses(cdir, cmd, csv0);
+    expect_lost_final_eval_redone(cdir, cmd, csv0);
+    free(csv0);
+    expect_other_windows_reevaluate(cdir, cmd);
+    expect_damaged_record_named(cdir, cmd);
 }
 
 Test(ablate, cli_unknown_variant_exits_2)

@@ -41,7 +41,10 @@
  * finite and at least the rounding of the result itself) without a GPU
  * (meson's backend_ops_cpu_b runs it so);
  * harness_detects_differences checks that a comparison does fail on a
- * perturbed result. */
+ * perturbed result.
+ *
+ * Covers: lib/cuda/ (every kernel) against lib/cpu/, through the op table of
+ * lib/ops.def and lib/backend.h. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdarg.h>
@@ -1499,26 +1502,45 @@ static void inter_bwd_bounds(tp **src, int k, int C, const int *n, tp **dh, tp *
 }
 
 /* A chunk of C mixers sharing k sources; mixer c has j[c] sources of its
- * own, Full-style (src[k .. k+j[c]-1]).  Every op of the two-phase scheme
- * on both backends, each fed A's results of the ops before it.  kn 0: no
- * key norm (g and dg NULL); sig 1: score sigmoid. */
-static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int sig)
+ * own, Full-style (src[k .. k+j[c]-1]).  kn 0: no key norm (g and dg
+ * NULL); sig 1: score sigmoid.  What two_phase_case passes from op to op:
+ * the tensors (an op's checked outputs hold A's results: take()), their
+ * lists, and phase 1's bounds. */
+typedef struct {
+    int C, k, N, d, kn, sig, ns;
+    const int *j;
+    int n[8]; /* sources of mixer c: k + j[c] */
+    size_t nd;
+    tp *src[MAXL], *rs[MAXL], *w[8], *g[8], *o[8], *lse[8], *alpha[8];
+    const double *u[8];
+    tl lsrc, lw, lg, lo, llse, lal, lrs;
+    double *bo[8], *bl[8], *blog[8], *oe[8], *brs; /* phase 1's (inter_bounds) */
+    tp *ng;                                          /* the RMSNorm gain the forwards fuse */
+    tp *dsrc[MAXL], *dw[8], *dg[8], *cdot[8], *dh[8];
+} two_phase;
+
+/* The case's inputs (random, junk where an op must write) and phase 1's
+ * bounds (inter_bounds), mixer by mixer; rs within RSTD_REL (1 exactly on
+ * both without key norm). */
+static void two_phase_setup(two_phase *x, int C, int k, const int *j, int N, int d, int kn, int sig)
 {
+    memset(x, 0, sizeof *x);
+    x->C = C, x->k = k, x->j = j, x->N = N, x->d = d, x->kn = kn, x->sig = sig;
     char js[64] = "";
     for (int c = 0; c < C; c++)
         snprintf(js + strlen(js), sizeof js - strlen(js), "%s%d", c ? "," : "", j[c]);
     at("depth two-phase C=%d k=%d j=[%s] N=%d d=%d%s%s", C, k, js, N, d, kn ? "" : " key_norm false",
        sig ? " sigmoid" : "");
-    size_t nd = (size_t)N * d;
-    int n[8], jmax = 0;
+    size_t nd = x->nd = (size_t)N * d;
+    int *n = x->n, jmax = 0;
     for (int c = 0; c < C; c++) {
         n[c] = k + j[c];
         jmax = j[c] > jmax ? j[c] : jmax;
     }
-    int ns = k + jmax;
-    tp *src[MAXL] = {0}, *w[8] = {0}, *g[8] = {0}, *o[8] = {0}, *lse[8] = {0}, *alpha[8] = {0}, *rs[MAXL] = {0};
+    int ns = x->ns = k + jmax;
+    tp **src = x->src, **w = x->w, **g = x->g, **o = x->o, **lse = x->lse, **alpha = x->alpha, **rs = x->rs;
     sources(src, ns, N, d);
-    const double *u[8];
+    const double **u = x->u;
     for (int c = 0; c < C; c++) {
         w[c] = queries(d, d), g[c] = rnd(d, 0.5f, 1.5f);
         o[c] = junk(nd), lse[c] = junk(N), alpha[c] = junk((size_t)N * n[c]);
@@ -1526,13 +1548,10 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
     }
     for (int s = 0; s < ns; s++)
         rs[s] = junk(N);
-    tl lsrc = list(src, ns), lw = list(w, C), lg = list(g, C), lo = list(o, C);
-    tl llse = list(lse, C), lal = list(alpha, C), lrs = list(rs, ns);
-    char what[96];
+    x->lsrc = list(src, ns), x->lw = list(w, C), x->lg = list(g, C), x->lo = list(o, C);
+    x->llse = list(lse, C), x->lal = list(alpha, C), x->lrs = list(rs, ns);
 
-    /* phase 1's bounds (inter_bounds), mixer by mixer; rs within RSTD_REL
-     * (1 exactly on both without key norm) */
-    double *bo[8], *bl[8], *blog[8], *oe[8], *brs = bnew((size_t)k * N);
+    double **bo = x->bo, **bl = x->bl, **blog = x->blog, **oe = x->oe, *brs = x->brs = bnew((size_t)k * N);
     for (int c = 0; c < C; c++) {
         bo[c] = bnew(nd), bl[c] = bnew(N), blog[c] = bnew((size_t)N * n[c]), oe[c] = bnew(nd);
         inter_bounds(bo[c], bl[c], blog[c], oe[c], src, k, n[c], u[c], kn, sig, N, d);
@@ -1543,9 +1562,17 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
             src_stat(&st, src[s]->h + (size_t)i * d, u[0], kn, d);
             brs[(size_t)s * N + i] = kn ? 2 * (RSTD_REL(d) + U) * st.r : 0;
         }
+}
 
-    /* phase 1, fused with mixer 0's RMSNorm: o[0] is not written, nor (with
-     * C > 2) the last mixer's, whose o is passed as NULL */
+/* Phase 1 fused with mixer 0's RMSNorm, into fresh outputs: o[0] is not
+ * written, nor (with C > 2) the last mixer's, whose o is passed as NULL. */
+static void two_phase_inter_norm(two_phase *x)
+{
+    int C = x->C, k = x->k, N = x->N, d = x->d, kn = x->kn, sig = x->sig;
+    const int *n = x->n;
+    size_t nd = x->nd;
+    double **bo = x->bo, **bl = x->bl, **blog = x->blog, **oe = x->oe;
+    char what[96];
     tp *o2[8], *o2n[8], *lse2[8], *alpha2[8], *rs2[MAXL];
     for (int c = 0; c < C; c++)
         o2[c] = o2n[c] = junk(nd), lse2[c] = junk(N), alpha2[c] = junk((size_t)N * n[c]);
@@ -1553,15 +1580,15 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
         o2n[C - 1] = NULL;
     for (int s = 0; s < k; s++)
         rs2[s] = junk(N);
-    tp *ng = rnd(d, 0.5f, 1.5f), *xn = junk(nd), *nrstd = junk(N);
+    tp *ng = x->ng = rnd(d, 0.5f, 1.5f), *xn = junk(nd), *nrstd = junk(N);
     double *bxn = bnew(nd), *bnr = bnew(N), *eo = bnew(nd);
     for (size_t i = 0; i < nd; i++)
         eo[i] = bo[0][i] / 2; /* one backend's */
     norm_bounds(bxn, bnr, oe[0], eo, ng->h, N, d);
     tl lo2 = list(o2n, C), llse2 = list(lse2, C), lal2 = list(alpha2, C), lrs2 = list(rs2, k);
-    BOTH be->depth_fwd_inter(&(ar_depth_inter){.C = C, .k = k, .n = n, .src = CL(lsrc), .rs = DL(lrs2), .w = CL(lw),
-                                                 .g = kn ? CL(lg) : NULL, .alpha = DL(lal2), .lse = DL(llse2),
-                                                 .sigmoid = sig, .N = N, .d = d},
+    BOTH be->depth_fwd_inter(&(ar_depth_inter){.C = C, .k = k, .n = n, .src = CL(x->lsrc), .rs = DL(lrs2),
+                                                 .w = CL(x->lw), .g = kn ? CL(x->lg) : NULL, .alpha = DL(lal2),
+                                                 .lse = DL(llse2), .sigmoid = sig, .N = N, .d = d},
                              DL(lo2), &(ar_norm_out){D(ng), D(xn), D(nrstd)});
     check("depth_fwd_inter (xn) xn", xn, bxn);
     check("depth_fwd_inter (xn) nrstd", nrstd, bnr);
@@ -1577,146 +1604,170 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
         snprintf(what, sizeof what, "depth_fwd_inter (xn) logits[%d]", c);
         check_cols(what, alpha2[c], N, n[c], 0, k, blog[c]);
     }
+}
 
-    /* phase 1 */
-    BOTH be->depth_fwd_inter(&(ar_depth_inter){.C = C, .k = k, .n = n, .src = CL(lsrc), .rs = DL(lrs), .w = CL(lw),
-                                                 .g = kn ? CL(lg) : NULL, .alpha = DL(lal), .lse = DL(llse),
-                                                 .sigmoid = sig, .N = N, .d = d},
-                             DL(lo), NULL);
+/* Phase 1, into the case's own o, lse, alpha and rs. */
+static void two_phase_inter(two_phase *x)
+{
+    int C = x->C, k = x->k, N = x->N, d = x->d, kn = x->kn, sig = x->sig;
+    const int *n = x->n;
+    tp **o = x->o, **lse = x->lse, **alpha = x->alpha, **rs = x->rs;
+    char what[96];
+    BOTH be->depth_fwd_inter(&(ar_depth_inter){.C = C, .k = k, .n = n, .src = CL(x->lsrc), .rs = DL(x->lrs),
+                                                 .w = CL(x->lw), .g = kn ? CL(x->lg) : NULL, .alpha = DL(x->lal),
+                                                 .lse = DL(x->llse), .sigmoid = sig, .N = N, .d = d},
+                             DL(x->lo), NULL);
     for (int c = 0; c < C; c++) {
         snprintf(what, sizeof what, "depth_fwd_inter o[%d]", c);
-        check(what, o[c], bo[c]);
+        check(what, o[c], x->bo[c]);
         snprintf(what, sizeof what, "depth_fwd_inter lse[%d]", c);
-        check(what, lse[c], bl[c]);
+        check(what, lse[c], x->bl[c]);
         snprintf(what, sizeof what, "depth_fwd_inter logits[%d]", c);
-        check_cols(what, alpha[c], N, n[c], 0, k, blog[c]);
+        check_cols(what, alpha[c], N, n[c], 0, k, x->blog[c]);
         take(o[c]), take(lse[c]), take(alpha[c]);
     }
     for (int s = 0; s < k; s++) {
         snprintf(what, sizeof what, "depth_fwd_inter rs[%d]", s);
-        check(what, rs[s], brs + (size_t)s * N);
+        check(what, rs[s], x->brs + (size_t)s * N);
         take(rs[s]);
     }
+}
 
-    /* phase 2 per mixer (merge_bounds, from A's phase 1), first fused with
-     * the sublayer's RMSNorm (h is left alone) on copies, then plain */
-    for (int c = 0; c < C; c++) {
-        tl lrsi = list(rs + k, j[c]);
-        double *bh = bnew(nd), *bls = bnew(N), *bal = bnew((size_t)N * n[c]), *bri = bnew((size_t)N * (j[c] + 1));
-        double *he = bnew(nd);
-        merge_bounds(bh, bls, bal, bri, he, o[c]->h, lse[c]->h, alpha[c]->h, src + k, j[c], k, n[c], u[c], kn, sig,
-                     N, d);
-        if (j[c] > 0) {
-            tp *h3 = dup_tp(o[c]), *lse3 = dup_tp(lse[c]), *al3 = dup_tp(alpha[c]);
-            tp *rsi3[MAXL];
-            for (int t = 0; t < j[c]; t++)
-                rsi3[t] = junk(N);
-            tl lrsi3 = list(rsi3, j[c]);
-            tp *xn3 = junk(nd), *nr3 = junk(N);
-            double *bx3 = bnew(nd), *bn3 = bnew(N), *eh = bnew(nd);
-            for (size_t i = 0; i < nd; i++)
-                eh[i] = bh[i] / 2; /* one backend's */
-            norm_bounds(bx3, bn3, he, eh, ng->h, N, d);
-            BOTH be->depth_fwd_merge(&(ar_depth_intra){.n = n[c], .k = k, .src = CL(lsrc), .rsi = DL(lrsi3),
-                                                       .w = D(w[c]), .g = kn ? D(g[c]) : NULL, .alpha = D(al3),
-                                                       .lse = D(lse3), .sigmoid = sig, .N = N, .d = d},
-                                     D(h3), &(ar_norm_out){D(ng), D(xn3), D(nr3)});
-            snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d xn", c);
-            check(what, xn3, bx3);
-            snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d nrstd", c);
-            check(what, nr3, bn3);
-            snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d h (not written)", c);
-            check_eq(what, h3);
-            snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d lse", c);
-            check(what, lse3, bls);
-            snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d alpha", c);
-            check(what, al3, bal);
-        }
-        BOTH be->depth_fwd_merge(&(ar_depth_intra){.n = n[c], .k = k, .src = CL(lsrc), .rsi = DL(lrsi),
-                                                   .w = D(w[c]), .g = kn ? D(g[c]) : NULL, .alpha = D(alpha[c]),
-                                                   .lse = D(lse[c]), .sigmoid = sig, .N = N, .d = d},
-                                 D(o[c]), NULL);
-        snprintf(what, sizeof what, "depth_fwd_merge mixer %d h", c);
-        check(what, o[c], bh);
-        snprintf(what, sizeof what, "depth_fwd_merge mixer %d lse", c);
-        check(what, lse[c], bls);
-        snprintf(what, sizeof what, "depth_fwd_merge mixer %d alpha", c);
-        check(what, alpha[c], bal);
-        take(o[c]), take(lse[c]), take(alpha[c]);
-        for (int t = 0; t < j[c]; t++) {
-            double *bt = bnew(N);
-            for (int i = 0; i < N; i++)
-                bt[i] = bri[(size_t)i * j[c] + t];
-            snprintf(what, sizeof what, "depth_fwd_merge mixer %d rsi[%d]", c, t);
-            check(what, rs[k + t], bt);
-            take(rs[k + t]);
-        }
-    }
-
-    /* backward, intra parts from the last mixer down (intra_bounds); dh
-     * given, or (fz) formed by the fused norm backward from xn (h not
-     * given; some gain columns 0, where h comes from the sources), in turn */
-    tp *dsrc[MAXL], *dw[8], *dg[8], *cdot[8], *dh[8];
-    for (int s = 0; s < ns; s++)
-        dsrc[s] = rnd(nd, -1, 1);
-    for (int c = 0; c < C; c++) {
-        dw[c] = rnd(d, -1, 1), dg[c] = rnd(d, -1, 1), cdot[c] = junk(N), dh[c] = rnd(nd, -1, 1);
-    }
-    for (int c = C - 1; c >= 0; c--) {
-        int fused = (c + C) % 2;
-        tp *h = fused ? NULL : o[c];
-        tp *dxn = NULL, *xn = NULL, *ng = NULL, *dng = NULL, *nr = NULL;
-        if (fused) {
-            dxn = rnd(nd, -1, 1), xn = rnd(nd, -1, 1), dng = rnd(d, -1, 1);
-            nr = rnd(N, 0.5f, 2.0f), ng = rnd(d, 0.5f, 1.5f);
-            for (int q = 2; q < d; q += 5)
-                ng->h[q] = 0.0f;
-            ng = from_host(ng->h, d);
-            dh[c] = junk(nd); /* (=) */
-        }
-        const float *rsi[MAXL];
+/* Phase 2 of mixer c (merge_bounds, from A's phase 1), first fused with
+ * the sublayer's RMSNorm (h is left alone) on copies, then plain. */
+static void two_phase_merge(two_phase *x, int c)
+{
+    int k = x->k, N = x->N, d = x->d, kn = x->kn, sig = x->sig;
+    const int *n = x->n, *j = x->j;
+    size_t nd = x->nd;
+    tp **src = x->src, **w = x->w, **g = x->g, **o = x->o, **lse = x->lse, **alpha = x->alpha, **rs = x->rs;
+    tp *ng = x->ng;
+    tl lsrc = x->lsrc;
+    char what[96];
+    tl lrsi = list(rs + k, j[c]);
+    double *bh = bnew(nd), *bls = bnew(N), *bal = bnew((size_t)N * n[c]), *bri = bnew((size_t)N * (j[c] + 1));
+    double *he = bnew(nd);
+    merge_bounds(bh, bls, bal, bri, he, o[c]->h, lse[c]->h, alpha[c]->h, src + k, j[c], k, n[c], x->u[c], kn, sig,
+                 N, d);
+    if (j[c] > 0) {
+        tp *h3 = dup_tp(o[c]), *lse3 = dup_tp(lse[c]), *al3 = dup_tp(alpha[c]);
+        tp *rsi3[MAXL];
         for (int t = 0; t < j[c]; t++)
-            rsi[t] = rs[k + t]->h;
-        intra_in in = {fused ? NULL : dh[c]->h, h ? h->h : NULL, dxn ? dxn->h : NULL, xn ? xn->h : NULL,
-                       ng ? ng->h : NULL, nr ? nr->h : NULL, dng ? dng->h : NULL, alpha[c]->h, lse[c]->h,
-                       dw[c]->h, dg[c]->h, w[c]->h, kn ? g[c]->h : NULL, src, dsrc + k, rsi};
-        double *bcd = bnew(N), *bdh = bnew(nd), *bng = bnew(d), *bw = bnew(d), *bg = bnew(d), *bdi[MAXL];
-        for (int t = 0; t < j[c]; t++)
-            bdi[t] = bnew(nd);
-        intra_bounds(&in, n[c], k, sig, N, d, bcd, bdh, bng, bdi, bw, bg);
-        tl ldi = list(dsrc + k, j[c]), lrsi = list(rs + k, j[c]), lsrc = list(src, n[c]);
-        /* no intra sources: the lists of their gradients and rstd are not read */
-        BOTH be->depth_bwd_intra(&(ar_depth_intra){.n = n[c], .k = k, .src = CL(lsrc),
-                                                   .rsi = j[c] ? DL(lrsi) : NULL, .w = D(w[c]),
-                                                   .g = kn ? D(g[c]) : NULL, .alpha = D(alpha[c]),
-                                                   .lse = D(lse[c]), .sigmoid = sig, .N = N, .d = d},
-                                 j[c] ? DL(ldi) : NULL, D(dw[c]), kn ? D(dg[c]) : NULL, D(cdot[c]), D(dh[c]),
-                                 h ? D(h) : NULL,
-                                 fused ? &(ar_norm_grad){D(ng), D(dng), D(dxn), D(xn), D(nr)} : NULL);
-        const char *fz = fused ? " (fused norm)" : "";
-        snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d cdot", fz, c);
-        check(what, cdot[c], bcd);
-        snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dw", fz, c);
-        check(what, dw[c], bw);
-        snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dg", fz, c);
-        if (kn)
-            check(what, dg[c], bg);
-        take(cdot[c]), take(dw[c]), take(dg[c]);
-        if (fused) {
-            snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dh", fz, c);
-            check(what, dh[c], bdh);
-            snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dng", fz, c);
-            check(what, dng, bng);
-            take(dh[c]);
-        }
-        for (int t = 0; t < j[c]; t++) {
-            snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dintra[%d]", fz, c, t);
-            check(what, dsrc[k + t], bdi[t]);
-            take(dsrc[k + t]);
-        }
+            rsi3[t] = junk(N);
+        tl lrsi3 = list(rsi3, j[c]);
+        tp *xn3 = junk(nd), *nr3 = junk(N);
+        double *bx3 = bnew(nd), *bn3 = bnew(N), *eh = bnew(nd);
+        for (size_t i = 0; i < nd; i++)
+            eh[i] = bh[i] / 2; /* one backend's */
+        norm_bounds(bx3, bn3, he, eh, ng->h, N, d);
+        BOTH be->depth_fwd_merge(&(ar_depth_intra){.n = n[c], .k = k, .src = CL(lsrc), .rsi = DL(lrsi3),
+                                                   .w = D(w[c]), .g = kn ? D(g[c]) : NULL, .alpha = D(al3),
+                                                   .lse = D(lse3), .sigmoid = sig, .N = N, .d = d},
+                                 D(h3), &(ar_norm_out){D(ng), D(xn3), D(nr3)});
+        snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d xn", c);
+        check(what, xn3, bx3);
+        snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d nrstd", c);
+        check(what, nr3, bn3);
+        snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d h (not written)", c);
+        check_eq(what, h3);
+        snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d lse", c);
+        check(what, lse3, bls);
+        snprintf(what, sizeof what, "depth_fwd_merge (xn) mixer %d alpha", c);
+        check(what, al3, bal);
     }
+    BOTH be->depth_fwd_merge(&(ar_depth_intra){.n = n[c], .k = k, .src = CL(lsrc), .rsi = DL(lrsi),
+                                               .w = D(w[c]), .g = kn ? D(g[c]) : NULL, .alpha = D(alpha[c]),
+                                               .lse = D(lse[c]), .sigmoid = sig, .N = N, .d = d},
+                             D(o[c]), NULL);
+    snprintf(what, sizeof what, "depth_fwd_merge mixer %d h", c);
+    check(what, o[c], bh);
+    snprintf(what, sizeof what, "depth_fwd_merge mixer %d lse", c);
+    check(what, lse[c], bls);
+    snprintf(what, sizeof what, "depth_fwd_merge mixer %d alpha", c);
+    check(what, alpha[c], bal);
+    take(o[c]), take(lse[c]), take(alpha[c]);
+    for (int t = 0; t < j[c]; t++) {
+        double *bt = bnew(N);
+        for (int i = 0; i < N; i++)
+            bt[i] = bri[(size_t)i * j[c] + t];
+        snprintf(what, sizeof what, "depth_fwd_merge mixer %d rsi[%d]", c, t);
+        check(what, rs[k + t], bt);
+        take(rs[k + t]);
+    }
+}
 
-    /* backward, shared part: += and overwrite (inter_bwd_bounds) */
+/* The intra part of mixer c's backward (intra_bounds): dh given, or with
+ * fused set formed by the fused norm backward from xn (h not given; some
+ * gain columns 0, where h comes from the sources). */
+static void two_phase_bwd_intra(two_phase *x, int c, int fused)
+{
+    int k = x->k, N = x->N, d = x->d, kn = x->kn, sig = x->sig;
+    const int *n = x->n, *j = x->j;
+    size_t nd = x->nd;
+    tp **src = x->src, **w = x->w, **g = x->g, **o = x->o, **lse = x->lse, **alpha = x->alpha, **rs = x->rs;
+    tp **dsrc = x->dsrc, **dw = x->dw, **dg = x->dg, **cdot = x->cdot, **dh = x->dh;
+    char what[96];
+    tp *h = fused ? NULL : o[c];
+    tp *dxn = NULL, *xn = NULL, *ng = NULL, *dng = NULL, *nr = NULL;
+    if (fused) {
+        dxn = rnd(nd, -1, 1), xn = rnd(nd, -1, 1), dng = rnd(d, -1, 1);
+        nr = rnd(N, 0.5f, 2.0f), ng = rnd(d, 0.5f, 1.5f);
+        for (int q = 2; q < d; q += 5)
+            ng->h[q] = 0.0f;
+        ng = from_host(ng->h, d);
+        dh[c] = junk(nd); /* (=) */
+    }
+    const float *rsi[MAXL];
+    for (int t = 0; t < j[c]; t++)
+        rsi[t] = rs[k + t]->h;
+    intra_in in = {fused ? NULL : dh[c]->h, h ? h->h : NULL, dxn ? dxn->h : NULL, xn ? xn->h : NULL,
+                   ng ? ng->h : NULL, nr ? nr->h : NULL, dng ? dng->h : NULL, alpha[c]->h, lse[c]->h,
+                   dw[c]->h, dg[c]->h, w[c]->h, kn ? g[c]->h : NULL, src, dsrc + k, rsi};
+    double *bcd = bnew(N), *bdh = bnew(nd), *bng = bnew(d), *bw = bnew(d), *bg = bnew(d), *bdi[MAXL];
+    for (int t = 0; t < j[c]; t++)
+        bdi[t] = bnew(nd);
+    intra_bounds(&in, n[c], k, sig, N, d, bcd, bdh, bng, bdi, bw, bg);
+    tl ldi = list(dsrc + k, j[c]), lrsi = list(rs + k, j[c]), lsrc = list(src, n[c]);
+    /* no intra sources: the lists of their gradients and rstd are not read */
+    BOTH be->depth_bwd_intra(&(ar_depth_intra){.n = n[c], .k = k, .src = CL(lsrc),
+                                               .rsi = j[c] ? DL(lrsi) : NULL, .w = D(w[c]),
+                                               .g = kn ? D(g[c]) : NULL, .alpha = D(alpha[c]),
+                                               .lse = D(lse[c]), .sigmoid = sig, .N = N, .d = d},
+                             j[c] ? DL(ldi) : NULL, D(dw[c]), kn ? D(dg[c]) : NULL, D(cdot[c]), D(dh[c]),
+                             h ? D(h) : NULL, fused ? &(ar_norm_grad){D(ng), D(dng), D(dxn), D(xn), D(nr)} : NULL);
+    const char *fz = fused ? " (fused norm)" : "";
+    snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d cdot", fz, c);
+    check(what, cdot[c], bcd);
+    snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dw", fz, c);
+    check(what, dw[c], bw);
+    snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dg", fz, c);
+    if (kn)
+        check(what, dg[c], bg);
+    take(cdot[c]), take(dw[c]), take(dg[c]);
+    if (fused) {
+        snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dh", fz, c);
+        check(what, dh[c], bdh);
+        snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dng", fz, c);
+        check(what, dng, bng);
+        take(dh[c]);
+    }
+    for (int t = 0; t < j[c]; t++) {
+        snprintf(what, sizeof what, "depth_bwd_intra%s mixer %d dintra[%d]", fz, c, t);
+        check(what, dsrc[k + t], bdi[t]);
+        take(dsrc[k + t]);
+    }
+}
+
+/* The shared part of the backward, += and overwrite (inter_bwd_bounds). */
+static void two_phase_bwd_inter(two_phase *x)
+{
+    int C = x->C, k = x->k, N = x->N, d = x->d, kn = x->kn, sig = x->sig;
+    const int *n = x->n;
+    size_t nd = x->nd;
+    tp **src = x->src, **w = x->w, **g = x->g, **alpha = x->alpha, **rs = x->rs;
+    tp **dsrc = x->dsrc, **dw = x->dw, **dg = x->dg, **cdot = x->cdot, **dh = x->dh;
+    tl lsrc = x->lsrc, lw = x->lw, lg = x->lg, lal = x->lal, llse = x->llse, lrs = x->lrs;
+    char what[96];
     tl ldsrc = list(dsrc, k), ldw = list(dw, C), ldg = list(dg, C), ldh = list(dh, C);
     tl lcd = list(cdot, C);
     tp *dsrcO[MAXL], *dwO[8], *dgO[8];
@@ -1758,6 +1809,28 @@ static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int
         if (kn)
             check(what, dgO[c], bgO[c]);
     }
+}
+
+/* Every op of the two-phase scheme on both backends, each fed A's results
+ * of the ops before it: phase 1 (fused with a norm, then plain), phase 2
+ * per mixer, the backward's intra parts from the last mixer down (fused
+ * with the norm backward in turn), then its shared part. */
+static void two_phase_case(int C, int k, const int *j, int N, int d, int kn, int sig)
+{
+    two_phase x;
+    two_phase_setup(&x, C, k, j, N, d, kn, sig);
+    two_phase_inter_norm(&x);
+    two_phase_inter(&x);
+    for (int c = 0; c < C; c++)
+        two_phase_merge(&x, c);
+    for (int s = 0; s < x.ns; s++)
+        x.dsrc[s] = rnd(x.nd, -1, 1);
+    for (int c = 0; c < C; c++) {
+        x.dw[c] = rnd(d, -1, 1), x.dg[c] = rnd(d, -1, 1), x.cdot[c] = junk(N), x.dh[c] = rnd(x.nd, -1, 1);
+    }
+    for (int c = C - 1; c >= 0; c--)
+        two_phase_bwd_intra(&x, c, (c + C) % 2);
+    two_phase_bwd_inter(&x);
     release();
 }
 
@@ -1873,23 +1946,13 @@ static void mix_bwd_terms(const mix_in *m, int s0, int s1, int N, int d, double 
     }
 }
 
-/* query: none, one shared or per token; keynorm: g given; theta: static
- * logits; nullg: dsrc[1], dw and dg NULL (no gradient wanted) */
-static void mix_case(int n, int N, int d, int H, int query, int keynorm, int theta, int sigmoid,
-                     int nullg)
+/* depth_mix_fwd's bounds per element, both backends together: on h into
+ * bh, on alpha into ba, on rstd into br (keynorm; its own rounding). */
+static void mix_fwd_bounds(tp **src, int n, const tp *w, int ws, const tp *g, const tp *th, int keynorm,
+                           int sigmoid, int H, int N, int d, double *bh, double *ba, double *br)
 {
-    at("depth_mix n=%d N=%d d=%d H=%d query=%s keynorm=%d theta=%d sigmoid=%d null-grads=%d", n, N,
-       d, H, query == Q_NONE ? "none" : query == Q_SHARED ? "shared" : "per-token", keynorm, theta,
-       sigmoid, nullg);
-    size_t nd = (size_t)N * d, wn = query == Q_TOKEN ? nd : (size_t)d;
-    int ws = query == Q_TOKEN ? d : 0, e = d / H;
-    tp *src[MAXL], *dsrc[MAXL];
-    sources(src, n, N, d);
-    tp *w = query != Q_NONE ? queries(wn, d) : NULL, *g = keynorm ? rnd(d, 0.5f, 1.5f) : NULL;
-    tp *th = theta ? rnd(n, -2, 2) : NULL;
-    tp *h = junk(nd), *alpha = junk((size_t)N * H * n), *rstd = junk((size_t)N * n);
-    /* the forward's bounds */
-    double *bh = bnew(nd), *ba = bnew((size_t)N * H * n), *br = bnew((size_t)N * n), *uq = bnew(d);
+    int e = d / H;
+    double *uq = bnew(d);
     for (int i = 0; i < N; i++) {
         size_t o = (size_t)i * d;
         const float *q = w && !th ? w->h + (size_t)i * ws : NULL;
@@ -1929,6 +1992,25 @@ static void mix_case(int n, int N, int d, int H, int query, int keynorm, int the
             }
         }
     }
+}
+
+/* query: none, one shared or per token; keynorm: g given; theta: static
+ * logits; nullg: dsrc[1], dw and dg NULL (no gradient wanted) */
+static void mix_case(int n, int N, int d, int H, int query, int keynorm, int theta, int sigmoid,
+                     int nullg)
+{
+    at("depth_mix n=%d N=%d d=%d H=%d query=%s keynorm=%d theta=%d sigmoid=%d null-grads=%d", n, N,
+       d, H, query == Q_NONE ? "none" : query == Q_SHARED ? "shared" : "per-token", keynorm, theta,
+       sigmoid, nullg);
+    size_t nd = (size_t)N * d, wn = query == Q_TOKEN ? nd : (size_t)d;
+    int ws = query == Q_TOKEN ? d : 0;
+    tp *src[MAXL], *dsrc[MAXL];
+    sources(src, n, N, d);
+    tp *w = query != Q_NONE ? queries(wn, d) : NULL, *g = keynorm ? rnd(d, 0.5f, 1.5f) : NULL;
+    tp *th = theta ? rnd(n, -2, 2) : NULL;
+    tp *h = junk(nd), *alpha = junk((size_t)N * H * n), *rstd = junk((size_t)N * n);
+    double *bh = bnew(nd), *ba = bnew((size_t)N * H * n), *br = bnew((size_t)N * n);
+    mix_fwd_bounds(src, n, w, ws, g, th, keynorm, sigmoid, H, N, d, bh, ba, br);
     tl ls = list(src, n);
 #define OPT(t) ((t) ? D(t) : NULL)
     BOTH be->depth_mix_fwd(&(ar_depth_mix){.n = n, .src = CL(ls), .w = OPT(w), .wstride = ws, .g = OPT(g),
@@ -2004,6 +2086,23 @@ Test(backend_ops, depth_mix)
     mix_case(6, 1024, 512, 4, Q_TOKEN, 1, 0, 1, 0);
 }
 
+/* depth_mix_cdot of one mixer into cd, each e-term dot within 2 gamma(e)
+ * sum_(G_a) |dh h| on both; cd then holds A's result on both. */
+static void mix_cdot_check(tp *cd, tp *dh, tp *h, int H, int N, int d)
+{
+    int e = d / H;
+    double *bc = bnew((size_t)N * H);
+    for (int i = 0; i < N; i++)
+        for (int a = 0; a < H; a++) {
+            for (int q = a * e; q < (a + 1) * e; q++)
+                bc[(size_t)i * H + a] += fabs((double)dh->h[(size_t)i * d + q] * h->h[(size_t)i * d + q]);
+            bc[(size_t)i * H + a] *= 2 * tu_gamma(e + 1);
+        }
+    BOTH be->depth_mix_cdot(D(cd), D(dh), D(h), H, N, d);
+    check("depth_mix_cdot", cd, bc);
+    take(cd);
+}
+
 /* The backward in pieces (depth_mix_cdot, depth_mix_bwd_chunk): C mixers
  * with source lists of k shared then c + 1 own sources, their cdot from
  * random dh and h, then the chunk op over their shared sources and one
@@ -2031,21 +2130,10 @@ static void mix_chunk_case(int k, int C, int N, int d, int H, int query, int key
         dw[c] = w[c] ? rnd(d, -1, 1) : NULL, dg[c] = g[c] ? rnd(d, -1, 1) : NULL;
         dth[c] = th[c] ? rnd(n[c], -1, 1) : NULL;
     }
-    /* cdot: e-term dots on both, 2 gamma(e) sum_(G_a) |dh h|; then A's, on
-     * both, for the chunk op (mix_bwd_terms with the cdot given) */
-    int e = d / H;
-    for (int c = 0; c < C; c++) {
-        double *bc = bnew((size_t)N * H);
-        for (int i = 0; i < N; i++)
-            for (int a = 0; a < H; a++) {
-                for (int q = a * e; q < (a + 1) * e; q++)
-                    bc[(size_t)i * H + a] += fabs((double)dh[c]->h[(size_t)i * d + q] * h[c]->h[(size_t)i * d + q]);
-                bc[(size_t)i * H + a] *= 2 * tu_gamma(e + 1);
-            }
-        BOTH be->depth_mix_cdot(D(cd[c]), D(dh[c]), D(h[c]), H, N, d);
-        check("depth_mix_cdot", cd[c], bc);
-        take(cd[c]);
-    }
+    /* cdot, then A's on both for the chunk op (mix_bwd_terms with the cdot
+     * given) */
+    for (int c = 0; c < C; c++)
+        mix_cdot_check(cd[c], dh[c], h[c], H, N, d);
     /* the chunk op over the shared sources for all C mixers, then the last
      * mixer's own ones: a shared source's gradient takes 3 C terms, an own
      * one 3; a mixer's dw, dg, dtheta sum N n terms over the two calls (two

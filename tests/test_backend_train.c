@@ -29,7 +29,10 @@
  * this harness without a GPU (meson's backend_train_cpu_b runs it so): the
  * two runs are then the same code on the same shapes with the same thread
  * count (train.threads 2, one process), bit-identical by construction, and
- * every bound below is 0. */
+ * every bound below is 0.
+ *
+ * Covers: lib/cuda/ through run/train.c, and checkpoints (run/checkpoint.c)
+ * across backends. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>

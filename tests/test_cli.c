@@ -1,7 +1,10 @@
 /* The command line through the real binary ($AR_BIN): usage lines that match
  * the man pages' SYNOPSIS, help, version, error style and exit statuses, and
  * configuration / checkpoint errors.  Nothing here trains a model: every
- * case fails (or finishes) before the first training step. */
+ * case fails (or finishes) before the first training step.
+ *
+ * Covers: cmd/ (main.c, options.c and each command's argument handling) and
+ * man/ (the synopses). */
 #include <criterion/criterion.h>
 #include <ctype.h>
 #include <math.h>

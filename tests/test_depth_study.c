@@ -188,6 +188,85 @@ static double cell(const ar_csv *c, int r, const char *col)
     return v;
 }
 
+/* Depth L's block-minus-baseline differences of final_val_loss, seed by
+ * seed, from that depth's own results.csv. */
+static void diffs_of_depth(const char *cdir, int L, double d[3])
+{
+    ar_err e;
+    char rp[4400];
+    snprintf(rp, sizeof rp, "%s/ds/L%d/results.csv", cdir, L);
+    ar_csv *r;
+    cr_assert_eq(ar_csv_read(&r, rp, &e), 0, "%s", e.msg);
+    cr_assert_eq(r->nrows, 6);
+    double base[3] = {NAN, NAN, NAN}, blk[3] = {NAN, NAN, NAN};
+    for (int k = 0; k < r->nrows; k++) {
+        int seed = (int)cell(r, k, "seed");
+        cr_assert_float_eq(cell(r, k, "n_layer"), L, 0);
+        cr_assert(seed >= 1 && seed <= 3);
+        const char *v = ar_csv_cell(r, k, ar_csv_col(r, "variant"));
+        if (strcmp(v, "baseline") == 0)
+            base[seed - 1] = cell(r, k, "final_val_loss");
+        else
+            blk[seed - 1] = cell(r, k, "final_val_loss");
+    }
+    ar_csv_free(r);
+    for (int k = 0; k < 3; k++)
+        d[k] = blk[k] - base[k];
+}
+
+/* Seed k of block and of the baseline at depth L start from the same
+ * transformer weights and batches: the checkpoints record the same seed. */
+static void expect_paired_seeds(const char *cdir, int L)
+{
+    ar_err e;
+    for (int k = 1; k <= 3; k++) {
+        char a[4400], b[4400];
+        ar_config ca, cb;
+        long sa, sb;
+        snprintf(a, sizeof a, "%s/ds/L%d/runs/baseline-seed%d", cdir, L, k);
+        snprintf(b, sizeof b, "%s/ds/L%d/runs/block-seed%d", cdir, L, k);
+        cr_assert_eq(ar_ckpt_read_config(a, &ca, &sa, &e), 0, "%s", e.msg);
+        cr_assert_eq(ar_ckpt_read_config(b, &cb, &sb, &e), 0, "%s", e.msg);
+        cr_assert_eq(ca.train.seed, cb.train.seed);
+        cr_assert_eq(ca.model.n_layer, L);
+    }
+}
+
+/* Row i of depth_study.csv (n_layer i + 1) against the differences
+ * recomputed from that depth's results.csv. */
+static void expect_depth_row(const char *cdir, const ar_csv *c, int i)
+{
+    int L = i + 1;
+    cr_assert_float_eq(cell(c, i, "n_layer"), L, 0);
+    cr_assert_str_eq(ar_csv_cell(c, i, ar_csv_col(c, "variant")), "block");
+    cr_assert_float_eq(cell(c, i, "pairs"), 3, 0);
+    double d[3];
+    diffs_of_depth(cdir, L, d);
+    ar_depth_diff want;
+    ar_depth_diff_of(d, 3, &want);
+    /* The study's statistics come from the unrounded losses, want from
+     * results.csv's, which writes them with %.6f: each loss is off by at
+     * most r = 5e-7, each difference by 2r, so the mean by 2r.  The
+     * sample sd is ||d - mean|| / sqrt(n - 1), which moves by at most
+     * ||delta d||_2 / sqrt(n - 1) <= sqrt(3 / 2) 2r (centring does not
+     * lengthen a vector), se = sd / sqrt(3) by that over sqrt(3), the
+     * interval by 2r + q_{0.975, 2} times se's (q = 4.302653).
+     * depth_study.csv writes each with %.6f too: + r.  (1e-12 covers
+     * the double arithmetic on both sides, below 1e-15.) */
+    double r6 = 5e-7, d_se = sqrt(1.5) * 2 * r6 / sqrt(3.0);
+    double b_mean = 3 * r6 + 1e-12, b_se = d_se + r6 + 1e-12, b_ci = 2 * r6 + 4.302653 * d_se + r6 + 1e-12;
+    cr_expect(fabs(cell(c, i, "mean_diff") - want.t.mean) <= b_mean, "mean %g vs %g", cell(c, i, "mean_diff"),
+              want.t.mean);
+    cr_expect(fabs(cell(c, i, "se") - want.t.se) <= b_se, "se");
+    cr_expect(fabs(cell(c, i, "ci95_lo") - want.ci_lo) <= b_ci && fabs(cell(c, i, "ci95_hi") - want.ci_hi) <= b_ci,
+              "ci");
+    cr_expect(cell(c, i, "ci95_lo") < cell(c, i, "mean_diff") && cell(c, i, "mean_diff") < cell(c, i, "ci95_hi"));
+    cr_assert_float_eq(cell(c, i, "df"), 2, 0);
+    double p = cell(c, i, "p");
+    cr_expect(p >= 0 && p <= 1, "p %g", p);
+    expect_paired_seeds(cdir, L);
+}
+
 Test(depth_study, tiny_study_end_to_end, .timeout = 240)
 {
     const char *bin = tu_bin();
@@ -216,68 +295,8 @@ Test(depth_study, tiny_study_end_to_end, .timeout = 240)
     free(text);
     cr_assert_eq(ar_csv_read(&c, path, &e), 0, "%s", e.msg);
     cr_assert_eq(c->nrows, 2);
-    for (int i = 0; i < 2; i++) {
-        int L = i + 1;
-        cr_assert_float_eq(cell(c, i, "n_layer"), L, 0);
-        cr_assert_str_eq(ar_csv_cell(c, i, ar_csv_col(c, "variant")), "block");
-        cr_assert_float_eq(cell(c, i, "pairs"), 3, 0);
-        /* the differences again from that depth's own results.csv, seed by seed */
-        char rp[4400];
-        snprintf(rp, sizeof rp, "%s/ds/L%d/results.csv", cdir, L);
-        ar_csv *r;
-        cr_assert_eq(ar_csv_read(&r, rp, &e), 0, "%s", e.msg);
-        cr_assert_eq(r->nrows, 6);
-        double base[3] = {NAN, NAN, NAN}, blk[3] = {NAN, NAN, NAN};
-        for (int k = 0; k < r->nrows; k++) {
-            int seed = (int)cell(r, k, "seed");
-            cr_assert_float_eq(cell(r, k, "n_layer"), L, 0);
-            cr_assert(seed >= 1 && seed <= 3);
-            const char *v = ar_csv_cell(r, k, ar_csv_col(r, "variant"));
-            if (strcmp(v, "baseline") == 0)
-                base[seed - 1] = cell(r, k, "final_val_loss");
-            else
-                blk[seed - 1] = cell(r, k, "final_val_loss");
-        }
-        ar_csv_free(r);
-        double d[3];
-        for (int k = 0; k < 3; k++)
-            d[k] = blk[k] - base[k];
-        ar_depth_diff want;
-        ar_depth_diff_of(d, 3, &want);
-        /* The study's statistics come from the unrounded losses, want from
-         * results.csv's, which writes them with %.6f: each loss is off by at
-         * most r = 5e-7, each difference by 2r, so the mean by 2r.  The
-         * sample sd is ||d - mean|| / sqrt(n - 1), which moves by at most
-         * ||delta d||_2 / sqrt(n - 1) <= sqrt(3 / 2) 2r (centring does not
-         * lengthen a vector), se = sd / sqrt(3) by that over sqrt(3), the
-         * interval by 2r + q_{0.975, 2} times se's (q = 4.302653).
-         * depth_study.csv writes each with %.6f too: + r.  (1e-12 covers
-         * the double arithmetic on both sides, below 1e-15.) */
-        double r6 = 5e-7, d_se = sqrt(1.5) * 2 * r6 / sqrt(3.0);
-        double b_mean = 3 * r6 + 1e-12, b_se = d_se + r6 + 1e-12, b_ci = 2 * r6 + 4.302653 * d_se + r6 + 1e-12;
-        cr_expect(fabs(cell(c, i, "mean_diff") - want.t.mean) <= b_mean, "mean %g vs %g", cell(c, i, "mean_diff"),
-                  want.t.mean);
-        cr_expect(fabs(cell(c, i, "se") - want.t.se) <= b_se, "se");
-        cr_expect(fabs(cell(c, i, "ci95_lo") - want.ci_lo) <= b_ci && fabs(cell(c, i, "ci95_hi") - want.ci_hi) <= b_ci,
-                  "ci");
-        cr_expect(cell(c, i, "ci95_lo") < cell(c, i, "mean_diff") && cell(c, i, "mean_diff") < cell(c, i, "ci95_hi"));
-        cr_assert_float_eq(cell(c, i, "df"), 2, 0);
-        double p = cell(c, i, "p");
-        cr_expect(p >= 0 && p <= 1, "p %g", p);
-        /* seed k of block and of the baseline start from the same transformer
-         * weights and batches: the checkpoints record the same seed */
-        for (int k = 1; k <= 3; k++) {
-            char a[4400], b[4400];
-            ar_config ca, cb;
-            long sa, sb;
-            snprintf(a, sizeof a, "%s/ds/L%d/runs/baseline-seed%d", cdir, L, k);
-            snprintf(b, sizeof b, "%s/ds/L%d/runs/block-seed%d", cdir, L, k);
-            cr_assert_eq(ar_ckpt_read_config(a, &ca, &sa, &e), 0, "%s", e.msg);
-            cr_assert_eq(ar_ckpt_read_config(b, &cb, &sb, &e), 0, "%s", e.msg);
-            cr_assert_eq(ca.train.seed, cb.train.seed);
-            cr_assert_eq(ca.model.n_layer, L);
-        }
-    }
+    for (int i = 0; i < 2; i++)
+        expect_depth_row(cdir, c, i);
     ar_csv_free(c);
     snprintf(path, sizeof path, "%s/ds/depth_study.md", cdir);
     char *md = tu_read_file(path, NULL);

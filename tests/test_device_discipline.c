@@ -6,7 +6,11 @@
  * the test with a message naming it.  The guard computes with the CPU
  * ops, so its runs must also equal the CPU backend's bit for bit, and
  * resuming on the other backend (another "device") must work from the same
- * checkpoint. */
+ * checkpoint.
+ *
+ * Covers: every host-side caller of the backend: lib/ (model, residuals,
+ * decode, mixing), run/ (train, eval, checkpoint, depth_stats) and
+ * experiments/bench.c, run on tests/guard_backend.c. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <signal.h>

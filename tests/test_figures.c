@@ -2,7 +2,12 @@
  * read back with libpng (size, text chunks, pixel colours), the averaged
  * depth-attention weights against the model's own per-window weights, the
  * mixing matrices, metrics checks placed by line, and the figures a
- * training run leaves behind. */
+ * training run leaves behind.
+ *
+ * Covers: viz/depth_figure.c, viz/heatmap.c, viz/dynamics.c, viz/canvas.c
+ * and viz/png.c, lib/mixing.c (source lists, mixing matrices),
+ * run/run_figures.c, and `attnres plot-depth-attn` / `plot-attn`
+ * (cmd/plot_depth_attn.c). */
 #define _GNU_SOURCE /* memmem */
 #include <criterion/criterion.h>
 #include <math.h>

@@ -13,7 +13,11 @@
  * held to a bound from the sums behind it (check_bnd); the += / =
  * conventions, attention and depth-attention invariants, RoPE inversion,
  * AdamW against a scalar reference, and bitwise determinism of the backward
- * reductions with 2 threads. */
+ * reductions with 2 threads.
+ *
+ * Covers: lib/cpu/ (attention_cpu.c, kernels_cpu.c, matmul_cpu.c,
+ * backend_cpu.c) through the op table of lib/ops.def; the one-phase
+ * reference of depth attention is tests/depth_attn_ref.c, a test-only op. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>

@@ -683,7 +683,7 @@ Test(pipe_plan, command_errors)
 }
 
 /* A config with block_sizes: its blocks are drawn ([1, 3, 2, 2] at P = 2,
- * V = 2: the hand count of tests/test_block_sizes.c, 5 cached and 10
+ * V = 2: the hand count of tests/test_blocks.c, 5 cached and 10
  * naive); --block-size and --residual replace them; --n-layer must keep
  * their sum. */
 Test(pipe_plan, command_with_block_sizes)

@@ -4,7 +4,10 @@
  * size limit), runs that are not ours, and the run-directory lock.
  *
  * Library tests train a tiny model in-process; process tests run the real
- * binary ($AR_BIN) with fork/exec and send it signals. */
+ * binary ($AR_BIN) with fork/exec and send it signals.
+ *
+ * Covers: run/checkpoint.c, run/train.c, cmd/signals.c and cmd/train.c,
+ * formats/safetensors.c (checksums). */
 #define _GNU_SOURCE /* memmem */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>

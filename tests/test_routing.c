@@ -2,7 +2,11 @@
  * weights, the per-token statistics of tiny models against a direct
  * computation, and where they surface: `attnres eval --json`,
  * metrics.jsonl (and its reader), `attnres plot-depth-attn --stats` (figure
- * and CSV) and `attnres plot` (the routing panel). */
+ * and CSV) and `attnres plot` (the routing panel).
+ *
+ * Covers: lib/mixing.c (ar_route_*), run/depth_stats.c, run/depth_csv.c,
+ * formats/metrics.c and formats/run_record.c, cmd/eval.c,
+ * cmd/plot_depth_attn.c and viz/dynamics.c (the routing panel). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <png.h>
@@ -313,6 +317,113 @@ static const ar_json *field(const ar_json *j, const char *k)
     return v;
 }
 
+/* `eval --json`'s depth_routing: rt's statistics of each of the L + 1
+ * mixers, bit for bit. */
+static void expect_eval_json(const char *dir, const char *data, const ar_depth_route *rt, int L)
+{
+    ar_err e = {{0}};
+    int st;
+    char *out = run_cli(&st, "eval '%s' --data '%s' --max-windows 11 --json --threads 1", dir, data);
+    cr_assert_eq(st, 0, "%s", out);
+    ar_json *j = ar_json_parse(out, strlen(out), &e);
+    cr_assert(j, "%s\n%s", e.msg, out);
+    const ar_json *r = field(j, "depth_routing");
+    cr_assert_eq(field(r, "tokens")->inum, 88);
+    const char *keys[] = {"sources", "entropy", "entropy_norm", "eff_sources", "mean_max", "top_share"};
+    for (int k = 0; k < 6; k++)
+        cr_assert_eq(field(r, keys[k])->n, L + 1, "%s", keys[k]);
+    for (int l = 1; l <= L + 1; l++) {
+        ar_route_stats s;
+        double share[8];
+        ar_route_stats_of(ar_depth_route_acc(rt, l), rt->n[l - 1], &s, share);
+        cr_assert_eq(field(r, "sources")->items[l - 1].inum, rt->n[l - 1]);
+        cr_assert_eq(field(r, "entropy")->items[l - 1].num, s.entropy, "mixer %d", l);
+        cr_assert_eq(field(r, "mean_max")->items[l - 1].num, s.max_weight, "mixer %d", l);
+        cr_assert_eq(field(r, "eff_sources")->items[l - 1].num, s.eff_sources, "mixer %d", l);
+        if (rt->n[l - 1] == 1)
+            cr_assert_eq(field(r, "entropy_norm")->items[l - 1].type, AR_JSON_NULL, "n = 1: null");
+        else
+            cr_assert_eq(field(r, "entropy_norm")->items[l - 1].num, s.entropy_norm, "mixer %d", l);
+        const ar_json *ts = &field(r, "top_share")->items[l - 1];
+        cr_assert_eq(ts->n, rt->n[l - 1]);
+        for (int i = 0; i < ts->n; i++)
+            cr_assert_eq(ts->items[i].num, share[i], "mixer %d share %d", l, i);
+    }
+    ar_json_free(j);
+    free(out);
+
+}
+
+/* `plot-depth-attn --stats`: the table on stdout, the figure, and the CSV
+ * of rt's statistics. */
+static void expect_stats_csv_and_figure(const char *dir, const char *data, const char *csv, const char *fig,
+                                        const ar_depth_route *rt, int L)
+{
+    ar_err e = {{0}};
+    int st;
+    char *out = run_cli(&st,
+                        "plot-depth-attn '%s' --data '%s' --max-windows 11 --stats --csv '%s' --out '%s' --threads 1",
+                        dir, data, csv, fig);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "H/ln n"), "the table on stdout:\n%s", out);
+    free(out);
+    int w, h;
+    check_png(fig, &w, &h);
+    cr_assert_gt(w, 100);
+    ar_csv *tab;
+    cr_assert_eq(ar_csv_read(&tab, csv, &e), 0, "%s", e.msg);
+    cr_assert_eq(tab->nrows, L + 1);
+    int cm = ar_csv_col(tab, "mixer"), cn = ar_csv_col(tab, "n_sources"), ce = ar_csv_col(tab, "entropy"),
+        cz = ar_csv_col(tab, "entropy_norm"), cf = ar_csv_col(tab, "eff_sources"), cx = ar_csv_col(tab, "mean_max"),
+        c0 = ar_csv_col(tab, "top_share_0"), ck = ar_csv_col(tab, "tokens");
+    cr_assert(cm >= 0 && cn >= 0 && ce >= 0 && cz >= 0 && cf >= 0 && cx >= 0 && c0 >= 0 && ck >= 0);
+    cr_assert_eq(ar_csv_col(tab, "top_share_3"), -1, "block S = 2, L = 4: at most 3 sources");
+    /* The same numbers as above (the same code, shapes and thread count),
+     * written with %.9g: at most 5e-9 relative, on values of at most 3. */
+    for (int row = 0; row < tab->nrows; row++) {
+        int l = atoi(ar_csv_cell(tab, row, cm));
+        ar_route_stats s;
+        double share[8];
+        ar_route_stats_of(ar_depth_route_acc(rt, l), rt->n[l - 1], &s, share);
+        cr_assert_eq(atoi(ar_csv_cell(tab, row, cn)), rt->n[l - 1]);
+        cr_assert_eq(atol(ar_csv_cell(tab, row, ck)), 88);
+        cr_assert_float_eq(atof(ar_csv_cell(tab, row, ce)), s.entropy, 1e-7);
+        cr_assert_float_eq(atof(ar_csv_cell(tab, row, cf)), s.eff_sources, 1e-7);
+        cr_assert_float_eq(atof(ar_csv_cell(tab, row, cx)), s.max_weight, 1e-7);
+        cr_assert_float_eq(atof(ar_csv_cell(tab, row, c0)), share[0], 1e-7);
+        if (rt->n[l - 1] == 1)
+            cr_assert_str_eq(ar_csv_cell(tab, row, cz), "", "undefined: empty");
+        else
+            cr_assert_float_eq(atof(ar_csv_cell(tab, row, cz)), s.entropy_norm, 1e-7);
+    }
+    ar_csv_free(tab);
+
+}
+
+/* A baseline has no depth attention: plot-depth-attn --stats refuses it,
+ * eval --json leaves depth_routing out. */
+static void expect_baseline_without_routing(const char *dir, const char *data)
+{
+    ar_err e = {{0}};
+    int st;
+    char bdir[4200];
+    snprintf(bdir, sizeof bdir, "%s", tu_path(dir, "base"));
+    mkdir(bdir, 0755);
+    ar_config b = tiny_cfg(AR_RES_BASELINE, 2, 0);
+    ar_model *m = tiny_model(&b, 2);
+    cr_assert_eq(ar_ckpt_save(bdir, &b, m, NULL, 1, &e), 0, "%s", e.msg);
+    ar_model_free(m);
+    char *out = run_cli(&st, "plot-depth-attn '%s' --data '%s' --stats", bdir, data);
+    cr_assert_neq(st, 0);
+    cr_assert(strstr(out, "no depth attention"), "%s", out);
+    free(out);
+    /* eval --json of a baseline has no depth_routing */
+    out = run_cli(&st, "eval '%s' --data '%s' --json", bdir, data);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(!strstr(out, "depth_routing"), "%s", out);
+    free(out);
+}
+
 Test(routing, eval_json_and_stats_csv_and_figure)
 {
     const char *dir = tu_tmpdir();
@@ -339,74 +450,12 @@ Test(routing, eval_json_and_stats_csv_and_figure)
     ar_tokens_free(&t);
     int L = m->L;
 
-    int st;
-    char *out = run_cli(&st, "eval '%s' --data '%s' --max-windows 11 --json --threads 1", dir, data);
-    cr_assert_eq(st, 0, "%s", out);
-    ar_json *j = ar_json_parse(out, strlen(out), &e);
-    cr_assert(j, "%s\n%s", e.msg, out);
-    const ar_json *r = field(j, "depth_routing");
-    cr_assert_eq(field(r, "tokens")->inum, 88);
-    const char *keys[] = {"sources", "entropy", "entropy_norm", "eff_sources", "mean_max", "top_share"};
-    for (int k = 0; k < 6; k++)
-        cr_assert_eq(field(r, keys[k])->n, L + 1, "%s", keys[k]);
-    for (int l = 1; l <= L + 1; l++) {
-        ar_route_stats s;
-        double share[8];
-        ar_route_stats_of(ar_depth_route_acc(&rt, l), rt.n[l - 1], &s, share);
-        cr_assert_eq(field(r, "sources")->items[l - 1].inum, rt.n[l - 1]);
-        cr_assert_eq(field(r, "entropy")->items[l - 1].num, s.entropy, "mixer %d", l);
-        cr_assert_eq(field(r, "mean_max")->items[l - 1].num, s.max_weight, "mixer %d", l);
-        cr_assert_eq(field(r, "eff_sources")->items[l - 1].num, s.eff_sources, "mixer %d", l);
-        if (rt.n[l - 1] == 1)
-            cr_assert_eq(field(r, "entropy_norm")->items[l - 1].type, AR_JSON_NULL, "n = 1: null");
-        else
-            cr_assert_eq(field(r, "entropy_norm")->items[l - 1].num, s.entropy_norm, "mixer %d", l);
-        const ar_json *ts = &field(r, "top_share")->items[l - 1];
-        cr_assert_eq(ts->n, rt.n[l - 1]);
-        for (int i = 0; i < ts->n; i++)
-            cr_assert_eq(ts->items[i].num, share[i], "mixer %d share %d", l, i);
-    }
-    ar_json_free(j);
-    free(out);
-
-    out = run_cli(&st, "plot-depth-attn '%s' --data '%s' --max-windows 11 --stats --csv '%s' --out '%s' --threads 1",
-                  dir, data, csv, fig);
-    cr_assert_eq(st, 0, "%s", out);
-    cr_assert(strstr(out, "H/ln n"), "the table on stdout:\n%s", out);
-    free(out);
-    int w, h;
-    check_png(fig, &w, &h);
-    cr_assert_gt(w, 100);
-    ar_csv *tab;
-    cr_assert_eq(ar_csv_read(&tab, csv, &e), 0, "%s", e.msg);
-    cr_assert_eq(tab->nrows, L + 1);
-    int cm = ar_csv_col(tab, "mixer"), cn = ar_csv_col(tab, "n_sources"), ce = ar_csv_col(tab, "entropy"),
-        cz = ar_csv_col(tab, "entropy_norm"), cf = ar_csv_col(tab, "eff_sources"), cx = ar_csv_col(tab, "mean_max"),
-        c0 = ar_csv_col(tab, "top_share_0"), ck = ar_csv_col(tab, "tokens");
-    cr_assert(cm >= 0 && cn >= 0 && ce >= 0 && cz >= 0 && cf >= 0 && cx >= 0 && c0 >= 0 && ck >= 0);
-    cr_assert_eq(ar_csv_col(tab, "top_share_3"), -1, "block S = 2, L = 4: at most 3 sources");
-    /* The same numbers as above (the same code, shapes and thread count),
-     * written with %.9g: at most 5e-9 relative, on values of at most 3. */
-    for (int row = 0; row < tab->nrows; row++) {
-        int l = atoi(ar_csv_cell(tab, row, cm));
-        ar_route_stats s;
-        double share[8];
-        ar_route_stats_of(ar_depth_route_acc(&rt, l), rt.n[l - 1], &s, share);
-        cr_assert_eq(atoi(ar_csv_cell(tab, row, cn)), rt.n[l - 1]);
-        cr_assert_eq(atol(ar_csv_cell(tab, row, ck)), 88);
-        cr_assert_float_eq(atof(ar_csv_cell(tab, row, ce)), s.entropy, 1e-7);
-        cr_assert_float_eq(atof(ar_csv_cell(tab, row, cf)), s.eff_sources, 1e-7);
-        cr_assert_float_eq(atof(ar_csv_cell(tab, row, cx)), s.max_weight, 1e-7);
-        cr_assert_float_eq(atof(ar_csv_cell(tab, row, c0)), share[0], 1e-7);
-        if (rt.n[l - 1] == 1)
-            cr_assert_str_eq(ar_csv_cell(tab, row, cz), "", "undefined: empty");
-        else
-            cr_assert_float_eq(atof(ar_csv_cell(tab, row, cz)), s.entropy_norm, 1e-7);
-    }
-    ar_csv_free(tab);
+    expect_eval_json(dir, data, &rt, L);
+    expect_stats_csv_and_figure(dir, data, csv, fig, &rt, L);
 
     /* bad combinations */
-    out = run_cli(&st, "plot-depth-attn '%s' --data '%s' --stats --matrix", dir, data);
+    int st;
+    char *out = run_cli(&st, "plot-depth-attn '%s' --data '%s' --stats --matrix", dir, data);
     cr_assert_neq(st, 0);
     cr_assert(strstr(out, "attnres: error:") && strstr(out, "'--stats'"), "%s", out);
     free(out);
@@ -414,22 +463,7 @@ Test(routing, eval_json_and_stats_csv_and_figure)
     ar_depth_attn_free(&a);
     ar_model_free(m);
 
-    char bdir[4200];
-    snprintf(bdir, sizeof bdir, "%s", tu_path(dir, "base"));
-    mkdir(bdir, 0755);
-    ar_config b = tiny_cfg(AR_RES_BASELINE, 2, 0);
-    m = tiny_model(&b, 2);
-    cr_assert_eq(ar_ckpt_save(bdir, &b, m, NULL, 1, &e), 0, "%s", e.msg);
-    ar_model_free(m);
-    out = run_cli(&st, "plot-depth-attn '%s' --data '%s' --stats", bdir, data);
-    cr_assert_neq(st, 0);
-    cr_assert(strstr(out, "no depth attention"), "%s", out);
-    free(out);
-    /* eval --json of a baseline has no depth_routing */
-    out = run_cli(&st, "eval '%s' --data '%s' --json", bdir, data);
-    cr_assert_eq(st, 0, "%s", out);
-    cr_assert(!strstr(out, "depth_routing"), "%s", out);
-    free(out);
+    expect_baseline_without_routing(dir, data);
 }
 
 /* ---------------------------------------------------- metrics.jsonl, plot */

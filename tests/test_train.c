@@ -20,6 +20,7 @@
 #include "run/data.h"
 #include "run/eval.h"
 #include "run/train.h"
+#include "resumeutil.h"
 #include "testutil.h"
 
 /* ---------- schedules ---------- */
@@ -270,57 +271,34 @@ Test(train, failure_at_start_leaves_nothing_behind, .timeout = 60)
 
 /* ---------- exact resume ---------- */
 
-static volatile sig_atomic_t stop_flag;
-static void stop_at_9(const ar_progress *p, void *ud)
-{
-    (void)ud;
-    if (p->step == 9)
-        stop_flag = 1;
-}
-
 /* Bit for bit by construction: both runs are this process, the same code,
  * shapes (batch 8, grad_accum 2) and thread count (train.threads 2), and a
  * checkpoint holds every float the next step reads (weights, both moments,
  * the step, the data position). */
 Test(train, resume_is_bit_exact, .timeout = 180)
 {
-    const char *dir = tu_tmpdir();
-    char corpus[2048], a[4200], b[4200];
-    snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
-    snprintf(a, sizeof a, "%s/a", dir);
-    snprintf(b, sizeof b, "%s/b", dir);
-    tu_write_corpus_lines(corpus, 400, 1);
-    ar_config c = tiny_run(corpus, AR_RES_BLOCK);
+    tu_resume x;
+    tu_resume_init(&x);
+    ar_config c = tiny_run(x.corpus, AR_RES_BLOCK);
     c.train.steps = 20;
     c.train.grad_accum = 2;
     c.train.log_every = 1;
     ar_train_result r;
     ar_err e = {{0}};
-    ar_train_opts oa = {.out_dir = a};
-    cr_assert_eq(ar_train(&c, &oa, &r, &e), 0, "%s", e.msg);
+    tu_resume_straight(&x, &c, &r);
 
-    stop_flag = 0;
-    ar_train_opts ob = {.out_dir = b, .progress = stop_at_9, .interrupt = &stop_flag};
-    cr_assert_eq(ar_train(&c, &ob, &r, &e), 0, "%s", e.msg);
+    tu_resume_stop(&x, &c, 9, &r);
     cr_assert(r.interrupted);
     cr_assert_eq(r.step, 10, "interrupted run stopped at step %ld", r.step);
-    ob.resume = 1;
-    ob.progress = NULL;
-    ob.interrupt = NULL;
-    cr_assert_eq(ar_train(&c, &ob, &r, &e), 0, "%s", e.msg);
+    cr_assert_eq(tu_resume_continue(&x, &c, &r, &e), 0, "%s", e.msg);
     cr_assert_eq(r.step, 20);
 
-    size_t na, nb;
-    char *ta = tu_model_bytes(a, &na), *tb = tu_model_bytes(b, &nb);
-    cr_assert_eq(na, nb);
-    cr_expect(memcmp(ta, tb, na) == 0, "resumed weights differ from the uninterrupted run");
-    free(ta);
-    free(tb);
+    tu_resume_expect_same_weights(&x);
 
     /* metrics.jsonl of the resumed run has each step exactly once */
     ar_json **rows;
     int n;
-    read_rows(b, &rows, &n);
+    read_rows(x.b, &rows, &n);
     cr_expect_eq(n, 20, "%d metric lines", n);
     for (int i = 0; i < n; i++)
         cr_expect_eq(ar_json_get(rows[i], "step")->inum, i + 1);

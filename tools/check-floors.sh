@@ -1,5 +1,5 @@
 #!/bin/sh
-# The floors of the code (README, "Map of the code"), checked over every
+# The floors of the code (docs/developers.md, "Map of the code"), checked over every
 # #include "..." of the source tree:
 #
 #     core <- formats, lib <- viz <- parallel <- run <- experiments <- cmd

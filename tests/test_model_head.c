@@ -147,7 +147,7 @@ static void chunked_vs_one(ar_model_cfg mc, int rows)
     ar_model_free(ch);
 }
 
-Test(head, chunks_equal_one_chunk_bytes)
+Test(model_head, chunks_equal_one_chunk_bytes)
 {
     int rows[] = {1, 4, 5, 9};
     for (int i = 0; i < 4; i++) {
@@ -156,7 +156,7 @@ Test(head, chunks_equal_one_chunk_bytes)
     }
 }
 
-Test(head, chunks_equal_one_chunk_1000)
+Test(model_head, chunks_equal_one_chunk_1000)
 {
     int rows[] = {1, 4, 5, 9};
     for (int i = 0; i < 4; i++) {
@@ -200,7 +200,7 @@ static void fused_vs_two_pass(ar_model_cfg mc, int rows)
     ar_model_free(b);
 }
 
-Test(head, fused_gradient_equals_two_passes)
+Test(model_head, fused_gradient_equals_two_passes)
 {
     int rows[] = {1, 4, 5, 14};
     for (int i = 0; i < 4; i++) {
@@ -211,7 +211,7 @@ Test(head, fused_gradient_equals_two_passes)
 }
 
 /* Guards the comparison above: a different head gives different results. */
-Test(head, a_changed_head_differs)
+Test(model_head, a_changed_head_differs)
 {
     ar_model_cfg mc = tiny(AR_RES_BASELINE, 0, 1000);
     ar_model *a = create(mc, cpu(), 2, 0), *b = create(mc, cpu(), 2, 5);
@@ -229,7 +229,7 @@ Test(head, a_changed_head_differs)
 
 /* ar_model_logits after a forward without targets: log-sum-exp minus the
  * target's logit, in double, is the loss of the forward with targets. */
-Test(head, logits_on_demand_give_the_loss)
+Test(model_head, logits_on_demand_give_the_loss)
 {
     ar_model_cfg mc = tiny(AR_RES_BLOCK, 3, 1000);
     ar_model *m = create(mc, cpu(), 2, 5);
@@ -261,7 +261,7 @@ Test(head, logits_on_demand_give_the_loss)
 
 /* Finite differences on every tensor (the head's included) with the head in
  * chunks of at most 5 rows (14 rows: 5, 5, 4) and a vocabulary of 1000. */
-Test(head, finite_differences_in_chunks)
+Test(model_head, finite_differences_in_chunks)
 {
     ar_head_chunk = 5;
     tu_model_fd_check(tiny(AR_RES_BASELINE, 0, 1000), "baseline, head chunks of 5", NULL);
@@ -272,7 +272,7 @@ Test(head, finite_differences_in_chunks)
 /* On the guard backend, whose buffers host code cannot touch and whose ops
  * check that every pointer lies inside its buffer: the chunk pointers
  * stay inside, and the loss is the CPU backend's. */
-Test(head, chunks_on_the_guard_backend)
+Test(model_head, chunks_on_the_guard_backend)
 {
     ar_model_cfg mc = tiny(AR_RES_FULL, 0, 1000);
     ar_model *c = create(mc, cpu(), 2, 5), *g = create(mc, guard_backend(), 2, 5);
@@ -287,7 +287,7 @@ Test(head, chunks_on_the_guard_backend)
 }
 
 /* At most 2^24 / V rows (64 MiB of floats), the batch in equal chunks */
-Test(head, rows_rule)
+Test(model_head, rows_rule)
 {
     cr_expect_eq(ar_head_rows(256, 4096), 4096, "bytes at bench-small: one chunk");
     cr_expect_eq(ar_head_rows(256, 65536), 65536);
@@ -321,7 +321,7 @@ static void *counted_alloc(size_t bytes)
  * Every allocation stays under 64 MiB (the largest are the head chunks, 4
  * of 256 rows), all of them together under one N x V buffer, and the loss
  * of the initial model on ids over the whole vocabulary is about log V. */
-Test(head, gpt2_vocabulary_allocates_chunks_only)
+Test(model_head, gpt2_vocabulary_allocates_chunks_only)
 {
     counted = *ar_backend_cpu();
     counted.alloc = counted_alloc;

@@ -5,7 +5,10 @@
  * a chunk of C mixers sharing k sources, each with its own later sources,
  * forward and backward, plus a finite-difference check of the composed
  * two-phase forward, the += convention, independence of the thread count,
- * and at model level the independence of the chunk size. */
+ * and at model level the independence of the chunk size.
+ *
+ * Covers: lib/cpu/depth_cpu.c (the two-phase ops) and the schedule that
+ * calls them, lib/residual_depth.c (its chunk size). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -27,7 +30,7 @@ static void setup(void)
     be->set_threads(2);
 }
 
-TestSuite(depth, .init = setup);
+TestSuite(depth_cpu, .init = setup);
 
 /* 64-byte aligned, as the backend's buffers are: with d % 16 == 0 phase 1
  * then takes its streaming-store path (the other shapes, the plain one) */
@@ -333,21 +336,21 @@ static void check_chunk(int C, int k, const int *j, int N, int d)
 }
 
 /* Full-style chunk: mixer c sees the shared prefix and the c outputs before it. */
-Test(depth, full_chunk_matches_one_phase)
+Test(depth_cpu, full_chunk_matches_one_phase)
 {
     int j[4] = {0, 1, 2, 3};
     check_chunk(4, 5, j, 67, 48);
 }
 
 /* Block-style: one own source (the partial sum) from the second mixer on. */
-Test(depth, block_chunk_matches_one_phase)
+Test(depth_cpu, block_chunk_matches_one_phase)
 {
     int j[3] = {0, 1, 1};
     check_chunk(3, 4, j, 50, 36);
 }
 
 /* One mixer, everything shared (the final mixer), and a single source. */
-Test(depth, single_mixer_and_single_source)
+Test(depth_cpu, single_mixer_and_single_source)
 {
     int j1[1] = {0};
     check_chunk(1, 6, j1, 33, 20);
@@ -358,14 +361,14 @@ Test(depth, single_mixer_and_single_source)
 
 /* Rows longer than 128 floats: phase 1 goes over tiles of 16 tokens, not
  * token by token (lib/cpu/depth_cpu.c); N leaves a partial tile. */
-Test(depth, long_rows_tiled)
+Test(depth_cpu, long_rows_tiled)
 {
     int j[3] = {0, 1, 2};
     check_chunk(3, 5, j, 45, 160);
 }
 
 /* Large enough for the threaded paths (N*d*k*C well above the serial cutoff). */
-Test(depth, large_chunk_threaded)
+Test(depth_cpu, large_chunk_threaded)
 {
     int j[4] = {0, 1, 2, 3};
     check_chunk(4, 9, j, 1031, 96);
@@ -411,7 +414,7 @@ static void fd_one(fd_ctx *x, float *p, size_t n, const float *g, const char *wh
     cr_expect_lt(e, 2e-3, "%s: two-phase gradient vs finite differences: rel err %g", what, e);
 }
 
-Test(depth, two_phase_gradients_match_finite_differences)
+Test(depth_cpu, two_phase_gradients_match_finite_differences)
 {
     int j[3] = {0, 1, 2}, C = 3, k = 2, N = 5, d = 8;
     chunk_case t;
@@ -455,7 +458,7 @@ Test(depth, two_phase_gradients_match_finite_differences)
 /* The backward's parameter reductions do not depend on the thread count:
  * bit for bit, since each sums fixed chunks of RED_CHUNK tokens and adds
  * them in order, and every token's row is the same code whoever runs it. */
-Test(depth, backward_bitwise_independent_of_threads)
+Test(depth_cpu, backward_bitwise_independent_of_threads)
 {
     int j[3] = {0, 1, 1}, C = 3, k = 4, N = 700, d = 64;
     chunk_case t;
@@ -504,7 +507,7 @@ Test(depth, backward_bitwise_independent_of_threads)
 
 /* overwrite = 1 gives what += onto zeroed buffers gives, whatever was there:
  * bit for bit, the same code adding the same terms, onto 0 or not at all */
-Test(depth, backward_overwrite_equals_accumulate_onto_zero)
+Test(depth_cpu, backward_overwrite_equals_accumulate_onto_zero)
 {
     int j[1] = {0}, C = 1, k = 5, N = 300, d = 40;
     chunk_case t;
@@ -673,7 +676,7 @@ static void check_fused_norm(int N, int d, int zero)
     free_case(&t);
 }
 
-Test(depth, intra_fused_norm_backward)
+Test(depth_cpu, intra_fused_norm_backward)
 {
     check_fused_norm(301, 48, 0);
     check_fused_norm(133, 50, 0);
@@ -685,7 +688,7 @@ Test(depth, intra_fused_norm_backward)
  * in exact arithmetic, and the ops make it 0 exactly (with the fused norm,
  * h rebuilt from xn is x only to rounding): dw and dg stay as they were
  * and the source gets dh itself. */
-Test(depth, one_source_no_logit_gradient)
+Test(depth_cpu, one_source_no_logit_gradient)
 {
     int N = 67, d = 32;
     size_t nd = (size_t)N * d;
@@ -736,7 +739,7 @@ Test(depth, one_source_no_logit_gradient)
 
 /* Phase 2 fused with the sublayer's RMSNorm equals phase 2, then
  * rmsnorm_fwd of its h; h itself is left as phase 1 wrote it. */
-Test(depth, merge_fused_with_rmsnorm_equals_merge_then_norm)
+Test(depth_cpu, merge_fused_with_rmsnorm_equals_merge_then_norm)
 {
     int j[1] = {2}, C = 1, k = 3, N = 301, d = 56;
     chunk_case t;
@@ -780,7 +783,7 @@ Test(depth, merge_fused_with_rmsnorm_equals_merge_then_norm)
 /* Phase 1 fused with mixer 0's RMSNorm (a mixer with no sources of its
  * own): its RMSNorm equals rmsnorm_fwd of the unfused o[0], o[0] is not
  * written, and the other mixers' outputs are unchanged. */
-Test(depth, inter_fused_with_rmsnorm_equals_inter_then_norm)
+Test(depth_cpu, inter_fused_with_rmsnorm_equals_inter_then_norm)
 {
     int j[3] = {0, 1, 2}, C = 3, k = 4, N = 263, d = 40;
     chunk_case t;
@@ -830,7 +833,7 @@ Test(depth, inter_fused_with_rmsnorm_equals_inter_then_norm)
  * that source exactly (the schedule then merges from the source instead).
  * The run with every o given has them one float off 64-byte alignment, so
  * it stores them plainly, the other by streaming stores: the same bits. */
-Test(depth, inter_skips_null_outputs)
+Test(depth_cpu, inter_skips_null_outputs)
 {
     for (int k = 3; k >= 1; k -= 2) {
         int j[4] = {1, 1, 2, 3}, C = 4, N = 157, d = 48;
@@ -981,9 +984,9 @@ static void chunk_invariance(ar_res_kind kind, int S)
     free(g1);
 }
 
-Test(depth, full_result_independent_of_chunk_size) { chunk_invariance(AR_RES_FULL, 0); }
-Test(depth, block2_result_independent_of_chunk_size) { chunk_invariance(AR_RES_BLOCK, 2); }
-Test(depth, block3_result_independent_of_chunk_size) { chunk_invariance(AR_RES_BLOCK, 3); }
+Test(depth_cpu, full_result_independent_of_chunk_size) { chunk_invariance(AR_RES_FULL, 0); }
+Test(depth_cpu, block2_result_independent_of_chunk_size) { chunk_invariance(AR_RES_BLOCK, 2); }
+Test(depth_cpu, block3_result_independent_of_chunk_size) { chunk_invariance(AR_RES_BLOCK, 3); }
 
 /* A scheme asked for h_l itself (no norm to fuse) gives what the fused
  * forward normalised: for every sublayer, RMSNorm(input_fwd(l, NULL))
@@ -1015,5 +1018,5 @@ static void unfused_inputs(ar_res_kind kind, int S)
     ar_model_free(m);
 }
 
-Test(depth, full_unfused_inputs_match_the_fused_forward) { unfused_inputs(AR_RES_FULL, 0); }
-Test(depth, block2_unfused_inputs_match_the_fused_forward) { unfused_inputs(AR_RES_BLOCK, 2); }
+Test(depth_cpu, full_unfused_inputs_match_the_fused_forward) { unfused_inputs(AR_RES_FULL, 0); }
+Test(depth_cpu, block2_unfused_inputs_match_the_fused_forward) { unfused_inputs(AR_RES_BLOCK, 2); }

@@ -105,7 +105,7 @@ static void same_bits(const char *kind, const char *extra)
     ar_model_free(b);
 }
 
-Test(recompute, same_bits_for_every_kind)
+Test(model_recompute, same_bits_for_every_kind)
 {
     same_bits("baseline", NULL);
     same_bits("full", NULL);
@@ -117,7 +117,7 @@ Test(recompute, same_bits_for_every_kind)
     same_bits("denseformer", NULL);
 }
 
-Test(recompute, finite_differences)
+Test(model_recompute, finite_differences)
 {
     ar_config c = tiny("block", "model.residual.block_size=2");
     c.model.recompute = AR_RECOMPUTE_SUBLAYER;
@@ -147,7 +147,7 @@ static void counted_free(void *q)
 /* Recomputation keeps one set of internals for all n_layer blocks:
  * (n_layer - 1) (4 N d + 3 N d_ff + B n_head T^2) floats fewer (q, k, v,
  * y; gate, up, their product; the attention probabilities). */
-Test(recompute, memory_is_the_rule)
+Test(model_recompute, memory_is_the_rule)
 {
     ar_backend counted = *ar_backend_cpu();
     counted.alloc = counted_alloc;

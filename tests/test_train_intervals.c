@@ -11,7 +11,10 @@
  * each logged step once, with the straight run's loss.  Bit for bit by
  * construction: every run (the forked children too) runs the same code on
  * the same shapes with train.threads 1, and a checkpoint holds every float
- * the next step reads (weights, moments, step, data position). */
+ * the next step reads (weights, moments, step, data position).
+ *
+ * Covers: run/train.c (its step intervals: log, eval, save, grad_accum; the
+ * resume after an interrupt or a crash). */
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdio.h>
@@ -123,7 +126,7 @@ static void compare_metrics(const char *straight, const char *resumed, const cha
     ar_metrics_free(b, nb);
 }
 
-Test(intervals, every_combination_trains_and_resumes_bit_for_bit, .timeout = 600)
+Test(train_intervals, every_combination_trains_and_resumes_bit_for_bit, .timeout = 600)
 {
     const char *dir = tu_tmpdir();
     char corpus[2048];

@@ -7,7 +7,6 @@
  * a list resumes bit for bit from its checkpoint. */
 #include <criterion/criterion.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 #include "parallel/pipe_plan.h"
 #include "run/train.h"
 #include "modelutil.h"
+#include "resumeutil.h"
 #include "testutil.h"
 
 static const ar_backend *cpu(void)
@@ -161,11 +161,11 @@ static void list_of_S(const char *mixer)
     expect_same_bits(&a, &b, what);
 }
 
-Test(block_sizes, list_of_S_trains_as_block_size_S, .timeout = 300) { on_both_mixers(list_of_S); }
+Test(blocks, list_of_S_trains_as_block_size_S, .timeout = 300) { on_both_mixers(list_of_S); }
 
 /* The ablation variants built on block (block-no-key-norm, heads) take the
  * list the same way: they run on the general mixer. */
-Test(block_sizes, flagged_block_variants_with_a_list_of_S, .timeout = 300)
+Test(blocks, flagged_block_variants_with_a_list_of_S, .timeout = 300)
 {
     ar_config a = tiny(3, SETS("model.residual.block_sizes=[4,2]", "model.residual.key_norm=false"));
     ar_config b = tiny(3, SETS("model.residual.block_size=4", "model.residual.key_norm=false"));
@@ -187,11 +187,11 @@ static void list_of_ones(const char *mixer)
     expect_same_bits(&s1, &full, what);
 }
 
-Test(block_sizes, list_of_ones_trains_as_full, .timeout = 300) { on_both_mixers(list_of_ones); }
+Test(blocks, list_of_ones_trains_as_full, .timeout = 300) { on_both_mixers(list_of_ones); }
 
 /* Guards the tests above against comparing a thing with itself: an uneven
  * list is a different model from every S. */
-Test(block_sizes, uneven_list_is_a_different_model, .timeout = 120)
+Test(blocks, uneven_list_is_a_different_model, .timeout = 120)
 {
     ar_config a = tiny(3, SETS("model.residual.block_sizes=[1,3,2]"));
     const char *others[] = {"model.residual.block_size=1", "model.residual.block_size=2", "model.residual.block_size=3",
@@ -204,7 +204,7 @@ Test(block_sizes, uneven_list_is_a_different_model, .timeout = 120)
 
 /* ---- gradients ---- */
 
-Test(block_sizes, uneven_list_matches_finite_differences, .timeout = 300)
+Test(blocks, uneven_list_matches_finite_differences, .timeout = 300)
 {
     /* L = 6, at the step of every model check (h = 1e-2) */
     const char *lists[] = {"model.residual.block_sizes=[1, 3, 2]", "model.residual.block_sizes=[3, 1, 2]",
@@ -240,7 +240,7 @@ Test(block_sizes, uneven_list_matches_finite_differences, .timeout = 300)
 /* The two-phase schedule's chunking changes an uneven list's loss, logits
  * and gradients only by rounding, and the general mixer agrees with it to
  * the same rounding: tu_model_mixing_bound. */
-Test(block_sizes, uneven_list_independent_of_the_depth_chunk, .timeout = 120)
+Test(blocks, uneven_list_independent_of_the_depth_chunk, .timeout = 120)
 {
     ar_config c = tiny(4, SETS("model.residual.block_sizes=[1, 3, 2, 2]"));
     int saved = ar_depth_chunk, saved_general = ar_depth_general;
@@ -294,7 +294,7 @@ static int want_n(int m)
     return n;
 }
 
-Test(block_sizes, source_lists_by_hand)
+Test(blocks, source_lists_by_hand)
 {
     ar_config c = tiny(4, SETS("model.residual.block_sizes=[1, 3, 2, 2]"));
     ar_source src[16];
@@ -343,11 +343,11 @@ static void rows_of(const char *mixer)
     ar_model_free(m);
 }
 
-Test(block_sizes, residual_rows_by_hand) { on_both_mixers(rows_of); }
+Test(blocks, residual_rows_by_hand) { on_both_mixers(rows_of); }
 
 /* With weights abar_{m,s} = m + s/10 (distinct everywhere), M[m][i] is the
  * weight of the source holding v_i: by hand, owner[m][i] below. */
-Test(block_sizes, mixing_matrix_by_hand)
+Test(blocks, mixing_matrix_by_hand)
 {
     static const int owner[9][9] = {
         {0},
@@ -397,7 +397,7 @@ static void expect_rows(const ar_pipe_plan *p, int c, const int *want, int n)
         cr_expect_eq(p->send[c][i], want[i], "transition %d row %d: %d, want %d", c, i, p->send[c][i], want[i]);
 }
 
-Test(block_sizes, pipeline_plan_by_hand)
+Test(blocks, pipeline_plan_by_hand)
 {
     /* L = 8, blocks {1}, {2,3,4}, {5,6}, {7,8}; P = 2, V = 2: chunks 1-2,
      * 3-4, 5-6, 7-8 on stages 0, 1, 0, 1.  Live rows after chunk c: the
@@ -438,24 +438,12 @@ Test(block_sizes, pipeline_plan_by_hand)
 
 /* ---- a run with a list: its config, checkpoint and exact resume ---- */
 
-static volatile sig_atomic_t stop_flag;
-static void stop_at_5(const ar_progress *p, void *ud)
+Test(blocks, run_resumes_bit_exact_with_its_list, .timeout = 180)
 {
-    (void)ud;
-    if (p->step == 5)
-        stop_flag = 1;
-}
-
-Test(block_sizes, run_resumes_bit_exact_with_its_list, .timeout = 180)
-{
-    const char *dir = tu_tmpdir();
-    char corpus[2048], a[4200], b[4200];
-    snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
-    snprintf(a, sizeof a, "%s/a", dir);
-    snprintf(b, sizeof b, "%s/b", dir);
-    tu_write_corpus_lines(corpus, 400, 1);
+    tu_resume x;
+    tu_resume_init(&x);
     ar_config c = tiny(3, SETS("model.residual.block_sizes=[1, 3, 2]"));
-    snprintf(c.data.train, sizeof c.data.train, "%s", corpus);
+    snprintf(c.data.train, sizeof c.data.train, "%s", x.corpus);
     c.data.val_fraction = 0.1;
     c.train.steps = 10;
     c.train.batch_size = 4;
@@ -468,47 +456,35 @@ Test(block_sizes, run_resumes_bit_exact_with_its_list, .timeout = 180)
     c.train.threads = 2;
     ar_train_result r;
     ar_err e = {{0}};
-    ar_train_opts oa = {.out_dir = a};
-    cr_assert_eq(ar_train(&c, &oa, &r, &e), 0, "%s", e.msg);
+    tu_resume_straight(&x, &c, &r);
 
     /* the saved config and the checkpoint's carry the list */
     size_t n;
-    char *yaml = tu_read_file(tu_path(a, "config.yaml"), &n);
+    char *yaml = tu_read_file(tu_path(x.a, "config.yaml"), &n);
     cr_assert(yaml);
     cr_expect(strstr(yaml, "    block_sizes: [1, 3, 2]\n") && !strstr(yaml, "block_size:"), "%s", yaml);
     free(yaml);
     ar_config back;
     long step;
-    cr_assert_eq(ar_ckpt_read_config(tu_path(a, "model.safetensors"), &back, &step, &e), 0, "%s", e.msg);
+    cr_assert_eq(ar_ckpt_read_config(tu_path(x.a, "model.safetensors"), &back, &step, &e), 0, "%s", e.msg);
     cr_expect_eq(back.model.residual.block_sizes.n, 3);
     cr_expect(back.model.residual.block_sizes.v[0] == 1 && back.model.residual.block_sizes.v[1] == 3 &&
               back.model.residual.block_sizes.v[2] == 2);
     cr_expect_eq(back.model.residual.block_size, 0);
 
-    stop_flag = 0;
-    ar_train_opts ob = {.out_dir = b, .progress = stop_at_5, .interrupt = &stop_flag};
-    cr_assert_eq(ar_train(&c, &ob, &r, &e), 0, "%s", e.msg);
+    tu_resume_stop(&x, &c, 5, &r);
     cr_assert(r.interrupted);
-    ob.resume = 1;
-    ob.progress = NULL;
-    ob.interrupt = NULL;
-    cr_assert_eq(ar_train(&c, &ob, &r, &e), 0, "%s", e.msg);
+    cr_assert_eq(tu_resume_continue(&x, &c, &r, &e), 0, "%s", e.msg);
     cr_assert_eq(r.step, 10);
     /* bit for bit by construction: the checkpoint holds the weights, the
      * optimiser's moments and the data position exactly, and the resumed
      * steps run the same code on the same shapes and 2 threads */
-    size_t na, nb;
-    char *ta = tu_model_bytes(a, &na), *tb = tu_model_bytes(b, &nb);
-    cr_assert_eq(na, nb);
-    cr_expect(memcmp(ta, tb, na) == 0, "resumed weights differ from the uninterrupted run");
-    free(ta);
-    free(tb);
+    tu_resume_expect_same_weights(&x);
 
     /* resuming with other blocks is refused: the model differs */
     ar_config other = c;
     other.model.residual.block_sizes.v[0] = 2;
     other.model.residual.block_sizes.v[1] = 2;
-    ob.resume = 1;
-    cr_expect_neq(ar_train(&other, &ob, &r, &e), 0, "resumed with blocks [2, 2, 2]");
+    cr_expect_neq(tu_resume_continue(&x, &other, &r, &e), 0, "resumed with blocks [2, 2, 2]");
     cr_expect(strstr(e.msg, "model section differs"), "%s", e.msg);
 }

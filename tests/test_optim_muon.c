@@ -4,7 +4,6 @@
  * and the config errors. */
 #include <criterion/criterion.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 #include "formats/safetensors.h"
 #include "lib/optim.h"
 #include "run/train.h"
+#include "resumeutil.h"
 #include "testutil.h"
 
 /* ---------- the Newton-Schulz iteration ---------- */
@@ -201,7 +201,7 @@ static double ns_err(int m, int n, int steps, uint64_t seed, double *rel)
  * by 3e-4 after one step.  Two steps also run the loop's buffer swap both
  * ways (an odd count copies back, an even one ends in place); later steps
  * repeat them. */
-Test(muon, newton_schulz_matches_double_reference)
+Test(optim_muon, newton_schulz_matches_double_reference)
 {
     const int shapes[][2] = {{4, 7}, {7, 4}, {16, 16}, {24, 40}, {40, 24}, {1, 9}, {9, 1}, {64, 24}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
@@ -215,7 +215,7 @@ Test(muon, newton_schulz_matches_double_reference)
 
 /* Five steps make a random matrix nearly orthogonal: its singular values
  * land in about [0.7, 1.2] (what Muon wants; not exactly 1). */
-Test(muon, newton_schulz_orthogonalises)
+Test(optim_muon, newton_schulz_orthogonalises)
 {
     int m = 8, n = 20;
     double g[160], o[160];
@@ -253,7 +253,7 @@ static ar_model *tiny_model(ar_res_kind kind, int query_input, int d, int F)
 }
 
 /* The whole classification of two tiny models, listed. */
-Test(muon, parameter_split)
+Test(optim_muon, parameter_split)
 {
     ar_model *m = tiny_model(AR_RES_BLOCK, 0, 8, 16);
     char got[2048] = "";
@@ -307,7 +307,7 @@ static double *dvec(const float *x, size_t n)
  * fl(mu_f B)) mu E_B + 2u mu |B| + u |X|; NS(X) ns_bound's error from that;
  * W = fl(fl(W (1 - lr_m wd)_f) + fl((-lr_m s)_f NS)) adds 2u |W (1 - lr_m
  * wd)| + lr_m s (E_NS + 2u |NS|) + u |W_t| to (1 - lr_m wd) E_W. */
-Test(muon, two_steps_by_hand)
+Test(optim_muon, two_steps_by_hand)
 {
     ar_model *m = tiny_model(AR_RES_BASELINE, 0, 2, 3);
     ar_model_init(m, 3);
@@ -387,7 +387,7 @@ Test(muon, two_steps_by_hand)
 
 /* Moonlight's scale 0.2 sqrt(max(m, n)), no Nesterov (X = B), no decay;
  * one Newton-Schulz step, bounds as in two_steps_by_hand (B = g exactly). */
-Test(muon, moonlight_scale_without_nesterov)
+Test(optim_muon, moonlight_scale_without_nesterov)
 {
     ar_model *m = tiny_model(AR_RES_BASELINE, 0, 2, 3);
     ar_model_init(m, 4);
@@ -451,43 +451,28 @@ static ar_config tiny_run(const char *corpus)
     return c;
 }
 
-static volatile sig_atomic_t stop_flag;
-static void stop_at_9(const ar_progress *p, void *ud)
-{
-    (void)ud;
-    if (p->step == 9)
-        stop_flag = 1;
-}
-
 /* Bit for bit by construction: both runs are this process, the same code,
  * shapes and thread count (train.threads 2), and the checkpoint holds every
  * float the next step reads (weights, Muon's momentum, AdamW's moments). */
-Test(muon, resume_is_bit_exact, .timeout = 180)
+Test(optim_muon, resume_is_bit_exact, .timeout = 180)
 {
-    const char *dir = tu_tmpdir();
-    char corpus[2048], a[4200], b[4200];
-    snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
-    snprintf(a, sizeof a, "%s/a", dir);
-    snprintf(b, sizeof b, "%s/b", dir);
-    tu_write_corpus_lines(corpus, 400, 1);
-    ar_config c = tiny_run(corpus);
+    tu_resume x;
+    tu_resume_init(&x);
+    ar_config c = tiny_run(x.corpus);
     ar_train_result r;
     ar_err e = {{0}};
     c.train.log_every = 1;
-    ar_train_opts oa = {.out_dir = a};
-    cr_assert_eq(ar_train(&c, &oa, &r, &e), 0, "%s", e.msg);
+    tu_resume_straight(&x, &c, &r);
     cr_expect_lt(r.final_val_loss, log(256.0) - 1.0, "Muon did not learn: val loss %g", r.final_val_loss);
 
-    stop_flag = 0;
     c.train.log_every = 1; /* progress (and the stop) comes at logged steps */
-    ar_train_opts ob = {.out_dir = b, .progress = stop_at_9, .interrupt = &stop_flag};
-    cr_assert_eq(ar_train(&c, &ob, &r, &e), 0, "%s", e.msg);
+    tu_resume_stop(&x, &c, 9, &r);
     cr_assert_eq(r.step, 10, "interrupted run stopped at step %ld", r.step);
 
     /* the optimizer file: Muon's momentum under muon.<name>, AdamW's
      * moments for the rest, and the optimizer in the metadata */
     ar_st_file f;
-    cr_assert_eq(ar_st_read(&f, tu_path(b, "optimizer.safetensors"), &e), 0, "%s", e.msg);
+    cr_assert_eq(ar_st_read(&f, tu_path(x.b, "optimizer.safetensors"), &e), 0, "%s", e.msg);
     cr_expect_str_eq(ar_st_meta(&f, "optimizer"), "muon");
     int muon = 0, adam = 0;
     for (int i = 0; i < f.n; i++) {
@@ -502,25 +487,17 @@ Test(muon, resume_is_bit_exact, .timeout = 180)
     /* the other optimizer is refused, naming the key */
     ar_config other = c;
     other.train.optimizer = AR_OPT_ADAMW;
-    ob.resume = 1;
-    ob.progress = NULL;
-    ob.interrupt = NULL;
-    cr_assert_eq(ar_train(&other, &ob, &r, &e), -1);
+    cr_assert_eq(tu_resume_continue(&x, &other, &r, &e), -1);
     cr_expect(strstr(e.msg, "'train.optimizer' muon") && strstr(e.msg, "adamw"), "%s", e.msg);
 
-    cr_assert_eq(ar_train(&c, &ob, &r, &e), 0, "%s", e.msg);
+    cr_assert_eq(tu_resume_continue(&x, &c, &r, &e), 0, "%s", e.msg);
     cr_assert_eq(r.step, 20);
-    size_t na, nb;
-    char *ta = tu_model_bytes(a, &na), *tb = tu_model_bytes(b, &nb);
-    cr_assert_eq(na, nb);
-    cr_expect(memcmp(ta, tb, na) == 0, "resumed weights differ from the uninterrupted run");
-    free(ta);
-    free(tb);
+    tu_resume_expect_same_weights(&x);
 }
 
 /* An AdamW checkpoint resumed with Muon: refused by the config check and,
  * if the config were bypassed, by the optimizer file's metadata. */
-Test(muon, adamw_checkpoint_refuses_muon, .timeout = 120)
+Test(optim_muon, adamw_checkpoint_refuses_muon, .timeout = 120)
 {
     const char *dir = tu_tmpdir();
     char corpus[2048], a[4200];
@@ -555,7 +532,7 @@ static void set_fails(const char *assign, const char *want)
     cr_expect(strstr(e.msg, want), "--set %s: '%s' lacks \"%s\"", assign, e.msg, want);
 }
 
-Test(muon, config_errors_name_the_key)
+Test(optim_muon, config_errors_name_the_key)
 {
     set_fails("train.optimizer=foo", "'train.optimizer'");
     set_fails("train.optimizer=foo", "adamw|muon");
@@ -583,7 +560,7 @@ Test(muon, config_errors_name_the_key)
 
 /* Muon's keys are written (and read back) for a Muon run only: an AdamW
  * run's config.yaml is what it was before Muon existed. */
-Test(muon, config_round_trip)
+Test(optim_muon, config_round_trip)
 {
     ar_config c, d;
     ar_config_defaults(&c);
@@ -611,7 +588,7 @@ Test(muon, config_round_trip)
 
 /* Every key of a Muon run's resolved YAML has its attnres-config(5)
  * paragraph (config's man_page_documents_every_key sees AdamW's). */
-Test(muon, man_page_documents_the_keys)
+Test(optim_muon, man_page_documents_the_keys)
 {
     const char *src = tu_source_dir();
     if (!src)

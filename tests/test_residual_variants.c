@@ -1,6 +1,11 @@
 /* The ablation variants (docs/reference.md §2.5-2.11): their ops against
  * double-precision references, finite differences through the whole model
- * for every variant, and the identities between variants. */
+ * for every variant, and the identities between variants.
+ *
+ * Covers: lib/residual_mixer.c, lib/residual_denseformer.c,
+ * lib/residual_mhc.c, their CPU ops lib/cpu/mixer_cpu.c and
+ * lib/cpu/wsum_cpu.c (suite variant_ops), and their config keys
+ * (formats/config.c). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -322,15 +327,15 @@ static void mix_case(int n, int wstride, int use_g, int use_theta, int sigmoid, 
     free(c);
 }
 
-Test(ops, depth_mix_softmax_key_norm) { mix_case(4, 0, 1, 0, 0, 1); }
-Test(ops, depth_mix_sigmoid) { mix_case(3, 0, 1, 0, 1, 1); }
-Test(ops, depth_mix_no_key_norm) { mix_case(5, 0, 0, 0, 0, 1); }
-Test(ops, depth_mix_per_token_query) { mix_case(3, 16, 1, 0, 0, 1); }
-Test(ops, depth_mix_static_logits) { mix_case(4, 0, 0, 1, 0, 1); }
-Test(ops, depth_mix_heads) { mix_case(4, 0, 1, 0, 0, 4); }
-Test(ops, depth_mix_heads_sigmoid_no_norm) { mix_case(3, 16, 0, 0, 1, 2); }
+Test(variant_ops, depth_mix_softmax_key_norm) { mix_case(4, 0, 1, 0, 0, 1); }
+Test(variant_ops, depth_mix_sigmoid) { mix_case(3, 0, 1, 0, 1, 1); }
+Test(variant_ops, depth_mix_no_key_norm) { mix_case(5, 0, 0, 0, 0, 1); }
+Test(variant_ops, depth_mix_per_token_query) { mix_case(3, 16, 1, 0, 0, 1); }
+Test(variant_ops, depth_mix_static_logits) { mix_case(4, 0, 0, 1, 0, 1); }
+Test(variant_ops, depth_mix_heads) { mix_case(4, 0, 1, 0, 0, 4); }
+Test(variant_ops, depth_mix_heads_sigmoid_no_norm) { mix_case(3, 16, 0, 0, 1, 2); }
 
-Test(ops, depth_mix_equals_depth_attn)
+Test(variant_ops, depth_mix_equals_depth_attn)
 {
     /* one head, softmax, key norm: the same math as the reference op */
     const ar_backend *be = cpu();
@@ -463,7 +468,7 @@ static void mix_fast_case(int n, int N, int d, int H, int per_token, int use_w, 
     free(dw1), free(dw2), free(dg1), free(dg2);
 }
 
-Test(ops, depth_mix_fast_equals_simple)
+Test(variant_ops, depth_mix_fast_equals_simple)
 {
     ar_backend_cpu()->set_threads(1); /* many small ops: threads only add overhead */
     int shapes[][3] = {{64, 1, 0}, {64, 16, 0}, {64, 2, 0}, {256, 16, 0}, {48, 3, 0}, {32, 8, 0}};
@@ -494,7 +499,9 @@ Test(ops, depth_mix_fast_equals_simple)
  * cdot from dh and h, each mixer's own sources with C = 1, then the shared
  * ones for all C at once; the fast op and its scalar version both.  Every
  * gradient element by element within twice the bound of one float
- * evaluation (mix_bwd_abs, mix_bwd_chain). */
+ * evaluation (mix_bwd_abs, mix_bwd_chain).  Kept whole: its setup, the
+ * two references, the pieces and the checks share two dozen per-mixer
+ * arrays that helpers would only pass along. */
 static void mix_chunk_case(int k, int C, int N, int d, int H, int use_w, int use_g, int use_theta,
                            int sigmoid, int fast)
 {
@@ -597,7 +604,7 @@ static void mix_chunk_case(int k, int C, int N, int d, int H, int use_w, int use
         free(src[s]), free(dref[s]), free(dgot[s]), free(adx[s]);
 }
 
-Test(ops, depth_mix_chunk_equals_whole_backward)
+Test(variant_ops, depth_mix_chunk_equals_whole_backward)
 {
     ar_backend_cpu()->set_threads(2);
     int shapes[][2] = {{64, 1}, {64, 4}, {64, 16}, {48, 3}, {32, 1}};
@@ -617,7 +624,7 @@ Test(ops, depth_mix_chunk_equals_whole_backward)
     }
 }
 
-Test(ops, wsum_forward_and_backward)
+Test(variant_ops, wsum_forward_and_backward)
 {
     const ar_backend *be = cpu();
     size_t len = 40000; /* more than one reduction chunk */
@@ -765,7 +772,7 @@ static void wmix_case(int p, int n, int ldc, size_t len, int accumulate, uint64_
     free(dC0);
 }
 
-Test(ops, wmix_forward_and_backward)
+Test(variant_ops, wmix_forward_and_backward)
 {
     wmix_case(4, 5, 5, 40000 + 7, 0, 500); /* mHC m = 4 forward shape; > 2 chunks, a tail */
     wmix_case(5, 4, 5, 37 * 72, 0, 510);   /* mHC's input_bwd shape */

@@ -86,12 +86,12 @@ static void check_kind(ar_res_kind kind, int block_size, int streams, const char
     ar_model_free(m);
 }
 
-Test(buckets, baseline) { check_kind(AR_RES_BASELINE, 0, 0, "baseline"); }
-Test(buckets, full) { check_kind(AR_RES_FULL, 0, 0, "full"); }
-Test(buckets, block2) { check_kind(AR_RES_BLOCK, 2, 0, "block S=2"); }
-Test(buckets, block4) { check_kind(AR_RES_BLOCK, 4, 0, "block S=4"); }
-Test(buckets, static_mixer) { check_kind(AR_RES_STATIC, 0, 0, "static"); }
-Test(buckets, rescaled) { check_kind(AR_RES_RESCALED, 0, 0, "rescaled"); }
-Test(buckets, swa) { check_kind(AR_RES_SWA, 0, 0, "swa"); }
-Test(buckets, denseformer) { check_kind(AR_RES_DENSEFORMER, 0, 0, "denseformer"); }
-Test(buckets, mhc) { check_kind(AR_RES_MHC, 0, 3, "mhc"); }
+Test(model_buckets, baseline) { check_kind(AR_RES_BASELINE, 0, 0, "baseline"); }
+Test(model_buckets, full) { check_kind(AR_RES_FULL, 0, 0, "full"); }
+Test(model_buckets, block2) { check_kind(AR_RES_BLOCK, 2, 0, "block S=2"); }
+Test(model_buckets, block4) { check_kind(AR_RES_BLOCK, 4, 0, "block S=4"); }
+Test(model_buckets, static_mixer) { check_kind(AR_RES_STATIC, 0, 0, "static"); }
+Test(model_buckets, rescaled) { check_kind(AR_RES_RESCALED, 0, 0, "rescaled"); }
+Test(model_buckets, swa) { check_kind(AR_RES_SWA, 0, 0, "swa"); }
+Test(model_buckets, denseformer) { check_kind(AR_RES_DENSEFORMER, 0, 0, "denseformer"); }
+Test(model_buckets, mhc) { check_kind(AR_RES_MHC, 0, 3, "mhc"); }

@@ -12,7 +12,10 @@
  * number of ranks, the gradient norm is summed in fixed chunks, AdamW is
  * elementwise (so a shard updates its part as the whole would), and an
  * evaluation adds its batches' sums in batch order on any number of
- * ranks. */
+ * ranks.
+ *
+ * Covers: parallel/dp.c, parallel/parallel_dp.c and parallel/comm_mpi.c,
+ * through `attnres train` under mpirun (cmd/train.c). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,22 +80,22 @@ static void ranks_match_one_process(const char *kind, const char *name)
     free(mb);
 }
 
-Test(mpi, two_ranks_baseline_bit_identical, .timeout = 300)
+Test(dp, two_ranks_baseline_bit_identical, .timeout = 300)
 {
     ranks_match_one_process("--set model.residual.kind=baseline", "baseline");
 }
-Test(mpi, two_ranks_full_bit_identical, .timeout = 300)
+Test(dp, two_ranks_full_bit_identical, .timeout = 300)
 {
     ranks_match_one_process("--set model.residual.kind=full", "full");
 }
-Test(mpi, two_ranks_block_bit_identical, .timeout = 300)
+Test(dp, two_ranks_block_bit_identical, .timeout = 300)
 {
     ranks_match_one_process("--set model.residual.kind=block --set model.residual.block_size=2", "block");
 }
 
 /* 4 ranks of one micro-batch each, and ZeRO-1 on 2 and 4 ranks: the bytes
  * of one process. */
-Test(mpi, four_ranks_and_sharded_optimizer_bit_identical, .timeout = 300)
+Test(dp, four_ranks_and_sharded_optimizer_bit_identical, .timeout = 300)
 {
     mu_need_mpi();
     const char *dir = mu_setup_dir();
@@ -114,7 +117,7 @@ Test(mpi, four_ranks_and_sharded_optimizer_bit_identical, .timeout = 300)
 
 /* Stopped after 3 steps on 2 sharded ranks, resumed in one process: the
  * bytes of 6 steps straight (constant rate, so the cut changes no lr). */
-Test(mpi, resume_with_another_number_of_ranks, .timeout = 300)
+Test(dp, resume_with_another_number_of_ranks, .timeout = 300)
 {
     mu_need_mpi();
     const char *dir = mu_setup_dir();
@@ -138,7 +141,7 @@ Test(mpi, resume_with_another_number_of_ranks, .timeout = 300)
     mu_same_tensors(a, b, "resumed on 4 ranks");
 }
 
-Test(mpi, grad_accum_the_ranks_do_not_divide_is_refused, .timeout = 120)
+Test(dp, grad_accum_the_ranks_do_not_divide_is_refused, .timeout = 120)
 {
     mu_need_mpi();
     const char *dir = mu_setup_dir();
@@ -186,7 +189,7 @@ static void resumes(const char *dir, const char *run, const char *launcher)
 
 /* A rank killed mid-run: mpirun ends the job within seconds, naming the
  * rank; the checkpoint already saved is intact and the run resumes. */
-Test(mpi, a_killed_rank_ends_the_job_and_the_run_resumes, .timeout = 300)
+Test(dp, a_killed_rank_ends_the_job_and_the_run_resumes, .timeout = 300)
 {
     mu_need_mpi();
     const char *dir = mu_setup_dir();
@@ -201,7 +204,7 @@ Test(mpi, a_killed_rank_ends_the_job_and_the_run_resumes, .timeout = 300)
 
 /* Ctrl-C to mpirun: every rank stops after the same step, rank 0 saves
  * once, and the run resumes from that checkpoint. */
-Test(mpi, sigint_to_mpirun_saves_once_and_stops_every_rank, .timeout = 300)
+Test(dp, sigint_to_mpirun_saves_once_and_stops_every_rank, .timeout = 300)
 {
     mu_need_mpi();
     const char *dir = mu_setup_dir();
@@ -218,7 +221,7 @@ Test(mpi, sigint_to_mpirun_saves_once_and_stops_every_rank, .timeout = 300)
 /* ablate under mpirun: the runs are spread over the ranks, each trained
  * whole by one rank, and rank 0 writes the report: the same val_loss and
  * final_val_loss columns as one process.  A command that cannot use ranks says so. */
-Test(mpi, ablate_spreads_its_runs_and_other_commands_refuse_ranks, .timeout = 300)
+Test(dp, ablate_spreads_its_runs_and_other_commands_refuse_ranks, .timeout = 300)
 {
     mu_need_mpi();
     const char *dir = mu_setup_dir();
@@ -246,7 +249,7 @@ Test(mpi, ablate_spreads_its_runs_and_other_commands_refuse_ranks, .timeout = 30
 /* dp.c's NCCL path (exchanges grouped and queued in order, adds by the
  * communicator, one sync), run over MPI (ATTNRES_TEST_STREAM_ORDER,
  * parallel/comm_mpi.c): the bytes of one process, unsharded and ZeRO-1. */
-Test(mpi, the_nccl_way_over_mpi_is_bit_identical, .timeout = 300)
+Test(dp, the_nccl_way_over_mpi_is_bit_identical, .timeout = 300)
 {
     mu_need_mpi();
     const char *dir = mu_setup_dir();
@@ -271,7 +274,7 @@ Test(mpi, the_nccl_way_over_mpi_is_bit_identical, .timeout = 300)
 /* 3 and 6 micro-batches per rank (grad_accum 6 and 12 over 2 ranks): the
  * local sums of odd runs and of the counter's levels, against one
  * process. */
-Test(mpi, several_micro_batches_per_rank_bit_identical, .timeout = 300)
+Test(dp, several_micro_batches_per_rank_bit_identical, .timeout = 300)
 {
     mu_need_mpi();
     const char *dir = mu_setup_dir();
