@@ -19,6 +19,7 @@ int cmd_plot(int argc, char **argv);
 int cmd_plot_pipeline(int argc, char **argv);
 int cmd_plot_sweep(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_data(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 
 /* attnres bench --pipeline (cmd/bench_pipeline.c): whether bench's

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "../formats/json.h"
-#include "../formats/tokens.h"
+#include "../formats/token_set.h"
 #include "../run/checkpoint.h"
 #include "../parallel/comm.h"
 #include "../run/depth_stats.h"
@@ -65,7 +65,9 @@ int cmd_eval(int argc, char **argv)
     int json = 0, rc = AR_EXIT_USAGE;
     ar_err e = {{0}};
     ar_model *m = NULL;
-    ar_tokens t = {0};
+    ar_token_set *set = NULL;
+    ar_token_span *parts = NULL;
+    ar_eval_data ed;
     ar_depth_route route = {0};
     static const char *const own[] = {"--data", "--max-windows", "--grads", NULL};
     cli_opts so;
@@ -108,8 +110,7 @@ int cmd_eval(int argc, char **argv)
     if (loaded == 0) {
         be->set_bf16(0); /* evaluation is always fp32: its numbers are the reference */
         be->set_threads(so.threads >= 0 ? so.threads : 0);
-        if (ar_ckpt_load_model(ckpt, be, 8, &cfg, &m, &step, &e) != 0 || ar_tokens_load(&t, data, &e) != 0 ||
-            ar_eval_check_tokens(&t, &cfg.model, data, &e) != 0)
+        if (ar_ckpt_load_model(ckpt, be, 8, &cfg, &m, &step, &e) != 0 || ar_eval_data_open(data, &cfg.model, &set, &parts, &ed, &e) != 0)
             loaded = -1;
     }
     if (ar_comm_agree(comm, loaded, &e) != 0)
@@ -117,8 +118,8 @@ int cmd_eval(int argc, char **argv)
     ar_eval_result r;
     int routed = json && ar_depth_route_init(&route, m->res);
     ar_eval_hook hook = routed ? ar_depth_route_hook : NULL;
-    int evaluated = grads ? ar_evaluate_with(m, t.tok, t.n, max_windows, 1, hook, &route, &r, &e)
-                          : ar_evaluate_ranks_with(m, comm, t.tok, t.n, max_windows, hook, &route, &r, &e);
+    int evaluated = grads ? ar_evaluate_with(m, &ed, max_windows, 1, hook, &route, &r, &e)
+                          : ar_evaluate_ranks_with(m, comm, &ed, max_windows, hook, &route, &r, &e);
     if (evaluated == 0 && routed && !grads)
         evaluated = ar_depth_route_reduce(&route, comm, &e);
     if (evaluated != 0) {
@@ -135,7 +136,7 @@ fail:
 done:
     ar_depth_route_free(&route);
     ar_model_free(m);
-    ar_tokens_free(&t);
+    ar_eval_data_close(set, parts);
     cli_opts_free(&so);
     return rc;
 }

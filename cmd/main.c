@@ -29,6 +29,7 @@ static const command commands[] = {
     {"plot-sweep", cmd_plot_sweep, "draw a sweep as one heatmap per method"},
     {"plot-pipeline", cmd_plot_pipeline, "draw the pipeline-parallel schedule and cross-stage block caching"},
     {"tokenize", cmd_tokenize, "turn text into GPT-2 BPE token files, and back"},
+    {"data", cmd_data, "check a token set: its shards, tokens and largest id"},
     {"help", NULL, "show the manual page of attnres or of a command"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof *commands)

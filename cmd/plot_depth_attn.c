@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "../formats/run_record.h"
-#include "../formats/tokens.h"
+#include "../formats/token_set.h"
 #include "../lib/mixing.h"
 #include "../run/checkpoint.h"
 #include "../run/data.h"
@@ -46,31 +46,26 @@ typedef struct {
  * (its config's data.val, or the val_fraction tail of data.train). */
 static int measure(run *r, ar_model *m, const opts *o, ar_err *e)
 {
-    ar_tokens t = {0};
+    ar_token_set *set = NULL;
+    ar_token_span *parts = NULL;
     ar_dataset ds = {0};
-    const int32_t *x;
-    size_t n;
+    ar_eval_data ed;
     char src[AR_PATH_MAX + 64];
     if (o->data) {
-        if (ar_tokens_load(&t, o->data, e) != 0 || ar_eval_check_tokens(&t, &r->cfg.model, o->data, e) != 0) {
-            ar_tokens_free(&t);
+        if (ar_eval_data_open(o->data, &r->cfg.model, &set, &parts, &ed, e) != 0)
             return -1;
-        }
-        x = t.tok;
-        n = t.n;
         snprintf(src, sizeof src, "'%s'", o->data);
     } else {
         if (ar_dataset_open(&ds, &r->cfg.data, &r->cfg.model, e) != 0)
             return ar_wrap(e, "the validation data of '%s' (from its config; give --data FILE)", r->arg);
-        x = ds.val;
-        n = ds.nval;
+        ed = ds.eval;
         if (r->cfg.data.val[0])
             snprintf(src, sizeof src, "'%s'", r->cfg.data.val);
         else
             snprintf(src, sizeof src, "the validation tail of '%s'", r->cfg.data.train);
     }
     ar_eval_result res;
-    int rc = ar_depth_measure(m, x, n, o->max_windows, &r->w, o->stats ? &r->route : NULL, &res, e);
+    int rc = ar_depth_measure(m, &ed, o->max_windows, &r->w, o->stats ? &r->route : NULL, &res, e);
     if (rc == 0) {
         r->has_w = 1;
         snprintf(r->what, sizeof r->what, "weights: mean over %ld windows (%ld tokens)\nof %s", res.windows,
@@ -78,7 +73,7 @@ static int measure(run *r, ar_model *m, const opts *o, ar_err *e)
     } else {
         ar_wrap(e, "'%s'", o->data ? o->data : r->arg);
     }
-    ar_tokens_free(&t);
+    ar_eval_data_close(set, parts);
     ar_dataset_close(&ds);
     return rc;
 }

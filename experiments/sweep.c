@@ -199,7 +199,7 @@ int ar_final_eval_run(const char *run_dir, const ar_config *cfg, int threads, ar
         return ar_wrap(e, "the final evaluation of '%s'", run_dir);
     }
     ar_eval_result r;
-    int rc = ar_evaluate(m, ds.val, ds.nval, cfg->train.final_eval_windows, 0, &r, e);
+    int rc = ar_evaluate_data(m, &ds.eval, cfg->train.final_eval_windows, 0, &r, e);
     ar_dataset_close(&ds);
     ar_model_free(m);
     if (rc != 0)

@@ -171,7 +171,7 @@ int ar_ckpt_save_state(const char *dir, const ar_config *cfg, ar_model *m, const
     snprintf(badbuf, sizeof badbuf, "%ld", st->bad_steps);
     snprintf(thrbuf, sizeof thrbuf, "%d", st->threads);
     snprintf(ntokbuf, sizeof ntokbuf, "%ld", st->data_tokens);
-    snprintf(crcbuf, sizeof crcbuf, "%08" PRIx32, st->data_crc32);
+    snprintf(crcbuf, sizeof crcbuf, "%08" PRIx32, st->data_fingerprint);
     int rc = 0;
     snprintf(path, sizeof path, "%s/config.yaml", dir);
     rc = write_text_atomic(path, yaml, e);
@@ -195,7 +195,7 @@ int ar_ckpt_save_state(const char *dir, const ar_config *cfg, ar_model *m, const
         ar_machine_describe(&mach);
         const char *meta[] = {"config", yaml, "step", stepbuf, "attnres_version", AR_VERSION,
                               "rng_seed", seedbuf, "data_position", posbuf, "bad_steps", badbuf,
-                              "threads", thrbuf, "data_tokens", ntokbuf, "data_crc32", crcbuf,
+                              "threads", thrbuf, "data_tokens", ntokbuf, "data_fingerprint", crcbuf,
                               "cpu", mach.cpu, "blas", mach.blas, "build", mach.build, NULL};
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         rc = write_params(path, m, m->params, "", meta, e);
@@ -388,7 +388,7 @@ int ar_ckpt_read_state(const char *file, ar_config *cfg, ar_ckpt_state *st, ar_e
     int rc = config_from(&f, cfg, &step, e);
     if (rc == 0) {
         *st = ar_ckpt_state_at(cfg, step);
-        const char *seed = ar_st_meta(&f, "rng_seed"), *crc = ar_st_meta(&f, "data_crc32");
+        const char *seed = ar_st_meta(&f, "rng_seed"), *crc = ar_st_meta(&f, "data_fingerprint");
         char *end;
         if (seed) {
             errno = 0;
@@ -400,8 +400,10 @@ int ar_ckpt_read_state(const char *file, ar_config *cfg, ar_ckpt_state *st, ar_e
         if (rc == 0 && crc) {
             unsigned long x = strtoul(crc, &end, 16);
             if (strlen(crc) != 8 || *end)
-                rc = ar_fail(e, "'%s': metadata 'data_crc32' is '%.40s', expected 8 hex digits", f.path, crc);
-            st->data_crc32 = (uint32_t)x;
+                rc = ar_fail(e, "'%s': metadata 'data_fingerprint' is '%.40s', expected 8 hex digits", f.path,
+                             crc);
+            st->data_fingerprint = (uint32_t)x;
+            st->has_data_fingerprint = 1;
         }
         if (rc == 0)
             rc = meta_long(&f, "data_position", &st->data_position, e);

@@ -3,7 +3,7 @@
  *                          __metadata__ config (resolved YAML), step,
  *                          attnres_version, and the training state of
  *                          ar_ckpt_state (rng_seed, data_position,
- *                          bad_steps, threads, data_crc32, data_tokens,
+ *                          bad_steps, threads, data_fingerprint, data_tokens,
  *                          cpu, blas, build);
  *                          like every safetensors file attnres writes, it
  *                          holds the CRC-32 of every tensor
@@ -44,7 +44,11 @@ typedef struct {
     long bad_steps;       /* consecutive skipped (non-finite) steps up to this one */
     int threads;          /* compute threads (results depend on it); 0 = unknown */
     long data_tokens;     /* training split length in tokens; 0 = unknown */
-    uint32_t data_crc32;  /* CRC-32 of the training split (int32 little-endian) */
+    /* ar_token_set_fingerprint of the training set (formats/token_set.h);
+     * has_data_fingerprint 0 where the file has none (an older version's
+     * "data_crc32", a CRC of the whole split, is not read) */
+    uint32_t data_fingerprint;
+    int has_data_fingerprint;
     /* the machine that wrote the checkpoint (run/machine.h): read back
      * from the file, "" where an older file has none; a save always
      * records the machine saving it */

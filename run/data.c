@@ -1,11 +1,13 @@
 /* Data splits, training-batch sampling and the evaluation windows.
  *
- * Everything a bad data set could do wrong is caught when it is opened
- * (wrong kind of file for the vocabulary, ids out of range, splits too short
- * for one window), so the training loop can index without checks. */
+ * The data stay on disk, mapped (formats/token_set.h): opening checks what
+ * costs no pass over the tokens (formats, kinds, lengths), and every window
+ * read checks its ids, so a bad id stops a run at the step that reads it,
+ * naming its shard and offset. */
 #include "data.h"
 
 #include <errno.h>
+#include <glob.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,58 +16,72 @@
 /* A byte vocabulary means text; a token file's ids mean nothing as bytes.
  * The other way round, text is fine under an integer vocabulary as long as
  * every byte value is a valid id. */
-static int check_kind(const ar_tokens *t, const char *path, const ar_model_cfg *mc, ar_err *e)
+static int check_kind(const ar_token_set *ts, const char *spec, const ar_model_cfg *mc, ar_err *e)
 {
-    if (mc->vocab_bytes && !t->is_bytes)
+    int text = ar_token_set_format(ts) == AR_TOKENS_TEXT;
+    if (mc->vocab_bytes && !text)
         return ar_fail(e,
                        "'%s' is a token file but model.vocab is bytes; set model.vocab to the "
                        "tokenizer's vocabulary size",
-                       path);
-    if (!mc->vocab_bytes && t->is_bytes && mc->vocab < 256)
+                       spec);
+    if (!mc->vocab_bytes && text && mc->vocab < 256)
         return ar_fail(e,
                        "'%s' is a text file (byte ids 0..255) but model.vocab is %d; set model.vocab "
                        "to bytes",
-                       path, mc->vocab);
+                       spec, mc->vocab);
     return 0;
 }
 
-/* The first id >= vocab, named by its position, so the user can find it. */
-static int check_ids(const ar_tokens *t, const char *path, int vocab, ar_err *e)
+/* Every shard holds one window at least: a shorter one is almost surely a
+ * mistake (a stray file in the directory, a cut-off download). */
+static int check_shards(const ar_token_set *ts, const ar_model_cfg *mc, ar_err *e)
 {
-    if (t->max_token < vocab)
-        return 0;
-    for (size_t i = 0; i < t->n; i++)
-        if (t->tok[i] >= vocab)
-            return ar_fail(e, "'%s': token %zu has id %d but model.vocab is %d (ids must be below it)",
-                           path, i, (int)t->tok[i], vocab);
-    return 0;
-}
-
-static int load_checked(ar_tokens *t, const char *path, const ar_model_cfg *mc, ar_err *e)
-{
-    if (ar_tokens_load(t, path, e) < 0)
-        return -1;
-    int vocab = mc->vocab_bytes ? 256 : mc->vocab;
-    if (check_kind(t, path, mc, e) < 0 || check_ids(t, path, vocab, e) < 0) {
-        ar_tokens_free(t);
-        return -1;
+    size_t need = (size_t)mc->seq_len + 1;
+    for (int i = 0; i < ar_token_set_shards(ts); i++) {
+        size_t n = ar_token_set_shard_first(ts, i + 1) - ar_token_set_shard_first(ts, i);
+        if (n < need)
+            return ar_fail_kind(e, AR_ERR_FORMAT,
+                                "'%s': the shard holds %zu tokens but needs at least %zu (model.seq_len + 1)",
+                                ar_token_set_shard_path(ts, i), n, need);
     }
     return 0;
+}
+
+static ar_token_set *open_checked(const char *spec, const ar_model_cfg *mc, ar_err *e)
+{
+    ar_token_set *ts = ar_token_set_open(spec, e);
+    if (ts && (check_kind(ts, spec, mc, e) < 0 || check_shards(ts, mc, e) < 0)) {
+        ar_token_set_free(ts);
+        return NULL;
+    }
+    return ts;
 }
 
 /* Splits train's tail off as validation: the last floor(n * fraction) tokens. */
 static int split_tail(ar_dataset *ds, const ar_data_cfg *dc, ar_err *e)
 {
     if (!(dc->val_fraction >= 0 && dc->val_fraction < 1))
-        return ar_fail_kind(e, AR_ERR_BAD_VALUE, "data.val_fraction is %g but must be in [0, 1) when data.val is null",
-                            dc->val_fraction);
-    size_t n = ds->all.n;
+        return ar_fail_kind(e, AR_ERR_BAD_VALUE,
+                            "data.val_fraction is %g but must be in [0, 1) when data.val is null", dc->val_fraction);
+    size_t n = ar_token_set_count(ds->train_set);
     size_t nval = (size_t)floor((double)n * dc->val_fraction);
-    ds->train = ds->all.tok;
-    ds->ntrain = n - nval;
-    ds->val = ds->all.tok + ds->ntrain;
-    ds->nval = nval;
+    ds->train = (ar_token_span){ds->train_set, 0, n - nval};
+    ds->val = ar_xmalloc(sizeof *ds->val);
+    ds->val[0] = (ar_token_span){ds->train_set, n - nval, nval};
+    ds->nval = 1;
     return 0;
+}
+
+/* data.val: each shard its own part, evaluated in turn. */
+static void split_shards(ar_dataset *ds)
+{
+    ds->train = (ar_token_span){ds->train_set, 0, ar_token_set_count(ds->train_set)};
+    ds->nval = ar_token_set_shards(ds->val_set);
+    ds->val = ar_xmalloc((size_t)ds->nval * sizeof *ds->val);
+    for (int i = 0; i < ds->nval; i++) {
+        size_t lo = ar_token_set_shard_first(ds->val_set, i);
+        ds->val[i] = (ar_token_span){ds->val_set, lo, ar_token_set_shard_first(ds->val_set, i + 1) - lo};
+    }
 }
 
 /* One window of T+1 tokens is the least a split can be used for. */
@@ -73,22 +89,17 @@ static int check_lengths(const ar_dataset *ds, const ar_data_cfg *dc, const ar_m
 {
     size_t need = (size_t)mc->seq_len + 1;
     int tail = dc->val[0] == '\0';
-    if (ds->ntrain < need)
+    if (ds->train.n < need)
         return ar_fail(e,
                        "'%s': the training split holds %zu tokens but needs at least %zu "
                        "(model.seq_len + 1); lower %smodel.seq_len",
-                       dc->train, ds->ntrain, need, tail ? "data.val_fraction or " : "");
-    if (ds->nval < need && tail)
+                       dc->train, ds->train.n, need, tail ? "data.val_fraction or " : "");
+    if (tail && ds->val[0].n < need)
         return ar_fail(e,
                        "'%s': the validation split (data.val_fraction %g of it) holds %zu tokens but "
                        "needs at least %zu (model.seq_len + 1); raise data.val_fraction, lower "
                        "model.seq_len or set data.val",
-                       dc->train, dc->val_fraction, ds->nval, need);
-    if (ds->nval < need)
-        return ar_fail(e,
-                       "'%s': the validation split holds %zu tokens but needs at least %zu "
-                       "(model.seq_len + 1); lower model.seq_len",
-                       dc->val, ds->nval, need);
+                       dc->train, dc->val_fraction, ds->val[0].n, need);
     return 0;
 }
 
@@ -97,28 +108,41 @@ int ar_dataset_open(ar_dataset *ds, const ar_data_cfg *dc, const ar_model_cfg *m
     memset(ds, 0, sizeof *ds);
     if (mc->seq_len < 1)
         return ar_fail_kind(e, AR_ERR_BAD_VALUE, "model.seq_len is %d but must be at least 1", mc->seq_len);
-    if (load_checked(&ds->all, dc->train, mc, e) < 0)
+    ds->vocab = mc->vocab_bytes ? 256 : mc->vocab;
+    if (!(ds->train_set = open_checked(dc->train, mc, e)))
         return -1;
-    int rc;
+    int rc = 0;
     if (dc->val[0] == '\0') {
         rc = split_tail(ds, dc, e);
+    } else if (!(ds->val_set = open_checked(dc->val, mc, e))) {
+        rc = -1;
     } else {
-        rc = load_checked(&ds->valf, dc->val, mc, e);
-        ds->train = ds->all.tok;
-        ds->ntrain = ds->all.n;
-        ds->val = ds->valf.tok;
-        ds->nval = ds->valf.n;
+        split_shards(ds);
     }
     if (rc == 0)
         rc = check_lengths(ds, dc, mc, e);
-    if (rc < 0)
+    if (rc < 0) {
         ar_dataset_close(ds);
-    return rc;
+        return -1;
+    }
+    ds->eval = (ar_eval_data){ds->val, ds->nval, ds->vocab};
+    return 0;
+}
+
+/* A glob pattern names no file when it matches none. */
+static int glob_matches(const char *spec)
+{
+    if (!strpbrk(spec, "*?["))
+        return 0;
+    glob_t g;
+    int found = glob(spec, 0, NULL, &g) == 0 && g.gl_pathc > 0;
+    globfree(&g);
+    return found;
 }
 
 int ar_data_check_train(const ar_data_cfg *dc, ar_err *e)
 {
-    if (access(dc->train, R_OK) == 0)
+    if (access(dc->train, R_OK) == 0 || glob_matches(dc->train))
         return 0;
     int err = errno;
     ar_err_kind kind = ar_errno_kind(err);
@@ -134,10 +158,10 @@ int ar_data_check_train(const ar_data_cfg *dc, ar_err *e)
 
 void ar_dataset_close(ar_dataset *ds)
 {
-    ar_tokens_free(&ds->all);
-    ar_tokens_free(&ds->valf);
-    ds->train = ds->val = NULL;
-    ds->ntrain = ds->nval = 0;
+    ar_token_set_free(ds->train_set);
+    ar_token_set_free(ds->val_set);
+    free(ds->val);
+    memset(ds, 0, sizeof *ds);
 }
 
 /* Uniform integer in [0, m).  gsl_rng_uniform_int only covers the
@@ -157,16 +181,27 @@ static size_t uniform_index(gsl_rng *r, size_t m)
     return (size_t)(v % m);
 }
 
-void ar_sample_batch(const int32_t *x, size_t n, int B, int T, gsl_rng *r, int32_t *inputs,
-                     int32_t *targets)
+/* Reads window x[o .. o+T] of s and splits it into inputs and targets. */
+static int read_window(const ar_token_span *s, size_t o, int32_t vocab, int T, int32_t *inputs, int32_t *targets,
+                       ar_err *e)
+{
+    if (ar_token_set_read(s->set, s->lo + o, (size_t)T, vocab, inputs, e) != 0)
+        return -1;
+    memcpy(targets, inputs + 1, (size_t)(T - 1) * sizeof *targets);
+    return ar_token_set_read(s->set, s->lo + o + (size_t)T, 1, vocab, targets + T - 1, e);
+}
+
+int ar_sample_batch(const ar_token_span *s, int32_t vocab, int B, int T, gsl_rng *r, int32_t *inputs,
+                    int32_t *targets, ar_err *e)
 {
     /* Offsets o in [0, n-T-1]: the window x[o..o+T] must lie inside x. */
-    size_t span = n - (size_t)T;
+    size_t span = s->n - (size_t)T;
     for (int b = 0; b < B; b++) {
         size_t o = uniform_index(r, span);
-        memcpy(inputs + (size_t)b * T, x + o, (size_t)T * sizeof *x);
-        memcpy(targets + (size_t)b * T, x + o + 1, (size_t)T * sizeof *x);
+        if (read_window(s, o, vocab, T, inputs + (size_t)b * T, targets + (size_t)b * T, e) != 0)
+            return -1;
     }
+    return 0;
 }
 
 size_t ar_eval_window_count(size_t n, int T)
@@ -176,9 +211,31 @@ size_t ar_eval_window_count(size_t n, int T)
 
 void ar_eval_window(const int32_t *x, size_t w, int T, int32_t *inputs, int32_t *targets)
 {
-    /* Window w is x[w*T .. w*T+T]: stride T, so consecutive windows share
-     * one token and every token after the first is predicted exactly once. */
+    /* stride T: consecutive windows share one token, and every token after
+     * the first is predicted exactly once */
     const int32_t *s = x + w * (size_t)T;
     memcpy(inputs, s, (size_t)T * sizeof *x);
     memcpy(targets, s + 1, (size_t)T * sizeof *x);
+}
+
+size_t ar_eval_data_windows(const ar_eval_data *d, int T)
+{
+    size_t nw = 0;
+    for (int i = 0; i < d->nparts; i++)
+        nw += ar_eval_window_count(d->part[i].n, T);
+    return nw;
+}
+
+int ar_eval_data_window(const ar_eval_data *d, size_t w, int T, int32_t *inputs, int32_t *targets, ar_err *e)
+{
+    /* Window w of a part is x[w*T .. w*T+T]: stride T, so consecutive
+     * windows share one token and every token after the first is predicted
+     * exactly once. */
+    for (int i = 0; i < d->nparts; i++) {
+        size_t nw = ar_eval_window_count(d->part[i].n, T);
+        if (w < nw)
+            return read_window(&d->part[i], w * (size_t)T, d->vocab, T, inputs, targets, e);
+        w -= nw;
+    }
+    return ar_fail(e, "evaluation window %zu is past the data's last", w);
 }

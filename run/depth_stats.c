@@ -35,13 +35,13 @@ static void add_batch(ar_model *m, int B, void *ud)
         ar_depth_route_add(c->route, r, N);
 }
 
-int ar_depth_attn_measure(ar_model *m, const int32_t *x, size_t n, long max_windows, ar_depth_attn *a,
+int ar_depth_attn_measure(ar_model *m, const ar_eval_data *d, long max_windows, ar_depth_attn *a,
                           ar_eval_result *r, ar_err *e)
 {
-    return ar_depth_measure(m, x, n, max_windows, a, NULL, r, e);
+    return ar_depth_measure(m, d, max_windows, a, NULL, r, e);
 }
 
-int ar_depth_measure(ar_model *m, const int32_t *x, size_t n, long max_windows, ar_depth_attn *a,
+int ar_depth_measure(ar_model *m, const ar_eval_data *d, long max_windows, ar_depth_attn *a,
                      ar_depth_route *route, ar_eval_result *r, ar_err *e)
 {
     ar_residual *res = m->res;
@@ -67,7 +67,7 @@ int ar_depth_measure(ar_model *m, const int32_t *x, size_t n, long max_windows, 
     acc c = {.a = a, .sum = ar_xcalloc((size_t)(L + 1) * (size_t)(L + 1), sizeof(double)),
              .buf = ar_xmalloc(((size_t)L + 1) * sizeof(float)), .route = route};
     ar_eval_result rr;
-    int rc = ar_evaluate_with(m, x, n, max_windows, 0, add_batch, &c, r ? r : &rr, e);
+    int rc = ar_evaluate_with(m, d, max_windows, 0, add_batch, &c, r ? r : &rr, e);
     if (rc == 0)
         for (int l = 1; l <= L + 1; l++)
             for (int i = 0; i < a->n[l - 1]; i++)

@@ -15,18 +15,18 @@
 #include "../lib/model.h"
 #include "eval.h"
 
-/* Runs m on the evaluation windows of x[0..n) (max_windows <= 0: all) and
+/* Runs m on the evaluation windows of d (max_windows <= 0: all) and
  * averages every mixer's weights over all their tokens (each batch's mean
  * weighted by its token count, so the result is the exact mean over
  * tokens).  r, if non-NULL, gets the evaluation result.  A model without
  * depth attention (baseline) is an error. */
-int ar_depth_attn_measure(ar_model *m, const int32_t *x, size_t n, long max_windows, ar_depth_attn *a,
+int ar_depth_attn_measure(ar_model *m, const ar_eval_data *d, long max_windows, ar_depth_attn *a,
                           ar_eval_result *r, ar_err *e);
 /* The same, also summing the routing statistics (lib/mixing.h) of every
  * evaluated token into route (NULL: not measured; else initialised here,
  * free with ar_depth_route_free; the model's scheme gives per-token
  * weights wherever it has depth attention). */
-int ar_depth_measure(ar_model *m, const int32_t *x, size_t n, long max_windows, ar_depth_attn *a,
+int ar_depth_measure(ar_model *m, const ar_eval_data *d, long max_windows, ar_depth_attn *a,
                      ar_depth_route *route, ar_eval_result *r, ar_err *e);
 
 /* Routing statistics over an evaluation: an ar_eval_hook (run/eval.h)

@@ -70,7 +70,9 @@ typedef struct {
     long bad;           /* consecutive skipped steps */
     long saved_step;    /* step of the checkpoint on disk, -1 = none */
     int threads;        /* effective compute threads */
-    uint32_t data_crc;  /* CRC-32 of the training split */
+    uint32_t data_fingerprint; /* of the training set (formats/token_set.h) */
+    int data_failed;    /* a window of this step could not be read: data_err says why */
+    ar_err data_err;
     int lock_fd;
     int made_dir;       /* ar_mkdir_p_new's first_new for the run directory */
     int made_lock;      /* this process created .attnres.lock */
@@ -98,8 +100,16 @@ static void sample_micro(void *ud, int a, int32_t *in, int32_t *tg)
 {
     trainer *t = ud;
     const ar_train_cfg *tc = &t->cfg->train;
+    size_t n = (size_t)tc->batch_size * t->m->T;
     gsl_rng_set(t->rng, mix_seed(tc->seed, (uint64_t)t->pos + (uint64_t)a));
-    ar_sample_batch(t->ds.train, t->ds.ntrain, tc->batch_size, t->m->T, t->rng, in, tg);
+    if (t->data_failed ||
+        ar_sample_batch(&t->ds.train, t->ds.vocab, tc->batch_size, t->m->T, t->rng, in, tg, &t->data_err) != 0) {
+        /* a bad id: the step runs to its end on valid ids and is thrown
+         * away (forward_backward fails it on every rank) */
+        t->data_failed = 1;
+        memset(in, 0, n * sizeof *in);
+        memset(tg, 0, n * sizeof *tg);
+    }
 }
 
 /* One step's gradient over grad_accum micro-batches at the data position,
@@ -110,6 +120,11 @@ static int forward_backward(trainer *t, double *loss, ar_err *e)
     int A = t->cfg->train.grad_accum;
     double *l = ar_xcalloc((size_t)A, sizeof(double));
     int rc = t->par->ops->step(t->par, sample_micro, t, l, e);
+    if (rc == 0) {
+        if (t->data_failed)
+            *e = t->data_err;
+        rc = ar_comm_agree(t->comm, t->data_failed ? -1 : 0, e);
+    }
     *loss = 0;
     for (int a = 0; a < A; a++)
         *loss += l[a] / A;
@@ -190,7 +205,7 @@ static int evaluate(trainer *t, ar_jw *w, ar_err *e)
     ar_depth_route route; /* routing statistics over every evaluated window (depth_stats.h) */
     int routed = ar_depth_route_init(&route, em->res);
     em->collect_stats = 1; /* rank 0 evaluates the first batch: the diagnostics are its */
-    int rc = ar_evaluate_ranks_with(em, t->comm, t->ds.val, t->ds.nval, t->cfg->train.eval_windows,
+    int rc = ar_evaluate_ranks_with(em, t->comm, &t->ds.eval, t->cfg->train.eval_windows,
                                     routed ? ar_depth_route_hook : NULL, &route, &r, e);
     em->collect_stats = 0;
     if (rc == 0 && routed)
@@ -391,10 +406,14 @@ static int load_resume(trainer *t, long *start, ar_adamw *full, ar_err *e)
               dir, st.threads, st.threads == 1 ? "" : "s", t->threads);
     if (cfg->train.device == AR_DEVICE_CPU && saved.train.device == AR_DEVICE_CPU)
         warn_other_machine(t, dir, &st.machine);
-    if (st.data_tokens > 0 && (st.data_tokens != (long)t->ds.ntrain || st.data_crc32 != t->data_crc))
-        warnf(t, "the training data of '%s' differ from the checkpoint's (%zu tokens, crc32 %08x; the checkpoint "
-                 "saw %ld tokens, crc32 %08x): the batches after step %ld are not those of an uninterrupted run",
-              dir, t->ds.ntrain, (unsigned)t->data_crc, st.data_tokens, (unsigned)st.data_crc32, st.step);
+    /* a checkpoint of an older version has the count without a fingerprint */
+    if (st.data_tokens > 0 && (st.data_tokens != (long)t->ds.train.n ||
+                               (st.has_data_fingerprint && st.data_fingerprint != t->data_fingerprint)))
+        warnf(t, "the training data of '%s' differ from the checkpoint's (%zu tokens, fingerprint %08x; the "
+                 "checkpoint saw %ld tokens, fingerprint %08x): the batches after step %ld are not those of an "
+                 "uninterrupted run",
+              dir, t->ds.train.n, (unsigned)t->data_fingerprint, st.data_tokens, (unsigned)st.data_fingerprint,
+              st.step);
     return 0;
 }
 
@@ -430,13 +449,13 @@ static int share_state(trainer *t, long *start, ar_adamw *full, int resumed, ar_
             return -1;
     }
     /* every rank samples its micro-batches from its own copy of the data */
-    unsigned long mine[2] = {(unsigned long)t->ds.ntrain, t->data_crc};
+    unsigned long mine[2] = {(unsigned long)t->ds.train.n, t->data_fingerprint};
     unsigned long *all = ar_xcalloc(2 * (size_t)c->size, sizeof *all);
     int rc = c->ops->allgather(c, mine, all, sizeof mine, e);
     for (int r = 1; rc == 0 && r < c->size; r++)
         if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
-            rc = ar_fail(e, "rank %d reads other training data than rank 0 ('%s': %lu tokens, crc32 %08lx on rank "
-                            "%d; %lu tokens, crc32 %08lx on rank 0): every rank needs the same file",
+            rc = ar_fail(e, "rank %d reads other training data than rank 0 ('%s': %lu tokens, fingerprint %08lx on "
+                            "rank %d; %lu tokens, fingerprint %08lx on rank 0): every rank needs the same files",
                          r, t->cfg->data.train, all[2 * r], all[2 * r + 1], r, all[0], all[1]);
     free(all);
     return rc;
@@ -484,7 +503,7 @@ static int setup(trainer *t, long *start, ar_err *e)
     if (ar_dataset_open(&t->ds, &cfg->data, &cfg->model, e) != 0)
         rc = -1;
     if (rc == 0) {
-        t->data_crc = ar_st_crc32(t->ds.train, (uint64_t)t->ds.ntrain * sizeof(int32_t));
+        t->data_fingerprint = ar_token_set_fingerprint(t->ds.train_set);
         rc = ar_parallel_model(cfg, t->comm->rank, be, &t->m, e);
     }
     if (rc == 0 && !(t->par = ar_parallel_create(t->comm, cfg, t->m, e)))
@@ -583,8 +602,8 @@ static int write_checkpoint(trainer *t, long step, const ar_adamw *opt, ar_err *
 {
     const ar_config *cfg = t->cfg;
     ar_ckpt_state st = {.step = step, .rng_seed = cfg->train.seed, .data_position = t->pos,
-                        .bad_steps = t->bad, .threads = t->threads, .data_tokens = (long)t->ds.ntrain,
-                        .data_crc32 = t->data_crc};
+                        .bad_steps = t->bad, .threads = t->threads, .data_tokens = (long)t->ds.train.n,
+                        .data_fingerprint = t->data_fingerprint, .has_data_fingerprint = 1};
     char kept[AR_PATH_MAX + 128];
     if (ar_ckpt_save_state(t->o->out_dir, cfg, t->m, opt, &st, e) != 0) {
         /* A refusal (AR_ERR_KEPT) already says what was kept; any other

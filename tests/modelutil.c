@@ -156,3 +156,17 @@ double tu_model_mixing_bound(const ar_model *m, int B)
     double mixers = m->L + 1, n = fmax(m->d, (double)B * m->T * mixers);
     return 2 * 2 * mixers * tu_gamma(n);
 }
+
+const ar_eval_data *tu_mem_eval_of(tu_mem_eval *me, const int32_t *x, size_t n, int32_t vocab)
+{
+    me->set = ar_token_set_wrap(x, n, "tokens in memory");
+    me->part = (ar_token_span){me->set, 0, n};
+    me->d = (ar_eval_data){&me->part, 1, vocab};
+    return &me->d;
+}
+
+void tu_mem_eval_free(tu_mem_eval *me)
+{
+    ar_token_set_free(me->set);
+    me->set = NULL;
+}

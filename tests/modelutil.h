@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "lib/model.h"
+#include "run/data.h"
 
 /* Random weights everywhere, queries and gains included, so depth attention
  * is far from uniform. */
@@ -64,5 +65,15 @@ double tu_model_diff(ar_model *ma, ar_model *mb, int B);
  * and the backward: 2 * 2 (L + 1) gamma(max(d, B T (L + 1))).  A term of a
  * mixer scaled by 1 + 1e-3 moves these comparisons past it. */
 double tu_model_mixing_bound(const ar_model *m, int B);
+
+/* n tokens in memory, x[0..n) (borrowed), as evaluation data of one part
+ * with ids below vocab (run/data.h); tu_mem_eval_free releases it. */
+typedef struct {
+    ar_token_set *set;
+    ar_token_span part;
+    ar_eval_data d;
+} tu_mem_eval;
+const ar_eval_data *tu_mem_eval_of(tu_mem_eval *me, const int32_t *x, size_t n, int32_t vocab);
+void tu_mem_eval_free(tu_mem_eval *me);
 
 #endif

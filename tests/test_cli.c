@@ -286,6 +286,11 @@ Test(cli, tokenize_usage_matches_man_synopsis)
     check_usage_matches("tokenize --bogus", "attnres-tokenize.1");
 }
 
+Test(cli, data_usage_matches_man_synopsis)
+{
+    check_usage_matches("data check --bogus", "attnres-data.1");
+}
+
 Test(cli, main_usage_matches_man_synopsis)
 {
     /* With no command, attnres lists the commands after its usage line. */
@@ -383,6 +388,11 @@ Test(cli, help_generate_equals_generate_dash_help)
 Test(cli, help_tokenize_equals_tokenize_dash_h)
 {
     check_help_pair("help tokenize", "tokenize -h", "attnres-tokenize.1");
+}
+
+Test(cli, help_data_equals_data_dash_h)
+{
+    check_help_pair("help data", "data --help", "attnres-data.1");
 }
 
 Test(cli, help_equals_dash_help)

@@ -339,11 +339,14 @@ Test(dataset, val_fraction_takes_the_tail)
     ar_dataset ds;
     ar_err e = {{0}};
     cr_assert_eq(ar_dataset_open(&ds, &dc, &mc, &e), 0, "%s", e.msg);
-    cr_assert_eq(ds.nval, 50); /* floor(1001 * 0.05) */
-    cr_assert_eq(ds.ntrain, 951);
-    cr_assert_eq(ds.train, ds.all.tok);
-    cr_assert_eq(ds.val, ds.all.tok + 951);
-    cr_assert_eq(ds.val[0], 'a' + 951 % 26);
+    cr_assert_eq(ds.nval, 1);
+    cr_assert_eq(ds.val[0].n, 50); /* floor(1001 * 0.05) */
+    cr_assert_eq(ds.train.n, 951);
+    cr_assert(ds.train.set == ds.train_set && ds.train.lo == 0 && ds.val_set == NULL);
+    cr_assert(ds.val[0].set == ds.train_set && ds.val[0].lo == 951);
+    int32_t first;
+    cr_assert_eq(ar_token_set_read(ds.val[0].set, ds.val[0].lo, 1, 256, &first, &e), 0, "%s", e.msg);
+    cr_assert_eq(first, 'a' + 951 % 26);
     ar_dataset_close(&ds);
 }
 
@@ -354,9 +357,10 @@ Test(dataset, val_file_is_loaded_separately)
     ar_dataset ds;
     ar_err e = {{0}};
     cr_assert_eq(ar_dataset_open(&ds, &dc, &mc, &e), 0, "%s", e.msg);
-    cr_assert_eq(ds.ntrain, 300);
-    cr_assert_eq(ds.nval, 40);
-    cr_assert_eq(ds.val, ds.valf.tok);
+    cr_assert_eq(ds.train.n, 300);
+    cr_assert_eq(ds.nval, 1);
+    cr_assert_eq(ds.val[0].n, 40);
+    cr_assert(ds.val[0].set == ds.val_set && ds.val[0].lo == 0);
     ar_dataset_close(&ds);
 }
 
@@ -379,13 +383,21 @@ Test(dataset, vocabulary_must_match_the_files)
     ar_data_cfg dv = data_cfg(text_file("t.txt", 100), bin, 0.2);
     expect_open_error(&dv, &mc, "is a token file but model.vocab is bytes");
 
-    /* integer vocabulary: ids must be below it */
+    /* integer vocabulary: ids must be below it, checked as they are read
+     * (opening reads no tokens) */
     mc.vocab_bytes = 0;
     mc.vocab = 200;
-    expect_open_error(&dc, &mc, "token 67 has id 201 but model.vocab is 200");
-    mc.vocab = 300;
     ar_dataset ds;
+    int32_t got[100];
     cr_assert_eq(ar_dataset_open(&ds, &dc, &mc, &e), 0, "%s", e.msg);
+    cr_assert_eq(ds.vocab, 200);
+    cr_assert_eq(ar_token_set_read(ds.train.set, 0, ds.train.n, ds.vocab, got, &e), -1);
+    snprintf(want, sizeof want, "'%s': token 67 has id 201 but the vocabulary holds 200 ids", bin);
+    cr_assert_str_eq(e.msg, want);
+    ar_dataset_close(&ds);
+    mc.vocab = 300;
+    cr_assert_eq(ar_dataset_open(&ds, &dc, &mc, &e), 0, "%s", e.msg);
+    cr_assert_eq(ar_token_set_read(ds.train.set, 0, ds.train.n, ds.vocab, got, &e), 0, "%s", e.msg);
     ar_dataset_close(&ds);
 
     /* text under an integer vocabulary needs every byte value */
@@ -408,7 +420,7 @@ Test(dataset, splits_shorter_than_a_window_are_errors)
     expect_open_error(&dv, &mc, "holds 50 tokens but needs at least 65");
     ar_data_cfg df = data_cfg(text_file("t3.txt", 1000), text_file("v.txt", 10), 0.05);
     char want[4200];
-    snprintf(want, sizeof want, "'%s': the validation split holds 10 tokens", df.val);
+    snprintf(want, sizeof want, "'%s': the shard holds 10 tokens but needs at least 65 (model.seq_len + 1)", df.val);
     expect_open_error(&df, &mc, want);
     ar_data_cfg dm = data_cfg(tu_path(dir, "missing.txt"), NULL, 0.05);
     expect_open_error(&dm, &mc, "no such file");
@@ -477,7 +489,10 @@ Test(batches, targets_are_inputs_shifted_by_one_and_in_range)
     int32_t *in = malloc(sizeof(int32_t) * B * T), *tg = malloc(sizeof(int32_t) * B * T);
     gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
     gsl_rng_set(r, 42);
-    ar_sample_batch(x, N, B, T, r, in, tg);
+    ar_token_set *ts = ar_token_set_wrap(x, N, "x");
+    ar_token_span sp = {ts, 0, N};
+    ar_err e = {{0}};
+    cr_assert_eq(ar_sample_batch(&sp, 1000, B, T, r, in, tg, &e), 0, "%s", e.msg);
     int seen[N] = {0};
     for (int b = 0; b < B; b++) {
         int o = in[b * T] - 100;
@@ -490,6 +505,10 @@ Test(batches, targets_are_inputs_shifted_by_one_and_in_range)
     }
     for (int o = 0; o <= N - T - 1; o++)
         cr_assert(seen[o] > 0, "offset %d never drawn", o);
+    /* an id not below the vocabulary fails, naming where it is */
+    cr_assert_eq(ar_sample_batch(&sp, 105, B, T, r, in, tg, &e), -1);
+    cr_assert(strstr(e.msg, "'x': token ") && strstr(e.msg, " has id 10"), "%s", e.msg);
+    ar_token_set_free(ts);
     gsl_rng_free(r);
     free(in);
     free(tg);
@@ -503,15 +522,19 @@ Test(batches, sampling_is_deterministic_for_a_seed)
         x[i] = i;
     int32_t a[B * T], b[B * T], ta[B * T], tb[B * T];
     gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
+    ar_token_set *ts = ar_token_set_wrap(x, N, "x");
+    ar_token_span sp = {ts, 0, N};
+    ar_err e = {{0}};
     gsl_rng_set(r, 7);
-    ar_sample_batch(x, N, B, T, r, a, ta);
+    cr_assert_eq(ar_sample_batch(&sp, N, B, T, r, a, ta, &e), 0, "%s", e.msg);
     gsl_rng_set(r, 7);
-    ar_sample_batch(x, N, B, T, r, b, tb);
+    cr_assert_eq(ar_sample_batch(&sp, N, B, T, r, b, tb, &e), 0, "%s", e.msg);
     cr_assert_arr_eq(a, b, sizeof a);
     cr_assert_arr_eq(ta, tb, sizeof ta);
     gsl_rng_set(r, 8);
-    ar_sample_batch(x, N, B, T, r, b, tb);
+    cr_assert_eq(ar_sample_batch(&sp, N, B, T, r, b, tb, &e), 0, "%s", e.msg);
     cr_assert(memcmp(a, b, sizeof a) != 0, "another seed should give other windows");
+    ar_token_set_free(ts);
     gsl_rng_free(r);
     free(x);
 }

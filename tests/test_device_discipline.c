@@ -75,7 +75,7 @@ static void evaluate(const char *run, const char *tmp)
     cr_assert_eq(ar_dataset_open(&ds, &cfg.data, &cfg.model, &e), 0, "%s", e.msg);
     ar_eval_result r;
     m->collect_stats = 1;
-    cr_assert_eq(ar_evaluate(m, ds.val, ds.nval, 6, 1, &r, &e), 0, "%s", e.msg);
+    cr_assert_eq(ar_evaluate_data(m, &ds.eval, 6, 1, &r, &e), 0, "%s", e.msg);
     m->collect_stats = 0;
     cr_expect(isfinite(r.loss) && r.loss > 0, "eval loss %g", r.loss);
     cr_assert_eq(ar_ckpt_save_grads(tu_path(tmp, "grads.safetensors"), m, &e), 0, "%s", e.msg);
@@ -83,7 +83,7 @@ static void evaluate(const char *run, const char *tmp)
     ar_depth_attn w = {0};
     int measured = 0;
     if (ar_res_has_depth_attn(k)) {
-        cr_assert_eq(ar_depth_attn_measure(m, ds.val, ds.nval, 4, &w, NULL, &e), 0, "%s", e.msg);
+        cr_assert_eq(ar_depth_attn_measure(m, &ds.eval, 4, &w, NULL, &e), 0, "%s", e.msg);
         measured = 1;
     }
     if (k != AR_RES_SWA && (measured || !ar_mixing_needs_weights(k))) {

@@ -20,9 +20,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "formats/safetensors.h"
+#include "formats/tokens.h"
 #include "run/checkpoint.h"
 #include "mpiutil.h"
 #include "testutil.h"
@@ -91,6 +93,38 @@ Test(dp, two_ranks_full_bit_identical, .timeout = 300)
 Test(dp, two_ranks_block_bit_identical, .timeout = 300)
 {
     ranks_match_one_process("--set model.residual.kind=block --set model.residual.block_size=2", "block");
+}
+
+/* On a directory of uint16 token shards (windows drawn over the
+ * concatenated stream, some spanning two shards): 2 ranks, the bytes of one
+ * process. */
+Test(dp, two_ranks_on_shards_bit_identical, .timeout = 300)
+{
+    mu_need_mpi();
+    const char *dir = mu_setup_dir();
+    char sd[4200], p[4300];
+    snprintf(sd, sizeof sd, "%s/shards", dir);
+    cr_assert_eq(mkdir(sd, 0755), 0);
+    uint32_t r = 12345;
+    int32_t x[2500];
+    for (int s = 0; s < 3; s++) {
+        size_t n = 700 + 400 * (size_t)s;
+        for (size_t i = 0; i < n; i++) {
+            r = r * 1664525u + 1013904223u;
+            x[i] = (int32_t)(r >> 8) % 300;
+        }
+        snprintf(p, sizeof p, "%s/part_%d.bin", sd, s);
+        ar_err e = {{0}};
+        cr_assert_eq(ar_tokens_write_llmc(p, x, n, 0, &e), 0, "%s", e.msg);
+    }
+    const char *kind = "--set model.residual.kind=block --set model.residual.block_size=2 "
+                       "--set model.vocab=300 --set data.train=shards";
+    train(dir, 0, kind, "", "one");
+    train(dir, 2, kind, "", "two");
+    char a[4200], b[4200];
+    snprintf(a, sizeof a, "%s/one/model.safetensors", dir);
+    snprintf(b, sizeof b, "%s/two/model.safetensors", dir);
+    mu_same_tensors(a, b, "block on shards");
 }
 
 /* 4 ranks of one micro-batch each, and ZeRO-1 on 2 and 4 ranks: the bytes

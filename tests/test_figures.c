@@ -21,6 +21,8 @@
 #include "formats/run_record.h"
 #include "lib/mixing.h"
 #include "run/checkpoint.h"
+#include "formats/tokens.h"
+#include "modelutil.h"
 #include "run/data.h"
 #include "run/depth_stats.h"
 #include "run/train.h"
@@ -400,7 +402,9 @@ Test(figures, zero_initialised_model_gives_uniform_rows)
         ar_depth_attn w;
         ar_eval_result r;
         ar_err e = {{0}};
-        cr_assert_eq(ar_depth_attn_measure(m, x, 200, 0, &w, &r, &e), 0, "%s", e.msg);
+        tu_mem_eval me;
+        cr_assert_eq(ar_depth_attn_measure(m, tu_mem_eval_of(&me, x, 200, 256), 0, &w, &r, &e), 0, "%s", e.msg);
+        tu_mem_eval_free(&me);
         cr_assert_eq(r.windows, 24);
         cr_assert_eq(w.tokens, 24 * 8);
         for (int l = 1; l <= m->L + 1; l++) {
@@ -419,7 +423,9 @@ Test(figures, zero_initialised_model_gives_uniform_rows)
     ar_model *m = tiny_model(&b, 2);
     ar_depth_attn w;
     ar_err e = {{0}};
-    cr_assert_eq(ar_depth_attn_measure(m, x, 200, 0, &w, NULL, &e), -1);
+    tu_mem_eval me;
+    cr_assert_eq(ar_depth_attn_measure(m, tu_mem_eval_of(&me, x, 200, 256), 0, &w, NULL, &e), -1);
+    tu_mem_eval_free(&me);
     cr_assert(strstr(e.msg, "baseline"), "%s", e.msg);
     ar_model_free(m);
 }

@@ -22,6 +22,8 @@
 #include "formats/run_record.h"
 #include "lib/mixing.h"
 #include "run/checkpoint.h"
+#include "formats/tokens.h"
+#include "modelutil.h"
 #include "run/data.h"
 #include "run/depth_stats.h"
 #include "run/train.h"
@@ -227,7 +229,10 @@ static void per_token_matches(ar_config c, const char *what)
     ar_depth_attn a;
     ar_depth_route rt;
     ar_err e = {{0}};
-    cr_assert_eq(ar_depth_measure(m, x, 200, 11, &a, &rt, NULL, &e), 0, "%s: %s", what, e.msg);
+    tu_mem_eval me;
+    cr_assert_eq(ar_depth_measure(m, tu_mem_eval_of(&me, x, 200, 256), 11, &a, &rt, NULL, &e), 0, "%s: %s", what,
+                 e.msg);
+    tu_mem_eval_free(&me);
     cr_assert_eq(rt.tokens, 11 * 8);
     int L = m->L, H = ar_cfg_heads(&c.model);
     if (c.model.residual.kind == AR_RES_STATIC || c.model.residual.kind == AR_RES_RESCALED)
@@ -446,7 +451,9 @@ Test(routing, eval_json_and_stats_csv_and_figure)
     cr_assert_eq(ar_tokens_load(&t, data, &e), 0, "%s", e.msg);
     ar_depth_attn a;
     ar_depth_route rt;
-    cr_assert_eq(ar_depth_measure(m, t.tok, t.n, 11, &a, &rt, NULL, &e), 0, "%s", e.msg);
+    tu_mem_eval me;
+    cr_assert_eq(ar_depth_measure(m, tu_mem_eval_of(&me, t.tok, t.n, 256), 11, &a, &rt, NULL, &e), 0, "%s", e.msg);
+    tu_mem_eval_free(&me);
     ar_tokens_free(&t);
     int L = m->L;
 

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "formats/bpe.h"
@@ -731,4 +733,278 @@ Test(tokenize_cli, usage_matches_man_synopsis)
     cr_assert(st == 0 && strstr(help, "GPT") != NULL && strstr(help, "Byte") != NULL, "%s", help);
     free(help);
     free(page);
+}
+
+/* ------------------------------------------------------------ shards and threads */
+
+/* A book-like text of about `bytes` bytes (malloc'd, *len): paragraphs of
+ * hard-wrapped lines of words, numbers, punctuation and contractions, where
+ * most line ends are the kind a chunk must not be cut at (a space or
+ * CR before the '\n', a blank line, an indent, a tab, non-ASCII or
+ * invalid UTF-8 on either side, a no-break or ideographic space), so that
+ * tokenize's cuts (cmd/tokenize_encode.c) meet them wherever they fall. */
+static char *book_text(size_t bytes, unsigned seed, size_t *len)
+{
+    static const char *const words[] = {
+        "the", "of", "and", "Elizabeth", "Darcy's", "was", "not", "in", "1811", "house", "caf\xc3\xa9", "it's",
+        "said", "very", "\xe2\x80\x94", "who", "\"Indeed,\"", "they'll", "(perhaps)", "na\xc3\xafve", "42.5", "I'm",
+        "letters", "would", "!", "well;", "\xce\xb1\xce\xb2\xce\xb3", "walk", "Mr.", "Bennet", "3rd", "she'd"};
+    /* most are no place to cut: white space before the '\n' or after it.
+     * With GPT-2's merges a wrong cut shows most often after the first of
+     * several '\n' (whole, "\n\n\n" is the ids of "\n\n" and "\n"; cut
+     * after its first '\n', three times that of "\n"), so those come most */
+    static const char *const ends[] = {
+        "\n",         "\n\n\n",        "\n\n  ",    "\n\n\t",    " \n\n\n",      "\n\n\n\n",  ".\n\n  ",
+        "\n\n\n",     "\n\n  ",       "\n\n\t",    " \n\n\n",    "\n\n\n\n",     " \n",      "\r\n",
+        "  \n",       "\xc2\xa0\n",    "\t\n",      "\r\n\r\n",  "\n ",          "\n\t",     "\n's ",
+        "\n\xff",     "\xff\n",       "\n\xe3\x80\x80", "\n\xc3\xa9", "\n\xc2\xa0", "\xe3\x80\x80\n"};
+    size_t cap = bytes + 256, k = 0, col = 0;
+    char *s = malloc(cap);
+    uint32_t x = seed;
+    while (k < bytes) {
+        x = x * 1103515245u + 12345u;
+        const char *w = words[(x >> 16) % (sizeof words / sizeof *words)];
+        size_t n = strlen(w);
+        if (col > 0)
+            s[k++] = ' ';
+        memcpy(s + k, w, n);
+        k += n;
+        col += n + 1;
+        if (col > 60 + (x >> 8) % 20) {
+            x = x * 1103515245u + 12345u;
+            const char *end = ends[(x >> 16) % (sizeof ends / sizeof *ends)];
+            memcpy(s + k, end, strlen(end));
+            k += strlen(end);
+            col = 0;
+        }
+    }
+    *len = k;
+    return s;
+}
+
+/* The ids of a uint16 token file whose header count matches its size. */
+static uint16_t *shard_ids(const char *path, size_t *n)
+{
+    uint32_t magic, version, count;
+    uint16_t *ids = read_token_file(path, &magic, &version, &count, n);
+    cr_assert(magic == 20240520 && version == 1 && count == *n, "%s: magic %u version %u count %u, %zu ids", path,
+              magic, version, count, *n);
+    return ids;
+}
+
+/* The names in directory d, sorted, one a line (malloc'd). */
+static char *listing(const char *d)
+{
+    int st;
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "ls -A '%s'", d);
+    char *out = tu_run(cmd, &st);
+    cr_assert_eq(st, 0, "%s", out);
+    return out;
+}
+
+/* val + train shards of a small text: the val shard holds the first
+ * --val-tokens ids, the train shards --shard-tokens each (the last fewer),
+ * and together they are the single file's ids in order. */
+Test(tokenize_cli, shards_concatenate_to_the_single_file)
+{
+    size_t len;
+    char *text = book_text(40000, 7, &len);
+    char in[4096], one[4096];
+    snprintf(in, sizeof in, "%s/book.txt", dir);
+    snprintf(one, sizeof one, "%s/one.bin", dir);
+    tu_write_file(in, text, len);
+    free(text);
+    EXPECT(0, 0, NULL, "tokenize '%s' -o '%s'", in, one);
+    size_t n;
+    uint16_t *all = shard_ids(one, &n);
+    cr_assert_gt(n, 8000, "only %zu tokens", n);
+    /* -o a path ending in '/': made */
+    int st;
+    char *err = run(2, &st, "tokenize '%s' -o '%s/sh/' --shard-tokens 1000 --val-tokens 2500", in, dir);
+    cr_assert_eq(st, 0, "%s", err);
+    size_t ntrain = (n - 2500 + 999) / 1000;
+    char want[256];
+    snprintf(want, sizeof want, "in %zu shards (1 val, %zu train)", ntrain + 1, ntrain);
+    cr_assert(strstr(err, "tokenize: ") && strstr(err, want), "expected '%s' in:\n%s", want, err);
+    free(err);
+    char sh[4096];
+    snprintf(sh, sizeof sh, "%s/sh", dir);
+    size_t at = 0, m;
+    uint16_t *v = shard_ids(tu_path(sh, "val_000000.bin"), &m);
+    cr_assert_eq(m, 2500);
+    cr_assert(memcmp(v, all, m * 2) == 0, "the val shard is not the first 2500 ids");
+    at += m;
+    free(v);
+    for (size_t k = 1; k <= ntrain; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "train_%06zu.bin", k);
+        uint16_t *t = shard_ids(tu_path(sh, name), &m);
+        cr_assert_eq(m, k < ntrain ? 1000 : n - 2500 - 1000 * (ntrain - 1), "%s: %zu ids", name, m);
+        cr_assert(memcmp(t, all + at, m * 2) == 0, "%s is not the single file's ids %zu..", name, at);
+        at += m;
+        free(t);
+    }
+    cr_assert_eq(at, n);
+    /* nothing else there: no temporary file, no further shard */
+    char *ls = listing(sh);
+    size_t lines = 0;
+    for (char *p = ls; *p; p++)
+        lines += *p == '\n';
+    cr_assert_eq(lines, ntrain + 1, "%s", ls);
+    free(ls);
+    /* an existing directory (no '/'), no val shard: train shards from
+     * train_000001.bin, and the earlier run's shards that this one does not
+     * replace (its val shard and its later train shards) are gone */
+    EXPECT(2, 0, "removed", "tokenize '%s' -o '%s' --shard-tokens 4000", in, sh);
+    ls = listing(sh);
+    snprintf(want, sizeof want, "train_%06zu.bin\n", (n + 3999) / 4000);
+    cr_assert(strncmp(ls, "train_000001.bin\n", 17) == 0 && strstr(ls, want) && !strstr(ls, "val_"), "%s", ls);
+    snprintf(want, sizeof want, "train_%06zu.bin", (n + 3999) / 4000 + 1);
+    cr_assert(!strstr(ls, want), "%s", ls);
+    free(ls);
+    uint16_t *t = shard_ids(tu_path(sh, "train_000001.bin"), &m);
+    cr_assert(m == 4000 && memcmp(t, all, m * 2) == 0);
+    free(t);
+    free(all);
+}
+
+/* --threads 1, 2 and 4 give the same bytes, one file or shards, and they
+ * are ar_bpe_encode's ids for the whole text: a text of several chunks
+ * whose line ends are mostly places no chunk may be cut at. */
+Test(tokenize_cli, threads_give_identical_files)
+{
+    size_t len, n;
+    char *text = book_text(2000000, 11, &len);
+    const char *in = tu_path(dir, "book.txt");
+    tu_write_file(in, text, len);
+    ar_bpe *b = gpt2();
+    int32_t *want = encode(b, text, len, &n);
+    ar_bpe_free(b);
+    free(text);
+    static const int threads[] = {1, 2, 4};
+    char one[3][4096], shard[3][4096];
+    for (int i = 0; i < 3; i++) {
+        snprintf(one[i], sizeof one[i], "%s/t%d.bin", dir, threads[i]);
+        snprintf(shard[i], sizeof shard[i], "%s/s%d/train_000003.bin", dir, threads[i]);
+        EXPECT(0, 0, NULL, "tokenize --threads %d '%s' -o '%s'", threads[i], in, one[i]);
+        EXPECT(0, 0, NULL, "tokenize --threads %d '%s' -o '%s/s%d/' --shard-tokens 100000 --val-tokens 12345",
+               threads[i], in, dir, threads[i]);
+    }
+    size_t m;
+    uint16_t *got = shard_ids(one[0], &m);
+    size_t first = 0;
+    while (first < m && first < n && got[first] == want[first])
+        first++;
+    cr_assert(m == n && first == n, "%zu ids, ar_bpe_encode %zu; first difference at %zu", m, n, first);
+    free(got);
+    free(want);
+    for (int i = 1; i < 3; i++) {
+        cr_assert(same_file(one[0], one[i]), "--threads %d differs from --threads 1", threads[i]);
+        cr_assert(same_file(shard[0], shard[i]), "--threads %d's shard 3 differs", threads[i]);
+    }
+}
+
+/* --eot puts <|endoftext|> (50256) before each input, as llm.c does, in
+ * both modes. */
+Test(tokenize_cli, eot_before_each_document)
+{
+    const char *a = tu_path(dir, "a.txt"), *c = tu_path(dir, "c.txt"), *out = tu_path(dir, "ac.bin");
+    write_text(a, "First file.\n");
+    write_text(c, "Second file.");
+    EXPECT(0, 0, NULL, "tokenize --eot '%s' '%s' -o '%s'", a, c, out);
+    ar_bpe *b = gpt2();
+    size_t na, nc, n;
+    int32_t *ia = encode(b, "First file.\n", 12, &na), *ic = encode(b, "Second file.", 12, &nc);
+    ar_bpe_free(b);
+    uint16_t *ids = shard_ids(out, &n);
+    cr_assert_eq(n, na + nc + 2);
+    cr_assert(ids[0] == 50256 && ids[1 + na] == 50256);
+    for (size_t i = 0; i < na; i++)
+        cr_assert_eq(ids[1 + i], ia[i]);
+    for (size_t i = 0; i < nc; i++)
+        cr_assert_eq(ids[2 + na + i], ic[i]);
+    EXPECT(0, 0, NULL, "tokenize --eot '%s' '%s' -o '%s/eot/' --val-tokens 1", a, c, dir);
+    size_t m;
+    uint16_t *v = shard_ids(tu_path(dir, "eot/val_000000.bin"), &m);
+    cr_assert_eq(m, 1);
+    uint16_t *t = shard_ids(tu_path(dir, "eot/train_000001.bin"), &m);
+    cr_assert(v[0] == 50256 && m == n - 1 && memcmp(t, ids + 1, m * 2) == 0);
+    free(v);
+    free(t);
+    free(ids);
+    free(ia);
+    free(ic);
+}
+
+Test(tokenize_cli, shard_option_errors)
+{
+    const char *in = tu_path(dir, "in.txt");
+    write_text(in, "some text\n");
+    EXPECT(2, 2, "'--shard-tokens' expects an integer >= 1, got '0'", "tokenize '%s' -o '%s/d/' --shard-tokens 0", in,
+           dir);
+    EXPECT(2, 2, "'--shard-tokens' expects an integer >= 1, got 'x'", "tokenize '%s' -o '%s/d/' --shard-tokens x", in,
+           dir);
+    EXPECT(2, 2, "'--val-tokens' expects an integer >= 0, got '-1'", "tokenize '%s' -o '%s/d/' --val-tokens -1", in,
+           dir);
+    EXPECT(2, 2, "'--shard-tokens' needs '-o DIR/'", "tokenize '%s' -o '%s/x.bin' --shard-tokens 10", in, dir);
+    EXPECT(2, 2, "'--val-tokens' needs '-o DIR/'", "tokenize '%s' -o '%s/x.bin' --val-tokens 10", in, dir);
+    EXPECT(2, 2, "'--val-tokens' is for encoding", "tokenize --decode '%s' --val-tokens 10", in);
+    EXPECT(2, 2, "'--eot' is for encoding", "tokenize --decode '%s' --eot", in);
+    EXPECT(2, 2, "'--threads' expects an integer >= 0", "tokenize '%s' -o '%s/d/' --threads -2", in, dir);
+    /* every token in the val shard: refused, nothing written, the
+     * directory it would have made not left behind */
+    EXPECT(2, 1, "'--val-tokens 3' takes all 3 tokens", "tokenize '%s' -o '%s/d/' --val-tokens 3", in, dir);
+    char *ls = listing(dir);
+    cr_assert(strstr(ls, "d\n") == NULL, "%s", ls);
+    free(ls);
+}
+
+/* A run that fails midway keeps the shards it finished, whole, leaves no
+ * part of the next, and says which were written. */
+Test(tokenize_cli, failure_leaves_whole_shards_only)
+{
+    size_t len;
+    char *text = book_text(20000, 3, &len);
+    const char *in = tu_path(dir, "book.txt");
+    tu_write_file(in, text, len);
+    free(text);
+    /* a directory where shard 2 goes: its rename fails (even for root) */
+    char sh[4096], in_way[4200];
+    snprintf(sh, sizeof sh, "%s/sh", dir);
+    snprintf(in_way, sizeof in_way, "%s/train_000002.bin", sh);
+    cr_assert_eq(mkdir(sh, 0777), 0);
+    cr_assert_eq(mkdir(in_way, 0777), 0);
+    write_text(tu_path(in_way, "keep"), "x");
+    int st;
+    char *err = run(2, &st, "tokenize '%s' -o '%s' --shard-tokens 1000", in, sh);
+    cr_assert_eq(st, 1, "%s", err);
+    cr_assert(strstr(err, "attnres: error: cannot write '") && strstr(err, "train_000002.bin'") &&
+                  strstr(err, "train_000001.bin' was written and is complete"),
+              "%s", err);
+    free(err);
+    char *ls = listing(sh);
+    cr_assert_str_eq(ls, "train_000001.bin\ntrain_000002.bin\n");
+    free(ls);
+    size_t m;
+    free(shard_ids(tu_path(sh, "train_000001.bin"), &m));
+    cr_assert_eq(m, 1000);
+    /* an input that cannot be read after some shards */
+    err = run(2, &st, "tokenize '%s' '%s/missing.txt' -o '%s/sh2/' --shard-tokens 1000 --val-tokens 500", in, dir,
+              dir);
+    cr_assert(st == 1 && strstr(err, "missing.txt': no such file") &&
+                  strstr(err, "shards '") && strstr(err, "sh2/val_000000.bin' to '"),
+              "%s", err);
+    free(err);
+    /* an unwritable directory (not for root, whom permissions do not stop):
+     * nothing written, no temporary file */
+    if (geteuid() != 0) {
+        char ro[4096];
+        snprintf(ro, sizeof ro, "%s/ro", dir);
+        cr_assert_eq(mkdir(ro, 0555), 0);
+        EXPECT(2, 1, "no shard was written", "tokenize '%s' -o '%s' --shard-tokens 1000", in, ro);
+        ls = listing(ro);
+        cr_assert_str_eq(ls, "");
+        free(ls);
+    }
 }

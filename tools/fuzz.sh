@@ -6,9 +6,9 @@
 #   tools/fuzz.sh [SECONDS [HARNESS...]]
 #
 # SECONDS defaults to 10; HARNESS is any of config, safetensors, tokens,
-# metrics, csv, bpe (default: all).  Each harness starts from its committed
-# seed corpus fuzz/corpus/NAME (read-only) plus a scratch corpus in
-# build-fuzz/corpus/NAME that persists between runs.  A crash, an
+# token_set, metrics, csv, bpe (default: all).  Each harness starts from
+# its committed seed corpus fuzz/corpus/NAME (read-only) plus a scratch
+# corpus in build-fuzz/corpus/NAME that persists between runs.  A crash, an
 # out-of-bounds access, a leak, undefined behaviour, a timeout or a failed
 # message check stops the run; the input is kept as build-fuzz/crash-NAME-*
 # and the script exits 1.  To keep a crasher as a regression test, copy it
@@ -17,7 +17,7 @@ set -eu
 cd "$(dirname "$0")/.."
 secs=${1:-10}
 [ $# -gt 0 ] && shift
-all="config safetensors tokens metrics csv bpe"
+all="config safetensors tokens token_set metrics csv bpe"
 harnesses=${*:-$all}
 out=${AR_FUZZ_BUILD:-build-fuzz}
 cc=${CLANG:-clang}
@@ -30,6 +30,7 @@ for h in $harnesses; do
     config) src="formats/config.c core/config.c core/blocks.c core/error.c" libs="-lyaml" ;;
     safetensors) src="formats/safetensors.c formats/json.c core/atomic.c formats/config.c core/config.c core/blocks.c core/error.c" libs="-lyaml -lz" ;;
     tokens) src="formats/tokens.c core/atomic.c core/error.c" libs="-lz" ;;
+    token_set) src="formats/token_set.c core/error.c" libs="-lz" ;;
     metrics) src="formats/metrics.c formats/json.c core/atomic.c core/error.c" libs="" ;;
     csv) src="formats/csv.c formats/json.c experiments/scaling.c experiments/sweep_grid.c core/error.c" libs="$gsl_libs -lm" ;;
     bpe)
