@@ -13,7 +13,7 @@ set -eu
 cd "$(dirname "$0")/.."
 build=${1:-build}
 work=${2:-/tmp/attnres-data-scale}
-gb=${3:-8}
+gb=${3:-9}
 bin=$build/attnres
 [ -x "$bin" ] || { echo "tools/bench-data-scale.sh: no '$bin': build first" >&2; exit 1; }
 mkdir -p "$work/big"
@@ -51,13 +51,13 @@ echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //
 # the first step's line, and tok/s of the final line.
 measure() {
     python3 - "$@" <<'EOF'
-import resource, subprocess, sys, time
+import re, resource, subprocess, sys, time
 t0 = time.time()
 p = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 first, toks, log = None, None, []
 for line in p.stdout:
     log.append(line)
-    if first is None and line.startswith("step"):
+    if first is None and re.search(r"step +1/", line): # under mpirun, a terminal's redrawn line
         first = time.time() - t0
     if line.startswith("done:"):
         toks = line.rsplit(",", 1)[1].split()[0]
