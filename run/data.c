@@ -115,7 +115,7 @@ int ar_dataset_open(ar_dataset *ds, const ar_data_cfg *dc, const ar_model_cfg *m
     if (dc->val[0] == '\0') {
         rc = split_tail(ds, dc, e);
     } else if (!(ds->val_set = open_checked(dc->val, mc, e))) {
-        rc = -1;
+        rc = ar_wrap(e, "data.val");
     } else {
         split_shards(ds);
     }
