@@ -72,16 +72,23 @@ static int split_tail(ar_dataset *ds, const ar_data_cfg *dc, ar_err *e)
     return 0;
 }
 
+ar_token_span *ar_token_spans_of_shards(const ar_token_set *ts)
+{
+    int n = ar_token_set_shards(ts);
+    ar_token_span *sp = ar_xmalloc((size_t)n * sizeof *sp);
+    for (int i = 0; i < n; i++) {
+        size_t lo = ar_token_set_shard_first(ts, i);
+        sp[i] = (ar_token_span){ts, lo, ar_token_set_shard_first(ts, i + 1) - lo};
+    }
+    return sp;
+}
+
 /* data.val: each shard its own part, evaluated in turn. */
 static void split_shards(ar_dataset *ds)
 {
     ds->train = (ar_token_span){ds->train_set, 0, ar_token_set_count(ds->train_set)};
     ds->nval = ar_token_set_shards(ds->val_set);
-    ds->val = ar_xmalloc((size_t)ds->nval * sizeof *ds->val);
-    for (int i = 0; i < ds->nval; i++) {
-        size_t lo = ar_token_set_shard_first(ds->val_set, i);
-        ds->val[i] = (ar_token_span){ds->val_set, lo, ar_token_set_shard_first(ds->val_set, i + 1) - lo};
-    }
+    ds->val = ar_token_spans_of_shards(ds->val_set);
 }
 
 /* One window of T+1 tokens is the least a split can be used for. */

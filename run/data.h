@@ -16,6 +16,10 @@ typedef struct {
     size_t lo, n;
 } ar_token_span;
 
+/* Each shard of ts as a span of its own (malloc'd, ar_token_set_shards(ts)
+ * of them): the parts of a set evaluated shard by shard. */
+ar_token_span *ar_token_spans_of_shards(const ar_token_set *ts);
+
 /* What an evaluation reads: the protocol's windows (docs/reference.md §5)
  * of each part in turn, so a sharded validation set is evaluated shard by
  * shard; every id must be below vocab. */

@@ -149,13 +149,8 @@ int ar_eval_data_open(const char *spec, const ar_model_cfg *mc, ar_token_set **s
         *set = NULL;
         return ar_fail(e, "'%s' is a token file but the model's vocabulary is bytes", spec);
     }
-    int np = ar_token_set_shards(*set);
-    *parts = ar_xmalloc((size_t)np * sizeof **parts);
-    for (int i = 0; i < np; i++) {
-        size_t lo = ar_token_set_shard_first(*set, i);
-        (*parts)[i] = (ar_token_span){*set, lo, ar_token_set_shard_first(*set, i + 1) - lo};
-    }
-    *d = (ar_eval_data){*parts, np, mc->vocab_bytes ? 256 : mc->vocab};
+    *parts = ar_token_spans_of_shards(*set);
+    *d = (ar_eval_data){*parts, ar_token_set_shards(*set), mc->vocab_bytes ? 256 : mc->vocab};
     return 0;
 }
 

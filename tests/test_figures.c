@@ -155,25 +155,6 @@ static void write_text(const char *path, int lines)
     fclose(f);
 }
 
-static const char *bin(void)
-{
-    const char *b = tu_bin();
-    if (!b)
-        cr_skip_test("AR_BIN is not set");
-    return b;
-}
-
-static char *run_cli(int *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static char *run_cli(int *st, const char *fmt, ...)
-{
-    char args[8192], cmd[9000];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "'%s' %s", bin(), args);
-    return tu_run(cmd, st);
-}
 
 TestSuite(figures, .timeout = 60);
 
@@ -452,7 +433,7 @@ static void csv_matches_eval(ar_res_kind kind, int S)
     snprintf(fig, sizeof fig, "%s", tu_path(dir, "w.png"));
     write_text(data, 4);
     int st;
-    char *out = run_cli(&st, "plot-depth-attn '%s' --data '%s' --max-windows 11 --csv '%s' --out '%s' --threads 1",
+    char *out = tu_run_bin(&st, "plot-depth-attn '%s' --data '%s' --max-windows 11 --csv '%s' --out '%s' --threads 1",
                         dir, data, csv, fig);
     cr_assert_eq(st, 0, "plot-depth-attn failed:\n%s", out);
     free(out);
@@ -501,7 +482,7 @@ static void csv_matches_eval(ar_res_kind kind, int S)
     ar_csv_free(tab);
 
     /* --matrix: each v_i gets the weight of its source */
-    out = run_cli(&st, "plot-attn '%s' --data '%s' --max-windows 11 --matrix --csv '%s' --out '%s' --threads 1", dir,
+    out = tu_run_bin(&st, "plot-attn '%s' --data '%s' --max-windows 11 --matrix --csv '%s' --out '%s' --threads 1", dir,
                   data, csv, fig);
     cr_assert_eq(st, 0, "plot-attn --matrix failed:\n%s", out);
     free(out);
@@ -617,7 +598,7 @@ Test(figures, training_leaves_depth_attn_and_dynamics_pngs)
     /* `attnres plot` redraws the figure from the run; a baseline run has
      * no depth attention, which the heatmap command says. */
     int st;
-    char *out = run_cli(&st, "plot '%s' --out '%s'", run, tu_path(dir, "dyn.png"));
+    char *out = tu_run_bin(&st, "plot '%s' --out '%s'", run, tu_path(dir, "dyn.png"));
     cr_assert_eq(st, 0, "%s", out);
     free(out);
     read_png(tu_path(dir, "dyn.png"), &f);

@@ -627,25 +627,6 @@ Test(token_set, memory_stays_flat, .timeout = 300)
 
 /* ---- attnres data check ---- */
 
-static const char *bin(void)
-{
-    const char *b = tu_bin();
-    if (!b)
-        cr_skip_test("AR_BIN is not set");
-    return b;
-}
-
-static char *run(int *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static char *run(int *st, const char *fmt, ...)
-{
-    char args[8192], cmd[9000];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "'%s' %s", bin(), args);
-    return tu_run(cmd, st);
-}
 
 static void expect_run(char *out, int st, int want_st, const char *needle)
 {
@@ -665,7 +646,7 @@ Test(data_cli, reports_shards_and_ids)
     t[123] = 50300;
     write_llmc(b, t, 200, 0);
     int st;
-    char *out = run(&st, "data check '%s'", d);
+    char *out = tu_run_bin(&st, "data check '%s'", d);
     expect_run(out, st, 0, "2 shards of uint16 tokens");
     char line[8200];
     snprintf(line, sizeof line, "%s", a);
@@ -677,20 +658,20 @@ Test(data_cli, reports_shards_and_ids)
     cr_assert(strstr(out, "checked 500 tokens"), "no final progress line in:\n%s", out);
     free(out);
 
-    out = run(&st, "data check '%s' --vocab 60000", d);
+    out = tu_run_bin(&st, "data check '%s' --vocab 60000", d);
     expect_run(out, st, 0, "50300");
     free(out);
 
-    out = run(&st, "data check --vocab 50257 '%s'", d);
+    out = tu_run_bin(&st, "data check --vocab 50257 '%s'", d);
     snprintf(line, sizeof line, "attnres: error: '%s': token 123 has id 50300 but the vocabulary holds 50257 ids", b);
     expect_run(out, st, 1, line);
     free(out);
 
     /* a glob, quoted so that attnres expands it */
-    out = run(&st, "data check '%s/*.bin'", d);
+    out = tu_run_bin(&st, "data check '%s/*.bin'", d);
     expect_run(out, st, 0, "500");
     free(out);
-    out = run(&st, "data check '%s/*.none'", d);
+    out = tu_run_bin(&st, "data check '%s/*.none'", d);
     expect_run(out, st, 1, "matches no file");
     free(out);
     free(a), free(b);
@@ -708,16 +689,16 @@ Test(data_cli, usage_errors)
                          "data check x --vocab many"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         int st;
-        char *out = run(&st, "%s", bad[i]);
+        char *out = tu_run_bin(&st, "%s", bad[i]);
         cr_assert_eq(st, 2, "'attnres %s' exited %d, expected 2:\n%s", bad[i], st, out);
         cr_assert(strstr(out, "attnres: error: "), "'attnres %s':\n%s", bad[i], out);
         free(out);
     }
     int st;
-    char *out = run(&st, "data check x --bogus");
+    char *out = tu_run_bin(&st, "data check x --bogus");
     expect_run(out, st, 2, "usage: attnres data check SET [--vocab N]");
     free(out);
-    out = run(&st, "help data");
+    out = tu_run_bin(&st, "help data");
     expect_run(out, st, 0, "check");
     free(out);
 }

@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <ftw.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,4 +206,34 @@ char *tu_model_bytes(const char *run, size_t *n)
     *n = f.data_size;
     ar_st_free(&f);
     return b;
+}
+
+char *tu_run_bin(int *status, const char *fmt, ...)
+{
+    const char *b = tu_bin();
+    if (!b)
+        cr_skip_test("AR_BIN is not set");
+    char args[8192], cmd[9000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "'%s' %s", b, args);
+    return tu_run(cmd, status);
+}
+
+void tu_expect_same_metric_values(const char *a, const char *b, const char *what, int seen[3])
+{
+    const char *keys[] = {"\"loss\":", "\"val_loss\":", "\"grad_norm\":"};
+    for (int k = 0; k < 3; k++) {
+        const char *pa = a, *pb = b;
+        seen[k] = 0;
+        while ((pa = strstr(pa, keys[k])) && (pb = strstr(pb, keys[k]))) {
+            size_t n = strcspn(pa, ",}");
+            cr_expect(strncmp(pa, pb, n) == 0, "%s: %.*s against %.*s", what, (int)n, pa, (int)strcspn(pb, ",}"), pb);
+            pa += n;
+            pb += n;
+            seen[k]++;
+        }
+    }
 }

@@ -56,5 +56,13 @@ const char *tu_source_dir(void);
 /* Runs a shell command, capturing stdout+stderr (malloc'd) and the exit
  * status (-1 when killed by a signal). */
 char *tu_run(const char *cmd, int *status);
+/* tu_run of the attnres binary with the arguments fmt formats (skips the
+ * test where AR_BIN is not set). */
+char *tu_run_bin(int *status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Expects the "loss", "val_loss" and "grad_norm" values of two
+ * metrics.jsonl texts to be the same strings, in order (the lines' timings
+ * may differ); seen[k] gets how many of key k were compared. */
+void tu_expect_same_metric_values(const char *a, const char *b, const char *what, int seen[3]);
 
 #endif
