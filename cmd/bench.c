@@ -16,6 +16,7 @@
 #include "../formats/json.h"
 #include "../experiments/bench.h"
 #include "../experiments/child.h"
+#include "../lib/backend.h"
 #include "../run/machine.h"
 #include "bench_ops.h"
 #include "cmds.h"
@@ -33,6 +34,8 @@ typedef struct {
     int ok;
     ar_bench_result r;
     double ceiling; /* sgemm GFLOP/s in the child, after the variant (cpu; 0 on cuda) */
+    double fma_peak; /* the FMA peak's GFLOP/s in the child, after the ceiling (cpu; 0 on cuda) */
+    const char *fma_isa; /* a string constant of experiments/fma_peak.c, the same in every process */
     char msg[sizeof(ar_err)];
 } report;
 
@@ -119,8 +122,10 @@ static void variant_work(void *ud, void *buf)
     ar_err e = {{0}};
     if (ar_bench_variant(&j->v->cfg, j->o, &rep->r, &e) == 0) {
         /* the sgemm ceiling is the CPU's; a GPU's is its bf16 peak (MFU) */
-        if (j->v->cfg.train.device == AR_DEVICE_CPU)
+        if (j->v->cfg.train.device == AR_DEVICE_CPU) {
             rep->ceiling = ar_bench_sgemm_gflops(AR_BENCH_CEILING_N, AR_BENCH_CEILING_REPS);
+            rep->fma_peak = ar_bench_fma_peak_gflops(AR_BENCH_FMA_REPS, &rep->fma_isa);
+        }
         rep->ok = 1;
     } else {
         snprintf(rep->msg, sizeof rep->msg, "%s", e.msg);
@@ -229,7 +234,7 @@ static int run_paired(variant_run *runs, int n, const variant_run *base, const a
 typedef struct {
     double train_ovh, infer_ovh;   /* percent; NaN without a baseline */
     double extra, pred, ratio;     /* bytes; ratio NaN where undefined */
-    double ceil_pct;
+    double ceil_pct, fma_pct;      /* of the sgemm ceiling, of the FMA peak (cpu) */
     double peak, mfu;              /* FLOP/s (0 unknown) and fraction (NaN unknown) */
 } derived;
 
@@ -237,10 +242,12 @@ typedef struct {
 static derived derive(const variant_run *v, const variant_run *base, double peak_tflops)
 {
     const ar_bench_result *r = &v->rep.r;
-    derived d = {NAN, NAN, NAN, 0, NAN, NAN, 0, NAN};
+    derived d = {NAN, NAN, NAN, 0, NAN, NAN, NAN, 0, NAN};
     d.pred = 4.0 * ar_bench_predicted_extra_floats(&v->cfg.model, r->batch);
     if (v->rep.ceiling > 0)
         d.ceil_pct = 100.0 * r->gflops / v->rep.ceiling;
+    if (v->rep.fma_peak > 0)
+        d.fma_pct = 100.0 * r->gflops / v->rep.fma_peak;
     d.peak = peak_tflops > 0 ? peak_tflops * 1e12 : r->peak_flops;
     d.mfu = ar_bench_mfu(r, d.peak);
     if (v->cfg.train.device != AR_DEVICE_CPU)
@@ -350,6 +357,8 @@ static void json_result(ar_jw *w, const variant_run *v, const variant_run *base,
     ar_jw_num(w, r->gflops);
     json_num_or_null(w, "ceiling_gflops", gpu ? (d.peak > 0 ? d.peak / 1e9 : NAN) : v->rep.ceiling);
     json_num_or_null(w, "ceiling_percent", d.ceil_pct);
+    json_num_or_null(w, "fma_peak_gflops", gpu ? NAN : v->rep.fma_peak);
+    json_num_or_null(w, "fma_peak_percent", d.fma_pct);
     json_num_or_null(w, "mfu", d.mfu);
     json_num_or_null(w, "train_overhead", d.train_ovh);
     json_num_or_null(w, "infer_overhead", d.infer_ovh);
@@ -405,6 +414,15 @@ static void print_json(const char *config, const ar_config *cfg, const ar_bench_
     ar_jw_key(&w, "repeat");
     ar_jw_int(&w, o->repeat);
     json_num_or_null(&w, "ceiling_gflops", gpu ? (d0.peak > 0 ? d0.peak / 1e9 : NAN) : ceil_max);
+    double fma_max = 0;
+    for (int i = 0; i < n; i++)
+        fma_max = runs[i].rep.fma_peak > fma_max ? runs[i].rep.fma_peak : fma_max;
+    json_num_or_null(&w, "fma_peak_gflops", gpu || fma_max <= 0 ? NAN : fma_max);
+    ar_jw_key(&w, "small_products");
+    if (ar_cpu_small_products())
+        ar_jw_str(&w, ar_cpu_small_products());
+    else
+        ar_jw_null(&w);
     ar_jw_key(&w, "results");
     ar_jw_arr_begin(&w);
     for (int i = 0; i < n; i++)
@@ -439,6 +457,9 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
     int L = ar_cfg_sublayers(m);
     int gpu = cfg->train.device != AR_DEVICE_CPU, mfu = gpu || peak_tflops > 0;
     derived d0 = derive(&runs[0], base, peak_tflops);
+    double fma_max = 0;
+    for (int i = 0; i < n; i++)
+        fma_max = runs[i].rep.fma_peak > fma_max ? runs[i].rep.fma_peak : fma_max;
     ar_machine mach;
     ar_machine_describe(&mach);
     printf("machine: %s, %s, %d thread%s, OPENBLAS_CORETYPE=%s, built for %s\n", mach.cpu, mach.blas,
@@ -449,6 +470,10 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
     else
         printf("sgemm ceiling %.1f GFLOP/s (%d^3, best of %d; %.1f..%.1f over the variants' processes)", ceil_max,
                AR_BENCH_CEILING_N, AR_BENCH_CEILING_REPS, ceil_min, ceil_max);
+    if (!gpu && fma_max > 0)
+        printf("\nFMA peak %.1f GFLOP/s (%s chains on every thread, best of %d), small products on %s", fma_max,
+               runs[0].rep.fma_isa ? runs[0].rep.fma_isa : "?", AR_BENCH_FMA_REPS,
+               ar_cpu_small_products() ? ar_cpu_small_products() : "the BLAS");
     if (d0.peak > 0)
         printf(", peak %.1f TFLOP/s (%s)\n", d0.peak / 1e12, peak_tflops > 0 ? "--peak-tflops" : "bf16, the device's");
     else if (gpu)
@@ -466,14 +491,15 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
     for (int i = 0; i < n; i++)
         lw = (int)strlen(runs[i].def->label) > lw ? (int)strlen(runs[i].def->label) : lw;
     int cw = mfu ? 7 : 6; /* "unknown" */
-    printf("%-*s %11s %19s %8s %*s %8s %11s %8s %9s %9s %9s %9s\n", lw, "variant", "train tok/s", "min..max",
-           "GFLOP/s", cw, mfu ? "MFU" : "%ceil", "overhead", "infer tok/s", "overhead", "peak MiB", "extra MiB",
-           "pred MiB", "meas/pred");
+    printf("%-*s %11s %19s %8s %*s %6s %8s %11s %8s %9s %9s %9s %9s\n", lw, "variant", "train tok/s", "min..max",
+           "GFLOP/s", cw, mfu ? "MFU" : "%ceil", "%peak", "overhead", "infer tok/s", "overhead", "peak MiB",
+           "extra MiB", "pred MiB", "meas/pred");
     for (int i = 0; i < n; i++) {
         const variant_run *v = &runs[i];
         const ar_bench_result *r = &v->rep.r;
         derived d = derive(v, base, peak_tflops);
-        char range[48], cp[16], to[16], io[16], peak[24], extra[24], pred[24], ratio[24];
+        char range[48], cp[16], fp[16], to[16], io[16], peak[24], extra[24], pred[24], ratio[24];
+        fmt_pct(fp, sizeof fp, d.fma_pct);
         snprintf(range, sizeof range, "%.0f..%.0f", r->train_tok_per_s_min, r->train_tok_per_s_max);
         fmt_pct(cp, sizeof cp, mfu ? 100.0 * d.mfu : d.ceil_pct);
         if (mfu && !isfinite(d.mfu))
@@ -487,8 +513,9 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
             snprintf(ratio, sizeof ratio, "%.2f", d.ratio);
         else
             snprintf(ratio, sizeof ratio, "-");
-        printf("%-*s %11.0f %19s %8.1f %*s %8s %11.0f %8s %9s %9s %9s %9s\n", lw, v->def->label, r->train_tok_per_s,
-               range, r->gflops, cw, cp, to, r->infer_tok_per_s, io, peak, extra, pred, ratio);
+        printf("%-*s %11.0f %19s %8.1f %*s %6s %8s %11.0f %8s %9s %9s %9s %9s\n", lw, v->def->label,
+               r->train_tok_per_s, range, r->gflops, cw, cp, fp, to, r->infer_tok_per_s, io, peak, extra, pred,
+               ratio);
     }
     if (base && isfinite(runs[0].train_nm)) {
         printf("\n%-*s %25s %25s\n", lw, "", "train overhead outside", "infer overhead outside");
@@ -507,7 +534,8 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
     if (mfu)
         printf("MFU = GFLOP/s (6N + 12 n_layer d T per token) / peak; ");
     else
-        printf("%%ceil against the sgemm ceiling measured in the variant's own process; ");
+        printf("%%ceil, %%peak: GFLOP/s against the sgemm ceiling and the FMA peak measured in the variant's\n"
+               "own process; ");
     printf("peak MiB in that process%s;\n"
            "pred MiB = ceil(L/S)*B*T*d floats of stored block summaries (full: S = 1)\n",
            gpu ? " (host memory: the device memory is not measured)" : "");

@@ -127,6 +127,12 @@ void ar_bench_summarize(double *v, int n, double *med, double *lo, double *hi);
 #define AR_BENCH_CEILING_REPS 5
 double ar_bench_sgemm_gflops(int n, int reps);
 
+/* The fp32 FMA peak of the threads currently set, measured: the best
+ * GFLOP/s of `reps` runs of independent FMA chains in the widest vectors
+ * the CPU has (experiments/fma_peak.c); *isa names them ("AVX-512 FMA"). */
+#define AR_BENCH_FMA_REPS 3
+double ar_bench_fma_peak_gflops(int reps, const char **isa);
+
 /* Peak resident set size of this process in bytes (VmHWM of
  * /proc/self/status, else getrusage's ru_maxrss); -1 if unknown. */
 long long ar_bench_peak_rss(void);

@@ -75,6 +75,11 @@ typedef struct ar_backend {
 /* The CPU backend (always built). */
 const ar_backend *ar_backend_cpu(void);
 
+/* What runs the CPU backend's linear-layer products besides the CBLAS:
+ * "libxsmm 1.17, AVX-512 kernels (cpx)" where built with -Dcpu_gemm=libxsmm
+ * (lib/cpu/matmul_xsmm.c), NULL where the CBLAS runs them all. */
+const char *ar_cpu_small_products(void);
+
 /* The CUDA backend on the current CUDA device (lib/cuda/), created on first
  * use.  NULL with e set where attnres was built without CUDA
  * (lib/cuda/backend_cuda_load.c) or no CUDA device can be used. */

@@ -227,25 +227,44 @@ void ar_adamw_step(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, double 
     if (o->muon && !o->ns[0])
         muon_scratch(o, model);
     double lr_muon = tc->muon_lr * lr / tc->lr; /* the schedule's factor */
+    ar_adamw_hparams st = {.lr = (float)lr, .b1 = (float)tc->beta1, .b2 = (float)tc->beta2,
+                        .eps = (float)tc->eps, .gscale = gscale, .t = o->t};
     size_t moff = 0; /* where range r's moments start */
     for (int r = 0; r < o->nranges; r++) {
-        for (int i = 0; i < model->pt.n; i++) {
-            const ar_param *p = &model->pt.p[i];
-            size_t lo = p->offset > o->lo[r] ? p->offset : o->lo[r];
-            size_t hi = p->offset + p->numel < o->hi[r] ? p->offset + p->numel : o->hi[r];
-            if (lo >= hi)
-                continue;
-            size_t mo = moff + (lo - o->lo[r]);
+        /* Neighbouring tensors with the same weight decay are one AdamW
+         * call, the same update element by element: the small tensors of a
+         * narrow model would each be too short to split among threads. */
+        size_t run_lo = 0, run_hi = 0;
+        float run_wd = 0;
+        for (int i = 0; i <= model->pt.n; i++) {
+            const ar_param *p = i < model->pt.n ? &model->pt.p[i] : NULL;
+            size_t lo = 0, hi = 0;
+            if (p) {
+                lo = p->offset > o->lo[r] ? p->offset : o->lo[r];
+                hi = p->offset + p->numel < o->hi[r] ? p->offset + p->numel : o->hi[r];
+                if (lo >= hi)
+                    continue;
+            }
             /* a matrix split between ranges (ZeRO-1, which validation
              * refuses with Muon) would fall back to AdamW */
-            if (o->muon && ar_muon_param(model, i) && lo == p->offset && hi == p->offset + p->numel) {
-                muon_update(o, model, p, o->m + mo, tc, gscale, lr_muon);
+            int muon = p && o->muon && ar_muon_param(model, i) && lo == p->offset && hi == p->offset + p->numel;
+            float wd = p && p->decay ? (float)tc->weight_decay : 0.0f;
+            if (run_hi > run_lo && (!p || muon || wd != run_wd || lo != run_hi)) {
+                size_t mo = moff + (run_lo - o->lo[r]);
+                st.wd = run_wd;
+                o->be->adamw(model->params + run_lo, model->grads + run_lo, o->m + mo, o->v + mo, run_hi - run_lo,
+                             &st);
+                run_lo = run_hi = 0;
+            }
+            if (!p)
+                break;
+            if (muon) {
+                muon_update(o, model, p, o->m + moff + (lo - o->lo[r]), tc, gscale, lr_muon);
                 continue;
             }
-            float wd = p->decay ? (float)tc->weight_decay : 0.0f;
-            ar_adamw_hparams st = {.lr = (float)lr, .b1 = (float)tc->beta1, .b2 = (float)tc->beta2,
-                                .eps = (float)tc->eps, .wd = wd, .gscale = gscale, .t = o->t};
-            o->be->adamw(model->params + lo, model->grads + lo, o->m + mo, o->v + mo, hi - lo, &st);
+            if (run_hi == run_lo)
+                run_lo = lo, run_wd = wd;
+            run_hi = hi;
         }
         moff += o->hi[r] - o->lo[r];
     }

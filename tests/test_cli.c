@@ -17,6 +17,7 @@
 
 #include "formats/json.h"
 #include "lib/backend.h"
+#include "lib/backend.h"
 #include "run/checkpoint.h"
 #include "testutil.h"
 
@@ -952,7 +953,22 @@ Test(cli, bench_json_has_the_required_fields)
     ar_json *j = ar_json_parse(out, strlen(out), &e);
     cr_assert(j != NULL, "bench --json printed invalid JSON (%s):\n%s", e.msg, out);
     cr_assert_eq(j->type, AR_JSON_OBJ);
-    cr_assert_gt(json_field(j, "ceiling_gflops", AR_JSON_NUM)->num, 0);
+    double ceiling = json_field(j, "ceiling_gflops", AR_JSON_NUM)->num;
+    cr_assert_gt(ceiling, 0);
+    /* no fp32 kernel passes the FMA peak; the sgemm ceiling reaches
+     * at least a tenth of it (a measurement of the wrong width or thread
+     * count would be off by 2x or more, not by 10x, so this checks only
+     * that it is the same kind of number) */
+    double fma = json_field(j, "fma_peak_gflops", AR_JSON_NUM)->num;
+    cr_expect(fma >= ceiling / 1.2 && fma <= 10 * ceiling, "FMA peak %.1f GFLOP/s against the sgemm ceiling %.1f",
+              fma, ceiling);
+    const ar_json *sp = ar_json_get(j, "small_products");
+    cr_assert(sp, "no 'small_products' in the JSON");
+    if (ar_cpu_small_products())
+        cr_expect(sp->type == AR_JSON_STR && strcmp(sp->str, ar_cpu_small_products()) == 0,
+                  "'small_products' is not '%s'", ar_cpu_small_products());
+    else
+        cr_expect(sp->type == AR_JSON_NULL, "'small_products' is not null in a build without libxsmm");
     const ar_json *cfg = json_field(j, "config", AR_JSON_OBJ);
     cr_assert_eq(json_field(cfg, "d_model", AR_JSON_NUM)->num, 32);
     cr_assert_eq(json_field(cfg, "batch_size", AR_JSON_NUM)->num, 2);
@@ -962,7 +978,8 @@ Test(cli, bench_json_has_the_required_fields)
     const char *nums[] = {"train_tok_per_s", "train_tok_per_s_min", "train_tok_per_s_max", "infer_tok_per_s",
                           "gflops", "ceiling_gflops", "peak_rss_bytes", "extra_rss_bytes",
                           "predicted_extra_bytes", "train_overhead", "infer_overhead",
-                          "train_overhead_outside_matmul", "infer_overhead_outside_matmul"};
+                          "train_overhead_outside_matmul", "infer_overhead_outside_matmul",
+                          "fma_peak_gflops", "fma_peak_percent"};
     const char *names[] = {"baseline", "full"};
     for (int i = 0; i < 2; i++) {
         const ar_json *r = &res->items[i];

@@ -1,13 +1,31 @@
-/* The CPU backend's linear layers (no bias): CBLAS sgemm (OpenBLAS, whose
- * OpenMP build splits only the output among its threads, so products are
- * reproducible for a given thread count). */
+/* The CPU backend's linear layers (no bias): the small products on
+ * libxsmm where built with it (matmul_xsmm.c), the rest on CBLAS sgemm
+ * (OpenBLAS, whose OpenMP build splits only the output among its threads,
+ * so products are reproducible for a given thread count). */
+#include "../backend.h"
 #include "ops_cpu.h"
 
 #include <cblas.h>
+#ifdef AR_HAVE_LIBXSMM
+#include "matmul_xsmm.h"
+#endif
+
+const char *ar_cpu_small_products(void)
+{
+#ifdef AR_HAVE_LIBXSMM
+    return xsmm_describe();
+#else
+    return NULL;
+#endif
+}
 
 /* out = x W^T     x: N x in, W: outd x in, out: N x outd   (=) */
 void cpu_matmul_fwd(float *out, const float *x, const float *W, int N, int in, int outd)
 {
+#ifdef AR_HAVE_LIBXSMM
+    if (xsmm_matmul_fwd(out, x, W, N, in, outd))
+        return;
+#endif
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, outd, in, 1.0f, x, in, W, in, 0.0f,
                 out, outd);
 }
@@ -16,6 +34,10 @@ void cpu_matmul_fwd(float *out, const float *x, const float *W, int N, int in, i
 void cpu_matmul_bwd(float *dx, float *dW, const float *dout, const float *x,
                     const float *W, int N, int in, int outd)
 {
+#ifdef AR_HAVE_LIBXSMM
+    if (xsmm_matmul_bwd(dx, dW, dout, x, W, N, in, outd))
+        return;
+#endif
     if (dx)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, outd, 1.0f, dout, outd, W,
                     in, 1.0f, dx, in);

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-enum { WS_A, WS_B, WS_C, WS_ROPE, WS_NSLOTS };
+enum { WS_A, WS_B, WS_C, WS_ROPE, WS_GEMM, WS_NSLOTS };
 
 /* At least `bytes` bytes, 64-byte aligned, contents undefined. */
 void *cpu_ws(int slot, size_t bytes);

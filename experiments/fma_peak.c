@@ -1,0 +1,109 @@
+/* The machine's fused multiply-add peak in fp32, measured: every thread
+ * runs independent FMA chains in the widest vectors this CPU has (chosen at
+ * run time from CPUID, whatever the build's -march), enough of them to hide
+ * the FMA latency on both pipes of current x86 cores; FLOPs = 2 per lane
+ * per FMA.  The bound that no fp32 kernel can pass, where the sgemm
+ * ceiling is what a good one reaches. */
+#include "bench.h"
+
+#include <omp.h>
+#include <time.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define HAVE_X86 1
+#endif
+
+enum { CHAINS = 12, ITERS = 1 << 20 };
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Each of these: ITERS rounds of CHAINS independent a = a m + c, the sum
+ * of the lanes returned so that nothing is left out as unused. */
+#ifdef HAVE_X86
+__attribute__((target("avx512f"))) static float chains_avx512(float m, float c)
+{
+    __m512 a[CHAINS], vm = _mm512_set1_ps(m), vc = _mm512_set1_ps(c);
+    for (int j = 0; j < CHAINS; j++)
+        a[j] = _mm512_set1_ps((float)j);
+    for (long i = 0; i < ITERS; i++)
+        for (int j = 0; j < CHAINS; j++)
+            a[j] = _mm512_fmadd_ps(a[j], vm, vc);
+    for (int j = 1; j < CHAINS; j++)
+        a[0] = _mm512_add_ps(a[0], a[j]);
+    return _mm512_reduce_add_ps(a[0]);
+}
+
+__attribute__((target("avx2,fma"))) static float chains_avx2(float m, float c)
+{
+    __m256 a[CHAINS], vm = _mm256_set1_ps(m), vc = _mm256_set1_ps(c);
+    for (int j = 0; j < CHAINS; j++)
+        a[j] = _mm256_set1_ps((float)j);
+    for (long i = 0; i < ITERS; i++)
+        for (int j = 0; j < CHAINS; j++)
+            a[j] = _mm256_fmadd_ps(a[j], vm, vc);
+    float out[8], s = 0;
+    for (int j = 1; j < CHAINS; j++)
+        a[0] = _mm256_add_ps(a[0], a[j]);
+    _mm256_storeu_ps(out, a[0]);
+    for (int k = 0; k < 8; k++)
+        s += out[k];
+    return s;
+}
+#endif
+
+/* No FMA unit: a multiply and an add, 4 lanes (SSE). */
+static float chains_plain(float m, float c)
+{
+    float a[CHAINS][4];
+    for (int j = 0; j < CHAINS; j++)
+        for (int k = 0; k < 4; k++)
+            a[j][k] = (float)j;
+    for (long i = 0; i < ITERS; i++)
+        for (int j = 0; j < CHAINS; j++)
+            for (int k = 0; k < 4; k++)
+                a[j][k] = a[j][k] * m + c;
+    float s = 0;
+    for (int j = 0; j < CHAINS; j++)
+        for (int k = 0; k < 4; k++)
+            s += a[j][k];
+    return s;
+}
+
+double ar_bench_fma_peak_gflops(int reps, const char **isa)
+{
+    int lanes = 4;
+    float (*chains)(float, float) = chains_plain;
+    *isa = "SSE, no FMA";
+#ifdef HAVE_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        chains = chains_avx512, lanes = 16, *isa = "AVX-512 FMA";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        chains = chains_avx2, lanes = 8, *isa = "AVX2 FMA";
+#endif
+    double best = 0;
+    volatile float sink = 0;
+    for (int r = 0; r < reps; r++) {
+        int threads = 1;
+        double t = now_s();
+#pragma omp parallel
+        {
+#pragma omp single
+            threads = omp_get_num_threads();
+            float s = chains(0.999999f, 1e-7f);
+#pragma omp atomic
+            sink += s;
+        }
+        double dt = now_s() - t;
+        double g = 2.0 * lanes * CHAINS * (double)ITERS * threads / dt / 1e9;
+        best = g > best ? g : best;
+    }
+    (void)sink;
+    return best;
+}

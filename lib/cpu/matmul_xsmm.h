@@ -1,0 +1,15 @@
+/* The linear layers' small products on libxsmm (matmul_xsmm.c), built
+ * with -Dcpu_gemm=libxsmm.  Each returns 1 when it has computed the
+ * product, 0 when the shape is left to OpenBLAS (nothing written then). */
+#ifndef AR_CPU_MATMUL_XSMM_H
+#define AR_CPU_MATMUL_XSMM_H
+
+/* whether a product of N tokens through an outd x in matrix is libxsmm's */
+int xsmm_handles(int N, int in, int outd);
+int xsmm_matmul_fwd(float *out, const float *x, const float *W, int N, int in, int outd);
+int xsmm_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, const float *W, int N,
+                    int in, int outd);
+/* the library, its version and the instruction set of its kernels here */
+const char *xsmm_describe(void);
+
+#endif

@@ -1,0 +1,186 @@
+/* The CPU backend's linear layers (lib/ops.def: matmul_fwd, matmul_bwd)
+ * against the simple path, a double-precision triple loop, on random
+ * inputs: out = x W^T, dx += dout W, dW += dout^T x, on shapes that take
+ * every tile and tail of the libxsmm path (lib/cpu/matmul_xsmm.c: tokens
+ * not a multiple of 32, in not of 64, outd not of 32, N not of 256) and
+ * shapes it leaves to OpenBLAS (a dimension over 1024).
+ *
+ * Bound, per output element: a K-term float sum (the += base one more
+ * term) in any order is within gamma(K + 1) of the magnitudes of its terms
+ * (K = in, outd or N); computed here in double from |x|, |W|, |dout|.
+ *
+ * Built with libxsmm, its tiles are fixed by the shape alone, so its
+ * results must be equal bit for bit on 1 and 2 threads; meson runs this
+ * file once more under LIBXSMM_TARGET=hsw, the AVX2 kernels that AVX2-only
+ * CPUs run, whatever this machine has.
+ *
+ * Covers: lib/cpu/matmul_cpu.c, lib/cpu/matmul_xsmm.c. */
+#include <cblas.h>
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/backend.h"
+#include "testutil.h"
+
+static const ar_backend *be;
+static uint64_t seed = 9100;
+
+static void setup(void)
+{
+    be = ar_backend_cpu();
+    be->set_threads(2);
+}
+
+TestSuite(matmul_cpu, .init = setup);
+
+static float *rnd(size_t n)
+{
+    float *x = be->alloc((n ? n : 1) * sizeof(float));
+    cr_assert(x, "out of memory");
+    tu_fill_uniform(x, n, -1, 1, seed++);
+    return x;
+}
+
+static float *copy(const float *a, size_t n)
+{
+    float *x = be->alloc((n ? n : 1) * sizeof(float));
+    cr_assert(x, "out of memory");
+    memcpy(x, a, n * sizeof(float));
+    return x;
+}
+
+/* |got - exact| <= gamma(K + 1) mag for every element */
+static void expect_within(const char *what, const float *got, const double *exact, const double *mag,
+                          size_t n, int K, int N, int in, int outd)
+{
+    double g = tu_gamma(K + 1);
+    size_t worst = 0;
+    double wq = 0;
+    for (size_t i = 0; i < n; i++) {
+        double q = fabs(got[i] - exact[i]) / (g * mag[i] + 1e-300);
+        if (!(q <= wq)) /* NaN counts as worst */
+            wq = q, worst = i;
+    }
+    cr_expect(wq <= 1.0, "%s N=%d in=%d outd=%d: element %zu is %.9g, exact %.9g, error %.3g of the bound",
+              what, N, in, outd, worst, got[worst], exact[worst], wq);
+}
+
+static void matmul_case(int N, int in, int outd)
+{
+    size_t nx = (size_t)N * in, nw = (size_t)outd * in, no = (size_t)N * outd;
+    float *x = rnd(nx), *W = rnd(nw), *dout = rnd(no);
+    float *out = rnd(no), *dx = rnd(nx), *dW = rnd(nw); /* garbage / += bases */
+    float *dx0 = copy(dx, nx), *dW0 = copy(dW, nw), *dW2 = copy(dW, nw);
+    double *ex = malloc((no > nx ? (no > nw ? no : nw) : (nx > nw ? nx : nw)) * sizeof(double));
+    double *mag = malloc((no > nx ? (no > nw ? no : nw) : (nx > nw ? nx : nw)) * sizeof(double));
+    cr_assert(ex && mag);
+
+    be->matmul_fwd(out, x, W, N, in, outd);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < outd; o++) {
+            double s = 0, m = 0;
+            for (int i = 0; i < in; i++) {
+                double t = (double)x[(size_t)n * in + i] * W[(size_t)o * in + i];
+                s += t, m += fabs(t);
+            }
+            ex[(size_t)n * outd + o] = s, mag[(size_t)n * outd + o] = m;
+        }
+    expect_within("matmul_fwd out", out, ex, mag, no, in, N, in, outd);
+
+    be->matmul_bwd(dx, dW, dout, x, W, N, in, outd);
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < in; i++) {
+            double s = dx0[(size_t)n * in + i], m = fabs(s);
+            for (int o = 0; o < outd; o++) {
+                double t = (double)dout[(size_t)n * outd + o] * W[(size_t)o * in + i];
+                s += t, m += fabs(t);
+            }
+            ex[(size_t)n * in + i] = s, mag[(size_t)n * in + i] = m;
+        }
+    expect_within("matmul_bwd dx", dx, ex, mag, nx, outd, N, in, outd);
+    for (int o = 0; o < outd; o++)
+        for (int i = 0; i < in; i++) {
+            double s = dW0[(size_t)o * in + i], m = fabs(s);
+            for (int n = 0; n < N; n++) {
+                double t = (double)dout[(size_t)n * outd + o] * x[(size_t)n * in + i];
+                s += t, m += fabs(t);
+            }
+            ex[(size_t)o * in + i] = s, mag[(size_t)o * in + i] = m;
+        }
+    expect_within("matmul_bwd dW", dW, ex, mag, nw, N, N, in, outd);
+
+    /* dx NULL: dW alone, the same dW */
+    be->matmul_bwd(NULL, dW2, dout, x, W, N, in, outd);
+    cr_expect(memcmp(dW2, dW, nw * sizeof(float)) == 0, "N=%d in=%d outd=%d: dW differs when dx is NULL",
+              N, in, outd);
+
+    be->free(x), be->free(W), be->free(dout), be->free(out), be->free(dx), be->free(dW);
+    be->free(dx0), be->free(dW0), be->free(dW2);
+    free(ex), free(mag);
+}
+
+Test(matmul_cpu, against_the_simple_path)
+{
+    static const int shapes[][3] = {
+        {1, 1, 1},      {1, 5, 3},      {13, 72, 37},   {31, 64, 64},    {32, 64, 64},
+        {33, 65, 33},   {100, 64, 192}, {257, 176, 64}, {300, 130, 96},  {1024, 64, 352},
+        {1024, 64, 256}, {600, 256, 688}, {37, 1100, 20}, {70, 24, 1030},
+    };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        matmul_case(shapes[s][0], shapes[s][1], shapes[s][2]);
+}
+
+/* The products of one shape on 1 and then 2 threads: out, dx, dW */
+static void run_on(int threads, int N, int in, int outd, const float *x, const float *W,
+                   const float *dout, float *out, float *dx, float *dW)
+{
+    be->set_threads(threads);
+    memset(dx, 0, (size_t)N * in * sizeof(float));
+    memset(dW, 0, (size_t)outd * in * sizeof(float));
+    be->matmul_fwd(out, x, W, N, in, outd);
+    be->matmul_bwd(dx, dW, dout, x, W, N, in, outd);
+    be->set_threads(2);
+}
+
+Test(matmul_cpu, libxsmm_results_do_not_depend_on_the_thread_count)
+{
+    if (!ar_cpu_small_products())
+        cr_skip_test("built with -Dcpu_gemm=openblas: OpenBLAS promises this only for one thread count");
+    cr_log_info("small products: %s", ar_cpu_small_products());
+    int N = 300, in = 130, outd = 96;
+    size_t nx = (size_t)N * in, nw = (size_t)outd * in, no = (size_t)N * outd;
+    float *x = rnd(nx), *W = rnd(nw), *dout = rnd(no);
+    float *o1 = rnd(no), *o2 = rnd(no), *dx1 = rnd(nx), *dx2 = rnd(nx), *dw1 = rnd(nw), *dw2 = rnd(nw);
+    run_on(1, N, in, outd, x, W, dout, o1, dx1, dw1);
+    run_on(2, N, in, outd, x, W, dout, o2, dx2, dw2);
+    cr_expect(memcmp(o1, o2, no * sizeof(float)) == 0, "out differs between 1 and 2 threads");
+    cr_expect(memcmp(dx1, dx2, nx * sizeof(float)) == 0, "dx differs between 1 and 2 threads");
+    cr_expect(memcmp(dw1, dw2, nw * sizeof(float)) == 0, "dW differs between 1 and 2 threads");
+    float *all[] = {x, W, dout, o1, o2, dx1, dx2, dw1, dw2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        be->free(all[i]);
+}
+
+/* The libxsmm path is the one taken at the small shapes: its results are
+ * not OpenBLAS's.  Equal results would mean the build option did nothing.
+ * The two round differently on dW += dout^T x: libxsmm's kernels start
+ * their sums from the base (beta = 1), OpenBLAS's sum the 1024 products
+ * and then add the base; on 4096 random elements some last bit differs
+ * almost surely. */
+Test(matmul_cpu, libxsmm_is_the_path_taken)
+{
+    if (!ar_cpu_small_products())
+        cr_skip_test("built with -Dcpu_gemm=openblas");
+    int N = 1024, in = 64, outd = 64;
+    size_t nx = (size_t)N * in, nw = (size_t)outd * in, no = (size_t)N * outd;
+    float *x = rnd(nx), *dout = rnd(no), *W = rnd(nw), *dW = rnd(nw), *ref = copy(dW, nw);
+    be->matmul_bwd(NULL, dW, dout, x, W, N, in, outd);
+    /* the same product through the CBLAS the backend links */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, outd, in, N, 1.0f, dout, outd, x, in, 1.0f, ref, in);
+    cr_expect(memcmp(ref, dW, nw * sizeof(float)) != 0,
+              "dW equals OpenBLAS's bit for bit: the libxsmm path was not taken");
+    be->free(x), be->free(dout), be->free(W), be->free(dW), be->free(ref);
+}
