@@ -471,9 +471,8 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
         printf("sgemm ceiling %.1f GFLOP/s (%d^3, best of %d; %.1f..%.1f over the variants' processes)", ceil_max,
                AR_BENCH_CEILING_N, AR_BENCH_CEILING_REPS, ceil_min, ceil_max);
     if (!gpu && fma_max > 0)
-        printf("\nFMA peak %.1f GFLOP/s (%s chains on every thread, best of %d), small products on %s", fma_max,
-               runs[0].rep.fma_isa ? runs[0].rep.fma_isa : "?", AR_BENCH_FMA_REPS,
-               ar_cpu_small_products() ? ar_cpu_small_products() : "the BLAS");
+        printf("\nFMA peak %.1f GFLOP/s (%s chains on every thread, best of %d)", fma_max,
+               runs[0].rep.fma_isa ? runs[0].rep.fma_isa : "?", AR_BENCH_FMA_REPS);
     if (d0.peak > 0)
         printf(", peak %.1f TFLOP/s (%s)\n", d0.peak / 1e12, peak_tflops > 0 ? "--peak-tflops" : "bf16, the device's");
     else if (gpu)

@@ -76,7 +76,7 @@ typedef struct ar_backend {
 const ar_backend *ar_backend_cpu(void);
 
 /* What runs the CPU backend's linear-layer products besides the CBLAS:
- * "libxsmm 1.17, AVX-512 kernels (cpx)" where built with -Dcpu_gemm=libxsmm
+ * "libxsmm 1.17 AVX-512 (cpx)" where built with -Dcpu_gemm=libxsmm
  * (lib/cpu/matmul_xsmm.c), NULL where the CBLAS runs them all. */
 const char *ar_cpu_small_products(void);
 

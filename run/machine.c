@@ -1,5 +1,7 @@
 #include "machine.h"
 
+#include "../lib/backend.h"
+
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
@@ -80,6 +82,12 @@ void ar_machine_blas(char *buf, size_t n)
     copy_trimmed(name, sizeof name, cfg, len);
     snprintf(buf, n, "%s%s%s", name, core ? " " : "", core ? core : "");
 #endif
+    /* the small products' library, whose kernels also depend on the CPU */
+    const char *small = ar_cpu_small_products();
+    if (small) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, n - used, " + %s", small);
+    }
 }
 
 void ar_machine_build(char *buf, size_t n)

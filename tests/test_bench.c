@@ -15,6 +15,7 @@
 #include "experiments/ablate.h"
 #include "experiments/bench.h"
 #include "run/machine.h"
+#include "lib/backend.h"
 #include "testutil.h"
 
 static ar_config tiny(void)
@@ -391,6 +392,15 @@ Test(bench, machine_blas_names_the_kernels_in_use)
     char buf[160], want[160];
     ar_machine_blas(buf, sizeof buf);
     cr_assert(strncmp(buf, "OpenBLAS ", 9) == 0, "'%s'", buf);
+    /* then, where the small products run on libxsmm, " + libxsmm ..." */
+    const char *small = ar_cpu_small_products();
+    char *plus = strstr(buf, " + ");
+    if (small) {
+        cr_assert(plus && strcmp(plus + 3, small) == 0, "'%s' does not end in ' + %s'", buf, small);
+        *plus = '\0';
+    } else {
+        cr_assert(!plus, "'%s' names a second library in a build without one", buf);
+    }
     snprintf(want, sizeof want, " %s", core);
     size_t n = strlen(buf), k = strlen(want);
     cr_assert(n > 9 + k && strcmp(buf + n - k, want) == 0, "'%s' does not end in the kernels '%s'", buf, core);
@@ -443,10 +453,13 @@ static ar_json *bench_json(const char *env, int threads, const char **cpu, const
     return j;
 }
 
+/* Whether the OpenBLAS part of a "blas" string (before " + libxsmm ...",
+ * the small products' library where built with it) ends in word. */
 static int ends_with_word(const char *s, const char *word)
 {
-    size_t n = strlen(s), k = strlen(word);
-    return n > k && s[n - k - 1] == ' ' && strcmp(s + n - k, word) == 0;
+    const char *plus = strstr(s, " + ");
+    size_t n = plus ? (size_t)(plus - s) : strlen(s), k = strlen(word);
+    return n > k && s[n - k - 1] == ' ' && strncmp(s + n - k, word, k) == 0;
 }
 
 /* The JSON names this machine's CPU, the kernels OpenBLAS runs under the

@@ -3,7 +3,8 @@
  * inputs: out = x W^T, dx += dout W, dW += dout^T x, on shapes that take
  * every tile and tail of the libxsmm path (lib/cpu/matmul_xsmm.c: tokens
  * not a multiple of 32, in not of 64, outd not of 32, N not of 256) and
- * shapes it leaves to OpenBLAS (a dimension over 1024).
+ * shapes it leaves to OpenBLAS (a weight of more than 32768 floats), and
+ * both sides of that limit.
  *
  * Bound, per output element: a K-term float sum (the += base one more
  * term) in any order is within gamma(K + 1) of the magnitudes of its terms
@@ -127,7 +128,7 @@ Test(matmul_cpu, against_the_simple_path)
     static const int shapes[][3] = {
         {1, 1, 1},      {1, 5, 3},      {13, 72, 37},   {31, 64, 64},    {32, 64, 64},
         {33, 65, 33},   {100, 64, 192}, {257, 176, 64}, {300, 130, 96},  {1024, 64, 352},
-        {1024, 64, 256}, {600, 256, 688}, {37, 1100, 20}, {70, 24, 1030},
+        {1024, 64, 256}, {600, 256, 688}, {37, 1100, 20}, {70, 24, 1030}, {50, 128, 256}, {50, 129, 256},
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         matmul_case(shapes[s][0], shapes[s][1], shapes[s][2]);

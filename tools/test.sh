@@ -3,9 +3,11 @@
 # suite; then the whole suite again under AddressSanitizer, LeakSanitizer and
 # UBSan (tools/lsan.supp lists the caches fontconfig never frees), built
 # for any x86-64 (-Dnative=false: our own loops without FMA or wide
-# vectors) and run with OpenBLAS's Sandybridge kernel (AVX without FMA),
-# so that one machine checks the suite's bounds under a second build and a
-# second BLAS kernel; then a
+# vectors), with every linear-layer product on OpenBLAS (-Dcpu_gemm=openblas,
+# where the main build runs the small ones on libxsmm), and run with
+# OpenBLAS's Sandybridge kernel (AVX without FMA), so that one machine
+# checks the suite's bounds under a second build, both product libraries
+# and a second BLAS kernel; then a
 # short bounded fuzz run of every fuzz harness (tools/fuzz.sh, clang and
 # libFuzzer, 10 seconds each); then the README's first command,
 # tools/quickstart.sh, shortened to 60 steps, into build-test/quickstart,
@@ -26,7 +28,7 @@ meson setup build-test --reconfigure >/dev/null 2>&1 || meson setup build-test >
 meson compile -C build-test
 failed=
 meson test -C build-test --print-errorlogs --num-processes 2 || failed="$failed main"
-asan_opts="-Db_sanitize=address,undefined -Dbuildtype=debugoptimized -Dcuda=disabled -Dnative=false"
+asan_opts="-Db_sanitize=address,undefined -Dbuildtype=debugoptimized -Dcuda=disabled -Dnative=false -Dcpu_gemm=openblas"
 # shellcheck disable=SC2086
 meson setup build-asan $asan_opts --reconfigure >/dev/null 2>&1 || meson setup build-asan $asan_opts >/dev/null
 meson compile -C build-asan

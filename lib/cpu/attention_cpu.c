@@ -7,15 +7,22 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../core/error.h"
 
 #include "loops.h"
+#include "workspace.h"
+#ifdef AR_HAVE_LIBXSMM
+#include "matmul_xsmm.h"
+#endif
 
-/* Row-block size of the causal attention sgemm tiling. */
+/* Row-block size of the causal attention sgemm tiling, and the most
+ * blocks (T up to 4096) whose products run on libxsmm kernels. */
 #define ATT_BLOCK 64
+#define ATT_MAX_BLOCKS 64
 
 /* Head bh = b*nh + h of a B x T x (nh*hd) buffer starts at b*T*C + h*hd
  * (C = nh*hd), its rows C floats apart. */
@@ -32,6 +39,61 @@ static size_t head_offset(int bh, int T, int nh, int hd)
  * [r0, r1) only needs key columns [0, r1), which skips most of the masked
  * upper triangle in both sgemms.  att is written in full (zeros above the
  * diagonal). */
+/* The per-head products on libxsmm kernels, dispatched once per call for
+ * every row block (use = 0 where libxsmm is not built or has no kernel:
+ * then CBLAS): at T 64 OpenBLAS's small-matrix path spent about as long
+ * packing and dispatching as multiplying.  Column-major, for row block
+ * [r0, r1) of M rows (columns [c0, c1) of Mc, K = T - c0, in the
+ * backward's second loop), with kt / vt the head's keys (scaled by
+ * 1/sqrt(hd)) / values transposed, hd x T:
+ *   score  S^T (r1 x M, ld T)   = kt^T... i.e. (r1 x hd, ld T) x q^T (hd x M, ld C)
+ *   value  y^T (hd x M, ld C)   = v^T (hd x r1, ld C) x att^T (r1 x M, ld T)
+ *   dscore dA^T (r1 x M, ld T)  = vt (r1 x hd, ld T) x dy^T (hd x M, ld C)
+ *   dq     dq^T (hd x M, ld C)  = k^T (hd x r1, ld C) x ds^T (r1 x M, ld T)
+ *   dvk    dv^T (hd x Mc, ld C) = dy^T (hd x K, ld C) x att[c0:T, c0:c1] (K x Mc,
+ *          read transposed from its ld-T rows), and dk^T the same from q and ds */
+typedef struct {
+    int use;
+#ifdef AR_HAVE_LIBXSMM
+    /* score and dscore have the same shape, and so have value and dq */
+    xsmm_kern score[ATT_MAX_BLOCKS], value[ATT_MAX_BLOCKS], dvk[ATT_MAX_BLOCKS];
+#endif
+} att_kernels;
+
+/* bwd: the backward's kernels too */
+static att_kernels att_plan(int T, int hd, int C, int bwd)
+{
+    att_kernels p = {0};
+#ifdef AR_HAVE_LIBXSMM
+    int nb = (T + ATT_BLOCK - 1) / ATT_BLOCK;
+    if (nb > ATT_MAX_BLOCKS)
+        return p;
+    for (int b = 0; b < nb; b++) {
+        int r0 = b * ATT_BLOCK, r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, M = r1 - r0;
+        p.score[b] = xsmm_dispatch(r1, M, hd, T, C, T, 0.0f, 0);
+        p.value[b] = xsmm_dispatch(hd, M, r1, C, T, C, 0.0f, 0);
+        p.dvk[b] = bwd ? xsmm_dispatch(hd, M, T - r0, C, T, C, 0.0f, 1) : p.value[b];
+        if (!p.score[b] || !p.value[b] || !p.dvk[b])
+            return p;
+    }
+    p.use = 1;
+#else
+    (void)T, (void)hd, (void)C, (void)bwd;
+#endif
+    return p;
+}
+
+/* dst (hd x T) = f x^T of one head's rows x (T x hd, ld C) */
+static void head_transposed(float *dst, const float *x, float f, int T, int hd, int C)
+{
+    for (int j = 0; j < hd; j++) {
+        float *dr = dst + (size_t)j * T;
+        const float *xc = x + j;
+        for (int c = 0; c < T; c++)
+            dr[c] = xc[(size_t)c * C] * f;
+    }
+}
+
 void cpu_attention_fwd(const ar_attention *a, float *y)
 {
     const float *q = a->q, *k = a->k, *v = a->v;
@@ -39,35 +101,54 @@ void cpu_attention_fwd(const ar_attention *a, float *y)
     float *att = a->att;
     int C = nh * hd;
     float scale = 1.0f / sqrtf((float)hd);
+    att_kernels kp = att_plan(T, hd, C, 0);
+    /* per thread: the head's keys, transposed and scaled (hd x T) */
+    float *ktall = kp.use ? cpu_ws(WS_GEMM, (size_t)omp_get_max_threads() * hd * T * sizeof(float)) : NULL;
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * nh; bh++) {
         size_t off = head_offset(bh, T, nh, hd);
         const float *qb = q + off, *kb = k + off, *vb = v + off;
         float *yb = y + off;
         float *A = att + (size_t)bh * T * T;
+        float *kt = kp.use ? ktall + (size_t)omp_get_thread_num() * hd * T : NULL;
+        if (kt)
+            head_transposed(kt, kb, scale, T, hd, C);
         for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
             int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
             int M = r1 - r0;
             /* scores for rows [r0,r1), columns [0,r1) */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, hd, scale,
-                        qb + (size_t)r0 * C, C, kb, C, 0.0f, A + (size_t)r0 * T, T);
+#ifdef AR_HAVE_LIBXSMM
+            if (kt)
+                xsmm_run(kp.score[r0 / ATT_BLOCK], kt, qb + (size_t)r0 * C, A + (size_t)r0 * T);
+            else
+#endif
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, hd, scale,
+                            qb + (size_t)r0 * C, C, kb, C, 0.0f, A + (size_t)r0 * T, T);
             for (int r = r0; r < r1; r++) {
                 float *ar = A + (size_t)r * T;
-                float mx = ar[0];
-#pragma omp simd reduction(max : mx)
-                for (int c = 1; c <= r; c++)
-                    mx = ar[c] > mx ? ar[c] : mx;
-                for (int c = 0; c <= r; c++)
+                float mx = max16(ar, r + 1);
+                /* whole groups of 16 columns up to r1 (written by the
+                 * product, so finite), leaving the vector loops no scalar
+                 * tail; the columns past r are zeroed before the sum */
+                int cend = (r + 16) / 16 * 16 < r1 ? (r + 16) / 16 * 16 : r1;
+                for (int c = 0; c < cend; c++)
                     ar[c] = fast_expf(ar[c] - mx);
+                for (int c = r + 1; c < cend; c++)
+                    ar[c] = 0.0f;
                 float inv = 1.0f / sum8(ar, r + 1);
-                for (int c = 0; c <= r; c++)
+                for (int c = 0; c < cend; c++)
                     ar[c] *= inv;
-                if (r + 1 < T)
-                    memset(ar + r + 1, 0, (size_t)(T - r - 1) * sizeof(float));
+                if (cend < T)
+                    memset(ar + cend, 0, (size_t)(T - cend) * sizeof(float));
             }
             /* y[r0:r1] = att[r0:r1, 0:r1] v[0:r1] */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, hd, r1, 1.0f,
-                        A + (size_t)r0 * T, T, vb, C, 0.0f, yb + (size_t)r0 * C, C);
+#ifdef AR_HAVE_LIBXSMM
+            if (kt)
+                xsmm_run(kp.value[r0 / ATT_BLOCK], vb, A + (size_t)r0 * T, yb + (size_t)r0 * C);
+            else
+#endif
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, hd, r1, 1.0f,
+                            A + (size_t)r0 * T, T, vb, C, 0.0f, yb + (size_t)r0 * C, C);
         }
     }
 }
@@ -86,6 +167,9 @@ void cpu_attention_bwd(const ar_attention *a, const float *dy, float *dq, float 
     const float *att = a->att;
     int C = nh * hd;
     float scale = 1.0f / sqrtf((float)hd);
+    att_kernels kp = att_plan(T, hd, C, 1);
+    /* per thread: the head's values transposed (hd x T) */
+    float *vtall = kp.use ? cpu_ws(WS_GEMM, (size_t)omp_get_max_threads() * hd * T * sizeof(float)) : NULL;
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * nh; bh++) {
         size_t off = head_offset(bh, T, nh, hd);
@@ -93,13 +177,23 @@ void cpu_attention_bwd(const ar_attention *a, const float *dy, float *dq, float 
         float *dqb = dq + off, *dkb = dk + off, *dvb = dv + off;
         const float *A = att + (size_t)bh * T * T;
         float *D = datt + (size_t)bh * T * T;
+        float *vt = kp.use ? vtall + (size_t)omp_get_thread_num() * hd * T : NULL;
+        if (vt)
+            head_transposed(vt, vb, 1.0f, T, hd, C);
         for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
             int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
             int M = r1 - r0;
             /* dA[r0:r1, 0:r1] = dy[r0:r1] v[0:r1]^T */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, hd, 1.0f,
-                        dyb + (size_t)r0 * C, C, vb, C, 0.0f, D + (size_t)r0 * T, T);
-            /* softmax backward, in place: ds */
+#ifdef AR_HAVE_LIBXSMM
+            if (vt)
+                xsmm_run(kp.score[r0 / ATT_BLOCK], vt, dyb + (size_t)r0 * C, D + (size_t)r0 * T);
+            else
+#endif
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, hd, 1.0f,
+                            dyb + (size_t)r0 * C, C, vb, C, 0.0f, D + (size_t)r0 * T, T);
+            /* softmax backward, in place: ds; columns past r are 0 (att is),
+             * up to the end of their group of 16 (no scalar tail), then up
+             * to r1 explicitly */
             for (int r = r0; r < r1; r++) {
                 const float *ar = A + (size_t)r * T;
                 float *dr = D + (size_t)r * T;
@@ -107,18 +201,34 @@ void cpu_attention_bwd(const ar_attention *a, const float *dy, float *dq, float 
 #pragma omp simd reduction(+ : dot)
                 for (int c = 0; c <= r; c++)
                     dot += dr[c] * ar[c];
-                for (int c = 0; c <= r; c++)
+                int cend = (r + 16) / 16 * 16 < r1 ? (r + 16) / 16 * 16 : r1;
+                for (int c = 0; c < cend; c++)
                     dr[c] = ar[c] * (dr[c] - dot) * scale;
                 for (int c = r + 1; c < r1; c++)
                     dr[c] = 0.0f;
             }
             /* dq[r0:r1] = ds[r0:r1, 0:r1] k[0:r1] */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, hd, r1, 1.0f,
-                        D + (size_t)r0 * T, T, kb, C, 0.0f, dqb + (size_t)r0 * C, C);
+#ifdef AR_HAVE_LIBXSMM
+            if (vt)
+                xsmm_run(kp.value[r0 / ATT_BLOCK], kb, D + (size_t)r0 * T, dqb + (size_t)r0 * C);
+            else
+#endif
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, hd, r1, 1.0f,
+                            D + (size_t)r0 * T, T, kb, C, 0.0f, dqb + (size_t)r0 * C, C);
         }
         for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
             int c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
             int M = c1 - c0, K = T - c0;
+#ifdef AR_HAVE_LIBXSMM
+            if (vt) {
+                xsmm_kern f = kp.dvk[c0 / ATT_BLOCK];
+                xsmm_run(f, dyb + (size_t)c0 * C, A + (size_t)c0 * T + c0, dvb + (size_t)c0 * C);
+                xsmm_run(f, qb + (size_t)c0 * C, D + (size_t)c0 * T + c0, dkb + (size_t)c0 * C);
+                continue;
+            }
+#else
+            (void)K;
+#endif
             /* dv[c0:c1] = att[c0:T, c0:c1]^T dy[c0:T] */
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, hd, K, 1.0f,
                         A + (size_t)c0 * T + c0, T, dyb + (size_t)c0 * C, C, 0.0f,
@@ -190,10 +300,7 @@ void cpu_attention_decode(float *y, float *att, const float *q, const float *k, 
         for (int i = 0; i < n; i++) {
             float *ar = A + (size_t)i * Tk;
             int last = pos0 + i;
-            float mx = ar[0];
-#pragma omp simd reduction(max : mx)
-            for (int c = 1; c <= last; c++)
-                mx = ar[c] > mx ? ar[c] : mx;
+            float mx = max16(ar, last + 1);
             for (int c = 0; c <= last; c++)
                 ar[c] = fast_expf(ar[c] - mx);
             float inv = 1.0f / sum8(ar, last + 1);

@@ -300,10 +300,7 @@ double cpu_xent_fwd(float *losses, float *probs, const float *logits,
     for (int i = 0; i < N; i++) {
         const float *z = logits + (size_t)i * V;
         float *p = probs + (size_t)i * V;
-        float mx = z[0];
-#pragma omp simd reduction(max : mx)
-        for (int c = 1; c < V; c++)
-            mx = z[c] > mx ? z[c] : mx;
+        float mx = max16(z, V);
         for (int c = 0; c < V; c++)
             p[c] = fast_expf(z[c] - mx);
         double sum = sum8d(p, V);

@@ -3,7 +3,7 @@
  * packing operands and starting threads than multiplying: at N = 1024
  * tokens, d 64, these run 2-4x OpenBLAS's rate (BENCHMARKS.md, "Small
  * products").  Built with -Dcpu_gemm=libxsmm (the default where Debian's
- * libxsmm-dev is installed); larger products go to OpenBLAS.
+ * libxsmm-dev is installed); products with larger weights go to OpenBLAS.
  *
  * libxsmm generates each kernel at run time for the CPU it runs on
  * (AVX-512 or AVX2 from CPUID; LIBXSMM_TARGET=hsw forces AVX2), so its
@@ -27,9 +27,12 @@
  * N-term sums taken 256 tokens at a time (beta = 1 chains them in order). */
 enum { TOK_TILE = 32, DW_M = 64, DW_N = 32, DW_K = 256 };
 
-/* Products with either dimension of W above this go to OpenBLAS, which is
- * as fast there and keeps its larger blocking. */
-enum { XSMM_MAX_DIM = 1024 };
+/* Products whose weight matrix holds more floats than this (128 KiB) go to
+ * OpenBLAS: every tile of tokens reads all of W, which then no longer
+ * stays in L2 beside the tiles, and OpenBLAS's packed blocking wins (dx
+ * and dW at 4096 x 688 x 256: 151 and 131 GFLOP/s against OpenBLAS's 202
+ * and 186; BENCHMARKS.md, "Small products"). */
+enum { XSMM_MAX_WEIGHT = 32768 };
 
 static int xsmm_ready(void)
 {
@@ -43,7 +46,7 @@ static int xsmm_ready(void)
 
 int xsmm_handles(int N, int in, int outd)
 {
-    return N > 0 && in > 0 && outd > 0 && in <= XSMM_MAX_DIM && outd <= XSMM_MAX_DIM;
+    return N > 0 && in > 0 && outd > 0 && (long)in * outd <= XSMM_MAX_WEIGHT;
 }
 
 /* C (beta = 0: =, 1: +=) A B, m x n x k, leading dimensions la, lb, lc;
@@ -54,6 +57,18 @@ static libxsmm_smmfunction kernel(int m, int n, int k, int la, int lb, int lc, f
     int flags = trans_b ? LIBXSMM_GEMM_FLAG_TRANS_B : LIBXSMM_GEMM_FLAG_NONE;
     libxsmm_blasint M = m, Nn = n, K = k, lda = la, ldb = lb, ldc = lc;
     return libxsmm_smmdispatch(M, Nn, K, &lda, &ldb, &ldc, &alpha, &beta, &flags, NULL);
+}
+
+xsmm_kern xsmm_dispatch(int m, int n, int k, int lda, int ldb, int ldc, float beta, int trans_b)
+{
+    if (!xsmm_ready())
+        return NULL;
+    return (xsmm_kern)kernel(m, n, k, lda, ldb, ldc, beta, trans_b);
+}
+
+void xsmm_run(xsmm_kern f, const float *a, const float *b, float *c)
+{
+    ((libxsmm_smmfunction)f)(a, b, c);
 }
 
 /* A kernel for full tiles of TOK_TILE tokens and one for the last, shorter
@@ -157,8 +172,8 @@ int xsmm_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, con
     return 1;
 }
 
-/* "libxsmm 1.17, AVX-512 kernels (cpx)": the version and the instruction
- * set its JIT targets on this CPU. */
+/* "libxsmm 1.17 AVX-512 (cpx)": the version, and the instruction set (and
+ * libxsmm's name for it) that its JIT targets on this CPU. */
 const char *xsmm_describe(void)
 {
     static char buf[96];
@@ -173,7 +188,7 @@ const char *xsmm_describe(void)
         else if (strcmp(arch, "knl") == 0 || strcmp(arch, "knm") == 0 || strcmp(arch, "skx") == 0 ||
                  strcmp(arch, "clx") == 0 || strcmp(arch, "cpx") == 0 || strcmp(arch, "spr") == 0)
             isa = "AVX-512";
-        snprintf(buf, sizeof buf, "libxsmm %s, %s kernels (%s)", LIBXSMM_CONFIG_VERSION, isa, arch);
+        snprintf(buf, sizeof buf, "libxsmm %s %s (%s)", LIBXSMM_CONFIG_VERSION, isa, arch);
     }
     return buf;
 }
