@@ -9,6 +9,8 @@
 
 #include "../formats/config.h"
 #include "../experiments/ablate.h"
+#include "../experiments/table4.h"
+#include "../formats/json.h"
 #include "../parallel/comm.h"
 #include "../run/data.h"
 #include "ablate_depths.h"
@@ -20,7 +22,7 @@
 static const char *usage =
     "attnres ablate [CONFIG] --variant LIST|all [--seeds K] [--block-sizes LIST] [--block-layouts L1[;L2...]] "
     "[--set KEY=VALUE]... "
-    "[--out DIR] [--jobs J] [--device cpu|cuda] [--precision fp32|bf16] [--depths LIST]";
+    "[--out DIR] [--jobs J] [--device cpu|cuda] [--precision fp32|bf16] [--depths LIST] [--json]";
 
 /* --block-layouts "2,2,4,8;4,4,4,4": one Block AttnRes variant a layout.
  * A malformed layout is a wrong command line (*rc: usage, the error's kind
@@ -41,6 +43,7 @@ typedef struct {
     const char *config, *variants, *bs, *layouts, *depths;
     long jobs, seeds;
     int *bsz, nbs; /* --block-sizes parsed; the caller frees bsz */
+    int json;      /* --json: the results as JSON on stdout, progress on stderr */
 } ablate_args;
 
 /* The command's own options and CONFIG into a; 0, or -1 after the usage
@@ -58,6 +61,8 @@ static int parse_args(cli_opts *so, ablate_args *a)
             a->layouts = v;
         else if (!strcmp(o, "--depths"))
             a->depths = v;
+        else if (!strcmp(o, "--json"))
+            a->json = 1;
         else if (!strcmp(o, "--jobs") || !strcmp(o, "--seeds")) {
             if (cli_parse_long(o, v, 1, !strcmp(o, "--jobs") ? &a->jobs : &a->seeds) != 0) {
                 fprintf(stderr, "usage: %s\n", usage);
@@ -107,10 +112,78 @@ static void print_stats(const ar_ablation *ab, const ar_ablate_stat *stat)
     }
 }
 
+/* --json: the runs, every variant's statistics and the comparison with the
+ * report's Table 4, as results.md has them (attnres-ablate(1), JSON). */
+static void print_json(const ar_ablation *ab, const ar_ablate_stat *stat, const char *out,
+                       const ar_sweep_result *res)
+{
+    ar_table4_cmp *cmp = ar_xcalloc((size_t)ab->nvariants, sizeof *cmp);
+    int nboth = 0;
+    double rho = ar_table4_compare(ab->variant, stat, ab->nvariants, cmp, &nboth);
+    ar_jw w;
+    ar_jw_init(&w);
+    ar_jw_obj_begin(&w);
+    ar_jw_key(&w, "out");
+    ar_jw_str(&w, out);
+    ar_jw_key(&w, "runs");
+    ar_jw_int(&w, ab->sweep.nruns);
+    ar_jw_key(&w, "finished");
+    ar_jw_int(&w, res->finished);
+    ar_jw_key(&w, "seeds");
+    ar_jw_int(&w, ab->nseeds);
+    ar_jw_key(&w, "variants");
+    ar_jw_arr_begin(&w);
+    for (int v = 0; v < ab->nvariants; v++) {
+        const ar_ablate_stat *st = &stat[v];
+        const ar_paired *pp = &st->paired;
+        ar_jw_obj_begin(&w);
+        ar_jw_key(&w, "variant");
+        ar_jw_str(&w, ab->variant[v]);
+        ar_jw_key(&w, "finished_seeds");
+        ar_jw_int(&w, st->n);
+        const char *keys[] = {"mean_loss", "std", "diff", "p_welch", "paired_mean", "paired_se", "paired_t",
+                              "paired_p"};
+        double vals[] = {st->n ? st->mean : NAN, st->n ? st->sd : NAN, v && st->n ? st->diff : NAN,
+                         v ? st->p : NAN, v ? pp->mean : NAN, v ? pp->se : NAN, v ? pp->t : NAN,
+                         v ? pp->p : NAN};
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            ar_jw_key(&w, keys[k]);
+            ar_jw_num(&w, vals[k]);
+        }
+        ar_jw_key(&w, "pairs");
+        ar_jw_int(&w, v ? pp->pairs : 0);
+        ar_jw_key(&w, "report_delta");
+        ar_jw_num(&w, cmp[v].pub ? cmp[v].pub->delta : NAN);
+        ar_jw_key(&w, "measured_delta");
+        ar_jw_num(&w, cmp[v].measured);
+        ar_jw_key(&w, "same_sign");
+        if (cmp[v].same_sign < 0)
+            ar_jw_null(&w);
+        else
+            ar_jw_bool(&w, cmp[v].same_sign);
+        ar_jw_obj_end(&w);
+    }
+    ar_jw_arr_end(&w);
+    ar_jw_key(&w, "table4");
+    ar_jw_obj_begin(&w);
+    ar_jw_key(&w, "report_baseline_loss");
+    ar_jw_num(&w, AR_TABLE4_BASELINE);
+    ar_jw_key(&w, "variants_compared");
+    ar_jw_int(&w, nboth);
+    ar_jw_key(&w, "spearman");
+    ar_jw_num(&w, rho);
+    ar_jw_obj_end(&w);
+    ar_jw_obj_end(&w);
+    printf("%s\n", w.s);
+    ar_jw_free(&w);
+    free(cmp);
+}
+
 /* Trains the planned runs into OUT/runs (OUT: --out, else named after the
  * config) and writes the report of whatever finished; the exit status.
  * *stat is allocated here for the caller to free. */
-static int run_ablation(ar_ablation *ab, const char *config, const char *out_opt, long jobs, ar_ablate_stat **stat)
+static int run_ablation(ar_ablation *ab, const char *config, const char *out_opt, long jobs, int json,
+                        ar_ablate_stat **stat)
 {
     char outbuf[AR_PATH_MAX], runs[AR_PATH_MAX + 8];
     const char *out = out_opt;
@@ -119,17 +192,19 @@ static int run_ablation(ar_ablation *ab, const char *config, const char *out_opt
         out = outbuf;
     }
     snprintf(runs, sizeof runs, "%s/runs", out);
-    printf("ablation of %d variants x %d seeds = %d runs into '%s', %ld at a time: ", ab->nvariants, ab->nseeds,
-           ab->sweep.nruns, out, jobs);
+    /* with --json, stdout holds the JSON alone */
+    FILE *say = json ? stderr : stdout;
+    fprintf(say, "ablation of %d variants x %d seeds = %d runs into '%s', %ld at a time: ", ab->nvariants,
+            ab->nseeds, ab->sweep.nruns, out, jobs);
     for (int v = 0; v < ab->nvariants; v++)
-        printf("%s%s", v ? ", " : "", ab->variant[v]);
-    printf("\n");
-    fflush(stdout);
+        fprintf(say, "%s%s", v ? ", " : "", ab->variant[v]);
+    fprintf(say, "\n");
+    fflush(say);
     sweep_warn_configs(&ab->sweep);
     if (sweep_check_jobs(usage, jobs) != 0)
         return AR_EXIT_USAGE;
     cli_catch_signals(NULL, NULL);
-    sweep_view vw = {.s = &ab->sweep, .tty = jobs == 1 && isatty(STDOUT_FILENO)};
+    sweep_view vw = {.s = &ab->sweep, .tty = !json && jobs == 1 && isatty(STDOUT_FILENO), .out = say};
     ar_sweep_opts o = {.out_dir = runs, .jobs = (int)jobs, .event = sweep_view_event,
                        .progress = sweep_view_progress, .ud = &vw, .interrupt = &cli_interrupted};
     ar_sweep_result res;
@@ -149,10 +224,14 @@ static int run_ablation(ar_ablation *ab, const char *config, const char *out_opt
         return AR_EXIT_FAIL;
     }
     if (res.interrupted) {
-        printf("interrupted: %d of %d runs finished, the others keep their checkpoints; run the same command "
-               "again to continue\n",
-               res.finished, ab->sweep.nruns);
+        fprintf(say, "interrupted: %d of %d runs finished, the others keep their checkpoints; run the same "
+                     "command again to continue\n",
+                res.finished, ab->sweep.nruns);
         return cli_interrupt_status();
+    }
+    if (json) {
+        print_json(ab, *stat, out, &res);
+        return AR_EXIT_OK;
     }
     print_stats(ab, *stat);
     printf("ablation done: %d runs (%d reused, %d trained); '%s/results.csv', '%s/results.md', "
@@ -184,9 +263,9 @@ int cmd_ablate(int argc, char **argv)
         goto done;
     }
     if (a.depths) { /* a depth study: cmd/ablate_depths.c */
-        if (a.bs || a.layouts) {
+        if (a.bs || a.layouts || a.json) {
             rc = cli_usage_error(usage, "'--depths' and '%s' do not go together",
-                                 a.bs ? "--block-sizes" : "--block-layouts");
+                                 a.bs ? "--block-sizes" : a.layouts ? "--block-layouts" : "--json");
             goto done;
         }
         rc = cli_ablate_depths(&cfg, a.config, a.variants, (int)a.seeds, (int)a.jobs, so.out, a.depths, usage);
@@ -205,7 +284,7 @@ int cmd_ablate(int argc, char **argv)
         cli_error("%s", e.msg);
         goto done;
     }
-    rc = run_ablation(&ab, a.config, so.out, a.jobs, &stat);
+    rc = run_ablation(&ab, a.config, so.out, a.jobs, a.json, &stat);
 done:
     free(stat);
     if (planned)

@@ -19,21 +19,22 @@ void sweep_view_end(sweep_view *v)
 void sweep_view_event(const ar_sweep_run *r, ar_sweep_event ev, const char *detail, void *ud)
 {
     sweep_view *v = ud;
+    FILE *f = v->out ? v->out : stdout;
     sweep_view_end(v);
     int i = (int)(r - v->s->runs) + 1, n = v->s->nruns;
     switch (ev) {
-    case AR_SWEEP_SKIPPED: printf("[%d/%d] %s: already finished (%s), reused\n", i, n, r->name, detail); break;
+    case AR_SWEEP_SKIPPED: fprintf(f, "[%d/%d] %s: already finished (%s), reused\n", i, n, r->name, detail); break;
     case AR_SWEEP_STARTED:
-        printf("[%d/%d] %s: training %ld steps (%ld tokens)\n", i, n, r->name, r->cfg.train.steps, r->tokens);
+        fprintf(f, "[%d/%d] %s: training %ld steps (%ld tokens)\n", i, n, r->name, r->cfg.train.steps, r->tokens);
         break;
     case AR_SWEEP_RESUMED:
-        printf("[%d/%d] %s: resuming from %s of %ld\n", i, n, r->name, detail, r->cfg.train.steps);
+        fprintf(f, "[%d/%d] %s: resuming from %s of %ld\n", i, n, r->name, detail, r->cfg.train.steps);
         break;
-    case AR_SWEEP_FINISHED: printf("[%d/%d] %s: done, %s\n", i, n, r->name, detail); break;
-    case AR_SWEEP_INTERRUPTED: printf("[%d/%d] %s: interrupted, checkpoint saved\n", i, n, r->name); break;
-    case AR_SWEEP_FAILED: printf("[%d/%d] %s: failed\n", i, n, r->name); break;
+    case AR_SWEEP_FINISHED: fprintf(f, "[%d/%d] %s: done, %s\n", i, n, r->name, detail); break;
+    case AR_SWEEP_INTERRUPTED: fprintf(f, "[%d/%d] %s: interrupted, checkpoint saved\n", i, n, r->name); break;
+    case AR_SWEEP_FAILED: fprintf(f, "[%d/%d] %s: failed\n", i, n, r->name); break;
     }
-    fflush(stdout);
+    fflush(f);
 }
 
 /* With one job on a terminal: one live line.  Otherwise a line per
@@ -41,20 +42,21 @@ void sweep_view_event(const ar_sweep_run *r, ar_sweep_event ev, const char *deta
 void sweep_view_progress(const ar_sweep_run *r, const ar_progress *p, void *ud)
 {
     sweep_view *v = ud;
+    FILE *f = v->out ? v->out : stdout;
     char val[32];
     if (isfinite(p->val_loss))
         snprintf(val, sizeof val, "%.4f", p->val_loss);
     else
         snprintf(val, sizeof val, "-");
     if (v->tty) {
-        printf("\r\033[K%s: step %ld/%ld | loss %.4f | val %s | %.0f tok/s | ETA %.0f s", r->name, p->step,
+        fprintf(f, "\r\033[K%s: step %ld/%ld | loss %.4f | val %s | %.0f tok/s | ETA %.0f s", r->name, p->step,
                p->steps, p->loss, val, p->tok_per_s, p->eta_s);
         v->live = 1;
     } else if (p->is_eval) {
-        printf("%s: step %ld/%ld loss %.4f val %s tok/s %.0f\n", r->name, p->step, p->steps, p->loss, val,
+        fprintf(f, "%s: step %ld/%ld loss %.4f val %s tok/s %.0f\n", r->name, p->step, p->steps, p->loss, val,
                p->tok_per_s);
     }
-    fflush(stdout);
+    fflush(f);
 }
 
 void sweep_default_out(const char *config, const char *prefix, const char *fallback, char *out, size_t n)

@@ -4,6 +4,7 @@
 #define AR_CMD_SWEEP_VIEW_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "../experiments/sweep.h"
 
@@ -11,6 +12,7 @@ typedef struct {
     const ar_sweep *s;
     int tty;  /* live progress line (one job, stdout a terminal) */
     int live; /* a live line is showing */
+    FILE *out; /* where the events and progress go: NULL for stdout */
 } sweep_view;
 
 /* ar_sweep_opts.event / .progress with ud = a sweep_view. */

@@ -1,5 +1,6 @@
 /* Ablation studies (experiments/ablate.h). */
 #include "ablate.h"
+#include "table4.h"
 
 #include <gsl/gsl_cdf.h>
 #include <inttypes.h>
@@ -477,6 +478,48 @@ static void split_name(const ar_data_cfg *dc, char *buf, size_t n)
         snprintf(buf, n, "the last %g%% of `%s`", 100 * dc->val_fraction, dc->train);
 }
 
+/* results.md's comparison with the report's Table 4: the variants it has,
+ * published and measured deltas side by side, and Spearman's rho. */
+static void md_table4(FILE *f, const ar_ablation *a, const ar_ablate_stat *st)
+{
+    ar_table4_cmp *cmp = ar_xcalloc((size_t)a->nvariants, sizeof *cmp);
+    int nboth = 0, rows = 0;
+    double rho = ar_table4_compare(a->variant, st, a->nvariants, cmp, &nboth);
+    for (int v = 1; v < a->nvariants; v++)
+        rows += cmp[v].pub != NULL;
+    if (rows == 0) {
+        free(cmp);
+        return;
+    }
+    fprintf(f, "\n## Against the report's Table 4\n\n");
+    fprintf(f, "The AttnRes report's published deltas (its 16-layer model, 87.9 B tokens; final validation loss\n"
+               "minus its baseline's %.3f) beside the deltas measured here: the paired mean difference where a\n"
+               "seed of both finished, else the difference of means.  The settings are the report's; the\n"
+               "variant runs with this configuration's (block size, window, heads, streams).\n\n",
+            AR_TABLE4_BASELINE);
+    fprintf(f, "| variant | report's setting | report delta | measured delta | same sign |\n");
+    fprintf(f, "|---|---|---:|---:|---|\n");
+    for (int v = 1; v < a->nvariants; v++) {
+        const ar_table4_cmp *c = &cmp[v];
+        if (!c->pub)
+            continue;
+        fprintf(f, "| %s | %s | %+.3f | ", a->variant[v], c->pub->setting, c->pub->delta);
+        if (isfinite(c->measured))
+            fprintf(f, "%+.4f | %s |\n", c->measured, c->same_sign ? "yes" : "**no**");
+        else
+            fprintf(f, "- | - |\n");
+    }
+    if (isfinite(rho))
+        fprintf(f, "\nSpearman's rank correlation between the report's and the measured deltas over the %d variants\n"
+                   "both have: rho = %.3f (1: the same order, -1: the reverse).\n",
+                nboth, rho);
+    else
+        fprintf(f, "\nSpearman's rank correlation needs at least 2 variants with both deltas (and neither side\n"
+                   "all equal): %d here.\n",
+                nboth);
+    free(cmp);
+}
+
 static int fill_md(FILE *f, void *ud)
 {
     const actx *c = ud;
@@ -538,6 +581,7 @@ static int fill_md(FILE *f, void *ud)
                "the number of seeds finished on both sides, paired diff the mean of the differences (variant -\n"
                "baseline), se their sample standard deviation / sqrt(pairs), t = paired diff / se with pairs - 1\n"
                "degrees of freedom and p (paired) its two-sided p-value; - with fewer than 2 pairs.\n");
+    md_table4(f, a, c->st);
     return ferror(f) ? -1 : 0;
 }
 

@@ -3,7 +3,9 @@
  * Welch and paired t-tests against hand-computed values, and a tiny
  * ablation end to end through the binary: CSV with each run's final
  * evaluation, Markdown table, PNGs, reuse on a rerun (final evaluations
- * included), and the unknown-variant error. */
+ * included), and the unknown-variant error; the comparison with the
+ * report's Table 4 (signs, Spearman's rho against hand computations), in
+ * results.md and --json. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <math.h>
@@ -15,6 +17,8 @@
 #include "formats/config.h"
 #include "formats/csv.h"
 #include "experiments/ablate.h"
+#include "experiments/table4.h"
+#include "formats/json.h"
 #include "run/train.h"
 #include "testutil.h"
 
@@ -101,6 +105,61 @@ Test(ablate, paired_t_matches_hand_computation)
 
 /* The table's statistics: Welch over every finished seed, the paired test
  * over the seeds finished on both sides only. */
+/* Spearman's rho against hand computations: ranks 1..5 against
+ * 1, 2, 3.5, 5, 3.5 (a tie of two 7s at ranks 3 and 4):
+ * sum dx dy = 4 + 1 + 0 + 2 + 1 = 8, sum dx^2 = 10, sum dy^2 = 9.5,
+ * rho = 8 / sqrt(95). */
+Test(ablate, spearman_matches_hand_computation)
+{
+    double x[] = {1, 2, 3, 4, 5}, y[] = {5, 6, 7, 8, 7};
+    cr_expect(fabs(ar_spearman(x, y, 5) - 8 / sqrt(95.0)) < 1e-15, "%.17g", ar_spearman(x, y, 5));
+    double rev[] = {50, 40, 30, 20, 10};
+    cr_expect_eq(ar_spearman(x, rev, 5), -1.0);
+    cr_expect_eq(ar_spearman(rev, rev, 5), 1.0);
+    double flat[] = {2, 2, 2, 2, 2};
+    cr_expect(isnan(ar_spearman(x, flat, 5)), "a constant side has no rank correlation");
+    cr_expect(isnan(ar_spearman(x, y, 1)), "one pair has no rank correlation");
+}
+
+/* The comparison with the report on hand-made results: full -0.01 (report
+ * -0.029: same sign), swa +0.14 (report -0.002: not), rescaled (not in the
+ * report), denseformer -0.02 (report +0.001: not), input-query without
+ * results.  Over the three compared, report -0.029, -0.002, +0.001 (ranks
+ * 1, 2, 3) against measured -0.01, +0.14, -0.02 (ranks 2, 3, 1):
+ * sum dx dy = 0 + 0 - 1, sum dx^2 = sum dy^2 = 2, rho = -0.5.  The measured
+ * delta is the paired mean where there are pairs, else the difference of
+ * means (swa here). */
+Test(ablate, table4_comparison_on_hand_made_results)
+{
+    char names[6][AR_SWEEP_NAME_MAX] = {"baseline", "full", "swa", "rescaled", "denseformer", "input-query"};
+    ar_ablate_stat st[6] = {{0}};
+    st[0].n = 2, st[0].mean = 1.5;
+    st[1].n = 2, st[1].paired.pairs = 2, st[1].paired.mean = -0.01, st[1].diff = -0.5;
+    st[2].n = 1, st[2].diff = 0.14; /* no pairs: the difference of means */
+    st[3].n = 2, st[3].paired.pairs = 2, st[3].paired.mean = 0.3;
+    st[4].n = 2, st[4].paired.pairs = 2, st[4].paired.mean = -0.02;
+    ar_table4_cmp cmp[6];
+    int nboth = -1;
+    double rho = ar_table4_compare(names, st, 6, cmp, &nboth);
+    cr_expect_eq(nboth, 3);
+    cr_expect(fabs(rho + 0.5) < 1e-15, "rho %.17g, expected -0.5", rho);
+    cr_expect(cmp[0].pub == NULL && cmp[3].pub == NULL, "baseline and rescaled are not rows of Table 4");
+    cr_expect(cmp[1].pub && cmp[1].pub->delta == -0.029 && cmp[1].measured == -0.01 && cmp[1].same_sign == 1);
+    cr_expect(cmp[2].pub && cmp[2].pub->delta == -0.002 && cmp[2].measured == 0.14 && cmp[2].same_sign == 0);
+    cr_expect(cmp[4].pub && cmp[4].pub->delta == 0.001 && cmp[4].same_sign == 0);
+    cr_expect(cmp[5].pub && isnan(cmp[5].measured) && cmp[5].same_sign == -1, "no results: no sign");
+    /* every published row names a variant ablate knows */
+    int n;
+    const ar_table4_row *rows = ar_table4_rows(&n);
+    cr_expect_eq(n, 11);
+    for (int i = 0; i < n; i++) {
+        int known = 0;
+        for (int v = 0; v < ar_ablate_nvariants(); v++)
+            known |= strcmp(ar_ablate_variant_name(v), rows[i].variant) == 0;
+        cr_expect(known, "Table 4's '%s' is not an ablate variant", rows[i].variant);
+    }
+}
+
 Test(ablate, stats_pair_matched_seeds_only)
 {
     /* 3 variants x 4 seeds; NaN: not finished */
@@ -301,7 +360,65 @@ static void expect_results_md(const char *cdir, long want_windows)
      * with %+.4f, half a unit of the 4th decimal apiece: 1e-4 */
     cr_expect(pairs == 2 && fabs(pdiff - diff) <= 1e-4 + 1e-12 && se > 0 && pp >= 0 && pp <= 1, "%s", rowbuf);
     cr_expect(strstr(md, "| baseline | 2 | ") && strstr(md, "- | - | - | - | - |\n"), "%s", md);
+    /* the report's Table 4 beside it: sigmoid's row, its measured delta
+     * the paired one above, its sign against the report's -0.025 */
+    cr_expect(strstr(md, "## Against the report's Table 4"), "%s", md);
+    const char *t4 = strstr(md, "| sigmoid | Full, sigmoid scores | -0.025 | ");
+    cr_assert(t4, "%s", md);
+    double meas;
+    char same[8];
+    cr_assert_eq(sscanf(t4, "| sigmoid | Full, sigmoid scores | -0.025 | %lf | %7[a-z*] |", &meas, same), 2, "%s", t4);
+    cr_expect(fabs(meas - pdiff) <= 1e-4 + 1e-12, "measured %g, paired %g", meas, pdiff);
+    cr_expect_str_eq(same, meas < 0 ? "yes" : "**no**");
+    cr_expect(strstr(md, "| full | Full AttnRes | -0.029 | "), "%s", md);
+    cr_expect(strstr(md, "over the 2 variants"), "%s", md);
+    cr_expect(strstr(md, "block-s1 |") == NULL || strstr(strstr(md, "## Against"), "block-s1") == NULL,
+              "block-s1 is not a row of Table 4:\n%s", md);
     free(md);
+}
+
+/* --json on the finished ablation: stdout is one JSON object (the reuse
+ * messages on stderr) with every variant's statistics and the comparison:
+ * full and sigmoid compared, rho +1 or -1 as their measured order agrees
+ * with the report's (full -0.029 below sigmoid -0.025). */
+static void expect_json(const char *cmd)
+{
+    int st;
+    char cmd2[9300];
+    snprintf(cmd2, sizeof cmd2, "{ %s --json 2>/dev/null; }", cmd); /* tu_run adds 2>&1 after */
+    char *out = tu_run(cmd2, &st);
+    cr_assert_eq(st, 0, "%s", out);
+    ar_err e;
+    ar_json *j = ar_json_parse(out, strlen(out), &e);
+    cr_assert(j, "ablate --json printed no JSON (%s):\n%s", e.msg, out);
+    const ar_json *vs = ar_json_get(j, "variants");
+    cr_assert(vs && vs->type == AR_JSON_ARR && vs->n == 5, "%s", out);
+    double m[2] = {NAN, NAN};
+    for (int i = 0; i < vs->n; i++) {
+        const ar_json *v = &vs->items[i];
+        const char *name = ar_json_get(v, "variant")->str;
+        const ar_json *rd = ar_json_get(v, "report_delta"), *md = ar_json_get(v, "measured_delta");
+        const ar_json *ss = ar_json_get(v, "same_sign"), *pm = ar_json_get(v, "paired_mean");
+        cr_assert(rd && md && ss && pm, "%s", out);
+        int in_report = !strcmp(name, "full") || !strcmp(name, "sigmoid");
+        cr_expect_eq(rd->type, in_report ? AR_JSON_NUM : AR_JSON_NULL, "%s: report_delta", name);
+        if (!in_report)
+            continue;
+        cr_expect(md->type == AR_JSON_NUM && pm->type == AR_JSON_NUM && md->num == pm->num, "%s", name);
+        cr_expect(ss->type == AR_JSON_BOOL && ss->boolean == ((md->num < 0) == (rd->num < 0)), "%s", name);
+        m[!strcmp(name, "sigmoid")] = md->num;
+    }
+    const ar_json *t4 = ar_json_get(j, "table4");
+    cr_assert(t4, "%s", out);
+    cr_expect_eq(ar_json_get(t4, "variants_compared")->num, 2);
+    cr_expect_eq(ar_json_get(t4, "report_baseline_loss")->num, 1.766);
+    const ar_json *rho = ar_json_get(t4, "spearman");
+    if (m[0] == m[1])
+        cr_expect_eq(rho->type, AR_JSON_NULL);
+    else
+        cr_expect(rho->type == AR_JSON_NUM && rho->num == (m[0] < m[1] ? 1.0 : -1.0), "rho %g", rho->num);
+    ar_json_free(j);
+    free(out);
 }
 
 static void expect_pngs(const char *cdir)
@@ -428,6 +545,7 @@ Test(ablate, tiny_ablation_end_to_end, .timeout = 120)
     expect_pngs(cdir);
     char *csv0 = tu_read_file(tu_path(cdir, "ab/results.csv"), NULL);
     expect_rerun_reuses(cdir, cmd, csv0);
+    expect_json(cmd);
     expect_lost_final_eval_redone(cdir, cmd, csv0);
     free(csv0);
     expect_other_windows_reevaluate(cdir, cmd);
