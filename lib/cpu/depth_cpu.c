@@ -210,17 +210,39 @@ static inline float key_rstd(int key_norm, float xx, int d)
 /* Phase 1, over tiles of TILE tokens.  Pass A, source by source: z[c,s] =
  * rstd_s (u_c . x_s) for every mixer and every token of the tile (one read
  * of each x_s, TILE consecutive rows: long runs the hardware prefetcher
- * follows, where token by token it met k streams of one 2 KiB row each).
- * Pass B, token by token: per mixer the softmax over the k shared sources
- * and lse, then o_c = sum_s softmax_s x_s for all C mixers in one sweep of
- * the rows (now in L2: TILE * k rows).
- * Short rows (d <= SHORT_ROW) go token by token instead (tiles of one):
- * a token's k rows then stay in L1 from pass A to pass B, and rows of a
- * few cache lines are prefetched in time by dots.  Full AttnRes at d 64,
- * 16 blocks, one thread: phase 1 7.9 -> 6.1 ms a forward; at d 128 12.4 ->
- * 9.5; at d 256 no difference either way (BENCHMARKS.md). */
+ * follows, where token by token it met k streams of one 2 KiB row each;
+ * and the tile's dot products are independent, so they overlap).  Pass B,
+ * per mixer, the softmax over the k shared sources for all TILE tokens at
+ * once, a token a vector lane (the max, the exps, the division and the
+ * sum vectorise across tokens; token by token they were scalar, k of each
+ * per mixer, and at d 64 they cost more than the dot products).  Pass C,
+ * token by token: o_c = sum_s softmax_s x_s for all C mixers in one sweep
+ * of the rows (still in L1 or L2: TILE * k rows).  Every weight takes the
+ * same operations in the same order as token by token. */
 #define TILE 16
-#define SHORT_ROW 128
+/* pass B1: one mixer's k x TILE logits zc (lane l: token l) into weights,
+ * lse[l] of the first nt lanes (the others hold zeros) */
+static void tile_softmax(float *zc, int k, float *lse, int nt)
+{
+    float mx[TILE], sum[TILE];
+    for (int l = 0; l < TILE; l++)
+        mx[l] = zc[l], sum[l] = 0.0f;
+    for (int s = 1; s < k; s++)
+        for (int l = 0; l < TILE; l++)
+            mx[l] = zc[s * TILE + l] > mx[l] ? zc[s * TILE + l] : mx[l];
+    for (int s = 0; s < k; s++)
+        for (int l = 0; l < TILE; l++) {
+            float e = fast_expf(zc[s * TILE + l] - mx[l]);
+            zc[s * TILE + l] = e;
+            sum[l] += e;
+        }
+    for (int l = 0; l < nt; l++)
+        lse[l] = mx[l] + logf(sum[l]);
+    for (int s = 0; s < k; s++)
+        for (int l = 0; l < TILE; l++)
+            zc[s * TILE + l] /= sum[l];
+}
+
 void cpu_depth_fwd_inter(const ar_depth_inter *chunk, float *const *o, const ar_norm_out *nf)
 {
     float *const *lse = chunk->lse, *const *alpha = chunk->alpha, *const *rs = chunk->rs;
@@ -231,11 +253,11 @@ void cpu_depth_fwd_inter(const ar_depth_inter *chunk, float *const *o, const ar_
     float *xn = nf ? nf->xn : NULL, *nrstd = nf ? nf->rstd : NULL;
     const float *u = queries(w, g, C, d);
     int key_norm = g != NULL;
-    int tile = d <= SHORT_ROW ? 1 : TILE;
-    int nt = omp_get_max_threads(), ntile = (N + tile - 1) / tile;
-    /* per thread: z (TILE x C x k), then one token's weights (C x k) */
+    int nthr = omp_get_max_threads(), ntile = (N + TILE - 1) / TILE;
+    /* per thread: z (C x k x TILE, a token a lane), then one token's
+     * weights (C x k) */
     size_t ck = (size_t)C * k, per = (TILE + 1) * ck;
-    float *zall = cpu_ws(WS_B, (size_t)nt * per * sizeof(float));
+    float *zall = cpu_ws(WS_B, (size_t)nthr * per * sizeof(float));
     /* o rows are streamed to memory: phase 2 reads them only after the
      * sublayers between have long evicted them (not so the fused row hr,
      * normalised at once) */
@@ -251,53 +273,53 @@ void cpu_depth_fwd_inter(const ar_depth_inter *chunk, float *const *o, const ar_
             ur[c] = u + (size_t)c * d;
 #pragma omp for schedule(static) nowait
         for (int tb = 0; tb < ntile; tb++) {
-            int i0 = tb * tile, i1 = i0 + tile < N ? i0 + tile : N;
-            for (int s = 0; s < k; s++)
+            int i0 = tb * TILE, i1 = i0 + TILE < N ? i0 + TILE : N, nt = i1 - i0;
+            if (nt < TILE) /* the last tile's idle lanes: finite, unused */
+                memset(zt, 0, TILE * ck * sizeof(float));
+            for (int s = 0; s < k; s++) {
+                /* the dot products, then each token's rstd and scaling
+                 * across the tile's lanes (a division and a square root
+                 * a token, in vectors) */
+                float xx[TILE] = {0}, r[TILE];
                 for (int i = i0; i < i1; i++) {
-                    float xx = 0.0f;
-                    dots(ur, C, src[s] + (size_t)i * d, d, zc, key_norm ? &xx : NULL, 1);
-                    float r = key_rstd(key_norm, xx, d);
-                    rs[s][i] = r;
+                    dots(ur, C, src[s] + (size_t)i * d, d, zc, key_norm ? &xx[i - i0] : NULL, 1);
                     for (int c = 0; c < C; c++)
-                        zt[(size_t)(i - i0) * ck + c * k + s] = r * zc[c];
+                        zt[((size_t)c * k + s) * TILE + (i - i0)] = zc[c];
                 }
+                for (int l = 0; l < TILE; l++)
+                    r[l] = key_rstd(key_norm, xx[l], d);
+                for (int i = i0; i < i1; i++)
+                    rs[s][i] = r[i - i0];
+                for (int c = 0; c < C; c++)
+                    for (int l = 0; l < TILE; l++)
+                        zt[((size_t)c * k + s) * TILE + l] *= r[l];
+            }
+            for (int c = 0; c < C; c++) {
+                float *zr = zt + (size_t)c * k * TILE;
+                for (int i = i0; i < i1; i++) /* raw logits; phase 2 normalises */
+                    for (int s = 0; s < k; s++)
+                        alpha[c][(size_t)i * n[c] + s] = zr[s * TILE + (i - i0)];
+                if (sigmoid) { /* independent weights, no normaliser */
+                    for (int q = 0; q < k * TILE; q++)
+                        zr[q] = sigmoidf_fast(zr[q]);
+                    for (int i = i0; i < i1; i++)
+                        lse[c][i] = 0.0f;
+                } else {
+                    tile_softmax(zr, k, lse[c] + i0, nt);
+                }
+            }
             for (int i = i0; i < i1; i++) {
-                const float *z = zt + (size_t)(i - i0) * ck;
                 for (int s = 0; s < k; s++)
                     x[s] = src[s] + (size_t)i * d;
-                for (int c = 0; c < C; c++) {
-                    const float *zr = z + c * k;
-                    float *ac = a + c * k;
-                    float *al = alpha[c] + (size_t)i * n[c];
-                    if (sigmoid) { /* independent weights, no normaliser */
-                        for (int s = 0; s < k; s++) {
-                            ac[s] = sigmoidf_fast(zr[s]);
-                            al[s] = zr[s]; /* raw logit; phase 2 squashes */
-                        }
-                        lse[c][i] = 0.0f;
-                        continue;
-                    }
-                    float mx = zr[0];
-                    for (int s = 1; s < k; s++)
-                        mx = zr[s] > mx ? zr[s] : mx;
-                    float sum = 0.0f;
-                    for (int s = 0; s < k; s++)
-                        sum += ac[s] = fast_expf(zr[s] - mx);
-                    lse[c][i] = mx + logf(sum);
-                    for (int s = 0; s < k; s++) {
-                        al[s] = zr[s]; /* raw logit; phase 2 normalises */
-                        ac[s] /= sum;
-                    }
-                }
-                /* the outputs wanted, their weight rows moved down over
-                 * the skipped ones' (nc <= c: no overlap) */
+                /* the outputs wanted, with their weight rows (token i's
+                 * lane of z) in a */
                 int nc = 0, ntm = 0;
                 for (int c = 0; c < C; c++) {
                     float *yc = c == 0 && xn ? hr : o[c] ? o[c] + (size_t)i * d : NULL;
                     if (!yc)
                         continue;
-                    if (nc != c)
-                        memcpy(a + nc * k, a + c * k, (size_t)k * sizeof(float));
+                    for (int s = 0; s < k; s++)
+                        a[nc * k + s] = zt[((size_t)c * k + s) * TILE + (i - i0)];
                     ntm |= (stream && yc != hr) << nc;
                     y[nc++] = yc;
                 }
@@ -316,6 +338,48 @@ void cpu_depth_fwd_inter(const ar_depth_inter *chunk, float *const *o, const ar_
  *   LSE = log(exp(lse) + sum_t exp z_t),  h = exp(lse - LSE) o + sum_t exp(z_t - LSE) x_t
  * Over tiles of TILE tokens as phase 1: the logits source by source, then
  * per token h, o and the x_t in one sweep, as a mix of j + 1 rows. */
+/* The softmax part of phase 2 for a tile of nt tokens, a token a lane:
+ * z (j x TILE) the intra logits, lse (nt) phase 1's, al the tile's alpha
+ * rows (n apart, phase 1's raw logits in the first k), at ((j + 1) x TILE)
+ * the weights of o and the intra sources.  The k shared weights go
+ * through lanes too (copied in and out: a copy costs less than a scalar
+ * exp). */
+static void tile_merge_weights(const float *z, int j, float *lse, float *al, int n, int k, float *at, int nt)
+{
+    float M[TILE], S[TILE], L[TILE], b[TILE];
+    for (int l = 0; l < TILE; l++) {
+        float lv = l < nt ? lse[l] : 0.0f;
+        M[l] = lv;
+        for (int t = 0; t < j; t++)
+            M[l] = z[t * TILE + l] > M[l] ? z[t * TILE + l] : M[l];
+        S[l] = fast_expf(lv - M[l]);
+        for (int t = 0; t < j; t++)
+            S[l] += fast_expf(z[t * TILE + l] - M[l]);
+    }
+    for (int l = 0; l < nt; l++)
+        L[l] = M[l] + logf(S[l]);
+    for (int l = nt; l < TILE; l++)
+        L[l] = 0.0f;
+    for (int l = 0; l < TILE; l++)
+        at[l] = fast_expf((l < nt ? lse[l] : 0.0f) - L[l]);
+    for (int l = 0; l < nt; l++)
+        lse[l] = L[l]; /* the backward recovers u.x_s = (log alpha_s + LSE) / rstd_s */
+    for (int s = 0; s < k; s++) {
+        for (int l = 0; l < TILE; l++)
+            b[l] = l < nt ? al[(size_t)l * n + s] : 0.0f;
+        for (int l = 0; l < TILE; l++)
+            b[l] = fast_expf(b[l] - L[l]);
+        for (int l = 0; l < nt; l++)
+            al[(size_t)l * n + s] = b[l];
+    }
+    for (int t = 0; t < j; t++) {
+        for (int l = 0; l < TILE; l++)
+            at[(t + 1) * TILE + l] = fast_expf(z[t * TILE + l] - L[l]);
+        for (int l = 0; l < nt; l++)
+            al[(size_t)l * n + k + t] = at[(t + 1) * TILE + l];
+    }
+}
+
 void cpu_depth_fwd_merge(const ar_depth_intra *m, float *h, const ar_norm_out *nf)
 {
     float *lse = m->lse, *alpha = m->alpha, *const *rsi = m->rsi;
@@ -328,50 +392,45 @@ void cpu_depth_fwd_merge(const ar_depth_intra *m, float *h, const ar_norm_out *n
     int j = n - k, ntile = (N + TILE - 1) / TILE;
 #pragma omp parallel for schedule(static) if ((long)N * d * (j + 1) > PAR_MIN)
     for (int tb = 0; tb < ntile; tb++) {
-        int i0 = tb * TILE, i1 = i0 + TILE < N ? i0 + TILE : N;
-        float zt[TILE][j > 0 ? j : 1], at[j + 1], hr[xn ? d : 1];
+        int i0 = tb * TILE, i1 = i0 + TILE < N ? i0 + TILE : N, nt = i1 - i0;
+        /* z: the intra logits, a token a lane (idle lanes 0); at: the
+         * weights of o and the intra sources, likewise */
+        float zt[(j > 0 ? j : 1) * TILE], at[(j + 1) * TILE], aw[j + 1], hr[xn ? d : 1];
         const float *x[j + 1];
+        memset(zt, 0, sizeof zt);
         for (int t = 0; t < j; t++)
             for (int i = i0; i < i1; i++) {
                 float xx, ux;
                 dots(&u, 1, intra[t] + (size_t)i * d, d, &ux, &xx, 1);
                 float r = key_rstd(g != NULL, xx, d);
                 rsi[t][i] = r;
-                zt[i - i0][t] = r * ux;
+                zt[t * TILE + (i - i0)] = r * ux;
             }
-        for (int i = i0; i < i1; i++) {
-            float *hi = h + (size_t)i * d, *z = zt[i - i0];
-            /* the weights: at[0] of o, then the intra sources' (also into alpha) */
-            float *al = alpha + (size_t)i * n;
-            if (sigmoid) { /* h = o + sum_t sigmoid(z_t) x_t: no normaliser */
+        float *al0 = alpha + (size_t)i0 * n;
+        if (sigmoid) { /* h = o + sum_t sigmoid(z_t) x_t: no normaliser */
+            for (int l = 0; l < nt; l++) {
+                float *al = al0 + (size_t)l * n;
                 for (int s = 0; s < k; s++)
                     al[s] = sigmoidf_fast(al[s]);
-                at[0] = 1.0f;
+                at[l] = 1.0f;
                 for (int t = 0; t < j; t++)
-                    at[t + 1] = al[k + t] = sigmoidf_fast(z[t]);
-            } else {
-                float M = lse[i];
-                for (int t = 0; t < j; t++)
-                    M = z[t] > M ? z[t] : M;
-                float S = fast_expf(lse[i] - M);
-                for (int t = 0; t < j; t++)
-                    S += fast_expf(z[t] - M);
-                float LSE = M + logf(S);
-                at[0] = fast_expf(lse[i] - LSE);
-                lse[i] = LSE; /* the backward recovers u.x_s = (log alpha_s + LSE) / rstd_s */
-                for (int s = 0; s < k; s++)
-                    al[s] = fast_expf(al[s] - LSE);
-                for (int t = 0; t < j; t++)
-                    at[t + 1] = al[k + t] = fast_expf(z[t] - LSE);
+                    at[(t + 1) * TILE + l] = al[k + t] = sigmoidf_fast(zt[t * TILE + l]);
             }
-            if (j == 0)
-                continue; /* h = o already */
+        } else {
+            tile_merge_weights(zt, j, lse + i0, al0, n, k, at, nt);
+        }
+        if (j == 0)
+            continue; /* h = o already */
+        for (int i = i0; i < i1; i++) {
+            float *hi = h + (size_t)i * d;
             x[0] = hi;
             for (int t = 0; t < j; t++)
                 x[t + 1] = intra[t] + (size_t)i * d;
+            for (int t = 0; t <= j; t++)
+                aw[t] = at[t * TILE + (i - i0)];
             /* h in place, or in a row of its own before the sublayer's RMSNorm */
             float *y = xn ? hr : hi;
-            mix(&y, 1, at, x, j + 1, 1, 0, d);
+            mix(&y, 1, aw, x, j + 1, 1, 0, d);
             if (xn)
                 cpu_rmsnorm_row(xn + (size_t)i * d, nrstd + i, hr, ng, d);
         }
