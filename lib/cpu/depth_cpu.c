@@ -334,10 +334,6 @@ void cpu_depth_fwd_inter(const ar_depth_inter *chunk, float *const *o, const ar_
     }
 }
 
-/* Phase 2: the j = n - k intra sources join by online softmax:
- *   LSE = log(exp(lse) + sum_t exp z_t),  h = exp(lse - LSE) o + sum_t exp(z_t - LSE) x_t
- * Over tiles of TILE tokens as phase 1: the logits source by source, then
- * per token h, o and the x_t in one sweep, as a mix of j + 1 rows. */
 /* The softmax part of phase 2 for a tile of nt tokens, a token a lane:
  * z (j x TILE) the intra logits, lse (nt) phase 1's, al the tile's alpha
  * rows (n apart, phase 1's raw logits in the first k), at ((j + 1) x TILE)
@@ -380,6 +376,11 @@ static void tile_merge_weights(const float *z, int j, float *lse, float *al, int
     }
 }
 
+/* Phase 2: the j = n - k intra sources join by online softmax:
+ *   LSE = log(exp(lse) + sum_t exp z_t),  h = exp(lse - LSE) o + sum_t exp(z_t - LSE) x_t
+ * Over tiles of TILE tokens as phase 1: the logits source by source, the
+ * weights across the tile's tokens in vector lanes (tile_merge_weights),
+ * then per token h, o and the x_t in one sweep, as a mix of j + 1 rows. */
 void cpu_depth_fwd_merge(const ar_depth_intra *m, float *h, const ar_norm_out *nf)
 {
     float *lse = m->lse, *alpha = m->alpha, *const *rsi = m->rsi;
