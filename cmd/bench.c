@@ -229,6 +229,16 @@ static int run_paired(variant_run *runs, int n, const variant_run *base, const a
     return rc;
 }
 
+/* The best FMA peak over the variants' processes (0 where none measured
+ * one: on a GPU). */
+static double fma_peak_max(const variant_run *runs, int n)
+{
+    double m = 0;
+    for (int i = 0; i < n; i++)
+        m = runs[i].rep.fma_peak > m ? runs[i].rep.fma_peak : m;
+    return m;
+}
+
 /* ---- derived numbers ---- */
 
 typedef struct {
@@ -414,9 +424,7 @@ static void print_json(const char *config, const ar_config *cfg, const ar_bench_
     ar_jw_key(&w, "repeat");
     ar_jw_int(&w, o->repeat);
     json_num_or_null(&w, "ceiling_gflops", gpu ? (d0.peak > 0 ? d0.peak / 1e9 : NAN) : ceil_max);
-    double fma_max = 0;
-    for (int i = 0; i < n; i++)
-        fma_max = runs[i].rep.fma_peak > fma_max ? runs[i].rep.fma_peak : fma_max;
+    double fma_max = fma_peak_max(runs, n);
     json_num_or_null(&w, "fma_peak_gflops", gpu || fma_max <= 0 ? NAN : fma_max);
     ar_jw_key(&w, "small_products");
     if (ar_cpu_small_products())
@@ -457,9 +465,7 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
     int L = ar_cfg_sublayers(m);
     int gpu = cfg->train.device != AR_DEVICE_CPU, mfu = gpu || peak_tflops > 0;
     derived d0 = derive(&runs[0], base, peak_tflops);
-    double fma_max = 0;
-    for (int i = 0; i < n; i++)
-        fma_max = runs[i].rep.fma_peak > fma_max ? runs[i].rep.fma_peak : fma_max;
+    double fma_max = fma_peak_max(runs, n);
     ar_machine mach;
     ar_machine_describe(&mach);
     printf("machine: %s, %s, %d thread%s, OPENBLAS_CORETYPE=%s, built for %s\n", mach.cpu, mach.blas,

@@ -7,7 +7,6 @@
 #include "bench.h"
 
 #include <omp.h>
-#include <time.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -15,13 +14,6 @@
 #endif
 
 enum { CHAINS = 12, ITERS = 1 << 20 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Each of these: ITERS rounds of CHAINS (12) independent a = a m + c, the
  * sum of the lanes returned so that nothing is left out as unused.  The
@@ -99,7 +91,7 @@ double ar_bench_fma_peak_gflops(int reps, const char **isa)
     volatile float sink = 0;
     for (int r = 0; r < reps; r++) {
         int threads = 1;
-        double t = now_s();
+        double t = omp_get_wtime();
 #pragma omp parallel
         {
 #pragma omp single
@@ -108,7 +100,7 @@ double ar_bench_fma_peak_gflops(int reps, const char **isa)
 #pragma omp atomic
             sink += s;
         }
-        double dt = now_s() - t;
+        double dt = omp_get_wtime() - t;
         double g = 2.0 * lanes * CHAINS * (double)ITERS * threads / dt / 1e9;
         best = g > best ? g : best;
     }

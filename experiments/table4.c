@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/error.h"
+
 static const ar_table4_row TABLE4[] = {
     {"full", "Full AttnRes", -0.029},
     {"input-query", "Full, input-dependent query", -0.035},
@@ -55,10 +57,7 @@ double ar_spearman(const double *x, const double *y, int n)
 {
     if (n < 2)
         return NAN;
-    double *rx = malloc(2 * (size_t)n * sizeof *rx);
-    if (!rx)
-        return NAN;
-    double *ry = rx + n;
+    double *rx = ar_xmalloc(2 * (size_t)n * sizeof *rx), *ry = rx + n;
     ranks(x, n, rx);
     ranks(y, n, ry);
     double mx = 0, my = 0;
@@ -80,7 +79,7 @@ static int sign_of(double v) { return (v > 0) - (v < 0); }
 double ar_table4_compare(char (*names)[AR_SWEEP_NAME_MAX], const ar_ablate_stat *st, int nvariants,
                          ar_table4_cmp *cmp, int *nboth)
 {
-    double *x = calloc((size_t)nvariants + 1, sizeof *x), *y = calloc((size_t)nvariants + 1, sizeof *y);
+    double *x = ar_xcalloc((size_t)nvariants + 1, sizeof *x), *y = ar_xcalloc((size_t)nvariants + 1, sizeof *y);
     int k = 0;
     for (int v = 0; v < nvariants; v++) {
         ar_table4_cmp *c = &cmp[v];
@@ -93,12 +92,11 @@ double ar_table4_compare(char (*names)[AR_SWEEP_NAME_MAX], const ar_ablate_stat 
         c->same_sign = -1;
         if (c->pub && isfinite(c->measured)) {
             c->same_sign = sign_of(c->measured) == sign_of(c->pub->delta);
-            if (x && y)
-                x[k] = c->pub->delta, y[k] = c->measured;
+            x[k] = c->pub->delta, y[k] = c->measured;
             k++;
         }
     }
-    double rho = x && y ? ar_spearman(x, y, k) : NAN;
+    double rho = ar_spearman(x, y, k);
     free(x);
     free(y);
     *nboth = k;

@@ -14,10 +14,8 @@
 #include "../../core/error.h"
 
 #include "loops.h"
-#include "workspace.h"
-#ifdef AR_HAVE_LIBXSMM
 #include "matmul_xsmm.h"
-#endif
+#include "workspace.h"
 
 /* Row-block size of the causal attention sgemm tiling, and the most
  * blocks (T up to 4096) whose products run on libxsmm kernels. */
@@ -32,13 +30,6 @@ static size_t head_offset(int bh, int T, int nh, int hd)
     return (size_t)b * T * nh * hd + (size_t)h * hd;
 }
 
-/* q,k,v,y: B x T x C (C = nh*hd); att: B x nh x T x T.
- *   s = q k^T / sqrt(hd) (causal), att = softmax(s), y = att v        (=)
- * Per (b, h), in parallel; heads are strided views (ld = C) of the
- * interleaved rows.  Rows are tiled in blocks of ATT_BLOCK: row block
- * [r0, r1) only needs key columns [0, r1), which skips most of the masked
- * upper triangle in both sgemms.  att is written in full (zeros above the
- * diagonal). */
 /* The per-head products on libxsmm kernels, dispatched once per call for
  * every row block (use = 0 where libxsmm is not built or has no kernel:
  * then CBLAS): at T 64 OpenBLAS's small-matrix path spent about as long
@@ -46,25 +37,22 @@ static size_t head_offset(int bh, int T, int nh, int hd)
  * [r0, r1) of M rows (columns [c0, c1) of Mc, K = T - c0, in the
  * backward's second loop), with kt / vt the head's keys (scaled by
  * 1/sqrt(hd)) / values transposed, hd x T:
- *   score  S^T (r1 x M, ld T)   = kt^T... i.e. (r1 x hd, ld T) x q^T (hd x M, ld C)
+ *   score  S^T (r1 x M, ld T)   = kt read as (r1 x hd, ld T) x q^T (hd x M, ld C)
  *   value  y^T (hd x M, ld C)   = v^T (hd x r1, ld C) x att^T (r1 x M, ld T)
- *   dscore dA^T (r1 x M, ld T)  = vt (r1 x hd, ld T) x dy^T (hd x M, ld C)
+ *   dscore dA^T (r1 x M, ld T)  = vt read as (r1 x hd, ld T) x dy^T (hd x M, ld C)
  *   dq     dq^T (hd x M, ld C)  = k^T (hd x r1, ld C) x ds^T (r1 x M, ld T)
  *   dvk    dv^T (hd x Mc, ld C) = dy^T (hd x K, ld C) x att[c0:T, c0:c1] (K x Mc,
  *          read transposed from its ld-T rows), and dk^T the same from q and ds */
 typedef struct {
     int use;
-#ifdef AR_HAVE_LIBXSMM
     /* score and dscore have the same shape, and so have value and dq */
     xsmm_kern score[ATT_MAX_BLOCKS], value[ATT_MAX_BLOCKS], dvk[ATT_MAX_BLOCKS];
-#endif
 } att_kernels;
 
 /* bwd: the backward's kernels too */
 static att_kernels att_plan(int T, int hd, int C, int bwd)
 {
     att_kernels p = {0};
-#ifdef AR_HAVE_LIBXSMM
     int nb = (T + ATT_BLOCK - 1) / ATT_BLOCK;
     if (nb > ATT_MAX_BLOCKS)
         return p;
@@ -77,9 +65,6 @@ static att_kernels att_plan(int T, int hd, int C, int bwd)
             return p;
     }
     p.use = 1;
-#else
-    (void)T, (void)hd, (void)C, (void)bwd;
-#endif
     return p;
 }
 
@@ -94,6 +79,13 @@ static void head_transposed(float *dst, const float *x, float f, int T, int hd, 
     }
 }
 
+/* q,k,v,y: B x T x C (C = nh*hd); att: B x nh x T x T.
+ *   s = q k^T / sqrt(hd) (causal), att = softmax(s), y = att v        (=)
+ * Per (b, h), in parallel; heads are strided views (ld = C) of the
+ * interleaved rows.  Rows are tiled in blocks of ATT_BLOCK: row block
+ * [r0, r1) only needs key columns [0, r1), which skips most of the masked
+ * upper triangle in both sgemms.  att is written in full (zeros above the
+ * diagonal). */
 void cpu_attention_fwd(const ar_attention *a, float *y)
 {
     const float *q = a->q, *k = a->k, *v = a->v;
@@ -117,11 +109,9 @@ void cpu_attention_fwd(const ar_attention *a, float *y)
             int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
             int M = r1 - r0;
             /* scores for rows [r0,r1), columns [0,r1) */
-#ifdef AR_HAVE_LIBXSMM
             if (kt)
                 xsmm_run(kp.score[r0 / ATT_BLOCK], kt, qb + (size_t)r0 * C, A + (size_t)r0 * T);
             else
-#endif
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, hd, scale,
                             qb + (size_t)r0 * C, C, kb, C, 0.0f, A + (size_t)r0 * T, T);
             for (int r = r0; r < r1; r++) {
@@ -142,11 +132,9 @@ void cpu_attention_fwd(const ar_attention *a, float *y)
                     memset(ar + cend, 0, (size_t)(T - cend) * sizeof(float));
             }
             /* y[r0:r1] = att[r0:r1, 0:r1] v[0:r1] */
-#ifdef AR_HAVE_LIBXSMM
             if (kt)
                 xsmm_run(kp.value[r0 / ATT_BLOCK], vb, A + (size_t)r0 * T, yb + (size_t)r0 * C);
             else
-#endif
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, hd, r1, 1.0f,
                             A + (size_t)r0 * T, T, vb, C, 0.0f, yb + (size_t)r0 * C, C);
         }
@@ -184,11 +172,9 @@ void cpu_attention_bwd(const ar_attention *a, const float *dy, float *dq, float 
             int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
             int M = r1 - r0;
             /* dA[r0:r1, 0:r1] = dy[r0:r1] v[0:r1]^T */
-#ifdef AR_HAVE_LIBXSMM
             if (vt)
                 xsmm_run(kp.score[r0 / ATT_BLOCK], vt, dyb + (size_t)r0 * C, D + (size_t)r0 * T);
             else
-#endif
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, hd, 1.0f,
                             dyb + (size_t)r0 * C, C, vb, C, 0.0f, D + (size_t)r0 * T, T);
             /* softmax backward, in place: ds; columns past r are 0 (att is),
@@ -208,27 +194,21 @@ void cpu_attention_bwd(const ar_attention *a, const float *dy, float *dq, float 
                     dr[c] = 0.0f;
             }
             /* dq[r0:r1] = ds[r0:r1, 0:r1] k[0:r1] */
-#ifdef AR_HAVE_LIBXSMM
             if (vt)
                 xsmm_run(kp.value[r0 / ATT_BLOCK], kb, D + (size_t)r0 * T, dqb + (size_t)r0 * C);
             else
-#endif
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, hd, r1, 1.0f,
                             D + (size_t)r0 * T, T, kb, C, 0.0f, dqb + (size_t)r0 * C, C);
         }
         for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
             int c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
             int M = c1 - c0, K = T - c0;
-#ifdef AR_HAVE_LIBXSMM
             if (vt) {
                 xsmm_kern f = kp.dvk[c0 / ATT_BLOCK];
                 xsmm_run(f, dyb + (size_t)c0 * C, A + (size_t)c0 * T + c0, dvb + (size_t)c0 * C);
                 xsmm_run(f, qb + (size_t)c0 * C, D + (size_t)c0 * T + c0, dkb + (size_t)c0 * C);
                 continue;
             }
-#else
-            (void)K;
-#endif
             /* dv[c0:c1] = att[c0:T, c0:c1]^T dy[c0:T] */
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, hd, K, 1.0f,
                         A + (size_t)c0 * T + c0, T, dyb + (size_t)c0 * C, C, 0.0f,

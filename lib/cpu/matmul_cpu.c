@@ -6,26 +6,16 @@
 #include "ops_cpu.h"
 
 #include <cblas.h>
-#ifdef AR_HAVE_LIBXSMM
-#include "matmul_xsmm.h"
-#endif
 
-const char *ar_cpu_small_products(void)
-{
-#ifdef AR_HAVE_LIBXSMM
-    return xsmm_describe();
-#else
-    return NULL;
-#endif
-}
+#include "matmul_xsmm.h"
+
+const char *ar_cpu_small_products(void) { return xsmm_describe(); }
 
 /* out = x W^T     x: N x in, W: outd x in, out: N x outd   (=) */
 void cpu_matmul_fwd(float *out, const float *x, const float *W, int N, int in, int outd)
 {
-#ifdef AR_HAVE_LIBXSMM
     if (xsmm_matmul_fwd(out, x, W, N, in, outd))
         return;
-#endif
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, outd, in, 1.0f, x, in, W, in, 0.0f,
                 out, outd);
 }
@@ -34,10 +24,8 @@ void cpu_matmul_fwd(float *out, const float *x, const float *W, int N, int in, i
 void cpu_matmul_bwd(float *dx, float *dW, const float *dout, const float *x,
                     const float *W, int N, int in, int outd)
 {
-#ifdef AR_HAVE_LIBXSMM
     if (xsmm_matmul_bwd(dx, dW, dout, x, W, N, in, outd))
         return;
-#endif
     if (dx)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, outd, 1.0f, dout, outd, W,
                     in, 1.0f, dx, in);

@@ -34,25 +34,28 @@ enum { TOK_TILE = 32, DW_M = 64, DW_N = 32, DW_K = 256 };
  * and 186; BENCHMARKS.md, "Small products"). */
 enum { XSMM_MAX_WEIGHT = 32768 };
 
-static int xsmm_ready(void)
-{
-    static int ready;
-    if (!ready) {
-        libxsmm_init();
-        ready = 1;
-    }
-    return 1;
-}
-
-int xsmm_handles(int N, int in, int outd)
+/* whether a product of N tokens through an outd x in matrix is libxsmm's */
+static int takes(int N, int in, int outd)
 {
     return N > 0 && in > 0 && outd > 0 && (long)in * outd <= XSMM_MAX_WEIGHT;
+}
+
+/* libxsmm set up once, from the thread that runs the ops (not inside a
+ * parallel region: kernels are dispatched before the tiles split) */
+static void setup(void)
+{
+    static int done;
+    if (!done) {
+        libxsmm_init();
+        done = 1;
+    }
 }
 
 /* C (beta = 0: =, 1: +=) A B, m x n x k, leading dimensions la, lb, lc;
  * trans_b: B is read transposed.  NULL where libxsmm has no kernel. */
 static libxsmm_smmfunction kernel(int m, int n, int k, int la, int lb, int lc, float beta, int trans_b)
 {
+    setup();
     float alpha = 1.0f;
     int flags = trans_b ? LIBXSMM_GEMM_FLAG_TRANS_B : LIBXSMM_GEMM_FLAG_NONE;
     libxsmm_blasint M = m, Nn = n, K = k, lda = la, ldb = lb, ldc = lc;
@@ -61,8 +64,6 @@ static libxsmm_smmfunction kernel(int m, int n, int k, int la, int lb, int lc, f
 
 xsmm_kern xsmm_dispatch(int m, int n, int k, int lda, int ldb, int ldc, float beta, int trans_b)
 {
-    if (!xsmm_ready())
-        return NULL;
     return (xsmm_kern)kernel(m, n, k, lda, ldb, ldc, beta, trans_b);
 }
 
@@ -105,7 +106,7 @@ static void tok_run(const tok_kernels *t, int N, const float *A, const float *B,
 int xsmm_matmul_fwd(float *out, const float *x, const float *W, int N, int in, int outd)
 {
     tok_kernels t;
-    if (!xsmm_handles(N, in, outd) || !xsmm_ready() || !tok_plan(&t, N, outd, in, outd, in, outd, 0.0f))
+    if (!takes(N, in, outd) || !tok_plan(&t, N, outd, in, outd, in, outd, 0.0f))
         return 0;
     float *Wt = cpu_ws(WS_GEMM, (size_t)in * outd * sizeof(float));
     for (int o = 0; o < outd; o++)
@@ -162,7 +163,7 @@ int xsmm_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, con
 {
     tok_kernels t;
     dw_kernels p;
-    if (!xsmm_handles(N, in, outd) || !xsmm_ready() || !dw_plan(&p, N, in, outd))
+    if (!takes(N, in, outd) || !dw_plan(&p, N, in, outd))
         return 0;
     if (dx && !tok_plan(&t, N, in, outd, in, outd, in, 1.0f))
         return 0;
@@ -178,7 +179,7 @@ const char *xsmm_describe(void)
 {
     static char buf[96];
     if (!buf[0]) {
-        xsmm_ready();
+        setup();
         const char *arch = libxsmm_get_target_arch();
         const char *isa = "SSE";
         if (strcmp(arch, "hsw") == 0)
