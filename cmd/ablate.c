@@ -13,7 +13,7 @@
 #include "../formats/json.h"
 #include "../parallel/comm.h"
 #include "../run/data.h"
-#include "ablate_depths.h"
+#include "ablate_axis.h"
 #include "cmds.h"
 #include "options.h"
 #include "signals.h"
@@ -22,7 +22,7 @@
 static const char *usage =
     "attnres ablate [CONFIG] --variant LIST|all [--seeds K] [--block-sizes LIST] [--block-layouts L1[;L2...]] "
     "[--set KEY=VALUE]... "
-    "[--out DIR] [--jobs J] [--device cpu|cuda] [--precision fp32|bf16] [--depths LIST] [--json]";
+    "[--out DIR] [--jobs J] [--device cpu|cuda] [--precision fp32|bf16] [--depths LIST] [--tokens LIST] [--json]";
 
 /* --block-layouts "2,2,4,8;4,4,4,4": one Block AttnRes variant a layout.
  * A malformed layout is a wrong command line (*rc: usage, the error's kind
@@ -40,7 +40,7 @@ static int add_layouts(ar_ablation *ab, const ar_config *cfg, const char *layout
 
 /* The command line, as parsed. */
 typedef struct {
-    const char *config, *variants, *bs, *layouts, *depths;
+    const char *config, *variants, *bs, *layouts, *depths, *tokens;
     long jobs, seeds;
     int *bsz, nbs; /* --block-sizes parsed; the caller frees bsz */
     int json;      /* --json: the results as JSON on stdout, progress on stderr */
@@ -61,6 +61,8 @@ static int parse_args(cli_opts *so, ablate_args *a)
             a->layouts = v;
         else if (!strcmp(o, "--depths"))
             a->depths = v;
+        else if (!strcmp(o, "--tokens"))
+            a->tokens = v;
         else if (!strcmp(o, "--json"))
             a->json = 1;
         else if (!strcmp(o, "--jobs") || !strcmp(o, "--seeds")) {
@@ -248,7 +250,7 @@ int cmd_ablate(int argc, char **argv)
     ar_ablation ab;
     ar_ablate_stat *stat = NULL;
     static const char *const own[] = {"--variant", "--block-sizes", "--block-layouts", "--jobs", "--seeds", "--depths",
-                                      NULL};
+                                      "--tokens", NULL};
     cli_opts so;
     cli_opts_init(&so, usage, CLI_SET | CLI_OUT | CLI_DEVICE | CLI_PRECISION, own, argc, argv);
     if (parse_args(&so, &a) != 0)
@@ -262,13 +264,19 @@ int cmd_ablate(int argc, char **argv)
         cli_error("%s", e.msg);
         goto done;
     }
-    if (a.depths) { /* a depth study: cmd/ablate_depths.c */
+    if (a.depths || a.tokens) { /* a study along depth or tokens: cmd/ablate_axis.c */
+        const char *opt = a.depths ? "--depths" : "--tokens";
+        if (a.depths && a.tokens) {
+            rc = cli_usage_error(usage, "'--depths' and '--tokens' do not go together: one axis per study");
+            goto done;
+        }
         if (a.bs || a.layouts || a.json) {
-            rc = cli_usage_error(usage, "'--depths' and '%s' do not go together",
+            rc = cli_usage_error(usage, "'%s' and '%s' do not go together", opt,
                                  a.bs ? "--block-sizes" : a.layouts ? "--block-layouts" : "--json");
             goto done;
         }
-        rc = cli_ablate_depths(&cfg, a.config, a.variants, (int)a.seeds, (int)a.jobs, so.out, a.depths, usage);
+        rc = cli_ablate_axis(a.depths ? AR_AXIS_DEPTH : AR_AXIS_TOKENS, &cfg, a.config, a.variants, (int)a.seeds,
+                             (int)a.jobs, so.out, a.depths ? a.depths : a.tokens, usage);
         goto done;
     }
     if (ar_ablate_plan(&ab, &cfg, a.variants ? a.variants : "baseline", (int)a.seeds, a.bsz, a.nbs, &e) != 0) {
