@@ -20,6 +20,11 @@ void ar_config_defaults(ar_config *c)
     m->residual.kind = AR_RES_BLOCK;
     m->residual.block_size = 4;
     m->residual.num_blocks = 0;
+    /* query: input's default stabiliser, chosen by the study in
+     * docs/findings.md (the plain form saturates its softmax) */
+    m->residual.query_scale = AR_QUERY_SCALE_NONE;
+    m->residual.query_norm = 0;
+    m->residual.query_gate = 0;
 
     ar_data_cfg *d = &c->data;
     snprintf(d->train, sizeof d->train, "%s", AR_DEFAULT_CORPUS);
@@ -154,6 +159,30 @@ const char *ar_query_name(ar_query_kind k)
     case AR_QUERY_INPUT: return "input";
     }
     return "unknown";
+}
+
+const char *ar_query_scale_name(ar_query_scale k)
+{
+    switch (k) {
+    case AR_QUERY_SCALE_NONE: return "none";
+    case AR_QUERY_SCALE_HEAD: return "head";
+    }
+    return "unknown";
+}
+
+void ar_config_plain_query(ar_residual_cfg *r)
+{
+    r->query_scale = AR_QUERY_SCALE_NONE;
+    r->query_norm = 0;
+    r->query_gate = 0;
+}
+
+int ar_cfg_query_stabilisers_changed(const ar_residual_cfg *r)
+{
+    ar_config d;
+    ar_config_defaults(&d);
+    const ar_residual_cfg *x = &d.model.residual;
+    return r->query_scale != x->query_scale || r->query_norm != x->query_norm || r->query_gate != x->query_gate;
 }
 
 const char *ar_sched_name(ar_sched_kind k)

@@ -25,6 +25,9 @@ typedef enum {
 typedef enum { AR_SCORE_SOFTMAX = 0, AR_SCORE_SIGMOID } ar_score_kind;
 typedef enum { AR_KEY_NORM_ON = 0, AR_KEY_NORM_OFF } ar_key_norm; /* spelled true | false */
 typedef enum { AR_QUERY_LEARNED = 0, AR_QUERY_INPUT } ar_query_kind;
+/* query: input's logit scale: none (1) | head (1/sqrt(d / heads), the
+ * head width, as in dot-product attention). */
+typedef enum { AR_QUERY_SCALE_NONE = 0, AR_QUERY_SCALE_HEAD } ar_query_scale;
 
 typedef enum {
     AR_SCHED_COSINE = 0, /* linear warmup, then cosine from lr to min_lr */
@@ -50,6 +53,15 @@ typedef struct {
     ar_score_kind score;   /* full, block, swa: softmax (default) | sigmoid */
     ar_key_norm key_norm;  /* full, block, swa: RMSNorm on keys (default) or not */
     ar_query_kind query;   /* full, block, swa: learned vector (default) | input-dependent */
+    /* query: input's stabilisers (docs/reference.md, the input-dependent
+     * query): w = scale x [q + g x] N(W RMSNorm(last source)), N an RMSNorm
+     * without gain with query_norm, the bracket with query_gate (q, g
+     * zero-initialised).  ar_config_defaults sets the stabilised default;
+     * checkpoints written before the keys existed read as the plain form
+     * (run/checkpoint.c: ar_config_plain_query). */
+    ar_query_scale query_scale;
+    int query_norm;        /* 0 | 1 */
+    int query_gate;        /* 0 | 1 */
     int heads;             /* full, block, swa: depth-attention heads H; 0 = not given (1) */
     int window;            /* swa: W most recent sublayer outputs; 0 = not given */
     int streams;           /* mhc: m streams; 0 = not given (4) */
@@ -185,6 +197,14 @@ const char *ar_res_kind_name(ar_res_kind k);
 const char *ar_score_name(ar_score_kind k);
 const char *ar_key_norm_name(ar_key_norm k);
 const char *ar_query_name(ar_query_kind k);
+const char *ar_query_scale_name(ar_query_scale k);
+/* The plain input-dependent query w = W RMSNorm(last source): no scale,
+ * norm or gate (what every input-query checkpoint before the stabilisers
+ * was trained with). */
+void ar_config_plain_query(ar_residual_cfg *r);
+/* Whether r's stabiliser keys differ from the defaults (they apply to
+ * query: input only). */
+int ar_cfg_query_stabilisers_changed(const ar_residual_cfg *r);
 const char *ar_sched_name(ar_sched_kind k);
 const char *ar_device_name(ar_device k);
 const char *ar_precision_name(ar_precision k);

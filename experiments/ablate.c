@@ -44,7 +44,15 @@ static void v_block(ar_residual_cfg *r, const ar_model_cfg *b)
 }
 static void v_sigmoid(ar_residual_cfg *r, const ar_model_cfg *b) { v_full(r, b); r->score = AR_SCORE_SIGMOID; }
 static void v_nokn(ar_residual_cfg *r, const ar_model_cfg *b) { v_full(r, b); r->key_norm = AR_KEY_NORM_OFF; }
-static void v_query(ar_residual_cfg *r, const ar_model_cfg *b) { v_full(r, b); r->query = AR_QUERY_INPUT; }
+/* the stabilisers from the config (query_scale, query_norm, query_gate) */
+static void v_query(ar_residual_cfg *r, const ar_model_cfg *b)
+{
+    v_full(r, b);
+    r->query = AR_QUERY_INPUT;
+    r->query_scale = b->residual.query_scale;
+    r->query_norm = b->residual.query_norm;
+    r->query_gate = b->residual.query_gate;
+}
 static void v_static(ar_residual_cfg *r, const ar_model_cfg *b) { (void)b; r->kind = AR_RES_STATIC; }
 static void v_swa(ar_residual_cfg *r, const ar_model_cfg *b)
 {

@@ -76,6 +76,7 @@ static const char *sched_at(int i) { return ar_sched_name((ar_sched_kind)i); }
 static const char *score_at(int i) { return ar_score_name((ar_score_kind)i); }
 static const char *key_norm_at(int i) { return ar_key_norm_name((ar_key_norm)i); }
 static const char *query_at(int i) { return ar_query_name((ar_query_kind)i); }
+static const char *query_scale_at(int i) { return ar_query_scale_name((ar_query_scale)i); }
 static const char *device_at(int i) { return ar_device_name((ar_device)i); }
 static const char *precision_at(int i) { return ar_precision_name((ar_precision)i); }
 static const char *recompute_at(int i) { return ar_recompute_name((ar_recompute)i); }
@@ -101,6 +102,10 @@ static int emit_pipe_sched(const ar_config *c) { return c->parallel.schedule != 
 static int emit_score(const ar_config *c) { return c->model.residual.score != AR_SCORE_SOFTMAX; }
 static int emit_key_norm(const ar_config *c) { return c->model.residual.key_norm != AR_KEY_NORM_ON; }
 static int emit_query(const ar_config *c) { return c->model.residual.query != AR_QUERY_LEARNED; }
+/* Always written with query: input, so a config or checkpoint says which
+ * form it trained whatever the defaults become (a checkpoint without them
+ * predates them: the plain form, run/checkpoint.c). */
+static int emit_query_forms(const ar_config *c) { return c->model.residual.query == AR_QUERY_INPUT; }
 static int emit_heads(const ar_config *c) { return c->model.residual.heads > 0; }
 static int emit_window(const ar_config *c) { return c->model.residual.window > 0; }
 static int emit_streams(const ar_config *c) { return c->model.residual.streams > 0; }
@@ -150,6 +155,12 @@ static const key_def KEYS[] = {
         .emit_if = emit_key_norm),
     KEY("model.residual.query", KT_ENUM, RG_ANY, model.residual.query, .enum_name = query_at,
         .emit_if = emit_query),
+    KEY("model.residual.query_scale", KT_ENUM, RG_ANY, model.residual.query_scale, .enum_name = query_scale_at,
+        .emit_if = emit_query_forms),
+    KEY("model.residual.query_norm", KT_ENUM, RG_ANY, model.residual.query_norm, .enum_name = bool_at,
+        .emit_if = emit_query_forms),
+    KEY("model.residual.query_gate", KT_ENUM, RG_ANY, model.residual.query_gate, .enum_name = bool_at,
+        .emit_if = emit_query_forms),
     KEY("model.residual.heads", KT_INT, RG_POS, model.residual.heads, .zero_unset = 1, .emit_if = emit_heads),
     KEY("model.residual.window", KT_INT, RG_POS, model.residual.window, .zero_unset = 1,
         .emit_if = emit_window),
@@ -1010,6 +1021,9 @@ static int check_model(const ar_model_cfg *m, ar_err *e)
     if (!attn && ar_cfg_depth_flags(m))
         return ar_fail(e, "'model.residual.score', 'key_norm', 'query' and 'heads' apply to kinds full, block "
                           "and swa, not '%s'", ar_res_kind_name(r->kind));
+    if (r->query != AR_QUERY_INPUT && ar_cfg_query_stabilisers_changed(r))
+        return ar_fail(e, "'model.residual.query_scale', 'query_norm' and 'query_gate' apply to 'query: input', "
+                          "not '%s'", ar_query_name(r->query));
     if (r->heads > 1 && m->d_model % r->heads)
         return ar_fail(e, "'model.d_model' (%d) must be divisible by 'model.residual.heads' (%d)", m->d_model,
                        r->heads);

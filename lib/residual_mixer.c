@@ -18,8 +18,16 @@
  * depth_mix op (lib/ops.def gives the exact math).  Per mixer, under the
  * prefix blocks.{k}.attn_res / blocks.{k}.mlp_res / final_res:
  *   .query [d]          learned pseudo-query (zero-initialised)
- *   .query.weight [d,d] query: input, w_m = W_m RMSNorm(last source) (no gain),
- *                       zero-initialised, replaces .query
+ *   .query.weight [d,d] query: input, u_m = W_m RMSNorm(last source) (no gain),
+ *                       zero-initialised (normal(0, 0.02) with query_gate);
+ *                       then with the stabilisers of the config
+ *                         query_norm:  u_m <- RMSNorm(u_m)  (no gain)
+ *                         query_gate:  w_m = q_m + g_m u_m  (else w_m = u_m)
+ *                         query_scale: head: w_m <- w_m / sqrt(d / H)
+ *                       and the logits are w_m . k_s as for a learned query;
+ *                       without query_gate it replaces .query
+ *   .query [d], .query.gate [1]  query_gate: the static part q_m and the
+ *                       gate g_m of the dynamic one (zero-initialised)
  *   .norm.weight [d]    key-norm gain (absent with key_norm: false)
  *   .logits [n]         static: theta_m (zero-initialised)
  *
@@ -41,6 +49,7 @@
  * Memory is simple rather than lean: P, dP and the mixed inputs h of every
  * mixer are kept (3(L+1) buffers of N x d), plus per mixer its weights and
  * the input-dependent query's activations, and the chunk's dL/dh rows. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -60,7 +69,9 @@ typedef struct {
     float **dsp;
     float *alpha, *rstd; /* N x H x n, N x n */
     float *h;            /* the mixed input (N x d) */
-    float *qn, *qrs, *wq; /* query: input: RMSNorm(last), its rstd, W qn */
+    float *qn, *qrs, *wq; /* query: input: RMSNorm(last), its rstd, the query w */
+    float *u, *un, *urs; /* W qn; with query_norm RMSNorm(W qn) and its rstd */
+    int gate_idx;        /* query_gate: g_m's parameter index */
     float *cdot;         /* N x H: dh.h per head (chunked backward) */
     int m0, pos;         /* its chunk's lowest mixer, and its place in the chunk */
 } mixer;
@@ -70,9 +81,12 @@ typedef struct {
     ar_res_kind kind;
     ar_blocks blk;       /* block layout (core/blocks.h); blocks of 1 but for block */
     int H, W, sigmoid, key_norm, qinput;
+    int qnorm, qgate;    /* query: input's stabilisers */
+    float qscale;        /* 1, or 1/sqrt(d / H) */
     float **P, **dP;
     mixer *mx;
     float *fgrad, *dwq, *dqn, *ones, *dgdump;
+    float *du, *dun;     /* query: input: dL/du, and dL/dN(u) with query_norm */
     int cmax;            /* most mixers in a backward chunk (1: none batched) */
     int *csize, *ck;     /* per lowest mixer m0: its chunk's size and shared sources */
     float **dHc;         /* cmax buffers N x d: dL/dh of each place in a chunk */
@@ -116,12 +130,18 @@ static void mixer_bind(ar_residual *r, float *params, float *grads, float *const
     if (s->qinput) {
         s->dwq = be->alloc(nd);
         s->dqn = be->alloc(nd);
+        s->du = be->alloc(nd);
+        if (s->qnorm)
+            s->dun = be->alloc(nd);
         s->dgdump = be->alloc((size_t)r->d * sizeof(float));
-        s->ones = be->alloc((size_t)r->d * sizeof(float));
-        float *o = ar_xmalloc((size_t)r->d * sizeof(float));
-        for (int j = 0; j < r->d; j++)
+        /* ones: the query norms' gain (d) and, with the gate, the column
+         * that broadcasts q_m to every token (maxN) */
+        size_t no = (size_t)(r->maxN > r->d ? r->maxN : r->d);
+        s->ones = be->alloc(no * sizeof(float));
+        float *o = ar_xmalloc(no * sizeof(float));
+        for (size_t j = 0; j < no; j++)
             o[j] = 1.0f;
-        be->upload(s->ones, o, (size_t)r->d * sizeof(float));
+        be->upload(s->ones, o, no * sizeof(float));
         free(o);
     }
     for (int m = 1; m <= r->L + 1; m++) {
@@ -136,6 +156,11 @@ static void mixer_bind(ar_residual *r, float *params, float *grads, float *const
             x->qn = be->alloc(nd);
             x->wq = be->alloc(nd);
             x->qrs = be->alloc((size_t)r->maxN * sizeof(float));
+            x->u = be->alloc(nd);
+            if (s->qnorm) {
+                x->un = be->alloc(nd);
+                x->urs = be->alloc((size_t)r->maxN * sizeof(float));
+            }
         }
         for (int i = 0; i < x->n; i++) {
             x->sp[i] = s->P[x->src[i]];
@@ -161,8 +186,24 @@ static const float *mix_fwd(mixer_res *s, int m, int N)
     const float *w = pp(s, x->q_idx);
     int wstride = 0;
     if (s->qinput) {
+        /* w = scale [q + g] N(W RMSNorm(last source)) (the module comment) */
         be->rmsnorm_fwd(x->qn, x->qrs, x->sp[x->n - 1], s->ones, N, d);
-        be->matmul_fwd(x->wq, x->qn, pp(s, x->W_idx), N, d, d);
+        be->matmul_fwd(x->u, x->qn, pp(s, x->W_idx), N, d, d);
+        const float *dyn = x->u;
+        if (s->qnorm) {
+            be->rmsnorm_fwd(x->un, x->urs, x->u, s->ones, N, d);
+            dyn = x->un;
+        }
+        if (s->qgate) {
+            /* q broadcast to every token as ones (N x 1) times q (d x 1)^T,
+             * then + g dyn */
+            be->matmul_fwd(x->wq, s->ones, pp(s, x->q_idx), N, 1, d);
+            be->wsum_fwd(x->wq, &dyn, pp(s, x->gate_idx), 1, 1, (size_t)N * d);
+        } else {
+            be->copy(x->wq, dyn, (size_t)N * d);
+        }
+        if (s->qscale != 1.0f)
+            be->scale(x->wq, s->qscale, (size_t)N * d);
         w = x->wq;
         wstride = d;
     }
@@ -181,8 +222,24 @@ static void mix_bwd(mixer_res *s, int m, const float *dh, int N)
         be->zero(s->dwq, nd);
         ar_depth_mix mix = mix_args(s, x, x->wq, d, N);
         be->depth_mix_bwd(&mix, x->dsp, s->dwq, gp(s, x->g_idx), NULL, dh);
+        if (s->qscale != 1.0f)
+            be->scale(s->dwq, s->qscale, nd / sizeof(float));
+        /* dL/d dyn: g dw with the gate (and dq += sum_i dw_i, dg += dw . dyn), else dw */
+        float *ddyn = s->qnorm ? s->dun : s->du;
+        if (s->qgate) {
+            const float *dyn = s->qnorm ? x->un : x->u;
+            be->zero(ddyn, nd);
+            be->wsum_bwd(&ddyn, gp(s, x->gate_idx), s->dwq, &dyn, pp(s, x->gate_idx), 1, (size_t)N * d);
+            be->matmul_bwd(NULL, gp(s, x->q_idx), s->dwq, s->ones, pp(s, x->q_idx), N, 1, d);
+        } else {
+            be->copy(ddyn, s->dwq, (size_t)N * d);
+        }
+        if (s->qnorm) {
+            be->zero(s->dgdump, (size_t)d * sizeof(float));
+            be->rmsnorm_bwd(s->du, s->dgdump, s->dun, x->u, s->ones, x->urs, 1, N, d);
+        }
         be->zero(s->dqn, nd);
-        be->matmul_bwd(s->dqn, gp(s, x->W_idx), s->dwq, x->qn, pp(s, x->W_idx), N, d, d);
+        be->matmul_bwd(s->dqn, gp(s, x->W_idx), s->du, x->qn, pp(s, x->W_idx), N, d, d);
         /* the query's RMSNorm has no gain: its gradient goes to a scratch row */
         be->zero(s->dgdump, (size_t)d * sizeof(float));
         be->rmsnorm_bwd(x->dsp[x->n - 1], s->dgdump, s->dqn, x->sp[x->n - 1], s->ones, x->qrs, 0, N,
@@ -309,7 +366,7 @@ static void mixer_destroy(ar_residual *r)
         be->free(s->P[l]);
         be->free(s->dP[l]);
     }
-    float *bufs[] = {s->fgrad, s->dwq, s->dqn, s->ones, s->dgdump};
+    float *bufs[] = {s->fgrad, s->dwq, s->dqn, s->ones, s->dgdump, s->du, s->dun};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i])
             be->free(bufs[i]);
@@ -321,7 +378,7 @@ static void mixer_destroy(ar_residual *r)
     free(s->ck);
     for (int m = 1; m <= r->L + 1; m++) {
         mixer *x = &s->mx[m];
-        float *mb[] = {x->alpha, x->rstd, x->h, x->qn, x->wq, x->qrs, x->cdot};
+        float *mb[] = {x->alpha, x->rstd, x->h, x->qn, x->wq, x->qrs, x->cdot, x->u, x->un, x->urs};
         for (size_t i = 0; i < sizeof mb / sizeof *mb; i++)
             if (mb[i])
                 be->free(mb[i]);
@@ -421,6 +478,9 @@ ar_residual *ar_residual_mixer_create(const ar_model_cfg *cfg, const ar_backend 
     s->sigmoid = attn && rc->score == AR_SCORE_SIGMOID;
     s->key_norm = attn && rc->key_norm == AR_KEY_NORM_ON;
     s->qinput = attn && rc->query == AR_QUERY_INPUT;
+    s->qnorm = s->qinput && rc->query_norm;
+    s->qgate = s->qinput && rc->query_gate;
+    s->qscale = s->qinput && rc->query_scale == AR_QUERY_SCALE_HEAD ? 1.0f / sqrtf((float)d / (float)s->H) : 1.0f;
     s->pt = pt;
     s->P = ar_xcalloc((size_t)L + 1, sizeof(float *));
     s->dP = ar_xcalloc((size_t)L + 1, sizeof(float *));
@@ -433,10 +493,18 @@ ar_residual *ar_residual_mixer_create(const ar_model_cfg *cfg, const ar_backend 
         else
             snprintf(pre, sizeof pre, "blocks.%d.%s", (m - 1) / 2, (m % 2) ? "attn_res" : "mlp_res");
         plan(s, x, m);
-        x->q_idx = x->g_idx = x->t_idx = x->W_idx = -1;
+        x->q_idx = x->g_idx = x->t_idx = x->W_idx = x->gate_idx = -1;
         if (attn && s->qinput) {
             snprintf(nm, sizeof nm, "%s.query.weight", pre);
-            x->W_idx = ar_params_add(pt, nm, d, d, AR_INIT_ZEROS, 0, m);
+            /* gated: W random so that the gate's gradient dw . W qn is not
+             * zero at the start (q and g are) */
+            x->W_idx = ar_params_add(pt, nm, d, d, s->qgate ? AR_INIT_NORMAL : AR_INIT_ZEROS, 0.02f, m);
+            if (s->qgate) {
+                snprintf(nm, sizeof nm, "%s.query", pre);
+                x->q_idx = ar_params_add(pt, nm, d, 0, AR_INIT_ZEROS, 0, m);
+                snprintf(nm, sizeof nm, "%s.query.gate", pre);
+                x->gate_idx = ar_params_add(pt, nm, 1, 0, AR_INIT_ZEROS, 0, m);
+            }
         } else if (attn) {
             snprintf(nm, sizeof nm, "%s.query", pre);
             x->q_idx = ar_params_add(pt, nm, d, 0, AR_INIT_ZEROS, 0, m);

@@ -355,10 +355,20 @@ static int config_from(const ar_st_file *f, ar_config *cfg, long *step, ar_err *
     if (!y)
         return ar_fail(e, "'%s': metadata has no 'config' (not an attnres checkpoint?)", f->path);
     ar_config_defaults(cfg);
+    /* A checkpoint of query: input always names its stabilisers; one
+     * without them predates them and trained the plain form.  Any other
+     * query keeps the defaults, as a config file would. */
+    ar_residual_cfg *r = &cfg->model.residual, defaults = *r;
+    ar_config_plain_query(r);
     char name[AR_PATH_MAX + 32];
     snprintf(name, sizeof name, "%s[config]", f->path);
     if (ar_config_parse(cfg, y, strlen(y), name, e) != 0)
         return -1;
+    if (r->query != AR_QUERY_INPUT) {
+        r->query_scale = defaults.query_scale;
+        r->query_norm = defaults.query_norm;
+        r->query_gate = defaults.query_gate;
+    }
     if (step && parse_step(f, step, e) != 0)
         return -1;
     return 0;

@@ -282,7 +282,7 @@ static double decode_err(ar_decoder *dec, ar_model *m, const int32_t *tok, const
 
 typedef struct {
     const char *name;
-    const char *sets[5];
+    const char *sets[6]; /* NULL-terminated */
 } variant;
 
 /* every residual kind and ablation variant (docs/reference.md §2.11) */
@@ -303,6 +303,9 @@ static const variant variants[] = {
     {"sigmoid", {"model.residual.kind=full", "model.residual.score=sigmoid"}},
     {"no-key-norm", {"model.residual.kind=full", "model.residual.key_norm=false"}},
     {"input-query", {"model.residual.kind=full", "model.residual.query=input"}},
+    {"input-query scaled, normed, gated", {"model.residual.kind=full", "model.residual.query=input",
+                                           "model.residual.query_scale=head", "model.residual.query_norm=true",
+                                           "model.residual.query_gate=true"}},
     {"heads 2", {"model.residual.kind=block", "model.residual.block_size=2", "model.residual.heads=2"}},
     {"block-no-key-norm", {"model.residual.kind=block", "model.residual.block_size=2", "model.residual.key_norm=false"}},
     {"block-no-key-norm sizes [1,3,2]", {"model.residual.kind=block", "model.residual.block_sizes=[1,3,2]",

@@ -190,6 +190,9 @@ KIND(mhc, "model.residual.kind=mhc", "model.residual.streams=3")
 KIND(full_sigmoid_heads, "model.residual.kind=full", "model.residual.score=sigmoid", "model.residual.heads=2")
 KIND(block_input_query_no_key_norm, "model.residual.kind=block", "model.residual.block_size=2",
      "model.residual.query=input", "model.residual.key_norm=false")
+/* the input query's stabilisers: the gate's broadcast product and sum, the norm, the scale */
+KIND(full_input_query_stabilised, "model.residual.kind=full", "model.residual.query=input",
+     "model.residual.query_scale=head", "model.residual.query_norm=true", "model.residual.query_gate=true")
 /* Muon's Newton-Schulz products and momentum buffers, on the guard */
 KIND(block_muon, "model.residual.kind=block", "model.residual.block_size=3", "train.optimizer=muon")
 
