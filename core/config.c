@@ -25,6 +25,7 @@ void ar_config_defaults(ar_config *c)
     m->residual.query_scale = AR_QUERY_SCALE_NONE;
     m->residual.query_norm = 0;
     m->residual.query_gate = 0;
+    m->residual.query_lr_scale = 1.0;
 
     ar_data_cfg *d = &c->data;
     snprintf(d->train, sizeof d->train, "%s", AR_DEFAULT_CORPUS);
@@ -175,6 +176,7 @@ void ar_config_plain_query(ar_residual_cfg *r)
     r->query_scale = AR_QUERY_SCALE_NONE;
     r->query_norm = 0;
     r->query_gate = 0;
+    r->query_lr_scale = 1.0;
 }
 
 int ar_cfg_query_stabilisers_changed(const ar_residual_cfg *r)
@@ -182,7 +184,8 @@ int ar_cfg_query_stabilisers_changed(const ar_residual_cfg *r)
     ar_config d;
     ar_config_defaults(&d);
     const ar_residual_cfg *x = &d.model.residual;
-    return r->query_scale != x->query_scale || r->query_norm != x->query_norm || r->query_gate != x->query_gate;
+    return r->query_scale != x->query_scale || r->query_norm != x->query_norm || r->query_gate != x->query_gate ||
+           r->query_lr_scale != x->query_lr_scale;
 }
 
 const char *ar_sched_name(ar_sched_kind k)

@@ -62,6 +62,7 @@ typedef struct {
     ar_query_scale query_scale;
     int query_norm;        /* 0 | 1 */
     int query_gate;        /* 0 | 1 */
+    double query_lr_scale; /* AdamW's learning rate of the W_l (train.lr's schedule times this) */
     int heads;             /* full, block, swa: depth-attention heads H; 0 = not given (1) */
     int window;            /* swa: W most recent sublayer outputs; 0 = not given */
     int streams;           /* mhc: m streams; 0 = not given (4) */

@@ -52,6 +52,7 @@ static void v_query(ar_residual_cfg *r, const ar_model_cfg *b)
     r->query_scale = b->residual.query_scale;
     r->query_norm = b->residual.query_norm;
     r->query_gate = b->residual.query_gate;
+    r->query_lr_scale = b->residual.query_lr_scale;
 }
 static void v_static(ar_residual_cfg *r, const ar_model_cfg *b) { (void)b; r->kind = AR_RES_STATIC; }
 static void v_swa(ar_residual_cfg *r, const ar_model_cfg *b)

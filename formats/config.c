@@ -161,6 +161,8 @@ static const key_def KEYS[] = {
         .emit_if = emit_query_forms),
     KEY("model.residual.query_gate", KT_ENUM, RG_ANY, model.residual.query_gate, .enum_name = bool_at,
         .emit_if = emit_query_forms),
+    KEY("model.residual.query_lr_scale", KT_NUM, RG_POS, model.residual.query_lr_scale,
+        .emit_if = emit_query_forms),
     KEY("model.residual.heads", KT_INT, RG_POS, model.residual.heads, .zero_unset = 1, .emit_if = emit_heads),
     KEY("model.residual.window", KT_INT, RG_POS, model.residual.window, .zero_unset = 1,
         .emit_if = emit_window),
@@ -1022,8 +1024,8 @@ static int check_model(const ar_model_cfg *m, ar_err *e)
         return ar_fail(e, "'model.residual.score', 'key_norm', 'query' and 'heads' apply to kinds full, block "
                           "and swa, not '%s'", ar_res_kind_name(r->kind));
     if (r->query != AR_QUERY_INPUT && ar_cfg_query_stabilisers_changed(r))
-        return ar_fail(e, "'model.residual.query_scale', 'query_norm' and 'query_gate' apply to 'query: input', "
-                          "not '%s'", ar_query_name(r->query));
+        return ar_fail(e, "'model.residual.query_scale', 'query_norm', 'query_gate' and 'query_lr_scale' apply to "
+                          "'query: input', not '%s'", ar_query_name(r->query));
     if (r->heads > 1 && m->d_model % r->heads)
         return ar_fail(e, "'model.d_model' (%d) must be divisible by 'model.residual.heads' (%d)", m->d_model,
                        r->heads);

@@ -231,11 +231,12 @@ void ar_adamw_step(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, double 
                         .eps = (float)tc->eps, .gscale = gscale, .t = o->t};
     size_t moff = 0; /* where range r's moments start */
     for (int r = 0; r < o->nranges; r++) {
-        /* Neighbouring tensors with the same weight decay are one AdamW
-         * call, the same update element by element: the small tensors of a
-         * narrow model would each be too short to split among threads. */
+        /* Neighbouring tensors with the same weight decay and learning-rate
+         * scale are one AdamW call, the same update element by element:
+         * the small tensors of a narrow model would each be too short to
+         * split among threads. */
         size_t run_lo = 0, run_hi = 0;
-        float run_wd = 0;
+        float run_wd = 0, run_ls = 1;
         for (int i = 0; i <= model->pt.n; i++) {
             const ar_param *p = i < model->pt.n ? &model->pt.p[i] : NULL;
             size_t lo = 0, hi = 0;
@@ -248,10 +249,11 @@ void ar_adamw_step(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, double 
             /* a matrix split between ranges (ZeRO-1, which validation
              * refuses with Muon) would fall back to AdamW */
             int muon = p && o->muon && ar_muon_param(model, i) && lo == p->offset && hi == p->offset + p->numel;
-            float wd = p && p->decay ? (float)tc->weight_decay : 0.0f;
-            if (run_hi > run_lo && (!p || muon || wd != run_wd || lo != run_hi)) {
+            float wd = p && p->decay ? (float)tc->weight_decay : 0.0f, ls = p ? p->lr_scale : 1.0f;
+            if (run_hi > run_lo && (!p || muon || wd != run_wd || ls != run_ls || lo != run_hi)) {
                 size_t mo = moff + (run_lo - o->lo[r]);
                 st.wd = run_wd;
+                st.lr = (float)(lr * run_ls);
                 o->be->adamw(model->params + run_lo, model->grads + run_lo, o->m + mo, o->v + mo, run_hi - run_lo,
                              &st);
                 run_lo = run_hi = 0;
@@ -263,7 +265,7 @@ void ar_adamw_step(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, double 
                 continue;
             }
             if (run_hi == run_lo)
-                run_lo = lo, run_wd = wd;
+                run_lo = lo, run_wd = wd, run_ls = ls;
             run_hi = hi;
         }
         moff += o->hi[r] - o->lo[r];

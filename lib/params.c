@@ -31,6 +31,7 @@ int ar_params_add(ar_param_table *t, const char *name, int64_t d0, int64_t d1, a
      * projections, lm_head), as nanoGPT/GPT-3: gains and depth-attention
      * queries are scale parameters that decay would bias toward zero. */
     p->decay = p->ndim == 2;
+    p->lr_scale = 1.0f;
     p->group = group;
     t->total += (p->numel + 15) & ~(size_t)15;
     return t->n++;

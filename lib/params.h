@@ -19,6 +19,7 @@ typedef struct {
     ar_init_kind init;
     float std;          /* for AR_INIT_NORMAL */
     int decay;          /* 1: AdamW weight decay applies (2-D weight matrices) */
+    float lr_scale;     /* AdamW's learning rate is train.lr's schedule times this (1) */
     int group;          /* sublayer it belongs to (1..L), 0 = embedding, L+1 = head/final */
 } ar_param;
 

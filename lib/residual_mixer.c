@@ -499,6 +499,7 @@ ar_residual *ar_residual_mixer_create(const ar_model_cfg *cfg, const ar_backend 
             /* gated: W random so that the gate's gradient dw . W qn is not
              * zero at the start (q and g are) */
             x->W_idx = ar_params_add(pt, nm, d, d, s->qgate ? AR_INIT_NORMAL : AR_INIT_ZEROS, 0.02f, m);
+            pt->p[x->W_idx].lr_scale = (float)rc->query_lr_scale;
             if (s->qgate) {
                 snprintf(nm, sizeof nm, "%s.query", pre);
                 x->q_idx = ar_params_add(pt, nm, d, 0, AR_INIT_ZEROS, 0, m);

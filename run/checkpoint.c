@@ -368,6 +368,7 @@ static int config_from(const ar_st_file *f, ar_config *cfg, long *step, ar_err *
         r->query_scale = defaults.query_scale;
         r->query_norm = defaults.query_norm;
         r->query_gate = defaults.query_gate;
+        r->query_lr_scale = defaults.query_lr_scale;
     }
     if (step && parse_step(f, step, e) != 0)
         return -1;

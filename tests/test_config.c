@@ -341,7 +341,7 @@ Test(config, err_unknown_key)
     assert_has(m, "t.yaml:3:3: unknown key 'model.dmodel'");
     assert_has(m, "(expected one of: vocab, d_model, n_layer, n_head, d_ff, seq_len, residual)");
     m = parse_err("model:\n  residual:\n    kind: full\n    size: 2\n");
-    assert_has(m, "t.yaml:4:5: unknown key 'model.residual.size' (expected one of: kind, block_size, num_blocks, block_sizes, score, key_norm, query, heads, window, streams)");
+    assert_has(m, "t.yaml:4:5: unknown key 'model.residual.size' (expected one of: kind, block_size, num_blocks, block_sizes, score, key_norm, query, query_scale, query_norm, query_gate, query_lr_scale, heads, window, streams)");
     m = parse_err("modle:\n  d_model: 8\n");
     assert_has(m, "t.yaml:1:1: unknown key 'modle' (expected one of: model, data, train, parallel)");
     m = parse_err("train:\n  lr: 0.1\n  schedul: wsd\n");
@@ -645,7 +645,7 @@ Test(config, set_bad)
     cr_assert_str_eq(set_err("=5"), "--set '=5': expected KEY=VALUE");
     assert_has(set_err("modle.d_model=8"), "unknown key 'modle.d_model' (expected one of: model, data, train, parallel)");
     assert_has(set_err("model.d_model.x=8"), "'model.d_model' takes a value, not sub-keys");
-    assert_has(set_err("model.residual.foo=8"), "(expected one of: kind, block_size, num_blocks, block_sizes, score, key_norm, query, heads, window, streams)");
+    assert_has(set_err("model.residual.foo=8"), "(expected one of: kind, block_size, num_blocks, block_sizes, score, key_norm, query, query_scale, query_norm, query_gate, query_lr_scale, heads, window, streams)");
     assert_has(set_err("train.schedule=linear"), "'train.schedule' expects one of cosine|wsd|constant, got 'linear'");
     assert_has(set_err("data.val_fraction=1.5"), "'data.val_fraction' expects a number in (0, 1), got '1.5'");
     assert_has(set_err("train.steps=1e3"), "'train.steps' expects a positive integer, got '1e3'");

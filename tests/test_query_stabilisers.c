@@ -13,6 +13,7 @@
 #include "formats/config.h"
 #include "lib/backend.h"
 #include "lib/model.h"
+#include "lib/optim.h"
 #include "lib/residual.h"
 #include "run/checkpoint.h"
 #include "modelutil.h"
@@ -256,7 +257,7 @@ Test(query_stabilisers, gate_starts_uniform)
 Test(query_stabilisers, config_keys)
 {
     const char *y = "model:\n  residual:\n    kind: full\n    query: input\n    query_scale: head\n"
-                    "    query_norm: true\n    query_gate: true\n";
+                    "    query_norm: true\n    query_gate: true\n    query_lr_scale: 0.1\n";
     ar_config c, d;
     ar_err e;
     ar_config_defaults(&c);
@@ -264,6 +265,7 @@ Test(query_stabilisers, config_keys)
     cr_expect_eq(c.model.residual.query_scale, AR_QUERY_SCALE_HEAD);
     cr_expect_eq(c.model.residual.query_norm, 1);
     cr_expect_eq(c.model.residual.query_gate, 1);
+    cr_expect_eq(c.model.residual.query_lr_scale, 0.1);
     cr_assert_eq(ar_config_validate(&c, &e), 0, "%s", e.msg);
     char *out = ar_config_to_yaml(&c);
     ar_config_defaults(&d);
@@ -277,7 +279,9 @@ Test(query_stabilisers, config_keys)
     c.model.residual.block_size = 0;
     c.model.residual.query = AR_QUERY_INPUT;
     out = ar_config_to_yaml(&c);
-    cr_expect(strstr(out, "query_scale: ") && strstr(out, "query_norm: ") && strstr(out, "query_gate: "), "%s", out);
+    cr_expect(strstr(out, "query_scale: ") && strstr(out, "query_norm: ") && strstr(out, "query_gate: ") &&
+                  strstr(out, "query_lr_scale: "),
+              "%s", out);
     free(out);
     /* a learned query names none of them */
     ar_config_defaults(&c);
@@ -288,14 +292,20 @@ Test(query_stabilisers, config_keys)
     ar_config_defaults(&c);
     c.model.residual.query_gate = !c.model.residual.query_gate;
     cr_expect_neq(ar_config_validate(&c, &e), 0);
-    cr_expect(strstr(e.msg, "'model.residual.query_scale', 'query_norm' and 'query_gate' apply to 'query: input', "
-                            "not 'learned'"),
+    cr_expect(strstr(e.msg, "'model.residual.query_scale', 'query_norm', 'query_gate' and 'query_lr_scale' apply to "
+                            "'query: input', not 'learned'"),
               "%s", e.msg);
     ar_config_defaults(&c);
     cr_expect_neq(ar_config_set(&c, "model.residual.query_scale=sqrt", &e), 0);
     cr_expect(strstr(e.msg, "'model.residual.query_scale'") && strstr(e.msg, "none|head"), "%s", e.msg);
     cr_expect_neq(ar_config_set(&c, "model.residual.query_norm=yes", &e), 0);
     cr_expect(strstr(e.msg, "false|true"), "%s", e.msg);
+    cr_expect_neq(ar_config_set(&c, "model.residual.query_lr_scale=0", &e), 0);
+    cr_expect(strstr(e.msg, "'model.residual.query_lr_scale' expects a positive number"), "%s", e.msg);
+    ar_config_defaults(&c);
+    cr_assert_eq(ar_config_set(&c, "model.residual.query_lr_scale=0.5", &e), 0, "%s", e.msg);
+    cr_expect_neq(ar_config_validate(&c, &e), 0, "a learned query has no W_l to scale");
+    cr_expect(strstr(e.msg, "'query_lr_scale' apply to 'query: input'"), "%s", e.msg);
 }
 
 /* Hides "key: value" in the safetensors header as a YAML comment
@@ -344,6 +354,7 @@ Test(query_stabilisers, old_checkpoints_load_as_plain)
     comment_out(file, "query_scale: ");
     comment_out(file, "query_norm: ");
     comment_out(file, "query_gate: ");
+    comment_out(file, "query_lr_scale: ");
     ar_config got;
     long step;
     cr_assert_eq(ar_ckpt_read_config(file, &got, &step, &e), 0, "%s", e.msg);
@@ -351,6 +362,7 @@ Test(query_stabilisers, old_checkpoints_load_as_plain)
     cr_expect_eq(got.model.residual.query_scale, AR_QUERY_SCALE_NONE);
     cr_expect_eq(got.model.residual.query_norm, 0);
     cr_expect_eq(got.model.residual.query_gate, 0);
+    cr_expect_eq(got.model.residual.query_lr_scale, 1.0);
     ar_model *m2;
     cr_assert_eq(ar_ckpt_load_model(file, cpu(), 2, &got, &m2, &step, &e), 0, "%s", e.msg);
     double loss = ar_model_forward(m2, in, tg, 2, NULL);
@@ -371,6 +383,7 @@ Test(query_stabilisers, learned_query_checkpoints_keep_the_defaults)
     c.model.residual.query_scale = d.model.residual.query_scale;
     c.model.residual.query_norm = d.model.residual.query_norm;
     c.model.residual.query_gate = d.model.residual.query_gate;
+    c.model.residual.query_lr_scale = d.model.residual.query_lr_scale;
     ar_model *m;
     ar_err e;
     cr_assert_eq(ar_model_create(&m, &c.model, cpu(), 1, &e), 0, "%s", e.msg);
@@ -384,4 +397,52 @@ Test(query_stabilisers, learned_query_checkpoints_keep_the_defaults)
     snprintf(file, sizeof file, "%s/model.safetensors", dir);
     cr_assert_eq(ar_ckpt_read_config(file, &got, &step, &e), 0, "%s", e.msg);
     cr_expect_eq(ar_config_diff(&c, &got, buf, sizeof buf), 0, "%s", buf);
+}
+
+/* query_lr_scale s: AdamW moves the W_l as with learning rate s lr and
+ * every other tensor as with lr.  Three models with the same weights and
+ * gradients take one step: A (s = 0.25, lr 4e-3), B (s = 1, lr 1e-3) and
+ * C (s = 1, lr 4e-3).  A's W_l equal B's and A's other tensors C's, bit
+ * for bit: the same element-wise update with the same float learning rate
+ * ((float)(4e-3 x 0.25) = (float)1e-3: 0.25 is a power of two). */
+Test(query_stabilisers, lr_scale_moves_only_the_query_matrices)
+{
+    ar_model_cfg ca = qcfg(AR_RES_FULL, AR_QUERY_SCALE_HEAD, 0, 0, 0), cb = ca;
+    ca.residual.query_lr_scale = 0.25;
+    ar_model *m[3];
+    ar_err e;
+    for (int k = 0; k < 3; k++) {
+        cr_assert_eq(ar_model_create(&m[k], k == 0 ? &ca : &cb, cpu(), 2, &e), 0, "%s", e.msg);
+        tu_model_randomize(m[k], 3);
+    }
+    int N = 2 * m[0]->T;
+    int32_t in[64], tg[64];
+    tu_tokens(in, tg, N, 2);
+    ar_config c;
+    ar_config_defaults(&c);
+    c.train.weight_decay = 0.1;
+    const double lr[3] = {4e-3, 1e-3, 4e-3};
+    for (int k = 0; k < 3; k++) {
+        ar_model_zero_grad(m[k]);
+        ar_model_forward_backward(m[k], in, tg, 2, 1.0f, NULL);
+        ar_adamw o;
+        ar_adamw_init(&o, m[k]);
+        ar_adamw_step(&o, m[k], &c.train, lr[k], ar_grad_norm(m[k]));
+        ar_adamw_free(&o);
+    }
+    int nq = 0;
+    for (int i = 0; i < m[0]->pt.n; i++) {
+        const ar_param *p = &m[0]->pt.p[i];
+        int q = strstr(p->name, ".query.weight") != NULL;
+        nq += q;
+        cr_assert_eq(p->lr_scale, q ? 0.25f : 1.0f, "%s", p->name);
+        const float *want = ar_model_param(m[q ? 1 : 2], i);
+        cr_expect_eq(memcmp(ar_model_param(m[0], i), want, p->numel * sizeof(float)), 0, "%s differs from %s", p->name,
+                     q ? "lr 1e-3" : "lr 4e-3");
+        if (q) /* and the step did move it */
+            cr_expect_neq(memcmp(ar_model_param(m[0], i), ar_model_param(m[2], i), p->numel * sizeof(float)), 0);
+    }
+    cr_expect_eq(nq, m[0]->L + 1);
+    for (int k = 0; k < 3; k++)
+        ar_model_free(m[k]);
 }
