@@ -20,12 +20,13 @@ void ar_config_defaults(ar_config *c)
     m->residual.kind = AR_RES_BLOCK;
     m->residual.block_size = 4;
     m->residual.num_blocks = 0;
-    /* query: input's default stabiliser, chosen by the study in
-     * docs/findings.md (the plain form saturates its softmax) */
-    m->residual.query_scale = AR_QUERY_SCALE_NONE;
+    /* query: input's stabilisers, chosen by the study in docs/findings.md
+     * (the plain form's logits move by up to lr d^2 a step and saturate):
+     * the head width's scale and a tenth of the learning rate */
+    m->residual.query_scale = AR_QUERY_SCALE_HEAD;
     m->residual.query_norm = 0;
     m->residual.query_gate = 0;
-    m->residual.query_lr_scale = 1.0;
+    m->residual.query_lr_scale = 0.1;
 
     ar_data_cfg *d = &c->data;
     snprintf(d->train, sizeof d->train, "%s", AR_DEFAULT_CORPUS);

@@ -227,7 +227,10 @@ static ar_model *test_model(const char *const *sets, int T, uint64_t seed)
     c.model.n_head = 2;
     c.model.d_ff = 48;
     c.model.seq_len = T;
-    c.model.residual = (ar_residual_cfg){.kind = AR_RES_BASELINE};
+    ar_residual_cfg plain = c.model.residual; /* the defaults of every residual key, then kind baseline */
+    plain.kind = AR_RES_BASELINE;
+    plain.block_size = 0;
+    c.model.residual = plain;
     ar_err e = {{0}};
     for (int i = 0; sets && sets[i]; i++)
         cr_assert_eq(ar_config_set(&c, sets[i], &e), 0, "%s", e.msg);

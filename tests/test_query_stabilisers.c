@@ -409,6 +409,7 @@ Test(query_stabilisers, lr_scale_moves_only_the_query_matrices)
 {
     ar_model_cfg ca = qcfg(AR_RES_FULL, AR_QUERY_SCALE_HEAD, 0, 0, 0), cb = ca;
     ca.residual.query_lr_scale = 0.25;
+    cb.residual.query_lr_scale = 1.0;
     ar_model *m[3];
     ar_err e;
     for (int k = 0; k < 3; k++) {

@@ -833,10 +833,12 @@ Test(variants_fd, block_no_key_norm)
     c.residual.key_norm = AR_KEY_NORM_OFF;
     fd_check(c, "block key_norm false", "final_res.query");
 }
+/* the plain form (no scale); the stabilised ones in test_query_stabilisers.c */
 Test(variants_fd, input_query)
 {
     ar_model_cfg c = tiny(AR_RES_FULL);
     c.residual.query = AR_QUERY_INPUT;
+    c.residual.query_scale = AR_QUERY_SCALE_NONE;
     fd_check(c, "full query input", "blocks.0.mlp_res.query.weight");
 }
 Test(variants_fd, block_input_query_sigmoid)
