@@ -22,10 +22,11 @@ void ar_config_defaults(ar_config *c)
     m->residual.num_blocks = 0;
     /* query: input's stabilisers, chosen by the study in docs/findings.md
      * (the plain form's logits move by up to lr d^2 a step and saturate):
-     * the head width's scale and a tenth of the learning rate */
-    m->residual.query_scale = AR_QUERY_SCALE_HEAD;
+     * a static query plus a zero-gated dynamic part, and a tenth of the
+     * learning rate on W_l */
+    m->residual.query_scale = AR_QUERY_SCALE_NONE;
     m->residual.query_norm = 0;
-    m->residual.query_gate = 0;
+    m->residual.query_gate = 1;
     m->residual.query_lr_scale = 0.1;
 
     ar_data_cfg *d = &c->data;

@@ -839,6 +839,7 @@ Test(variants_fd, input_query)
     ar_model_cfg c = tiny(AR_RES_FULL);
     c.residual.query = AR_QUERY_INPUT;
     c.residual.query_scale = AR_QUERY_SCALE_NONE;
+    c.residual.query_gate = 0;
     fd_check(c, "full query input", "blocks.0.mlp_res.query.weight");
 }
 Test(variants_fd, block_input_query_sigmoid)
@@ -1186,6 +1187,7 @@ Test(variants, parameters_are_counted)
     ar_model_cfg b = tiny(AR_RES_BASELINE), s = tiny(AR_RES_STATIC), q = tiny(AR_RES_FULL),
                  h = tiny(AR_RES_MHC);
     q.residual.query = AR_QUERY_INPUT;
+    q.residual.query_gate = 0; /* the gate adds q_m [d] and g_m [1]: test_query_stabilisers.c */
     ar_model *mb, *ms, *mq, *mh;
     ar_err e;
     cr_assert_eq(ar_model_create(&mb, &b, cpu(), 1, &e), 0);
