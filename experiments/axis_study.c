@@ -248,19 +248,30 @@ int ar_axis_study_onset(const ar_axis_study *s, const ar_study_diff *diff, int v
     return onset;
 }
 
+/* The smallest and largest points with a finite mean and, with need_se,
+ * a finite standard error. */
+static void trend_ends(const ar_axis_study *s, const ar_study_diff *diff, int v, int need_se, int *lo, int *hi)
+{
+    int nv = s->ab[0].nvariants;
+    *lo = *hi = -1;
+    for (int i = 0; i < s->n; i++) {
+        const ar_study_diff *d = &diff[i * nv + v];
+        if (d->t.pairs < 1 || !isfinite(d->t.mean) || (need_se && !isfinite(d->t.se)))
+            continue;
+        if (*lo < 0 || s->value[i] < s->value[*lo])
+            *lo = i;
+        if (*hi < 0 || s->value[i] > s->value[*hi])
+            *hi = i;
+    }
+}
+
 ar_trend ar_axis_study_trend(const ar_axis_study *s, const ar_study_diff *diff, int v, int *first, int *last,
                              double *change)
 {
-    int nv = s->ab[0].nvariants, lo = -1, hi = -1;
-    for (int i = 0; i < s->n; i++) {
-        const ar_study_diff *d = &diff[i * nv + v];
-        if (d->t.pairs < 1 || !isfinite(d->t.mean))
-            continue;
-        if (lo < 0 || s->value[i] < s->value[lo])
-            lo = i;
-        if (hi < 0 || s->value[i] > s->value[hi])
-            hi = i;
-    }
+    int nv = s->ab[0].nvariants, lo, hi;
+    trend_ends(s, diff, v, 1, &lo, &hi);
+    if (lo < 0 || lo == hi) /* fewer than two points with a standard error */
+        trend_ends(s, diff, v, 0, &lo, &hi);
     if (first)
         *first = lo;
     if (last)
@@ -313,6 +324,15 @@ static void summary_lines(FILE *f, const ar_axis_study *s, const ar_study_diff *
                                                "fades (the difference rises by more than 2 se)"};
             fprintf(f, " From %s (%+.4f) to %s (%+.4f) the difference changes by %+.4f: its %s %s.", pa,
                     a->t.mean, pb, b->t.mean, ch, a->t.mean < 0 || b->t.mean < 0 ? "lead" : "gap", word[tr]);
+            /* larger budgets with one seed, after the judged span */
+            for (int i = 0; i < s->n; i++) {
+                const ar_study_diff *x = &diff[i * nv + v];
+                if (tr != AR_TREND_UNKNOWN && s->value[i] > s->value[hi] && x->t.pairs >= 1 && isfinite(x->t.mean)) {
+                    ar_axis_study_point(s, i, pat, sizeof pat);
+                    fprintf(f, " At %s (%d seed%s): %+.4f.", pat, x->t.pairs, x->t.pairs > 1 ? "s" : "",
+                            x->t.mean);
+                }
+            }
         }
         fputc('\n', f);
     }

@@ -98,14 +98,15 @@ void ar_axis_study_point(const ar_axis_study *s, int i, char *buf, size_t n);
 int ar_axis_study_onset(const ar_axis_study *s, const ar_study_diff *diff, int v, int *all_ci);
 
 /* How variant v's difference changes from the smallest point to the
- * largest with finished pairs, change = d_last - d_first:
+ * largest among those with a standard error (2 pairs or more),
+ * change = d_last - d_first:
  *   AR_TREND_GROWS  the variant's lead grows: change < 0 by more than
  *                   2 x sqrt(se_first^2 + se_last^2);
  *   AR_TREND_FADES  change > 0 by more than that;
  *   AR_TREND_HOLDS  within it;
- *   AR_TREND_UNKNOWN fewer than two points with pairs, or an se that is
- *                   not finite (one seed) at either end: then *change is
- *                   still set where both means are. */
+ *   AR_TREND_UNKNOWN fewer than two such points: then first, last and
+ *                   *change are those of the smallest and largest points
+ *                   with a finite mean (one seed), where there are two. */
 typedef enum { AR_TREND_UNKNOWN = 0, AR_TREND_GROWS, AR_TREND_HOLDS, AR_TREND_FADES } ar_trend;
 ar_trend ar_axis_study_trend(const ar_axis_study *s, const ar_study_diff *diff, int v, int *first, int *last,
                              double *change);

@@ -428,7 +428,8 @@ Test(axis_study, token_plan)
  *       beyond 2 sqrt(0.002^2 + 0.003^2) = 0.00721: grows;
  *   v2: -0.020 (se 0.010) -> -0.015 (se 0.010): +0.005 within 0.0283: holds;
  *   v3: -0.030 (se 0.001) -> +0.010 (se 0.001): +0.040 beyond 0.0028: fades;
- * and with one seed at 16M (se NaN) the change alone. */
+ * with one seed at 16M (se NaN) judged from 1M to 4M, the largest budget
+ * with a standard error; with one point with an se, the change alone. */
 Test(axis_study, trend_of_a_lead)
 {
     long tok[3] = {4000000, 1000000, 16000000};
@@ -458,14 +459,24 @@ Test(axis_study, trend_of_a_lead)
     cr_assert_float_eq(ch, 0.005, 1e-12);
     cr_assert_eq(ar_axis_study_trend(&s, d, 3, &lo, &hi, &ch), AR_TREND_FADES);
     cr_assert_float_eq(ch, 0.040, 1e-12);
-    /* one seed at 16M: no standard error there */
+    /* one seed at 16M: no standard error there; judged from 1M to 4M
+     * (-0.010 -> -0.020, se 0.002 and 0.01): within 2 x 0.0102 */
     d[2 * 4 + 1].t.se = NAN;
-    cr_assert_eq(ar_axis_study_trend(&s, d, 1, &lo, &hi, &ch), AR_TREND_UNKNOWN);
-    cr_assert_float_eq(ch, -0.020, 1e-12, "the change is still given");
-    /* 16M not finished: from 1M to 4M (-0.010 -> -0.020, se 0.002, 0.01): within 2 x 0.0102 */
-    d[2 * 4 + 1].t.pairs = 0;
+    d[2 * 4 + 1].t.pairs = 1;
     cr_assert_eq(ar_axis_study_trend(&s, d, 1, &lo, &hi, &ch), AR_TREND_HOLDS);
+    cr_assert_eq(lo, 1);
     cr_assert_eq(hi, 0);
+    cr_assert_float_eq(ch, -0.010, 1e-12);
+    /* and one seed at 4M too: only 1M has an se, the change to 16M alone */
+    d[0 * 4 + 1].t.se = NAN;
+    cr_assert_eq(ar_axis_study_trend(&s, d, 1, &lo, &hi, &ch), AR_TREND_UNKNOWN);
+    cr_assert_eq(hi, 2);
+    cr_assert_float_eq(ch, -0.020, 1e-12, "the change is still given");
+    /* 16M not finished, 4M without an se: the change from 1M to 4M alone */
+    d[2 * 4 + 1].t.pairs = 0;
+    cr_assert_eq(ar_axis_study_trend(&s, d, 1, &lo, &hi, &ch), AR_TREND_UNKNOWN);
+    cr_assert_eq(hi, 0);
+    cr_assert_float_eq(ch, -0.010, 1e-12);
     /* a single point: nothing to compare */
     d[0 * 4 + 1].t.pairs = 0;
     cr_assert_eq(ar_axis_study_trend(&s, d, 1, &lo, &hi, &ch), AR_TREND_UNKNOWN);
