@@ -128,7 +128,8 @@ static void mixer_bind(ar_residual *r, float *params, float *grads, float *const
     for (int c = 0; c < s->cmax; c++)
         s->dHc[c] = be->alloc(nd);
     if (s->qinput) {
-        s->dwq = be->alloc(nd);
+        if (s->qgate)
+            s->dwq = be->alloc(nd);
         s->dqn = be->alloc(nd);
         s->du = be->alloc(nd);
         if (s->qnorm)
@@ -154,7 +155,8 @@ static void mixer_bind(ar_residual *r, float *params, float *grads, float *const
             x->cdot = be->alloc((size_t)r->maxN * s->H * sizeof(float));
         if (s->qinput) {
             x->qn = be->alloc(nd);
-            x->wq = be->alloc(nd);
+            if (s->qgate)
+                x->wq = be->alloc(nd);
             x->qrs = be->alloc((size_t)r->maxN * sizeof(float));
             x->u = be->alloc(nd);
             if (s->qnorm) {
@@ -178,6 +180,14 @@ static ar_depth_mix mix_args(mixer_res *s, const mixer *x, const float *w, int w
                           .sigmoid = s->sigmoid, .H = s->H, .N = N, .d = s->base.d};
 }
 
+/* query: input: the rows of per-token queries w the depth op reads: the
+ * gated sum with query_gate, else W qn (or N(W qn)) itself, scaled in
+ * place by the forward */
+static float *query_rows(const mixer_res *s, const mixer *x)
+{
+    return s->qgate ? x->wq : s->qnorm ? x->un : x->u;
+}
+
 static const float *mix_fwd(mixer_res *s, int m, int N)
 {
     const ar_backend *be = s->base.be;
@@ -199,12 +209,12 @@ static const float *mix_fwd(mixer_res *s, int m, int N)
              * then + g dyn */
             be->matmul_fwd(x->wq, s->ones, pp(s, x->q_idx), N, 1, d);
             be->wsum_fwd(x->wq, &dyn, pp(s, x->gate_idx), 1, 1, (size_t)N * d);
-        } else {
-            be->copy(x->wq, dyn, (size_t)N * d);
         }
+        /* without the gate the query is dyn itself, scaled in place: the
+         * backward needs neither W qn nor N(W qn) again */
+        w = query_rows(s, x);
         if (s->qscale != 1.0f)
-            be->scale(x->wq, s->qscale, (size_t)N * d);
-        w = x->wq;
+            be->scale((float *)w, s->qscale, (size_t)N * d);
         wstride = d;
     }
     ar_depth_mix mix = mix_args(s, x, w, wstride, N);
@@ -219,20 +229,20 @@ static void mix_bwd(mixer_res *s, int m, const float *dh, int N)
     int d = s->base.d;
     size_t nd = (size_t)N * d * sizeof(float);
     if (s->qinput) {
-        be->zero(s->dwq, nd);
-        ar_depth_mix mix = mix_args(s, x, x->wq, d, N);
-        be->depth_mix_bwd(&mix, x->dsp, s->dwq, gp(s, x->g_idx), NULL, dh);
-        if (s->qscale != 1.0f)
-            be->scale(s->dwq, s->qscale, nd / sizeof(float));
-        /* dL/d dyn: g dw with the gate (and dq += sum_i dw_i, dg += dw . dyn), else dw */
+        /* dL/d dyn: g dw with the gate (and dq += sum_i dw_i, dg += dw . dyn),
+         * else dw itself, written where dL/d dyn goes */
         float *ddyn = s->qnorm ? s->dun : s->du;
+        float *dw = s->qgate ? s->dwq : ddyn;
+        be->zero(dw, nd);
+        ar_depth_mix mix = mix_args(s, x, query_rows(s, x), d, N);
+        be->depth_mix_bwd(&mix, x->dsp, dw, gp(s, x->g_idx), NULL, dh);
+        if (s->qscale != 1.0f)
+            be->scale(dw, s->qscale, nd / sizeof(float));
         if (s->qgate) {
             const float *dyn = s->qnorm ? x->un : x->u;
             be->zero(ddyn, nd);
             be->wsum_bwd(&ddyn, gp(s, x->gate_idx), s->dwq, &dyn, pp(s, x->gate_idx), 1, (size_t)N * d);
             be->matmul_bwd(NULL, gp(s, x->q_idx), s->dwq, s->ones, pp(s, x->q_idx), N, 1, d);
-        } else {
-            be->copy(ddyn, s->dwq, (size_t)N * d);
         }
         if (s->qnorm) {
             be->zero(s->dgdump, (size_t)d * sizeof(float));
