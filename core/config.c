@@ -71,6 +71,15 @@ void ar_config_defaults(ar_config *c)
     c->parallel.schedule = AR_PIPE_SCHED_1F1B;
 }
 
+void ar_residual_cfg_of_kind(ar_residual_cfg *r, ar_res_kind kind)
+{
+    ar_config d;
+    ar_config_defaults(&d);
+    *r = d.model.residual;
+    r->block_size = 0;
+    r->kind = kind;
+}
+
 int ar_cfg_sublayers(const ar_model_cfg *m)
 {
     return 2 * m->n_layer;

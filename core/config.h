@@ -169,6 +169,10 @@ typedef struct {
 /* Fills c with the built-in defaults (the quick start's model and training
  * settings; data.train = AR_DEFAULT_CORPUS). */
 void ar_config_defaults(ar_config *c);
+/* r: every residual key at its default, then kind (block size 0: the
+ * caller sets the block layout).  What a variant starts from, so that a
+ * key it does not name (say query_lr_scale) is never left at zero. */
+void ar_residual_cfg_of_kind(ar_residual_cfg *r, ar_res_kind kind);
 
 #define AR_DEFAULT_CORPUS "data/kjv.txt"
 

@@ -208,11 +208,8 @@ int ar_ablate_add_layouts(ar_ablation *a, const ar_config *base, const char *lay
 
 int ar_ablate_apply(ar_model_cfg *m, const ar_model_cfg *base, const char *name, ar_err *e)
 {
-    ar_config d;
-    ar_config_defaults(&d);
     *m = *base;
-    m->residual = d.model.residual;
-    m->residual.block_size = 0;
+    ar_residual_cfg_of_kind(&m->residual, AR_RES_BASELINE); /* each name sets its kind below */
     int S;
     char tail;
     if (sscanf(name, "block-s%d%c", &S, &tail) == 1 && S >= 1) {

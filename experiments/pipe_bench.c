@@ -40,11 +40,7 @@ void ar_pipe_bench_apply_variant(ar_config *c, const ar_pipe_bench_variant_def *
 {
     int L = ar_cfg_sublayers(&c->model);
     ar_residual_cfg *r = &c->model.residual;
-    ar_config d;
-    ar_config_defaults(&d);
-    *r = d.model.residual; /* every residual key at its default, then the kind and layout */
-    r->block_size = 0;
-    r->kind = v->kind;
+    ar_residual_cfg_of_kind(r, v->kind);
     if (v->kind == AR_RES_BLOCK)
         r->block_size = v->block_size > L ? L : v->block_size;
     c->parallel.cache_blocks = cache != 0;

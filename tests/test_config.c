@@ -118,6 +118,24 @@ Test(config, defaults)
     cr_assert_eq(ar_config_validate(&c, &e), 0, "defaults must validate: %s", e.msg);
 }
 
+/* a variant's residual starts from every key's default, not from zeros:
+ * whatever the struct held before is gone, and the result validates */
+Test(config, residual_of_kind)
+{
+    ar_config c, d;
+    ar_config_defaults(&c);
+    ar_config_defaults(&d);
+    memset(&c.model.residual, 0x5a, sizeof c.model.residual);
+    ar_residual_cfg_of_kind(&c.model.residual, AR_RES_FULL);
+    cr_assert_eq(c.model.residual.kind, AR_RES_FULL);
+    cr_assert_eq(c.model.residual.block_size, 0);
+    cr_assert_eq(c.model.residual.query_lr_scale, d.model.residual.query_lr_scale);
+    cr_assert_eq(c.model.residual.query_gate, d.model.residual.query_gate);
+    cr_assert_eq(c.model.residual.key_norm, d.model.residual.key_norm);
+    ar_err e = {{0}};
+    cr_assert_eq(ar_config_validate(&c, &e), 0, "%s", e.msg);
+}
+
 Test(config, sublayers_and_block_size)
 {
     ar_config c;
