@@ -82,27 +82,29 @@ int ar_tokens_parse(const char *s, long *tokens)
 
 static const char *axis_option(ar_study_axis a) { return a == AR_AXIS_TOKENS ? "--tokens" : "--depths"; }
 
+/* A point's value as written in labels: "4M" on the token axis, "8" on
+ * the depth axis. */
+static void value_label(ar_study_axis a, long v, char *buf, size_t n)
+{
+    if (a == AR_AXIS_TOKENS)
+        ar_tokens_label(v, buf, n);
+    else
+        snprintf(buf, n, "%ld", v);
+}
+
 void ar_axis_study_point(const ar_axis_study *s, int i, char *buf, size_t n)
 {
-    if (s->axis == AR_AXIS_TOKENS) {
-        char l[32];
-        ar_tokens_label(s->value[i], l, sizeof l);
-        snprintf(buf, n, "%s tokens", l);
-    } else {
-        snprintf(buf, n, "n_layer %ld", s->value[i]);
-    }
+    char l[32];
+    value_label(s->axis, s->value[i], l, sizeof l);
+    snprintf(buf, n, s->axis == AR_AXIS_TOKENS ? "%s tokens" : "n_layer %s", l);
 }
 
 /* The point's name in messages: "depth 8", "budget 4M". */
 static void point_name(ar_study_axis a, long v, char *buf, size_t n)
 {
-    if (a == AR_AXIS_TOKENS) {
-        char l[32];
-        ar_tokens_label(v, l, sizeof l);
-        snprintf(buf, n, "budget %s", l);
-    } else {
-        snprintf(buf, n, "depth %ld", v);
-    }
+    char l[32];
+    value_label(a, v, l, sizeof l);
+    snprintf(buf, n, a == AR_AXIS_TOKENS ? "budget %s" : "depth %s", l);
 }
 
 /* The base config with the axis's key set to v. */
@@ -165,13 +167,9 @@ fail:
 
 void ar_axis_study_dir(const ar_axis_study *s, int i, const char *out_dir, char *buf, size_t n)
 {
-    if (s->axis == AR_AXIS_TOKENS) {
-        char l[32];
-        ar_tokens_label(s->value[i], l, sizeof l);
-        snprintf(buf, n, "%s/T%s", out_dir, l);
-    } else {
-        snprintf(buf, n, "%s/L%ld", out_dir, s->value[i]);
-    }
+    char l[32];
+    value_label(s->axis, s->value[i], l, sizeof l);
+    snprintf(buf, n, s->axis == AR_AXIS_TOKENS ? "%s/T%s" : "%s/L%s", out_dir, l);
 }
 
 /* -------------------------------------------------------------- report */

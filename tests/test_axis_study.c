@@ -270,20 +270,31 @@ static void expect_depth_row(const char *cdir, const ar_csv *c, int i)
     expect_paired_seeds(cdir, L);
 }
 
-Test(axis_study, tiny_study_end_to_end, .timeout = 240)
+/* A fresh directory holding corpus.txt and tiny.yaml (cdir, 4200 bytes). */
+static void study_dir(char *cdir)
 {
-    const char *bin = tu_bin();
-    if (!bin)
-        cr_skip_test("AR_BIN not set");
-    const char *dir = tu_tmpdir();
-    char cdir[4200], cmd[9000];
-    snprintf(cdir, sizeof cdir, "%s", dir);
+    snprintf(cdir, 4200, "%s", tu_tmpdir());
     tu_write_corpus_text(tu_path(cdir, "corpus.txt"));
     tu_write_file(tu_path(cdir, "tiny.yaml"), TINY, strlen(TINY));
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' ablate tiny.yaml --depths 1,2 --variant block --seeds 3 --out ds",
-             cdir, bin);
+}
+
+/* `attnres ablate tiny.yaml ARGS` run in cdir: its output, the status in st */
+static char *ablate_in(const char *cdir, const char *args, int *st)
+{
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' ablate tiny.yaml %s", cdir, tu_bin(), args);
+    return tu_run(cmd, st);
+}
+
+Test(axis_study, tiny_study_end_to_end, .timeout = 240)
+{
+    if (!tu_bin())
+        cr_skip_test("AR_BIN not set");
+    char cdir[4200];
+    study_dir(cdir);
+    const char *args = "--depths 1,2 --variant block --seeds 3 --out ds";
     int st;
-    char *out = tu_run(cmd, &st);
+    char *out = ablate_in(cdir, args, &st);
     cr_assert_eq(st, 0, "%s", out);
     cr_assert(strstr(out, "depth study done: 12 runs (0 reused, 12 trained)"), "%s", out);
     free(out);
@@ -314,20 +325,17 @@ Test(axis_study, tiny_study_end_to_end, .timeout = 240)
     free(png);
 
     /* a rerun trains nothing */
-    out = tu_run(cmd, &st);
+    out = ablate_in(cdir, args, &st);
     cr_assert_eq(st, 0, "%s", out);
     cr_assert(strstr(out, "depth study done: 12 runs (12 reused, 0 trained)"), "%s", out);
     free(out);
 
     /* usage errors */
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' ablate tiny.yaml --depths 1,x --variant block", cdir, bin);
-    out = tu_run(cmd, &st);
+    out = ablate_in(cdir, "--depths 1,x --variant block", &st);
     cr_assert_eq(st, 2, "%s", out);
     cr_assert(strstr(out, "'--depths' expects a comma-separated list of positive integers"), "%s", out);
     free(out);
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' ablate tiny.yaml --depths 1,2 --variant block --block-sizes 1", cdir,
-             bin);
-    out = tu_run(cmd, &st);
+    out = ablate_in(cdir, "--depths 1,2 --variant block --block-sizes 1", &st);
     cr_assert_eq(st, 2, "%s", out);
     cr_assert(strstr(out, "'--depths' and '--block-sizes' do not go together"), "%s", out);
     free(out);
@@ -492,18 +500,13 @@ Test(axis_study, trend_of_a_lead)
  * baseline's non-embedding parameters, a rerun that trains nothing. */
 Test(axis_study, tiny_token_study_end_to_end, .timeout = 240)
 {
-    const char *bin = tu_bin();
-    if (!bin)
+    if (!tu_bin())
         cr_skip_test("AR_BIN not set");
-    const char *dir = tu_tmpdir();
-    char cdir[4200], cmd[9000];
-    snprintf(cdir, sizeof cdir, "%s", dir);
-    tu_write_corpus_text(tu_path(cdir, "corpus.txt"));
-    tu_write_file(tu_path(cdir, "tiny.yaml"), TINY, strlen(TINY));
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' ablate tiny.yaml --tokens 128,256:1 --variant block --seeds 2 --out ts",
-             cdir, bin);
+    char cdir[4200];
+    study_dir(cdir);
+    const char *args = "--tokens 128,256:1 --variant block --seeds 2 --out ts";
     int st;
-    char *out = tu_run(cmd, &st);
+    char *out = ablate_in(cdir, args, &st);
     cr_assert_eq(st, 0, "%s", out);
     cr_assert(strstr(out, "token-budget study: 2 budgets x 2 variants = 6 runs"), "%s", out);
     cr_assert(strstr(out, "token-budget study done: 6 runs (0 reused, 6 trained)"), "%s", out);
@@ -567,7 +570,7 @@ Test(axis_study, tiny_token_study_end_to_end, .timeout = 240)
     cr_assert(png && n > 1000 && memcmp(png, "\x89PNG", 4) == 0);
     free(png);
 
-    out = tu_run(cmd, &st);
+    out = ablate_in(cdir, args, &st);
     cr_assert_eq(st, 0, "%s", out);
     cr_assert(strstr(out, "token-budget study done: 6 runs (6 reused, 0 trained)"), "%s", out);
     free(out);
@@ -578,8 +581,9 @@ Test(axis_study, tiny_token_study_end_to_end, .timeout = 240)
                          "'--tokens' expects", "'--depths' and '--tokens' do not go together",
                          "'--tokens' and '--json' do not go together"};
     for (int i = 0; i < 5; i++) {
-        snprintf(cmd, sizeof cmd, "cd '%s' && '%s' ablate tiny.yaml --variant block %s", cdir, bin, bad[i]);
-        out = tu_run(cmd, &st);
+        char a[100];
+        snprintf(a, sizeof a, "--variant block %s", bad[i]);
+        out = ablate_in(cdir, a, &st);
         cr_assert_eq(st, 2, "%s: %s", bad[i], out);
         cr_assert(strstr(out, msg[i]), "%s: %s", bad[i], out);
         free(out);
