@@ -59,33 +59,21 @@
 
 static const ar_backend *A, *B;
 static int b_is_cpu;
-static char why[2048];
+static char b_kind, why[2048];
 
 static void setup(void)
 {
     A = ar_backend_cpu();
     A->set_threads(2);
-    const char *env = getenv("AR_TEST_BACKEND_B");
-    if (env && strcmp(env, "cpu") == 0) {
-        B = ar_backend_cpu();
-        b_is_cpu = 1;
-        return;
-    }
-    ar_err e = {{0}};
-    B = ar_backend_cuda(&e);
-    if (!B)
-        snprintf(why, sizeof why, "%s", e.msg);
-    else
+    B = tu_backend_b(&b_kind, why, sizeof why);
+    b_is_cpu = b_kind == 'c';
+    if (B && !b_is_cpu)
         B->set_threads(2);
 }
 
 TestSuite(backend_ops, .init = setup);
 
-#define NEED_B()                                                       \
-    do {                                                               \
-        if (!B)                                                        \
-            cr_skip_test("no CUDA backend to compare with: %s", why); \
-    } while (0)
+#define NEED_B() tu_need_backend_b(B, b_kind, why)
 
 /* ---- tensors held on both backends ----------------------------------- */
 

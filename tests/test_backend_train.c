@@ -48,20 +48,12 @@
 #include "testutil.h"
 
 static const ar_backend *A, *B;
-static char why[2048];
+static char b_kind, why[2048];
 
 static void setup(void)
 {
     A = ar_backend_cpu();
-    const char *env = getenv("AR_TEST_BACKEND_B");
-    if (env && strcmp(env, "cpu") == 0) {
-        B = ar_backend_cpu();
-        return;
-    }
-    ar_err e = {{0}};
-    B = ar_backend_cuda(&e);
-    if (!B)
-        snprintf(why, sizeof why, "%s", e.msg);
+    B = tu_backend_b(&b_kind, why, sizeof why);
 }
 
 TestSuite(backend_train, .init = setup);
@@ -246,8 +238,7 @@ static void compare_checkpoints(const char *what, const char *da, const char *db
 
 static void compare_runs(ar_res_kind kind, int bf16)
 {
-    if (!B)
-        cr_skip_test("no CUDA backend to compare with: %s", why);
+    tu_need_backend_b(B, b_kind, why);
     /* the CPU backend (AR_TEST_BACKEND_B=cpu) has no bf16 path: -1, fp32 */
     int rc = B->set_bf16(bf16);
     cr_assert(rc == 0 || (bf16 && B == A), "set_bf16(%d) failed on '%s'", bf16, B->name);

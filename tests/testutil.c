@@ -12,7 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/module.h"
 #include "formats/safetensors.h"
+#include "lib/backend.h"
 
 /* Every directory tu_tmpdir() made, removed when the process that made it
  * exits (Criterion runs each test in a process of its own, and exit handlers
@@ -236,4 +238,28 @@ void tu_expect_same_metric_values(const char *a, const char *b, const char *what
             seen[k]++;
         }
     }
+}
+
+const ar_backend *tu_backend_b(char *kind, char *why, size_t n)
+{
+    const char *env = getenv("AR_TEST_BACKEND_B");
+    ar_err e = {{0}};
+    const ar_backend *b = NULL;
+    if (env && strcmp(env, "cpu") == 0) {
+        *kind = 'c';
+        return ar_backend_cpu();
+    }
+    if (env && strcmp(env, "emu") == 0) {
+        *kind = 'e';
+        const ar_backend *(*open)(ar_err *, size_t);
+        *(void **)&open = ar_module_entry("libattnres-cuda-emu.so", "ATTNRES_CUDA_EMU_MODULE", "",
+                                          "ar_cuda_module_open", "CUDA emulator", &e);
+        b = open ? open(&e, sizeof(ar_backend)) : NULL;
+    } else {
+        *kind = 'g';
+        b = ar_backend_cuda(&e);
+    }
+    if (!b)
+        snprintf(why, n, "%s", e.msg);
+    return b;
 }

@@ -65,4 +65,23 @@ char *tu_run_bin(int *status, const char *fmt, ...) __attribute__((format(printf
  * may differ); seen[k] gets how many of key k were compared. */
 void tu_expect_same_metric_values(const char *a, const char *b, const char *what, int seen[3]);
 
+/* Backend B of the comparison tests (test_backend_ops, test_backend_train),
+ * by $AR_TEST_BACKEND_B: "cpu", the CPU backend again (*kind 'c'); "emu",
+ * lib/cuda's kernels on the CPU through the CUDA emulator, the module
+ * libattnres-cuda-emu.so built beside the tests (tests/cuda_emu; *kind
+ * 'e'); otherwise the CUDA backend (*kind 'g').  NULL with why (n bytes)
+ * set where it is not usable.  The emulator must load where it is asked
+ * for: a test then fails instead of skipping (tu_need_backend_b). */
+struct ar_backend;
+const struct ar_backend *tu_backend_b(char *kind, char *why, size_t n);
+/* Skips the test without backend B, but fails it where B is the emulator. */
+#define tu_need_backend_b(b, kind, why)                                               \
+    do {                                                                              \
+        if (!(b)) {                                                                   \
+            if ((kind) == 'e')                                                        \
+                cr_assert_fail("the CUDA emulator did not load: %s", why);            \
+            cr_skip_test("no CUDA backend to compare with: %s", why);                 \
+        }                                                                             \
+    } while (0)
+
 #endif

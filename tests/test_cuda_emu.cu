@@ -1,0 +1,309 @@
+/* The CUDA emulator itself (tests/cuda_emu): that its barriers, shuffles,
+ * launch checks and library stand-ins behave as the GPU and its libraries
+ * do, and that it refuses what a GPU would hang on or do undefined, so a
+ * pass of backend_ops_emu and backend_train_emu means something.  Written
+ * in CUDA and rewritten by tests/cuda_emu/launch.py like lib/cuda.
+ *
+ * Covers: tests/cuda_emu/emu.cc, launch.py and the stand-in headers. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cublas_v2.h>
+#include <cub/device/device_radix_sort.cuh>
+#include <cuda_runtime.h>
+
+static float *dev(size_t n)
+{
+    void *p = NULL;
+    cr_assert_eq(cudaMalloc(&p, n * sizeof(float)), cudaSuccess);
+    return (float *)p;
+}
+
+/* ---- barriers and shuffles ------------------------------------------- */
+
+__device__ static float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* out[b] = sum of in[b*blockDim + t] over the block: warp sums, then the
+ * first warp over the warps' sums in shared memory */
+__global__ static void block_sum_kernel(float *out, const float *in)
+{
+    __shared__ float sh[32];
+    int t = threadIdx.x, lane = t & 31, w = t >> 5, nw = blockDim.x >> 5;
+    float v = warp_sum(in[blockIdx.x * blockDim.x + t]);
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = warp_sum(lane < nw ? sh[lane] : 0.0f);
+        if (lane == 0)
+            out[blockIdx.x] = v;
+    }
+}
+
+Test(cuda_emu, barriers_and_shuffles_reduce_a_block)
+{
+    int nb = 3, bs = 256;
+    float h[768], got[3];
+    for (int i = 0; i < nb * bs; i++)
+        h[i] = (float)(i % 7) - 2.5f + 0.125f * (i % 3);
+    float *in = dev(nb * bs), *out = dev(nb);
+    cudaMemcpyAsync(in, h, sizeof h, cudaMemcpyHostToDevice);
+    block_sum_kernel<<<nb, bs, 0, 0>>>(out, in);
+    cr_assert_eq(cudaGetLastError(), cudaSuccess);
+    cudaMemcpyAsync(got, out, sizeof got, cudaMemcpyDeviceToHost);
+    for (int b = 0; b < nb; b++) {
+        double want = 0;
+        for (int t = 0; t < bs; t++)
+            want += h[b * bs + t];
+        /* every term a multiple of 1/8 below 8: the float sums are exact */
+        cr_expect_eq(got[b], (float)want, "block %d: %g vs %g", b, got[b], want);
+    }
+    cudaFree(in);
+    cudaFree(out);
+}
+
+/* each lane gets its partner's value; the values move through the lanes
+ * in the order of the rounds, so a stale slot would show */
+__global__ static void shuffle_kernel(int *out)
+{
+    int v = threadIdx.x;
+    for (int o = 1; o < 32; o <<= 1)
+        v = v * 3 + __shfl_xor_sync(0xffffffffu, v, o);
+    out[threadIdx.x] = v;
+}
+
+Test(cuda_emu, shuffles_take_the_partner_of_the_same_round)
+{
+    int *out = (int *)dev(64), got[64], want[64];
+    shuffle_kernel<<<1, 64>>>(out);
+    cudaMemcpyAsync(got, out, sizeof got, cudaMemcpyDeviceToHost);
+    for (int t = 0; t < 64; t++)
+        want[t] = t;
+    for (int o = 1; o < 32; o <<= 1) {
+        int next[64];
+        for (int t = 0; t < 64; t++)
+            next[t] = want[t] * 3 + want[t ^ o];
+        memcpy(want, next, sizeof want);
+    }
+    for (int t = 0; t < 64; t++)
+        cr_expect_eq(got[t], want[t], "lane %d", t);
+    cudaFree(out);
+}
+
+/* threadIdx, blockIdx over three dimensions, and dynamic shared memory
+ * filled with NaN at each block's start */
+__global__ static void index_kernel(int *out, int *nan_seen)
+{
+    extern __shared__ float dyn[];
+    int t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    int b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    int n = blockDim.x * blockDim.y * blockDim.z;
+    if (t == 0)
+        nan_seen[b] = isnan(dyn[5]) ? 1 : 0;
+    __syncthreads();
+    dyn[5] = 1.0f; /* the next block must see NaN again */
+    out[b * n + t] = b * 1000 + t;
+}
+
+Test(cuda_emu, indices_in_three_dimensions)
+{
+    dim3 g(2, 3, 2), blk(4, 2, 3);
+    int nb = 12, n = 24, got[288], seen[12];
+    int *out = (int *)dev(nb * n), *ns = (int *)dev(nb);
+    index_kernel<<<g, blk, 64 * sizeof(float)>>>(out, ns);
+    cr_assert_eq(cudaGetLastError(), cudaSuccess);
+    cudaMemcpyAsync(got, out, sizeof got, cudaMemcpyDeviceToHost);
+    cudaMemcpyAsync(seen, ns, sizeof seen, cudaMemcpyDeviceToHost);
+    for (int b = 0; b < nb; b++) {
+        cr_expect_eq(seen[b], 1, "block %d's shared memory was not refilled", b);
+        for (int t = 0; t < n; t++)
+            cr_expect_eq(got[b * n + t], b * 1000 + t);
+    }
+}
+
+/* ---- what a GPU would hang on: the emulator aborts ------------------ */
+
+__global__ static void early_exit_kernel(float *x)
+{
+    if (threadIdx.x == 5)
+        return;
+    __syncthreads();
+    x[threadIdx.x] = 1.0f;
+}
+
+Test(cuda_emu, a_barrier_part_of_the_block_misses_aborts, .signal = SIGABRT)
+{
+    float *x = dev(64);
+    early_exit_kernel<<<1, 64>>>(x);
+}
+
+__global__ static void divergent_shuffle_kernel(float *x)
+{
+    if (threadIdx.x < 16)
+        x[threadIdx.x] = warp_sum(1.0f);
+}
+
+Test(cuda_emu, a_shuffle_part_of_the_warp_misses_aborts, .signal = SIGABRT)
+{
+    float *x = dev(32);
+    divergent_shuffle_kernel<<<1, 32>>>(x);
+}
+
+__global__ static void every_lane_shuffle_kernel(float *x) { x[threadIdx.x] = warp_sum(1.0f); }
+
+Test(cuda_emu, a_full_shuffle_in_a_short_warp_aborts, .signal = SIGABRT)
+{
+    float *x = dev(48);
+    every_lane_shuffle_kernel<<<1, 48>>>(x); /* the second warp has 16 lanes */
+}
+
+/* ---- launch configuration, as the runtime checks it ------------------ */
+
+__global__ static void nothing_kernel(float *x) { x[0] = 0.0f; }
+
+Test(cuda_emu, bad_launches_are_reported_not_run)
+{
+    float *x = dev(1), one = 1.0f, got;
+    cudaMemcpyAsync(x, &one, 4, cudaMemcpyHostToDevice);
+    nothing_kernel<<<1, 1025>>>(x);
+    cr_expect_eq(cudaGetLastError(), cudaErrorInvalidConfiguration, "1025 threads");
+    cr_expect_eq(cudaGetLastError(), cudaSuccess, "the error is read once");
+    nothing_kernel<<<0, 32>>>(x);
+    cr_expect_eq(cudaGetLastError(), cudaErrorInvalidConfiguration, "an empty grid");
+    nothing_kernel<<<1, 32, 49153>>>(x);
+    cr_expect_eq(cudaGetLastError(), cudaErrorInvalidConfiguration, "more than 48 KiB without opt-in");
+    cudaMemcpyAsync(&got, x, 4, cudaMemcpyDeviceToHost);
+    cr_expect_eq(got, 1.0f, "a refused launch ran");
+    cr_assert_eq(cudaFuncSetAttribute(nothing_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 65536),
+                 cudaSuccess);
+    nothing_kernel<<<1, 32, 65536>>>(x);
+    cr_expect_eq(cudaGetLastError(), cudaSuccess, "with the opt-in");
+    cr_expect_neq(cudaFuncSetAttribute(nothing_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 300000),
+                  cudaSuccess, "past the device's 227 KiB");
+}
+
+/* ---- memory ----------------------------------------------------------- */
+
+Test(cuda_emu, copies_stay_inside_device_buffers)
+{
+    float *x = dev(16), h[32] = {0};
+    cr_expect_eq(cudaMemcpyAsync(x, h, 16 * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    cr_expect_eq(cudaMemcpyAsync(x, h, 17 * 4, cudaMemcpyHostToDevice), cudaErrorInvalidValue, "past the end");
+    cr_expect_eq(cudaMemcpyAsync(h, x, 16 * 4, cudaMemcpyHostToDevice), cudaErrorInvalidValue,
+                 "directions swapped");
+    cr_expect_eq(cudaMemsetAsync(x + 8, 0, 9 * 4), cudaErrorInvalidValue);
+    cr_expect_eq(cudaFree(x + 1), cudaErrorInvalidDevicePointer);
+    float *y = dev(4), g[4];
+    cudaMemcpyAsync(g, y, sizeof g, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < 4; i++)
+        cr_expect(isnan(g[i]), "new device memory is not NaN");
+    cr_expect_eq(cudaFree(x), cudaSuccess);
+}
+
+Test(cuda_emu, sort_pairs_is_stable_in_signed_order)
+{
+    int32_t k[6] = {3, -1, 3, 0, -1, 7}, v[6] = {0, 1, 2, 3, 4, 5}, ko[6], vo[6];
+    int32_t *dk = (int32_t *)dev(6), *dv = (int32_t *)dev(6), *dko = (int32_t *)dev(6), *dvo = (int32_t *)dev(6);
+    cudaMemcpyAsync(dk, k, sizeof k, cudaMemcpyHostToDevice);
+    cudaMemcpyAsync(dv, v, sizeof v, cudaMemcpyHostToDevice);
+    size_t tmp = 0;
+    cr_assert_eq(cub::DeviceRadixSort::SortPairs(NULL, tmp, dk, dko, dv, dvo, 6, 0, 32), cudaSuccess);
+    void *ws = dev((tmp + 3) / 4);
+    cr_assert_eq(cub::DeviceRadixSort::SortPairs(ws, tmp, dk, dko, dv, dvo, 6, 0, 32), cudaSuccess);
+    cudaMemcpyAsync(ko, dko, sizeof ko, cudaMemcpyDeviceToHost);
+    cudaMemcpyAsync(vo, dvo, sizeof vo, cudaMemcpyDeviceToHost);
+    int32_t wk[6] = {-1, -1, 0, 3, 3, 7}, wv[6] = {1, 4, 3, 0, 2, 5};
+    for (int i = 0; i < 6; i++) {
+        cr_expect_eq(ko[i], wk[i]);
+        cr_expect_eq(vo[i], wv[i]);
+    }
+}
+
+/* ---- cuBLAS ----------------------------------------------------------- */
+
+/* C = A^T B column-major (A: k x m stored, lda 5; B: k x n, ldb 4; C: m x n,
+ * ldc 3), against a loop; then the documented argument errors */
+Test(cuda_emu, gemm_is_column_major_and_checks_its_arguments)
+{
+    int m = 2, n = 3, k = 4, lda = 5, ldb = 4, ldc = 3;
+    float A[5 * 2], B[4 * 3], C[3 * 3], got[9];
+    for (int i = 0; i < 10; i++)
+        A[i] = (float)(i % 5) - 1.0f;
+    for (int i = 0; i < 12; i++)
+        B[i] = 0.5f * (float)(i % 4) + 0.25f;
+    for (int i = 0; i < 9; i++)
+        C[i] = 100.0f + i;
+    float *dA = dev(10), *dB = dev(12), *dC = dev(9);
+    cudaMemcpyAsync(dA, A, sizeof A, cudaMemcpyHostToDevice);
+    cudaMemcpyAsync(dB, B, sizeof B, cudaMemcpyHostToDevice);
+    cudaMemcpyAsync(dC, C, sizeof C, cudaMemcpyHostToDevice);
+    cublasHandle_t h;
+    cr_assert_eq(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    float al = 2.0f, be = 1.0f;
+    cr_assert_eq(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &al, dA, CUDA_R_32F, lda, dB, CUDA_R_32F, ldb,
+                              &be, dC, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 CUBLAS_STATUS_SUCCESS);
+    cudaMemcpyAsync(got, dC, sizeof got, cudaMemcpyDeviceToHost);
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < ldc; i++) {
+            float want = C[j * ldc + i];
+            if (i < m) {
+                float s = 0;
+                for (int q = 0; q < k; q++)
+                    s += A[i * lda + q] * B[j * ldb + q];
+                want += al * s;
+            }
+            cr_expect_eq(got[j * ldc + i], want, "C[%d,%d]", i, j); /* small integers and quarters: exact */
+        }
+    /* lda below op(A)'s rows, ldc below m, an unsupported type */
+    cr_expect_eq(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &al, dA, CUDA_R_32F, 3, dB, CUDA_R_32F, ldb,
+                              &be, dC, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 CUBLAS_STATUS_INVALID_VALUE);
+    cr_expect_eq(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &al, dA, CUDA_R_32F, lda, dB, CUDA_R_32F, ldb,
+                              &be, dC, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 CUBLAS_STATUS_INVALID_VALUE);
+    cr_expect_eq(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &al, dA, CUDA_R_16BF, lda, dB, CUDA_R_32F, ldb,
+                              &be, dC, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 CUBLAS_STATUS_NOT_SUPPORTED);
+    cublasDestroy(h);
+}
+
+/* FAST_16BF rounds the operands to bf16: 1 + 2^-9 becomes 1 */
+Test(cuda_emu, gemm_fast_16bf_rounds_the_operands)
+{
+    float a = 1.0f + 1.0f / 512, b = 1.0f, c = 0.0f;
+    float *dA = dev(1), *dB = dev(1), *dC = dev(1);
+    cudaMemcpyAsync(dA, &a, 4, cudaMemcpyHostToDevice);
+    cudaMemcpyAsync(dB, &b, 4, cudaMemcpyHostToDevice);
+    cublasHandle_t h;
+    cublasCreate(&h);
+    float al = 1.0f, be = 0.0f;
+    cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &al, dA, CUDA_R_32F, 1, dB, CUDA_R_32F, 1, &be, dC,
+                 CUDA_R_32F, 1, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT);
+    cudaMemcpyAsync(&c, dC, 4, cudaMemcpyDeviceToHost);
+    cr_expect_eq(c, 1.0f);
+    cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &al, dA, CUDA_R_32F, 1, dB, CUDA_R_32F, 1, &be, dC,
+                 CUDA_R_32F, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    cudaMemcpyAsync(&c, dC, 4, cudaMemcpyDeviceToHost);
+    cr_expect_eq(c, a);
+    cublasDestroy(h);
+}
+
+/* an operand that leaves its buffer (a leading dimension or batch stride
+ * too large for it) aborts, naming the call */
+Test(cuda_emu, gemm_operands_stay_inside_their_buffers, .signal = SIGABRT)
+{
+    float *dA = dev(4), *dB = dev(4), *dC = dev(4);
+    cublasHandle_t h;
+    cublasCreate(&h);
+    float al = 1.0f, be = 0.0f;
+    cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &al, dA, CUDA_R_32F, 2, 4, dB, CUDA_R_32F,
+                               2, 0, &be, dC, CUDA_R_32F, 2, 0, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
