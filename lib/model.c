@@ -199,6 +199,10 @@ int ar_model_create_split(ar_model **out, const ar_model_cfg *cfg, const ar_back
     plan_params(m);
     m->res = ar_residual_create(cfg, be, max_batch * m->T, sp ? sp->nchunks : 1, &m->pt);
     plan_buckets(m);
+    size_t nsums = 0;
+    for (int b = 0; b < m->nbuckets; b++)
+        nsums += (m->bucket_len[b] + AR_NORM_CHUNK - 1) / AR_NORM_CHUNK;
+    m->norm_sums = be->alloc((nsums ? nsums : 1) * sizeof(double));
     const ar_model *share = sp ? sp->share : NULL;
     m->shared = share != NULL;
     if (share && (share->pt.total != m->pt.total || share->maxB < max_batch)) {
@@ -255,6 +259,8 @@ void ar_model_free(ar_model *m)
         be->free(m->tok);
     if (m->tgt)
         be->free(m->tgt);
+    if (m->norm_sums)
+        be->free(m->norm_sums);
     free(m->act);
     free(m->blk);
     free(m->bucket_off);

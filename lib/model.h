@@ -23,6 +23,9 @@ typedef struct {
     float *mxn, *mrstd, *gate, *up, *act;   /* MLP sublayer */
 } ar_block_act;
 
+/* The gradient norm's chunk (lib/optim.h) */
+#define AR_NORM_CHUNK 16384
+
 typedef struct ar_model {
     ar_model_cfg cfg;
     const ar_backend *be;
@@ -73,6 +76,9 @@ typedef struct ar_model {
      * parallelism can start reducing it while the backward goes on. */
     int nbuckets;
     size_t *bucket_off, *bucket_len; /* floats */
+    /* device: the gradient norm's partial sums, one double per
+     * AR_NORM_CHUNK floats of each bucket, buckets in order (optim.h) */
+    double *norm_sums;
     void (*grad_ready)(struct ar_model *m, int bucket, void *ud);
     void *grad_ready_ud;
 

@@ -51,13 +51,24 @@ size_t ar_norm_chunks(const ar_model *model, int b, size_t *first)
     return (model->bucket_len[b] + AR_NORM_CHUNK - 1) / AR_NORM_CHUNK;
 }
 
+/* Chunks [c0, c1) of bucket b summed on the device into the model's
+ * norm_sums (one op call, asynchronous); returns where they are. */
+static double *chunk_sums_on_device(const ar_model *model, int b, size_t c0, size_t c1)
+{
+    size_t first, len = model->bucket_len[b];
+    ar_norm_chunks(model, b, &first);
+    size_t lo = c0 * AR_NORM_CHUNK, hi = c1 * AR_NORM_CHUNK < len ? c1 * AR_NORM_CHUNK : len;
+    double *dev = model->norm_sums + first + c0;
+    if (c1 > c0)
+        model->be->sumsq_chunks(dev, model->grads + model->bucket_off[b] + lo, hi - lo, AR_NORM_CHUNK);
+    return dev;
+}
+
 void ar_norm_chunk_sumsq(const ar_model *model, int b, size_t c0, size_t c1, double *out)
 {
-    size_t off = model->bucket_off[b], len = model->bucket_len[b];
-    for (size_t c = c0; c < c1; c++) {
-        size_t lo = c * AR_NORM_CHUNK, n = len - lo < AR_NORM_CHUNK ? len - lo : AR_NORM_CHUNK;
-        out[c - c0] = model->be->sumsq(model->grads + off + lo, n);
-    }
+    double *dev = chunk_sums_on_device(model, b, c0, c1);
+    if (c1 > c0)
+        model->be->download(out, dev, (c1 - c0) * sizeof(double));
 }
 
 double ar_norm_from_chunks(const double *sums, size_t n)
@@ -74,10 +85,12 @@ double *ar_norm_chunk_sums(const ar_model *model, size_t *n)
     for (int b = 0; b < model->nbuckets; b++)
         total += ar_norm_chunks(model, b, NULL);
     double *s = ar_xcalloc(total + 1, sizeof(double));
-    for (int b = 0; b < model->nbuckets; b++) {
-        size_t k = ar_norm_chunks(model, b, &first);
-        ar_norm_chunk_sumsq(model, b, 0, k, s + first);
-    }
+    /* every bucket's sums on the device, then one copy back: one wait for
+     * the device a step, not one a chunk */
+    for (int b = 0; b < model->nbuckets; b++)
+        chunk_sums_on_device(model, b, 0, ar_norm_chunks(model, b, &first));
+    if (total)
+        model->be->download(s, model->norm_sums, total * sizeof(double));
     *n = total;
     return s;
 }

@@ -431,6 +431,25 @@ Test(backend_ops, elementwise)
         for (size_t i = 0; i < n; i++)
             ss += (double)x->h[i] * x->h[i];
         check_scalar("sumsq", s[0], s[1], 2 * tu_gamma_d(n) * ss);
+        /* sumsq_chunks: each chunk's sum on the device, the same bound per chunk */
+        size_t ch = 5000, nc = (n + ch - 1) / ch;
+        double *cs[2];
+        BOTH {
+            double *dev = be->alloc(nc * sizeof(double));
+            cs[side_] = malloc(nc * sizeof(double));
+            be->sumsq_chunks(dev, D(x), n, ch);
+            be->download(cs[side_], dev, nc * sizeof(double));
+            be->free(dev);
+        }
+        for (size_t c = 0; c < nc; c++) {
+            size_t lo = c * ch, hi = lo + ch < n ? lo + ch : n;
+            double sc = 0;
+            for (size_t i = lo; i < hi; i++)
+                sc += (double)x->h[i] * x->h[i];
+            check_scalar("sumsq_chunks", cs[0][c], cs[1][c], 2 * tu_gamma_d(hi - lo) * sc);
+        }
+        free(cs[0]);
+        free(cs[1]);
         release();
     }
 }

@@ -211,6 +211,27 @@ Test(ops, elementwise)
         double s3 = be->sumsq(x, n);
         be->set_threads(2);
         cr_assert(memcmp(&s1, &s3, sizeof s1) == 0, "sumsq on 1 and 2 threads: %.17g vs %.17g", s3, s1);
+        /* sumsq_chunks: sumsq of each chunk, bit for bit, in chunks below,
+         * at and above sumsq's own (16384), with a ragged last chunk */
+        size_t chunks[] = {1000, 16384, 40000};
+        for (int q = 0; q < 3; q++) {
+            size_t ch = chunks[q], nc = (n + ch - 1) / ch;
+            double *cs = malloc((nc + 1) * sizeof(double));
+            cs[nc] = -1.0; /* past the last chunk: untouched */
+            for (int th = 1; th <= 2; th++) {
+                be->set_threads(th);
+                be->sumsq_chunks(cs, x, n, ch);
+                for (size_t c = 0; c < nc; c++) {
+                    size_t lo = c * ch;
+                    double want = be->sumsq(x + lo, lo + ch < n ? ch : n - lo);
+                    cr_assert(memcmp(&cs[c], &want, sizeof want) == 0,
+                              "sumsq_chunks n %zu chunk %zu, chunk %zu on %d threads: %.17g vs %.17g", n, ch, c, th,
+                              cs[c], want);
+                }
+                cr_assert_eq(cs[nc], -1.0, "sumsq_chunks wrote past its last chunk");
+            }
+            free(cs);
+        }
         free(x);
         free(y);
         free(y0);

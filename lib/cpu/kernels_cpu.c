@@ -95,6 +95,25 @@ double cpu_sumsq(const float *x, size_t n)
     return s;
 }
 
+/* out[c] = sumsq of chunk c (the same calls as sumsq on each chunk, so the
+ * same bits); chunks of at most SUMSQ_CHUNK on threads, one run each */
+void cpu_sumsq_chunks(double *out, const float *x, size_t n, size_t chunk)
+{
+    long nc = (long)((n + chunk - 1) / chunk);
+    if (chunk > SUMSQ_CHUNK) { /* sumsq itself runs on threads */
+        for (long c = 0; c < nc; c++) {
+            size_t lo = (size_t)c * chunk;
+            out[c] = cpu_sumsq(x + lo, lo + chunk < n ? chunk : n - lo);
+        }
+        return;
+    }
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (long c = 0; c < nc; c++) {
+        size_t lo = (size_t)c * chunk;
+        out[c] = sumsq_run(x + lo, lo + chunk < n ? chunk : n - lo);
+    }
+}
+
 /* Splits [0, n) into `parts` near-equal contiguous ranges; range k. */
 static void split_range(int n, int parts, int k, int *lo, int *hi)
 {

@@ -176,6 +176,31 @@ static double sum_double(const float *x, size_t n, int sq)
 /* returns sum_i x_i^2 (accumulated in double) */
 double cuda_sumsq(const float *x, size_t n) { return sum_double(x, n, 1); }
 
+/* out[c] = sum of x_i^2 over chunk c, one block per chunk (its threads
+ * stride the chunk, then block_sum_d): a fixed order, so reproducible */
+__global__ static void sumsq_chunks_kernel(double *out, const float *x, size_t n, size_t chunk)
+{
+    size_t lo = (size_t)blockIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    double s = 0.0;
+    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        double v = x[i];
+        s += v * v;
+    }
+    s = block_sum_d(s);
+    if (threadIdx.x == 0)
+        out[blockIdx.x] = s;
+}
+
+/* asynchronous: the sums stay on the device */
+void cuda_sumsq_chunks(double *out, const float *x, size_t n, size_t chunk)
+{
+    size_t nc = (n + chunk - 1) / chunk;
+    if (!nc)
+        return;
+    sumsq_chunks_kernel<<<(unsigned)nc, RED_BS, 0, ar_cuda_stream()>>>(out, x, n, chunk);
+    AR_CUDA_LAUNCHED();
+}
+
 /* ------------------------------------------------------------------------ */
 /* embedding                                                                 */
 
