@@ -10,7 +10,7 @@
  * RMSNorm is fused into the logit: one sweep of a row gives both sum x^2 and
  * u.x, so logit = rstd * (u.x) needs no normalised copy.  Inside a token,
  * the kernels (dots, mix, inter_update) keep every running sum of a
- * 16-float column in registers while they sweep the rows (vec.h), and
+ * VL-float column in registers while they sweep the rows (vec.h), and
  * prefetch the next token's rows, which are 4*d bytes apart in each of
  * several buffers: too many short streams for the hardware prefetcher.
  * That made phase 1 about 1.5x faster at the medium bench shape
@@ -47,10 +47,10 @@ static inline __attribute__((always_inline)) void dots_n(const float *const *a, 
     /* four named sums, not an array: GCC keeps an array of vectors on the
      * stack, and the loop then waits on store-to-load forwarding */
     const float *a0 = a[0], *a1 = a[CC > 1], *a2 = a[CC > 2 ? 2 : 0], *a3 = a[CC > 3 ? 3 : 0];
-    v16f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, q = {0};
+    vf s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, q = {0};
     int j = 0;
     for (; j + VL <= d; j += VL) {
-        v16f xv = v_ld(x + j);
+        vf xv = v_ld(x + j);
         if (pf)
             __builtin_prefetch(x + j + d, 0, 3);
         q += xv * xv;
@@ -120,7 +120,7 @@ static float dotf(const float *a, const float *b, int d)
  * which the hardware prefetcher, meeting a new 4 KiB page every other
  * token in each of several buffers, fetches too late.  y[c] may be one of
  * the x[s]: each column is read for all outputs before any is written.
- * Bit c of nt: y[c] by streaming stores (64-byte aligned, d % 16 == 0). */
+ * Bit c of nt: y[c] by streaming stores (64-byte aligned, d % VL == 0). */
 static inline __attribute__((always_inline)) void mix_n(float *const *y, int CC,
                                                          const float *a, const float *const *x,
                                                          int k, int npf, int nt, int d)
@@ -129,11 +129,11 @@ static inline __attribute__((always_inline)) void mix_n(float *const *y, int CC,
                 *w3 = a + (CC > 3) * 3 * k;
     int j = 0;
     for (; j + VL <= d; j += VL) {
-        v16f y0 = {0}, y1 = {0}, y2 = {0}, y3 = {0}; /* named: see dots_n */
+        vf y0 = {0}, y1 = {0}, y2 = {0}, y3 = {0}; /* named: see dots_n */
         for (int s = 0; s < npf; s++)
             __builtin_prefetch(x[s] + j + d, 0, 3);
         for (int s = 0; s < k; s++) {
-            v16f xv = v_ld(x[s] + j);
+            vf xv = v_ld(x[s] + j);
             y0 += w0[s] * xv;
             if (CC > 1)
                 y1 += w1[s] * xv;
@@ -619,7 +619,7 @@ static void inter_update(float *dx, int acc, int C, const float *a, const float 
 {
     int j = 0;
     for (; j + VL <= d; j += VL) {
-        v16f xv = v_ld(x + j), y = cx * xv;
+        vf xv = v_ld(x + j), y = cx * xv;
         __builtin_prefetch(dx + j + d, 1, 3); /* the next token's row */
         if (acc)
             y += v_ld(dx + j);

@@ -53,16 +53,21 @@ typedef double v8d __attribute__((vector_size(8 * sizeof(double))));
  * (a gradient norm took 1% of bench-medium's step, one 16384-float chunk
  * at a time); the order is still fixed, so the bits are the same on every
  * call and thread count. */
+static inline v8d ld8d(const float *p)
+{
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return __builtin_convertvector(v, v8d);
+}
+
 static double sumsq_run(const float *x, size_t n)
 {
+    /* 32 floats a step, whatever the build's vector width: the same
+     * order, so the same bits, on every build */
     v8d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
     size_t i = 0;
-    for (; i + 2 * VL <= n; i += 2 * VL) {
-        v16f u = v_ld(x + i), w = v_ld(x + i + VL);
-        v8d d0 = __builtin_convertvector(__builtin_shufflevector(u, u, 0, 1, 2, 3, 4, 5, 6, 7), v8d);
-        v8d d1 = __builtin_convertvector(__builtin_shufflevector(u, u, 8, 9, 10, 11, 12, 13, 14, 15), v8d);
-        v8d d2 = __builtin_convertvector(__builtin_shufflevector(w, w, 0, 1, 2, 3, 4, 5, 6, 7), v8d);
-        v8d d3 = __builtin_convertvector(__builtin_shufflevector(w, w, 8, 9, 10, 11, 12, 13, 14, 15), v8d);
+    for (; i + 32 <= n; i += 32) {
+        v8d d0 = ld8d(x + i), d1 = ld8d(x + i + 8), d2 = ld8d(x + i + 16), d3 = ld8d(x + i + 24);
         a0 += d0 * d0;
         a1 += d1 * d1;
         a2 += d2 * d2;

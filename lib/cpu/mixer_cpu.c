@@ -246,7 +246,7 @@ void cpu_depth_mix_bwd_simple(const ar_depth_mix *m, float *const *dsrc, float *
  * together (the RMSNorm is fused: logit = rstd (u.x), u = q g, no
  * normalised copy), with the next token's row prefetched; the mixing sweep
  * that follows finds the token's n rows in L1.  Every inner loop is a
- * branch-free loop of 16-float vectors (vec.h): flags are decided per
+ * branch-free loop of VL-float vectors (vec.h): flags are decided per
  * token or per source, outside them.  Heads: a VL-column block holds whole
  * heads (e = d/H divides VL; their dot products by a butterfly of lane
  * shuffles) or lies inside one head (VL divides e), so per-head weights
@@ -254,8 +254,6 @@ void cpu_depth_mix_bwd_simple(const ar_depth_mix *m, float *const *dsrc, float *
  * the backend's workspace (no allocation per call); the backward keeps the
  * parameter gradient's partial as one row T = sum dl r x per chunk (or per
  * token for per-token queries), multiplied by g or q once at the end. */
-
-typedef int v16i __attribute__((vector_size(VL * sizeof(int))));
 
 /* d a multiple of VL, H dividing d, e = d/H a multiple or a divisor of VL */
 static int fast_shape(int H, int d)
@@ -268,9 +266,9 @@ static int fast_shape(int H, int d)
 
 /* The lanes' heads within a VL-column block for head_cols: lane l holds
  * head l/e when a block holds several (e < VL). */
-static inline v16i head_idx(int e)
+static inline vi head_idx(int e)
 {
-    v16i idx;
+    vi idx;
     for (int l = 0; l < VL; l++)
         idx[l] = e < VL ? l / e : 0;
     return idx;
@@ -290,7 +288,7 @@ static const float *gain_query(const float *q, const float *g, int d, int ws)
 
 /* Per-head values spread over the columns of VL-block b: column j gets
  * v[j/e].  v is read up to VL floats past b*VL/e (callers pad). */
-static inline __attribute__((always_inline)) v16f head_cols(const float *v, int b, int e, v16i idx)
+static inline __attribute__((always_inline)) vf head_cols(const float *v, int b, int e, vi idx)
 {
     if (e >= VL)
         return v_set1(v[b * VL / e]);
@@ -305,7 +303,7 @@ static inline void head_sums(const float *p, int H, int e, int d, float r, float
 {
     if (e >= VL) {
         for (int a = 0; a < H; a++) {
-            v16f acc = {0};
+            vf acc = {0};
             for (int j = a * e; j < (a + 1) * e; j += VL)
                 acc += v_ld(p + j);
             out[a] = r * v_hsum(acc);
@@ -313,13 +311,24 @@ static inline void head_sums(const float *p, int H, int e, int d, float r, float
         return;
     }
     for (int b = 0; b < d / VL; b++) {
-        v16f v = v_ld(p + b * VL);
+        vf v = v_ld(p + b * VL);
+        /* the butterfly: lane l gets the sum of its aligned group of e */
+#if VL == 16
         if (e >= 2)
             v += __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
         if (e >= 4)
             v += __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
         if (e >= 8)
             v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+#elif VL == 8
+        if (e >= 2)
+            v += __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6);
+        if (e >= 4)
+            v += __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5);
+#else
+        if (e >= 2)
+            v += __builtin_shufflevector(v, v, 1, 0, 3, 2);
+#endif
         float *o = out + b * VL / e;
         for (int l = 0; l < VL / e; l++)
             o[l] = r * v[l * e];
@@ -332,10 +341,10 @@ static inline __attribute__((always_inline)) void row_sweep(const float *u, cons
                                                              int H1, int sq, float *z, float *p,
                                                              float *xx)
 {
-    v16f s0 = {0}, s1 = {0}, q0 = {0}, q1 = {0};
+    vf s0 = {0}, s1 = {0}, q0 = {0}, q1 = {0};
     int j = 0;
     for (; j + 2 * VL <= d; j += 2 * VL) {
-        v16f x0 = v_ld(x + j), x1 = v_ld(x + j + VL);
+        vf x0 = v_ld(x + j), x1 = v_ld(x + j + VL);
         __builtin_prefetch(x + j + d, 0, 3);
         __builtin_prefetch(x + j + d + VL, 0, 3);
         if (sq) {
@@ -351,7 +360,7 @@ static inline __attribute__((always_inline)) void row_sweep(const float *u, cons
         }
     }
     if (j < d) {
-        v16f x0 = v_ld(x + j);
+        vf x0 = v_ld(x + j);
         __builtin_prefetch(x + j + d, 0, 3);
         if (sq)
             q0 += x0 * x0;
@@ -427,7 +436,7 @@ static inline void mix_rows1(float *y, const float *a, const float *const *x, in
 {
     int b = 0;
     for (; b + 4 * VL <= d; b += 4 * VL) {
-        v16f y0 = {0}, y1 = {0}, y2 = {0}, y3 = {0};
+        vf y0 = {0}, y1 = {0}, y2 = {0}, y3 = {0};
         for (int s = 0; s < n; s++) {
             const float *xs = x[s] + b;
             y0 += a[s] * v_ld(xs);
@@ -441,7 +450,7 @@ static inline void mix_rows1(float *y, const float *a, const float *const *x, in
         v_st(y + b + 3 * VL, y3);
     }
     for (; b < d; b += VL) {
-        v16f y0 = {0};
+        vf y0 = {0};
         for (int s = 0; s < n; s++)
             y0 += a[s] * v_ld(x[s] + b);
         v_st(y + b, y0);
@@ -475,7 +484,7 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
     const float *u = hasq && wstride == 0 ? gain_query(w, g, d, WS_A) : NULL;
     /* no query: the weights are the same for every token */
     const float *a0 = hasq ? NULL : static_weights(theta, n, H, sigmoid);
-    const v16i idx = head_idx(e);
+    const vi idx = head_idx(e);
 #pragma omp parallel if ((long)N * n * d > PAR_MIN)
     {
         float ur[hasq && wstride ? d : 1], pr[H > 1 ? d : 1];
@@ -547,7 +556,7 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                 continue;
             }
             for (int b = 0; b < d / VL; b++) {
-                v16f acc = {0};
+                vf acc = {0};
                 for (int s = 0; s < n; s++)
                     acc += head_cols(at + s * P, b, e, idx) * v_ld(xs[s] + b * VL);
                 v_st(y + b * VL, acc);
@@ -561,14 +570,14 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
 static inline __attribute__((always_inline)) void bwd_row(float *dx, float *T, const float *x,
                                                            const float *gy, const float *u,
                                                            const float *av, const float *cv,
-                                                           float c3, int e, v16i idx, int hasq,
+                                                           float c3, int e, vi idx, int hasq,
                                                            int wantT, int d)
 {
     for (int b = 0; b < d / VL; b++) {
         const int j = b * VL;
-        v16f xv = v_ld(x + j), A = head_cols(av, b, e, idx);
+        vf xv = v_ld(x + j), A = head_cols(av, b, e, idx);
         if (hasq) {
-            v16f C = head_cols(cv, b, e, idx);
+            vf C = head_cols(cv, b, e, idx);
             if (dx)
                 v_st(dx + j, v_ld(dx + j) + A * v_ld(gy + j) + C * v_ld(u + j) - c3 * xv);
             if (wantT)
@@ -586,10 +595,10 @@ static inline __attribute__((always_inline)) void row_sweep2(const float *a, con
                                                               float *za, float *zb, float *pa,
                                                               float *pb)
 {
-    v16f s0 = {0}, s1 = {0}, t0 = {0}, t1 = {0};
+    vf s0 = {0}, s1 = {0}, t0 = {0}, t1 = {0};
     int j = 0;
     for (; j + 2 * VL <= d; j += 2 * VL) {
-        v16f x0 = v_ld(x + j), x1 = v_ld(x + j + VL);
+        vf x0 = v_ld(x + j), x1 = v_ld(x + j + VL);
         __builtin_prefetch(x + j + d, 0, 3);
         __builtin_prefetch(x + j + d + VL, 0, 3);
         if (H1) {
@@ -609,7 +618,7 @@ static inline __attribute__((always_inline)) void row_sweep2(const float *a, con
         }
     }
     if (j < d) {
-        v16f x0 = v_ld(x + j);
+        vf x0 = v_ld(x + j);
         __builtin_prefetch(x + j + d, 0, 3);
         if (H1) {
             s0 += v_ld(a + j) * x0;
@@ -674,7 +683,7 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
     const size_t stride = (size_t)2 * d + n;
     float *part = cpu_ws(WS_A, (size_t)nch * stride * sizeof(float));
     const float *u = shared ? gain_query(w, g, d, WS_B) : NULL;
-    const v16i idx = head_idx(e);
+    const vi idx = head_idx(e);
 #pragma omp parallel if (nch > 1 && (long)N * n * d > PAR_MIN)
     {
         float T[d], ur[hasq && !shared ? d : 1], pr[H > 1 ? d : 1], pr2[H > 1 ? d : 1];
@@ -931,7 +940,7 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
     for (int c = 0; c < C && hasq; c++)
         for (int j = 0; j < d; j++)
             u[(size_t)c * d + j] = w[c][j] * (keyn ? g[c][j] : 1.0f);
-    const v16i idx = head_idx(e);
+    const vi idx = head_idx(e);
 #pragma omp parallel if (nch > 1 && (long)N * ns * C * d > PAR_MIN)
     {
         float T[MIX_CHUNK_MAX][d], pr[H > 1 ? d : 1], pr2[H > 1 ? d : 1];

@@ -31,7 +31,7 @@ static inline __attribute__((always_inline)) float
 cpu_rmsnorm_bwd_row(float *dx, float *pdg, const float *dout, const float *xh, const float *g,
                     float r, int overwrite, int d)
 {
-    v16f sv = {0};
+    vf sv = {0};
     int j = 0;
     for (; j + VL <= d; j += VL)
         sv += v_ld(g + j) * v_ld(dout + j) * v_ld(xh + j);
@@ -39,10 +39,10 @@ cpu_rmsnorm_bwd_row(float *dx, float *pdg, const float *dout, const float *xh, c
     for (; j < d; j++)
         dot += g[j] * dout[j] * xh[j];
     float m = dot / d;
-    v16f cv = {0};
+    vf cv = {0};
     for (j = 0; j + VL <= d; j += VL) {
-        v16f xv = v_ld(xh + j), dv = v_ld(dout + j);
-        v16f y = r * (v_ld(g + j) * dv - xv * m);
+        vf xv = v_ld(xh + j), dv = v_ld(dout + j);
+        vf y = r * (v_ld(g + j) * dv - xv * m);
         v_st(pdg + j, v_ld(pdg + j) + dv * xv);
         if (!overwrite)
             y += v_ld(dx + j);

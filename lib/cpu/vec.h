@@ -1,6 +1,12 @@
-/* Sixteen-float vectors for the CPU backend's row kernels (GCC/Clang vector
- * extensions: one AVX-512 register where the target has it, two AVX or four
- * SSE registers otherwise, from the same source).
+/* The CPU backend's row vectors (GCC/Clang vector extensions): VL floats,
+ * one register of the widest kind the build targets: 16 with AVX-512, 8
+ * with AVX or AVX2, 4 with SSE only.  So the vector width is chosen at
+ * build time, by -march (meson's -Dnative, the default, takes the
+ * machine's own).  A vector wider than the registers is split by the
+ * compiler, and GCC splits badly: on an AVX2 build 16-float vectors turned
+ * scalar-times-vector into sixteen scalar stores and a reload, and the
+ * depth ops ran 3-7x slower than with 8-float vectors (BENCHMARKS.md,
+ * "AVX2").
  *
  * Why not `omp simd` alone: a kernel that keeps several rows' sums at once
  * (C dot products of one source row, C output rows from k source rows)
@@ -12,25 +18,32 @@
 
 #include <string.h>
 
+#if defined(__AVX512F__)
 #define VL 16
-typedef float v16f __attribute__((vector_size(VL * sizeof(float))));
+#elif defined(__AVX__)
+#define VL 8
+#else
+#define VL 4
+#endif
+typedef float vf __attribute__((vector_size(VL * sizeof(float))));
+typedef int vi __attribute__((vector_size(VL * sizeof(int))));
 typedef float v8f __attribute__((vector_size(8 * sizeof(float))));
 typedef float v4f __attribute__((vector_size(4 * sizeof(float))));
 
 /* memcpy: unaligned loads and stores without aliasing trouble (compiles to
  * one vmovups) */
-static inline v16f v_ld(const float *p)
+static inline vf v_ld(const float *p)
 {
-    v16f v;
+    vf v;
     memcpy(&v, p, sizeof v);
     return v;
 }
 
-static inline void v_st(float *p, v16f v) { memcpy(p, &v, sizeof v); }
+static inline void v_st(float *p, vf v) { memcpy(p, &v, sizeof v); }
 
-static inline v16f v_set1(float a) { return (v16f){0} + a; }
+static inline vf v_set1(float a) { return (vf){0} + a; }
 
-/* Non-temporal ("streaming") store of 16 floats at p, 64-byte aligned: the
+/* Non-temporal ("streaming") store of VL floats at p, aligned to them: the
  * line goes to memory without first being read into the cache (which a
  * plain store to a line not in cache does), for rows written now and read
  * again only after much other work.  V_STREAM 0: no such instruction is
@@ -39,29 +52,34 @@ static inline v16f v_set1(float a) { return (v16f){0} + a; }
 #if defined(__AVX512F__) || defined(__AVX__)
 #include <immintrin.h>
 #define V_STREAM 1
-static inline void v_stream(float *p, v16f v)
+static inline void v_stream(float *p, vf v)
 {
-#if defined(__AVX512F__)
+#if VL == 16
     _mm512_stream_ps(p, (__m512)v);
 #else
-    _mm256_stream_ps(p, (__m256)__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7));
-    _mm256_stream_ps(p + 8, (__m256)__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15));
+    _mm256_stream_ps(p, (__m256)v);
 #endif
 }
 static inline void v_stream_fence(void) { _mm_sfence(); }
 #else
 #define V_STREAM 0
-static inline void v_stream(float *p, v16f v) { v_st(p, v); }
+static inline void v_stream(float *p, vf v) { v_st(p, v); }
 static inline void v_stream_fence(void) {}
 #endif
 
-/* sum of the 16 lanes, as a tree (shuffles, not memcpy: taking the
+/* sum of the VL lanes, as a tree (shuffles, not memcpy: taking the
  * address of a sum would keep it in memory inside the loop that builds it) */
-static inline float v_hsum(v16f v)
+static inline float v_hsum(vf v)
 {
+#if VL == 16
     v8f a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
             __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
     v4f c = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+#elif VL == 8
+    v4f c = __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
+#else
+    v4f c = v;
+#endif
     return (c[0] + c[2]) + (c[1] + c[3]);
 }
 

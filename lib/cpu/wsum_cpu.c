@@ -29,7 +29,7 @@ void cpu_wsum_fwd(float *y, const float *const *x, const float *c, int n, int ac
 #pragma omp parallel for schedule(static) if (len >= WSUM_CHUNK)
     for (size_t b = 0; b < nv; b++) {
         size_t k = b * VL;
-        v16f v = accumulate ? v_ld(y + k) : (v16f){0};
+        vf v = accumulate ? v_ld(y + k) : (vf){0};
         for (int s = 0; s < n; s++)
             v += c[s] * v_ld(x[s] + k);
         v_st(y + k, v);
@@ -63,7 +63,7 @@ void cpu_wsum_bwd(float *const *dx, float *dc, const float *dy, const float *con
                 const float *xs = x[s];
                 float *ds = dx ? dx[s] : NULL;
                 if (dc) {
-                    v16f a0 = {0}, a1 = {0};
+                    vf a0 = {0}, a1 = {0};
                     for (size_t k = b0; k < bv; k += 2 * VL) {
                         a0 += v_ld(dy + k) * v_ld(xs + k);
                         a1 += v_ld(dy + k + VL) * v_ld(xs + k + VL);
@@ -101,12 +101,12 @@ void cpu_wmix_fwd(const ar_wmix *m, float *const *y, const float *const *x)
 #pragma omp parallel for schedule(static) if (len >= WSUM_CHUNK)
     for (size_t b = 0; b < nv; b++) {
         size_t k = b * VL;
-        v16f xv[AR_WMIX_MAX];
+        vf xv[AR_WMIX_MAX];
         for (int j = 0; j < n; j++)
             xv[j] = v_ld(x[j] + k);
         for (int i = 0; i < p; i++) {
             const float *c = C + (size_t)i * ldc;
-            v16f v = c[0] * xv[0];
+            vf v = c[0] * xv[0];
             for (int j = 1; j < n; j++)
                 v += c[j] * xv[j];
             v_st(y[i] + k, v);
@@ -148,7 +148,7 @@ void cpu_wmix_bwd(const ar_wmix *m, float *const *dx, int accumulate, float *dC,
                 for (int j = 0; j < n; j++) {
                     float *d = dx[j];
                     for (size_t k = b0; k < bv; k += VL) {
-                        v16f v = accumulate ? v_ld(d + k) : (v16f){0};
+                        vf v = accumulate ? v_ld(d + k) : (vf){0};
                         for (int i = 0; i < p; i++)
                             v += C[(size_t)i * ldc + j] * v_ld(dy[i] + k);
                         v_st(d + k, v);
@@ -164,7 +164,7 @@ void cpu_wmix_bwd(const ar_wmix *m, float *const *dx, int accumulate, float *dC,
                 for (int i = 0; i < p; i++)
                     for (int j = 0; j < n; j++) {
                         const float *g = dy[i], *xs = x[j];
-                        v16f a = {0};
+                        vf a = {0};
                         for (size_t k = b0; k < bv; k += VL)
                             a += v_ld(g + k) * v_ld(xs + k);
                         double acc = v_hsum(a);
