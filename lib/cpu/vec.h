@@ -18,7 +18,9 @@
 
 #include <string.h>
 
-#if defined(__AVX512F__)
+#if defined(AR_VL) /* an experiment's choice: 4, 8 or 16 (at most the registers' width) */
+#define VL AR_VL
+#elif defined(__AVX512F__)
 #define VL 16
 #elif defined(__AVX__)
 #define VL 8
