@@ -1,0 +1,106 @@
+/* Data parallelism across "hosts": network namespaces joined by a bridge
+ * (tools/netns-hosts.sh), one rank per namespace, MPI over TCP between
+ * their addresses, launched by mpirun through the harness's agent instead
+ * of ssh.  Skips where namespaces cannot be made (not root, no
+ * CAP_NET_ADMIN) or there is no MPI.
+ *
+ * Covers: tools/netns-hosts.sh; parallel/ (data parallelism) over TCP. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "formats/safetensors.h"
+#include "mpiutil.h"
+#include "testutil.h"
+
+#define TINY                                                                                             \
+    "--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set model.d_ff=64 "             \
+    "--set model.seq_len=16 --set train.batch_size=2 --set train.grad_accum=4 --set train.steps=6 "      \
+    "--set train.warmup=2 --set train.log_every=1 --set train.eval_every=3 --set train.eval_windows=6 "  \
+    "--set train.save_every=3 --set train.threads=1 --set data.train=corpus.txt"
+
+/* this test process's own namespaces and subnet (tests run side by side) */
+static char env[160];
+
+static void hosts_down(void)
+{
+    if (!env[0])
+        return;
+    int st;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s '%s/tools/netns-hosts.sh' down", env, tu_source_dir());
+    free(tu_run(cmd, &st));
+}
+
+/* n hosts up, or the test skipped with the harness's reason */
+static void hosts_up(int n)
+{
+    mu_need_mpi();
+    if (!tu_source_dir())
+        cr_skip_test("AR_SOURCE_DIR is not set");
+    int pid = (int)getpid();
+    snprintf(env, sizeof env, "AR_NETNS=ar%d AR_NETNS_NET=10.87.%d", pid % 10000000, pid % 250);
+    int st;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s '%s/tools/netns-hosts.sh' check", env, tu_source_dir());
+    char *o = tu_run(cmd, &st);
+    if (st != 0)
+        cr_skip_test("no network namespaces here: %s", o);
+    free(o);
+    snprintf(cmd, sizeof cmd, "%s '%s/tools/netns-hosts.sh' up %d", env, tu_source_dir(), n);
+    o = tu_run(cmd, &st);
+    cr_assert_eq(st, 0, "netns-hosts.sh up %d: %s", n, o);
+    free(o);
+}
+
+/* bytes host i has sent */
+static long long sent(int i)
+{
+    int st;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s '%s/tools/netns-hosts.sh' bytes %d", env, tu_source_dir(), i);
+    char *o = tu_run(cmd, &st);
+    long long tx = -1, rx = -1;
+    cr_assert(st == 0 && sscanf(o, "%lld %lld", &tx, &rx) == 2, "bytes %d: %s", i, o);
+    free(o);
+    return tx;
+}
+
+TestSuite(multihost, .fini = hosts_down);
+
+/* Two hosts train bit-identically to one process, and what each host sent
+ * over its link is at least the gradient's all-reduce: 6 steps of every
+ * parameter's float from one rank to the other, at least once. */
+Test(multihost, two_hosts_train_as_one_process, .timeout = 300)
+{
+    hosts_up(2);
+    const char *dir = mu_setup_dir();
+    int st;
+    char *o = mu_sh(dir, &st, "OMP_NUM_THREADS=1 '%s' train " TINY " --out one", mu_bin());
+    cr_assert_eq(st, 0, "one process: %s", o);
+    free(o);
+    long long tx0[2] = {sent(1), sent(2)};
+    o = mu_sh(dir, &st,
+              "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 %s timeout -k 10 240 "
+              "'%s/tools/netns-hosts.sh' mpirun 2 -x OMP_NUM_THREADS=1 '%s' train " TINY " --out two",
+              env, tu_source_dir(), mu_bin());
+    cr_assert_eq(st, 0, "two hosts: %s", o);
+    free(o);
+    mu_same_tensors(tu_path(dir, "one/model.safetensors"), tu_path(dir, "two/model.safetensors"), "weights");
+    mu_same_tensors(tu_path(dir, "one/optimizer.safetensors"), tu_path(dir, "two/optimizer.safetensors"),
+                    "optimizer");
+    ar_st_file f;
+    ar_err e;
+    cr_assert_eq(ar_st_read(&f, tu_path(dir, "one/model.safetensors"), &e), 0, "%s", e.msg);
+    long long params = 0;
+    for (int i = 0; i < f.n; i++)
+        params += (long long)(f.t[i].end - f.t[i].begin) / 4;
+    ar_st_free(&f);
+    for (int h = 0; h < 2; h++) {
+        long long tx = sent(h + 1) - tx0[h];
+        cr_expect(tx >= 6 * params * 4, "host %d sent %lld bytes, under 6 steps x %lld parameters x 4 bytes", h + 1,
+                  tx, params);
+    }
+}

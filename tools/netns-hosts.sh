@@ -1,0 +1,131 @@
+#!/bin/sh
+# Separate "hosts" on one machine for multi-host tests: network namespaces,
+# each with its own network stack, joined through a bridge, so that MPI
+# runs over real TCP between separate addresses instead of shared memory.
+#
+#   tools/netns-hosts.sh check            exit 0 where namespaces can be made; else 77 and why
+#   tools/netns-hosts.sh up N [RATE]      hosts 1..N (N <= 8); RATE (e.g. 1gbit, 100mbit) limits
+#                                         each host's sending (tbf); DELAY=1ms in the environment
+#                                         adds latency each way where the kernel has netem
+#   tools/netns-hosts.sh down             removes everything up made (also after a crash)
+#   tools/netns-hosts.sh agent ADDR CMD   runs CMD in the namespace of ADDR: the launch agent
+#                                         mpirun calls instead of ssh (plm_rsh_agent)
+#   tools/netns-hosts.sh link I up|down   host I's link to the bridge
+#   tools/netns-hosts.sh mpirun N ARGS    mpirun over hosts 1..N, one rank each, TCP only
+#   tools/netns-hosts.sh bytes I          bytes host I has sent and received: "tx rx"
+#
+# Names and addresses come from the environment, so that concurrent tests
+# do not meet: AR_NETNS (default "arh": namespaces arh1.., bridge arhbr,
+# veths arh1v/arh1p) and AR_NETNS_NET (default 10.87.0: host i is
+# NET.(10+i), the bridge, mpirun's side, NET.1/24).  Root (CAP_NET_ADMIN)
+# is needed.
+set -eu
+P=${AR_NETNS:-arh}
+NET=${AR_NETNS_NET:-10.87.0}
+BR=${P}br
+self=$(readlink -f "$0")
+
+die() {
+    echo "netns-hosts.sh: $*" >&2
+    exit 1
+}
+
+hosts() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${P}[0-9]+\$" || true; }
+
+down() {
+    for ns in $(hosts); do
+        ip netns del "$ns" 2>/dev/null || true
+        ip link del "${ns}p" 2>/dev/null || true
+    done
+    ip link del "$BR" 2>/dev/null || true
+}
+
+case "${1:-}" in
+check)
+    if [ "$(id -u)" != 0 ]; then
+        echo "not root: network namespaces need CAP_NET_ADMIN"
+        exit 77
+    fi
+    t=${P}chk$$
+    if ! ip netns add "$t" 2>/dev/null; then
+        echo "cannot make a network namespace here"
+        exit 77
+    fi
+    ok=1
+    ip link add "${t}b" type bridge 2>/dev/null || ok=0
+    ip link del "${t}b" 2>/dev/null || true
+    ip link add "${t}v" type veth peer name "${t}p" 2>/dev/null || ok=0
+    ip link del "${t}v" 2>/dev/null || true
+    ip netns del "$t"
+    [ $ok = 1 ] || { echo "the kernel makes no bridges or veth pairs"; exit 77; }
+    ;;
+up)
+    n=${2:?usage: up N [RATE]}
+    rate=${3:-}
+    [ "$n" -ge 1 ] && [ "$n" -le 8 ] || die "up: between 1 and 8 hosts, not '$n'"
+    down
+    trap 'down' EXIT
+    ip link add "$BR" type bridge
+    ip addr add "$NET.1/24" dev "$BR"
+    ip link set "$BR" up
+    i=1
+    while [ "$i" -le "$n" ]; do
+        ns=$P$i
+        ip netns add "$ns"
+        ip link add "${ns}p" type veth peer name "${ns}v"
+        ip link set "${ns}p" master "$BR" up
+        ip link set "${ns}v" netns "$ns"
+        ip -n "$ns" addr add "$NET.$((10 + i))/24" dev "${ns}v"
+        ip -n "$ns" link set "${ns}v" up
+        ip -n "$ns" link set lo up
+        if [ -n "$rate" ]; then
+            # tbf shapes what the host sends; the bridge side shapes what it receives
+            ip netns exec "$ns" tc qdisc add dev "${ns}v" root tbf rate "$rate" burst 256kb latency 500ms
+            tc qdisc add dev "${ns}p" root tbf rate "$rate" burst 256kb latency 500ms
+        fi
+        if [ -n "${DELAY:-}" ]; then
+            ip netns exec "$ns" tc qdisc add dev "${ns}v" root netem delay "$DELAY" 2>/dev/null ||
+                die "up: DELAY needs netem, which this kernel does not have (sch_netem)"
+        fi
+        i=$((i + 1))
+    done
+    trap - EXIT
+    ;;
+down)
+    down
+    ;;
+agent)
+    addr=${2:?usage: agent ADDR CMD...}
+    shift 2
+    i=$(echo "$addr" | sed -n "s/^$(echo "$NET" | sed 's/\./\\./g')\.\([0-9]*\)\$/\1/p")
+    [ -n "$i" ] || die "agent: '$addr' is not a host of $NET.0/24"
+    exec ip netns exec "$P$((i - 10))" sh -c "$*"
+    ;;
+link)
+    ip -n "$P${2:?usage: link I up|down}" link set "$P${2}v" "${3:?usage: link I up|down}"
+    ;;
+bytes)
+    ns=$P${2:?usage: bytes I}
+    tx=$(ip netns exec "$ns" cat "/sys/class/net/${ns}v/statistics/tx_bytes")
+    rx=$(ip netns exec "$ns" cat "/sys/class/net/${ns}v/statistics/rx_bytes")
+    echo "$tx $rx"
+    ;;
+mpirun)
+    n=${2:?usage: mpirun N ARGS...}
+    shift 2
+    hl=
+    i=1
+    while [ "$i" -le "$n" ]; do
+        hl="$hl${hl:+,}$NET.$((10 + i)):1"
+        i=$((i + 1))
+    done
+    # the agent, started by mpirun, finds the namespaces by these
+    export AR_NETNS="$P" AR_NETNS_NET="$NET"
+    exec mpirun -np "$n" --host "$hl" --mca plm_rsh_agent "$self agent" \
+        --mca oob_tcp_if_include "$NET.0/24" --mca btl tcp,self --mca btl_tcp_if_include "$NET.0/24" "$@"
+    ;;
+*)
+    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+    ;;
+esac
