@@ -68,6 +68,7 @@ void ar_config_defaults(ar_config *c)
     c->parallel.pipeline = 1;
     c->parallel.virtual_stages = 1;
     c->parallel.cache_blocks = 1;
+    c->parallel.timeout_s = 600; /* as NCCL's watchdog in PyTorch's default process group */
     c->parallel.schedule = AR_PIPE_SCHED_1F1B;
 }
 

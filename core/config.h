@@ -157,6 +157,7 @@ typedef struct {
     int virtual_stages;  /* V chunks per stage (Megatron's interleaving; 1: none) */
     int cache_blocks;    /* cross-stage caching of block representations (default 1) */
     ar_pipe_sched_kind schedule; /* 1f1b (interleaved when V > 1) | gpipe */
+    double timeout_s;    /* a rank waiting on the others longer than this stops (0: waits forever) */
 } ar_parallel_cfg;
 
 typedef struct {

@@ -95,6 +95,7 @@ static int emit_shard(const ar_config *c) { return c->parallel.shard_optimizer !
 static int emit_pipeline(const ar_config *c) { return c->parallel.pipeline > 1; }
 static int emit_virtual(const ar_config *c) { return c->parallel.virtual_stages > 1; }
 static int emit_cache(const ar_config *c) { return c->parallel.cache_blocks != 1; }
+static int emit_timeout(const ar_config *c) { return c->parallel.timeout_s != 600; }
 static int emit_pipe_sched(const ar_config *c) { return c->parallel.schedule != AR_PIPE_SCHED_1F1B; }
 
 /* The ablation flags are written only where they differ from their
@@ -214,6 +215,7 @@ static const key_def KEYS[] = {
         .emit_if = emit_cache),
     KEY("parallel.schedule", KT_ENUM, RG_ANY, parallel.schedule, .enum_name = pipe_sched_at,
         .emit_if = emit_pipe_sched),
+    KEY("parallel.timeout_s", KT_NUM, RG_NONNEG, parallel.timeout_s, .emit_if = emit_timeout),
 };
 
 enum { N_KEYS = sizeof KEYS / sizeof KEYS[0] };

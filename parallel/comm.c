@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "watchdog.h"
 #include "../core/module.h"
 #include "../lib/backend.h"
 
@@ -102,13 +103,17 @@ int ar_comm_launched(void)
 
 int ar_comm_waitall(ar_comm *c, ar_comm_req *r, int n, ar_err *e)
 {
+    ar_watchdog_arm("a wait for messages");
     for (int i = 0; i < n; i++) {
         int done = 0;
         while (r[i].h && !done)
-            if (c->ops->test(c, &r[i], &done, e) != 0)
+            if (c->ops->test(c, &r[i], &done, e) != 0) {
+                ar_watchdog_disarm();
                 return -1;
+            }
         r[i].h = NULL;
     }
+    ar_watchdog_disarm();
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "watchdog.h"
 
 void ar_comm_set_world(ar_comm *c);
 
@@ -98,7 +99,9 @@ static int mpi_bcast(ar_comm *c, void *buf, size_t bytes, int root, ar_err *e)
     MPI_Datatype t;
     if (counted(bytes, &n, &t) != 0)
         return too_big(c, bytes, e);
+    ar_watchdog_arm("MPI_Bcast");
     int rc = MPI_Bcast(buf, n, t, root, mc(c));
+    ar_watchdog_disarm();
     return rc == MPI_SUCCESS ? 0 : mpi_fail(c, rc, "MPI_Bcast", e);
 }
 
@@ -106,8 +109,10 @@ static int mpi_allgather(ar_comm *c, const void *in, void *out, size_t bytes, ar
 {
     if (bytes > INT_MAX)
         return too_big(c, bytes, e);
+    ar_watchdog_arm("MPI_Allgather");
     int rc = MPI_Allgather(in == out ? MPI_IN_PLACE : in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE,
                            mc(c));
+    ar_watchdog_disarm();
     return rc == MPI_SUCCESS ? 0 : mpi_fail(c, rc, "MPI_Allgather", e);
 }
 
@@ -117,7 +122,9 @@ static int mpi_sum(ar_comm *c, double *x, size_t n, ar_err *e)
 {
     if (n > INT_MAX)
         return too_big(c, n * sizeof(double), e);
+    ar_watchdog_arm("MPI_Allreduce");
     int rc = MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, MPI_SUM, mc(c));
+    ar_watchdog_disarm();
     return rc == MPI_SUCCESS ? 0 : mpi_fail(c, rc, "MPI_Allreduce", e);
 }
 
@@ -158,7 +165,9 @@ static int mpi_sum_floats(ar_comm *c, float *x, size_t n, ar_err *e)
 {
     while (n > 0) {
         int k = n > (size_t)INT_MAX ? INT_MAX : (int)n;
+        ar_watchdog_arm("MPI_Allreduce");
         int rc = MPI_Allreduce(MPI_IN_PLACE, x, k, MPI_FLOAT, MPI_SUM, mc(c));
+        ar_watchdog_disarm();
         if (rc != MPI_SUCCESS)
             return mpi_fail(c, rc, "MPI_Allreduce", e);
         x += k;

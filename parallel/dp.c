@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "watchdog.h"
+
 /* One gradient bucket's reduction.  Its floats are cut into P parts at
  * AR_NORM_CHUNK boundaries (so the norm's chunks are whole on one rank),
  * laid out by position: rank r owns position bitrev(r), which makes every
@@ -214,15 +216,22 @@ static int post(ar_dp *d, int i, float *x, int step, ar_err *e)
 static int complete(ar_dp *d, int i, float *x, int step, int wait, ar_err *e)
 {
     bucket *b = &d->b[i];
+    if (wait)
+        ar_watchdog_arm("the gradient's exchange");
     for (int r = 0; r < 2; r++) {
         int done = 1;
         while (b->req[r].h) {
-            if (d->c->ops->test(d->c, &b->req[r], &done, e) != 0)
+            if (d->c->ops->test(d->c, &b->req[r], &done, e) != 0) {
+                if (wait)
+                    ar_watchdog_disarm();
                 return -1;
+            }
             if (!done && !wait)
                 return 0;
         }
     }
+    if (wait)
+        ar_watchdog_disarm();
     if (step < d->L2) { /* halving: x_kept = x_kept + partner's, the same sum on both sides */
         int klo, kn, glo, gn, partner;
         plan_step(d, step, &klo, &kn, &glo, &gn, &partner);

@@ -25,6 +25,7 @@
 #include "../lib/schedule.h"
 #include "checkpoint.h"
 #include "../parallel/comm.h"
+#include "../parallel/watchdog.h"
 #include "data.h"
 #include "depth_stats.h"
 #include "eval.h"
@@ -474,6 +475,8 @@ static int setup(trainer *t, long *start, ar_err *e)
         warnf(t, "%s", note);
     if (ar_parallel_comm(&t->comm, cfg, e) != 0) /* before the backend starts on a GPU */
         return -1;
+    if (t->comm->size > 1)
+        ar_watchdog_start(cfg->parallel.timeout_s, t->comm->rank);
     const ar_backend *be = o->be;
     if (!be && !(be = ar_backend_open(ar_device_name(cfg->train.device), cfg->train.precision == AR_PREC_BF16, e))) {
         if (o->resume && cfg->train.device != AR_DEVICE_CPU) {

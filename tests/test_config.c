@@ -653,6 +653,25 @@ Test(config, set_good)
     cr_assert_eq(c.train.lr, 3e-3);
 }
 
+/* parallel.timeout_s: 600 by default and not written then, any number
+ * >= 0 (0: no watchdog), written where it differs */
+Test(config, parallel_timeout)
+{
+    ar_config c;
+    ar_config_defaults(&c);
+    cr_assert_eq(c.parallel.timeout_s, 600);
+    char *y = ar_config_to_yaml(&c);
+    cr_assert(!strstr(y, "timeout_s"), "%s", y);
+    free(y);
+    assert_sets(&c, "parallel.timeout_s=2.5");
+    cr_assert_eq(c.parallel.timeout_s, 2.5);
+    y = ar_config_to_yaml(&c);
+    cr_assert(strstr(y, "timeout_s: 2.5"), "%s", y);
+    free(y);
+    assert_sets(&c, "parallel.timeout_s=0");
+    assert_has(set_err("parallel.timeout_s=-1"), "parallel.timeout_s");
+}
+
 Test(config, set_bad)
 {
     cr_assert_str_eq(set_err("model.d_model=abc"),

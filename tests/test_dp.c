@@ -27,6 +27,7 @@
 #include "formats/tokens.h"
 #include "run/checkpoint.h"
 #include "mpiutil.h"
+#include "parallel/watchdog.h"
 #include "testutil.h"
 
 #define TINY                                                                                             \
@@ -315,4 +316,31 @@ Test(dp, several_micro_batches_per_rank_bit_identical, .timeout = 300)
         snprintf(b, sizeof b, "%s/%s/model.safetensors", dir, two);
         mu_same_tensors(a, b, accum[i]);
     }
+}
+
+/* The wait watchdog without MPI: a wait past parallel.timeout_s ends the
+ * process with status 1 (the message names the rank and the wait); waits
+ * that end in time, nested or not, leave it running. */
+Test(watchdog, a_wait_past_the_timeout_stops_the_rank, .exit_code = 1, .timeout = 30)
+{
+    ar_watchdog_start(0.5, 3);
+    ar_watchdog_arm("a test's wait");
+    sleep(5);
+    cr_assert_fail("the watchdog did not stop the process");
+}
+
+Test(watchdog, waits_that_end_in_time_do_not, .timeout = 30)
+{
+    ar_watchdog_start(0.6, 0);
+    for (int i = 0; i < 5; i++) {
+        ar_watchdog_arm("outer");
+        ar_watchdog_arm("inner");
+        usleep(300000);
+        ar_watchdog_disarm();
+        usleep(200000);
+        ar_watchdog_disarm(); /* the outer wait lasted 0.5 s: in time */
+        usleep(300000);       /* idle: not a wait */
+    }
+    ar_watchdog_disarm(); /* one too many: harmless */
+    usleep(900000);
 }

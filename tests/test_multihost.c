@@ -9,9 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "formats/safetensors.h"
+#include "run/checkpoint.h"
 #include "mpiutil.h"
 #include "testutil.h"
 
@@ -103,4 +105,72 @@ Test(multihost, two_hosts_train_as_one_process, .timeout = 300)
         cr_expect(tx >= 6 * params * 4, "host %d sent %lld bytes, under 6 steps x %lld parameters x 4 bytes", h + 1,
                   tx, params);
     }
+}
+
+static int exists(const char *path) { return access(path, F_OK) == 0; }
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A link cut mid-run: every rank waits on the lost host at most
+ * parallel.timeout_s, then stops with an error naming its host and rank,
+ * and mpirun ends the job within seconds (the harness's TCP gives up on a
+ * silent host after about 3 s); the checkpoint saved before is intact and
+ * the run resumes from it once the link is back. */
+Test(multihost, a_cut_link_ends_the_job_and_the_run_resumes, .timeout = 300)
+{
+    hosts_up(2);
+    const char *dir = mu_setup_dir();
+    int st;
+    char *o = mu_sh(dir, &st,
+                    "(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 %s timeout -k 5 200 "
+                    "'%s/tools/netns-hosts.sh' mpirun 2 -x OMP_NUM_THREADS=1 '%s' train " TINY
+                    " --set train.steps=1000000 --set train.eval_every=0 --set train.save_every=20 "
+                    "--set parallel.timeout_s=3 --out cut > cut.log 2>&1; echo $? > cut.rc) "
+                    "</dev/null >/dev/null 2>&1 &",
+                    env, tu_source_dir(), mu_bin());
+    cr_assert_eq(st, 0, "%s", o);
+    free(o);
+    const char *ck = tu_path(dir, "cut/model.safetensors"), *rcf = tu_path(dir, "cut.rc");
+    double t0 = now_s();
+    while (!exists(ck) && !exists(rcf) && now_s() - t0 < 120)
+        usleep(200000);
+    cr_assert(exists(ck) && !exists(rcf), "no checkpoint within 120 s, or the run ended first:\n%s",
+              tu_read_file(tu_path(dir, "cut.log"), NULL));
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s '%s/tools/netns-hosts.sh' link 2 down", env, tu_source_dir());
+    free(tu_run(cmd, &st));
+    cr_assert_eq(st, 0, "link 2 down");
+    double tcut = now_s();
+    while (!exists(rcf) && now_s() - tcut < 90)
+        usleep(200000);
+    double took = now_s() - tcut;
+    char *log = tu_read_file(tu_path(dir, "cut.log"), NULL);
+    cr_assert(exists(rcf), "the job did not end within 90 s of the cut:\n%s", log);
+    char *rc = tu_read_file(rcf, NULL);
+    cr_expect(atoi(rc) != 0 && atoi(rc) != 124 && atoi(rc) != 137,
+              "the job ended with status %s (124/137: killed by the test's own timeout)", rc);
+    free(rc);
+    cr_expect(took < 60, "the job took %.0f s to end after the cut", took);
+    cr_expect(strstr(log, "attnres: error: rank ") && strstr(log, "parallel.timeout_s is 3"),
+              "no error naming the rank and the timeout:\n%s", log);
+    free(log);
+    snprintf(cmd, sizeof cmd, "%s '%s/tools/netns-hosts.sh' link 2 up", env, tu_source_dir());
+    free(tu_run(cmd, &st));
+    ar_config saved;
+    long step = 0;
+    ar_err e = {{0}};
+    cr_assert_eq(ar_ckpt_read_config(tu_path(dir, "cut"), &saved, &step, &e), 0, "the checkpoint: %s", e.msg);
+    o = mu_sh(dir, &st,
+              "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 %s timeout -k 5 200 "
+              "'%s/tools/netns-hosts.sh' mpirun 2 -x OMP_NUM_THREADS=1 '%s' train --resume cut "
+              "--set train.steps=%ld 2>&1",
+              env, tu_source_dir(), mu_bin(), step + 2);
+    cr_expect_eq(st, 0, "resuming from step %ld failed:\n%s", step, o);
+    cr_expect(strstr(o, "done:"), "%s", o);
+    free(o);
 }

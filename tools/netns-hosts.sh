@@ -15,9 +15,10 @@
 #   tools/netns-hosts.sh bytes I          bytes host I has sent and received: "tx rx"
 #
 # Names and addresses come from the environment, so that concurrent tests
-# do not meet: AR_NETNS (default "arh": namespaces arh1.., bridge arhbr,
+# do not meet: AR_NETNS (default "arh": namespaces arh1.., and arh0 where
+# mpirun runs; bridge arhbr,
 # veths arh1v/arh1p) and AR_NETNS_NET (default 10.87.0: host i is
-# NET.(10+i), the bridge, mpirun's side, NET.1/24).  Root (CAP_NET_ADMIN)
+# NET.(10+i), mpirun's namespace NET.10).  Root (CAP_NET_ADMIN)
 # is needed.
 set -eu
 P=${AR_NETNS:-arh}
@@ -66,9 +67,8 @@ up)
     down
     trap 'down' EXIT
     ip link add "$BR" type bridge
-    ip addr add "$NET.1/24" dev "$BR"
     ip link set "$BR" up
-    i=1
+    i=0
     while [ "$i" -le "$n" ]; do
         ns=$P$i
         ip netns add "$ns"
@@ -78,12 +78,15 @@ up)
         ip -n "$ns" addr add "$NET.$((10 + i))/24" dev "${ns}v"
         ip -n "$ns" link set "${ns}v" up
         ip -n "$ns" link set lo up
-        if [ -n "$rate" ]; then
+        # TCP gives up on a silent peer after about 3 s instead of about 15
+        # minutes (tcp_retries2 15): mpirun then learns that a host is lost
+        ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_retries2=4
+        if [ -n "$rate" ] && [ "$i" -gt 0 ]; then
             # tbf shapes what the host sends; the bridge side shapes what it receives
             ip netns exec "$ns" tc qdisc add dev "${ns}v" root tbf rate "$rate" burst 256kb latency 500ms
             tc qdisc add dev "${ns}p" root tbf rate "$rate" burst 256kb latency 500ms
         fi
-        if [ -n "${DELAY:-}" ]; then
+        if [ -n "${DELAY:-}" ] && [ "$i" -gt 0 ]; then
             ip netns exec "$ns" tc qdisc add dev "${ns}v" root netem delay "$DELAY" 2>/dev/null ||
                 die "up: DELAY needs netem, which this kernel does not have (sch_netem)"
         fi
@@ -98,7 +101,7 @@ agent)
     addr=${2:?usage: agent ADDR CMD...}
     shift 2
     i=$(echo "$addr" | sed -n "s/^$(echo "$NET" | sed 's/\./\\./g')\.\([0-9]*\)\$/\1/p")
-    [ -n "$i" ] || die "agent: '$addr' is not a host of $NET.0/24"
+    [ -n "$i" ] && [ "$i" -ge 11 ] || die "agent: '$addr' is not a host of $NET.0/24"
     exec ip netns exec "$P$((i - 10))" sh -c "$*"
     ;;
 link)
@@ -121,7 +124,7 @@ mpirun)
     done
     # the agent, started by mpirun, finds the namespaces by these
     export AR_NETNS="$P" AR_NETNS_NET="$NET"
-    exec mpirun -np "$n" --host "$hl" --mca plm_rsh_agent "$self agent" \
+    exec ip netns exec "${P}0" mpirun -np "$n" --host "$hl" --mca plm_rsh_agent "$self agent" \
         --mca oob_tcp_if_include "$NET.0/24" --mca btl tcp,self --mca btl_tcp_if_include "$NET.0/24" "$@"
     ;;
 *)
