@@ -47,7 +47,7 @@ check)
         echo "not root: network namespaces need CAP_NET_ADMIN"
         exit 77
     fi
-    t=${P}chk$$
+    t=${P}c # interface names have at most 15 characters
     if ! ip netns add "$t" 2>/dev/null; then
         echo "cannot make a network namespace here"
         exit 77
@@ -92,6 +92,18 @@ up)
         fi
         i=$((i + 1))
     done
+    # links come up asynchronously: wait (up to 5 s) until every one carries
+    i=0
+    while [ "$i" -le "$n" ]; do
+        k=0
+        while [ "$(ip netns exec "$P$i" cat "/sys/class/net/$P${i}v/operstate")" != up ] ||
+            [ "$(cat "/sys/class/net/$P${i}p/operstate")" != up ]; do
+            k=$((k + 1))
+            [ "$k" -le 50 ] || die "up: host $i's link did not come up"
+            sleep 0.1
+        done
+        i=$((i + 1))
+    done
     trap - EXIT
     ;;
 down)
@@ -124,7 +136,11 @@ mpirun)
     done
     # the agent, started by mpirun, finds the namespaces by these
     export AR_NETNS="$P" AR_NETNS_NET="$NET"
+    # rtc_hwloc_vmhole none: every host's orted shares this machine's
+    # /dev/shm, and Open MPI 4.1's shared-memory topology
+    # (hwloc_shmem_topology_write) then segfaulted in about one launch of 20
     exec ip netns exec "${P}0" mpirun -np "$n" --host "$hl" --mca plm_rsh_agent "$self agent" \
+        --mca rtc_hwloc_vmhole none \
         --mca oob_tcp_if_include "$NET.0/24" --mca btl tcp,self --mca btl_tcp_if_include "$NET.0/24" "$@"
     ;;
 *)
