@@ -142,9 +142,60 @@ Test(multihost, data_parallel_across_hosts_as_one_process, .timeout = 300)
         double plan = 2.0 * (n - 1) * (double)P * 4, per_step = 0;
         for (int h = 0; h < n; h++)
             per_step += (double)(t12[h] - t6[h]) / 6;
+        cr_log_info("%d hosts: %.0f bytes a step, all-reduce %.0f", n, per_step, plan);
         cr_expect(per_step >= plan && per_step <= 1.1 * plan + 4096.0 * n,
                   "%d hosts sent %.0f bytes a step in all, the all-reduce plans %.0f", n, per_step, plan);
     }
+}
+
+/* the mean of a metric over a metrics file's lines that have it */
+static double metric_mean(const char *file, const char *key)
+{
+    char *m = tu_read_file(file, NULL);
+    cr_assert(m, "cannot read %s", file);
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    double sum = 0;
+    int k = 0;
+    for (const char *q = m; (q = strstr(q, pat)); q += strlen(pat), k++)
+        sum += strtod(q + strlen(pat), NULL);
+    free(m);
+    cr_assert(k > 0, "%s has no %s", file, key);
+    return sum / k;
+}
+
+/* A pipeline of 2 stages with 2 virtual stages each, a stage a host:
+ * within the pipeline's tolerance of one process (test_pipe.c: rounding
+ * only, 1e-4 of each tensor's norm), and the bytes the hosts send per step
+ * are the residual rows the run counts (pipe_fwd_bytes forward and
+ * pipe_bwd_bytes back, which test_pipe checks against the plan), with
+ * TCP/IP's and MPI's headers and the receiver's acknowledgements on top
+ * (rows of 4 KiB here: three segments of 66 header bytes each and half as
+ * many acknowledgements, about 8%, and MPI's own headers), and the step's
+ * small collectives: at most 20% and 16 KiB. */
+Test(multihost, a_pipeline_across_two_hosts, .timeout = 300)
+{
+    hosts_up(2);
+    const char *dir = mu_setup_dir();
+    const char *deep = QUIET " --set model.n_layer=4 --set parallel.pipeline=2 --set parallel.virtual=2";
+    int st;
+    char *o = mu_sh(dir, &st, "OMP_NUM_THREADS=1 '%s' train " TINY " " QUIET " --set model.n_layer=4 --out one",
+                    mu_bin());
+    cr_assert_eq(st, 0, "one process: %s", o);
+    free(o);
+    long long t6[2], t12[2];
+    train_on_hosts(dir, 2, deep, "six", t6);
+    mu_close_tensors(tu_path(dir, "one/model.safetensors"), tu_path(dir, "six/model.safetensors"), 1e-4,
+                     "P = 2, V = 2 on two hosts");
+    char deep12[256];
+    snprintf(deep12, sizeof deep12, "%s --set train.steps=12", deep);
+    train_on_hosts(dir, 2, deep12, "twelve", t12);
+    const char *mf = tu_path(dir, "twelve/metrics.jsonl");
+    double plan = metric_mean(mf, "pipe_fwd_bytes") + metric_mean(mf, "pipe_bwd_bytes");
+    double per_step = (double)(t12[0] - t6[0] + t12[1] - t6[1]) / 6;
+    cr_log_info("pipeline on 2 hosts: %.0f bytes a step, rows %.0f", per_step, plan);
+    cr_expect(per_step >= plan && per_step <= 1.2 * plan + 16384,
+              "the two hosts sent %.0f bytes a step, the pipeline's rows are %.0f", per_step, plan);
 }
 
 static int exists(const char *path) { return access(path, F_OK) == 0; }
