@@ -265,3 +265,53 @@ Test(multihost, a_cut_link_ends_the_job_and_the_run_resumes, .timeout = 300)
     cr_expect(strstr(o, "done:"), "%s", o);
     free(o);
 }
+
+/* A partition of 5 s that heals: the ranks wait it out (TCP retransmits;
+ * parallel.timeout_s is well above it) and the run ends as if nothing had
+ * happened, bit-identical to one process. */
+Test(multihost, a_partition_that_heals_is_ridden_out, .timeout = 300)
+{
+    hosts_up(2);
+    const char *dir = mu_setup_dir();
+    const char *run = QUIET " --set train.steps=500 --set parallel.timeout_s=60";
+    int st;
+    char *o = mu_sh(dir, &st, "OMP_NUM_THREADS=1 '%s' train " TINY " %s --out one", mu_bin(), run);
+    cr_assert_eq(st, 0, "one process: %s", o);
+    free(o);
+    o = mu_sh(dir, &st,
+              "(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 %s timeout -k 5 200 "
+              "'%s/tools/netns-hosts.sh' mpirun 2 -x OMP_NUM_THREADS=1 '%s' train " TINY " %s --out two "
+              "> two.log 2>&1; echo $? > two.rc) </dev/null >/dev/null 2>&1 &",
+              env, tu_source_dir(), mu_bin(), run);
+    cr_assert_eq(st, 0, "%s", o);
+    free(o);
+    const char *mf = tu_path(dir, "two/metrics.jsonl"), *rcf = tu_path(dir, "two.rc");
+    double t0 = now_s();
+    while (!exists(mf) && !exists(rcf) && now_s() - t0 < 120)
+        usleep(100000);
+    cr_assert(exists(mf) && !exists(rcf), "the run did not start training within 120 s");
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s '%s/tools/netns-hosts.sh' link 2 down && sleep 5 && %s '%s/tools/netns-hosts.sh' link 2 up",
+             env, tu_source_dir(), env, tu_source_dir());
+    free(tu_run(cmd, &st));
+    cr_assert_eq(st, 0, "the partition");
+    while (!exists(rcf) && now_s() - t0 < 180)
+        usleep(200000);
+    char *log = tu_read_file(tu_path(dir, "two.log"), NULL);
+    cr_assert(exists(rcf), "the run did not end:\n%s", log);
+    char *rc = tu_read_file(rcf, NULL);
+    cr_assert_eq(atoi(rc), 0, "the run failed after the partition healed:\n%s", log);
+    free(rc);
+    free(log);
+    mu_same_tensors(tu_path(dir, "one/model.safetensors"), tu_path(dir, "two/model.safetensors"), "weights");
+    /* the partition fell inside the run: one step took most of its 5 s
+     * (TINY: 128 tokens a step, log_every 1) */
+    char *m = tu_read_file(mf, NULL);
+    double slowest = 1e30;
+    for (const char *q = m; (q = strstr(q, "\"tok_per_s\":")); q += 12) {
+        double v = strtod(q + 12, NULL);
+        slowest = v < slowest ? v : slowest;
+    }
+    free(m);
+    cr_expect(slowest < 128.0 / 3, "no step waited out the partition: the slowest ran at %.0f tokens/s", slowest);
+}
