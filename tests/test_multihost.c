@@ -208,20 +208,20 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* A link cut mid-run: every rank waits on the lost host at most
- * parallel.timeout_s, then stops with an error naming its host and rank,
- * and mpirun ends the job within seconds (the harness's TCP gives up on a
- * silent host after about 3 s); the checkpoint saved before is intact and
- * the run resumes from it once the link is back. */
-Test(multihost, a_cut_link_ends_the_job_and_the_run_resumes, .timeout = 300)
+/* A fault mid-run on two hosts (fault: a shell command, run once the
+ * first checkpoint is written): the job ends within a minute with status
+ * non-zero and an error containing `says` (and, where says2 is set, that
+ * too); the checkpoint is intact and, after `repair`, the run resumes
+ * from it for two more steps. */
+static void fault_ends_the_job(const char *fault, const char *repair, const char *says, const char *says2)
 {
     hosts_up(2);
     const char *dir = mu_setup_dir();
     int st;
     char *o = mu_sh(dir, &st,
                     "(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 %s timeout -k 5 200 "
-                    "'%s/tools/netns-hosts.sh' mpirun 2 -x OMP_NUM_THREADS=1 -x ASAN_OPTIONS=detect_leaks=0 '%s' train " TINY
-                    " --set train.steps=1000000 --set train.eval_every=0 --set train.save_every=20 "
+                    "'%s/tools/netns-hosts.sh' mpirun 2 -x OMP_NUM_THREADS=1 -x ASAN_OPTIONS=detect_leaks=0 '%s' "
+                    "train " TINY " --set train.steps=1000000 --set train.eval_every=0 --set train.save_every=20 "
                     "--set parallel.timeout_s=3 --out cut > cut.log 2>&1; echo $? > cut.rc) "
                     "</dev/null >/dev/null 2>&1 &",
                     env, tu_source_dir(), mu_bin());
@@ -233,25 +233,26 @@ Test(multihost, a_cut_link_ends_the_job_and_the_run_resumes, .timeout = 300)
         usleep(200000);
     cr_assert(exists(ck) && !exists(rcf), "no checkpoint within 120 s, or the run ended first:\n%s",
               tu_read_file(tu_path(dir, "cut.log"), NULL));
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s '%s/tools/netns-hosts.sh' link 2 down", env, tu_source_dir());
-    free(tu_run(cmd, &st));
-    cr_assert_eq(st, 0, "link 2 down");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "export %s; cd '%s/tools'; %s", env, tu_source_dir(), fault);
+    o = tu_run(cmd, &st);
+    cr_assert_eq(st, 0, "%s: %s", fault, o);
+    free(o);
     double tcut = now_s();
     while (!exists(rcf) && now_s() - tcut < 90)
         usleep(200000);
     double took = now_s() - tcut;
     char *log = tu_read_file(tu_path(dir, "cut.log"), NULL);
-    cr_assert(exists(rcf), "the job did not end within 90 s of the cut:\n%s", log);
+    cr_assert(exists(rcf), "the job did not end within 90 s of '%s':\n%s", fault, log);
     char *rc = tu_read_file(rcf, NULL);
-    cr_expect(atoi(rc) != 0 && atoi(rc) != 124 && atoi(rc) != 137,
-              "the job ended with status %s (124/137: killed by the test's own timeout)", rc);
+    cr_expect(atoi(rc) != 0, "the job ended with status 0");
     free(rc);
-    cr_expect(took < 60, "the job took %.0f s to end after the cut", took);
-    cr_expect(strstr(log, "attnres: error: rank ") && strstr(log, "parallel.timeout_s is 3"),
-              "no error naming the rank and the timeout:\n%s", log);
+    /* well inside the launch's own timeout (200 s): mpirun's status, not timeout's */
+    cr_expect(took < 60, "the job took %.0f s to end after '%s'", took, fault);
+    cr_expect(strstr(log, says) && (!says2 || strstr(log, says2)), "no error with '%s' and '%s':\n%s", says,
+              says2 ? says2 : "", log);
     free(log);
-    snprintf(cmd, sizeof cmd, "%s '%s/tools/netns-hosts.sh' link 2 up", env, tu_source_dir());
+    snprintf(cmd, sizeof cmd, "export %s; cd '%s/tools'; %s", env, tu_source_dir(), repair);
     free(tu_run(cmd, &st));
     ar_config saved;
     long step = 0;
@@ -259,12 +260,31 @@ Test(multihost, a_cut_link_ends_the_job_and_the_run_resumes, .timeout = 300)
     cr_assert_eq(ar_ckpt_read_config(tu_path(dir, "cut"), &saved, &step, &e), 0, "the checkpoint: %s", e.msg);
     o = mu_sh(dir, &st,
               "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 %s timeout -k 5 200 "
-              "'%s/tools/netns-hosts.sh' mpirun 2 -x OMP_NUM_THREADS=1 -x ASAN_OPTIONS=detect_leaks=0 '%s' train --resume cut "
-              "--set train.steps=%ld 2>&1",
+              "'%s/tools/netns-hosts.sh' mpirun 2 -x OMP_NUM_THREADS=1 -x ASAN_OPTIONS=detect_leaks=0 '%s' "
+              "train --resume cut --set train.steps=%ld 2>&1",
               env, tu_source_dir(), mu_bin(), step + 2);
     cr_expect_eq(st, 0, "resuming from step %ld failed:\n%s", step, o);
     cr_expect(strstr(o, "done:"), "%s", o);
     free(o);
+}
+
+/* A link cut: MPI over TCP would wait on it for about 15 minutes; every
+ * rank stops after parallel.timeout_s with an error naming its rank and
+ * host, and mpirun (whose TCP gives up on the silent host in seconds)
+ * ends the job. */
+Test(multihost, a_cut_link_ends_the_job_and_the_run_resumes, .timeout = 300)
+{
+    fault_ends_the_job("./netns-hosts.sh link 2 down", "./netns-hosts.sh link 2 up", "attnres: error: rank ",
+                       "parallel.timeout_s is 3");
+}
+
+/* The rank on host 2 killed: mpirun notices at once and names the rank,
+ * its host's address and the signal. */
+Test(multihost, a_killed_rank_ends_the_job_and_the_run_resumes, .timeout = 300)
+{
+    fault_ends_the_job("kill -9 $(ip netns pids \"$AR_NETNS\"2 | xargs ps -o pid=,comm= -p | "
+                       "awk '$2 == \"attnres\" {print $1}')",
+                       "true", "rank 1", "signal 9");
 }
 
 /* A partition of 5 s that heals: the ranks wait it out (TCP retransmits;
@@ -288,9 +308,17 @@ Test(multihost, a_partition_that_heals_is_ridden_out, .timeout = 300)
     free(o);
     const char *mf = tu_path(dir, "two/metrics.jsonl"), *rcf = tu_path(dir, "two.rc");
     double t0 = now_s();
-    while (!exists(mf) && !exists(rcf) && now_s() - t0 < 120)
-        usleep(100000);
-    cr_assert(exists(mf) && !exists(rcf), "the run did not start training within 120 s");
+    /* training under way (step 5 logged), not still starting: the start's
+     * broadcasts would wait the partition out unseen by any step's time */
+    for (;;) {
+        char *m = exists(mf) ? tu_read_file(mf, NULL) : NULL;
+        int going = m && strstr(m, "\"step\":5,");
+        free(m);
+        if (going || exists(rcf) || now_s() - t0 > 120)
+            break;
+        usleep(50000);
+    }
+    cr_assert(!exists(rcf) && now_s() - t0 <= 120, "the run did not reach step 5 within 120 s, or ended first");
     char cmd[512];
     snprintf(cmd, sizeof cmd, "%s '%s/tools/netns-hosts.sh' link 2 down && sleep 5 && %s '%s/tools/netns-hosts.sh' link 2 up",
              env, tu_source_dir(), env, tu_source_dir());
@@ -305,14 +333,19 @@ Test(multihost, a_partition_that_heals_is_ridden_out, .timeout = 300)
     free(rc);
     free(log);
     mu_same_tensors(tu_path(dir, "one/model.safetensors"), tu_path(dir, "two/model.safetensors"), "weights");
-    /* the partition fell inside the run: one step took most of its 5 s
-     * (TINY: 128 tokens a step, log_every 1) */
+    /* the partition fell inside the run: two consecutive lines of the
+     * metrics (log_every 1) are most of its 5 s apart (the wait may fall in
+     * a step or in the collective between steps, which no step's time
+     * holds) */
     char *m = tu_read_file(mf, NULL);
-    double slowest = 1e30;
-    for (const char *q = m; (q = strstr(q, "\"tok_per_s\":")); q += 12) {
+    double prev = -1, gap = 0;
+    for (const char *q = m; (q = strstr(q, "\"elapsed_s\":")); q += 12) {
         double v = strtod(q + 12, NULL);
-        slowest = v < slowest ? v : slowest;
+        if (prev >= 0 && v - prev > gap)
+            gap = v - prev;
+        prev = v;
     }
     free(m);
-    cr_expect(slowest < 128.0 / 3, "no step waited out the partition: the slowest ran at %.0f tokens/s", slowest);
+    cr_log_info("partition: the longest gap between steps %.2f s", gap);
+    cr_expect(gap > 4, "no step waited out the partition: the longest gap between steps was %.2f s", gap);
 }

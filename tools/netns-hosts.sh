@@ -35,6 +35,9 @@ hosts() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${P}[0-9]+\$"
 
 down() {
     for ns in $(hosts); do
+        # processes left in a namespace (an orted cut off from its mpirun
+        # waits forever) go with it
+        ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
         ip netns del "$ns" 2>/dev/null || true
         ip link del "${ns}p" 2>/dev/null || true
     done
