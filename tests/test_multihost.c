@@ -282,7 +282,7 @@ Test(multihost, a_cut_link_ends_the_job_and_the_run_resumes, .timeout = 300)
  * its host's address and the signal. */
 Test(multihost, a_killed_rank_ends_the_job_and_the_run_resumes, .timeout = 300)
 {
-    fault_ends_the_job("kill -9 $(ip netns pids \"$AR_NETNS\"2 | xargs ps -o pid=,comm= -p | "
+    fault_ends_the_job("kill -9 $(ip netns pids \"$AR_NETNS\"h2 | xargs ps -o pid=,comm= -p | "
                        "awk '$2 == \"attnres\" {print $1}')",
                        "true", "rank 1", "signal 9");
 }

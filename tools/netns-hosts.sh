@@ -15,13 +15,13 @@
 #   tools/netns-hosts.sh bytes I          bytes host I has sent and received: "tx rx"
 #
 # Names and addresses come from the environment, so that concurrent tests
-# do not meet: AR_NETNS (default "arh": namespaces arh1.., and arh0 where
-# mpirun runs; bridge arhbr,
-# veths arh1v/arh1p) and AR_NETNS_NET (default 10.87.0: host i is
-# NET.(10+i), mpirun's namespace NET.10).  Root (CAP_NET_ADMIN)
+# do not meet: AR_NETNS (default "ar": namespaces arh1.., and arh0 where
+# mpirun runs; bridge arbr, veths arh1v/arh1p; the "h" keeps one prefix's
+# hosts apart from a longer prefix's) and AR_NETNS_NET (default 10.87.0:
+# host i is NET.(10+i), mpirun's namespace NET.10).  Root (CAP_NET_ADMIN)
 # is needed.
 set -eu
-P=${AR_NETNS:-arh}
+P=${AR_NETNS:-ar}
 NET=${AR_NETNS_NET:-10.87.0}
 BR=${P}br
 self=$(readlink -f "$0")
@@ -31,7 +31,7 @@ die() {
     exit 1
 }
 
-hosts() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${P}[0-9]+\$" || true; }
+hosts() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${P}h[0-9]+\$" || true; }
 
 down() {
     for ns in $(hosts); do
@@ -73,7 +73,7 @@ up)
     ip link set "$BR" up
     i=0
     while [ "$i" -le "$n" ]; do
-        ns=$P$i
+        ns=${P}h$i
         ip netns add "$ns"
         ip link add "${ns}p" type veth peer name "${ns}v"
         ip link set "${ns}p" master "$BR" up
@@ -101,8 +101,8 @@ up)
     i=0
     while [ "$i" -le "$n" ]; do
         k=0
-        while [ "$(ip netns exec "$P$i" cat "/sys/class/net/$P${i}v/operstate")" != up ] ||
-            [ "$(cat "/sys/class/net/$P${i}p/operstate")" != up ]; do
+        while [ "$(ip netns exec "${P}h$i" cat "/sys/class/net/${P}h${i}v/operstate")" != up ] ||
+            [ "$(cat "/sys/class/net/${P}h${i}p/operstate")" != up ]; do
             k=$((k + 1))
             [ "$k" -le 50 ] || die "up: host $i's link did not come up"
             sleep 0.1
@@ -119,13 +119,13 @@ agent)
     shift 2
     i=$(echo "$addr" | sed -n "s/^$(echo "$NET" | sed 's/\./\\./g')\.\([0-9]*\)\$/\1/p")
     [ -n "$i" ] && [ "$i" -ge 11 ] || die "agent: '$addr' is not a host of $NET.0/24"
-    exec ip netns exec "$P$((i - 10))" sh -c "$*"
+    exec ip netns exec "${P}h$((i - 10))" sh -c "$*"
     ;;
 link)
-    ip -n "$P${2:?usage: link I up|down}" link set "$P${2}v" "${3:?usage: link I up|down}"
+    ip -n "${P}h${2:?usage: link I up|down}" link set "${P}h${2}v" "${3:?usage: link I up|down}"
     ;;
 bytes)
-    ns=$P${2:?usage: bytes I}
+    ns=${P}h${2:?usage: bytes I}
     tx=$(ip netns exec "$ns" cat "/sys/class/net/${ns}v/statistics/tx_bytes")
     rx=$(ip netns exec "$ns" cat "/sys/class/net/${ns}v/statistics/rx_bytes")
     echo "$tx $rx"
@@ -144,7 +144,7 @@ mpirun)
     # rtc_hwloc_vmhole none: every host's orted shares this machine's
     # /dev/shm, and Open MPI 4.1's shared-memory topology
     # (hwloc_shmem_topology_write) then segfaulted in about one launch of 20
-    exec ip netns exec "${P}0" mpirun -np "$n" --host "$hl" --mca plm_rsh_agent "$self agent" \
+    exec ip netns exec "${P}h0" mpirun -np "$n" --host "$hl" --mca plm_rsh_agent "$self agent" \
         --mca rtc_hwloc_vmhole none \
         --mca oob_tcp_if_include "$NET.0/24" --mca btl tcp,self --mca btl_tcp_if_include "$NET.0/24" "$@"
     ;;
