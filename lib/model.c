@@ -1,4 +1,5 @@
 #include "model.h"
+#include "optim.h"
 
 #include <gsl/gsl_randist.h>
 #include <gsl/gsl_rng.h>
@@ -199,9 +200,7 @@ int ar_model_create_split(ar_model **out, const ar_model_cfg *cfg, const ar_back
     plan_params(m);
     m->res = ar_residual_create(cfg, be, max_batch * m->T, sp ? sp->nchunks : 1, &m->pt);
     plan_buckets(m);
-    size_t nsums = 0;
-    for (int b = 0; b < m->nbuckets; b++)
-        nsums += (m->bucket_len[b] + AR_NORM_CHUNK - 1) / AR_NORM_CHUNK;
+    size_t first, nsums = ar_norm_chunks(m, m->nbuckets - 1, &first) + first; /* the norm's chunk grid */
     m->norm_sums = be->alloc((nsums ? nsums : 1) * sizeof(double));
     const ar_model *share = sp ? sp->share : NULL;
     m->shared = share != NULL;

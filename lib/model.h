@@ -23,9 +23,6 @@ typedef struct {
     float *mxn, *mrstd, *gate, *up, *act;   /* MLP sublayer */
 } ar_block_act;
 
-/* The gradient norm's chunk (lib/optim.h) */
-#define AR_NORM_CHUNK 16384
-
 typedef struct ar_model {
     ar_model_cfg cfg;
     const ar_backend *be;

@@ -62,6 +62,7 @@ void ar_adamw_free(ar_adamw *o);
  * AR_NORM_CHUNK floats from the start of each gradient bucket (model.h), in
  * bucket order.  Each chunk's sum of squares is a double; the norm is
  * sqrt of their sum in chunk order. */
+#define AR_NORM_CHUNK 16384
 /* Number of chunks of bucket b, and of all buckets before it (first). */
 size_t ar_norm_chunks(const ar_model *model, int b, size_t *first);
 /* Sums of squares of chunks [c0, c1) of bucket b into out[0 .. c1-c0). */

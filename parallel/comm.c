@@ -103,18 +103,17 @@ int ar_comm_launched(void)
 
 int ar_comm_waitall(ar_comm *c, ar_comm_req *r, int n, ar_err *e)
 {
+    int rc = 0;
     ar_watchdog_arm("a wait for messages");
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && rc == 0; i++) {
         int done = 0;
-        while (r[i].h && !done)
-            if (c->ops->test(c, &r[i], &done, e) != 0) {
-                ar_watchdog_disarm();
-                return -1;
-            }
-        r[i].h = NULL;
+        while (rc == 0 && r[i].h && !done)
+            rc = c->ops->test(c, &r[i], &done, e) != 0 ? -1 : 0;
+        if (rc == 0)
+            r[i].h = NULL;
     }
     ar_watchdog_disarm();
-    return 0;
+    return rc;
 }
 
 int ar_comm_agree(ar_comm *c, int rc, ar_err *e)

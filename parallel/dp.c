@@ -216,22 +216,15 @@ static int post(ar_dp *d, int i, float *x, int step, ar_err *e)
 static int complete(ar_dp *d, int i, float *x, int step, int wait, ar_err *e)
 {
     bucket *b = &d->b[i];
-    if (wait)
-        ar_watchdog_arm("the gradient's exchange");
     for (int r = 0; r < 2; r++) {
         int done = 1;
         while (b->req[r].h) {
-            if (d->c->ops->test(d->c, &b->req[r], &done, e) != 0) {
-                if (wait)
-                    ar_watchdog_disarm();
+            if (d->c->ops->test(d->c, &b->req[r], &done, e) != 0)
                 return -1;
-            }
             if (!done && !wait)
                 return 0;
         }
     }
-    if (wait)
-        ar_watchdog_disarm();
     if (step < d->L2) { /* halving: x_kept = x_kept + partner's, the same sum on both sides */
         int klo, kn, glo, gn, partner;
         plan_step(d, step, &klo, &kn, &glo, &gn, &partner);
@@ -266,10 +259,8 @@ static int progress(ar_dp *d, int wait, ar_err *e)
 static int comm_sync(ar_dp *d, ar_err *e) { return d->c->ops->sync ? d->c->ops->sync(d->c, e) : 0; }
 
 /* Runs exchanges [from, to) of every bucket over x, blocking. */
-static int exchange_all(ar_dp *d, float *x, int from, int to, ar_err *e)
+static int exchange_steps(ar_dp *d, float *x, int from, int to, ar_err *e)
 {
-    if (d->c->ops->sync)
-        d->be->sync(); /* x is final on the device before the exchanges queue behind it */
     for (int step = from; step < to; step++) {
         for (int i = 0; i < d->nb; i++)
             if (post(d, i, x, step, e) != 0)
@@ -279,6 +270,16 @@ static int exchange_all(ar_dp *d, float *x, int from, int to, ar_err *e)
                 return -1;
     }
     return comm_sync(d, e);
+}
+
+static int exchange_all(ar_dp *d, float *x, int from, int to, ar_err *e)
+{
+    if (d->c->ops->sync)
+        d->be->sync(); /* x is final on the device before the exchanges queue behind it */
+    ar_watchdog_arm("the gradient's exchange");
+    int rc = exchange_steps(d, x, from, to, e);
+    ar_watchdog_disarm();
+    return rc;
 }
 
 /* ---------------------------------------------------------------- the local tree */
@@ -381,9 +382,11 @@ int ar_dp_finish(ar_dp *d, ar_err *e)
         return -1;
     }
     double t0 = now_s();
+    ar_watchdog_arm("the gradient's exchange");
     int rc = progress(d, 1, e);
     if (rc == 0)
         rc = comm_sync(d, e);
+    ar_watchdog_disarm();
     d->wait_s = now_s() - t0;
     return rc;
 }

@@ -47,6 +47,19 @@ const char *mu_setup_dir(void)
     return dir;
 }
 
+int mu_metric_values(const char *file, const char *key, double *out, int cap)
+{
+    char *m = tu_read_file(file, NULL);
+    cr_assert(m, "cannot read %s", file);
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    int k = 0;
+    for (const char *p = m; k < cap && (p = strstr(p, pat)); p += strlen(pat))
+        out[k++] = strtod(p + strlen(pat), NULL);
+    free(m);
+    return k;
+}
+
 void mu_same_tensors(const char *a, const char *b, const char *what)
 {
     ar_st_file fa, fb;

@@ -23,6 +23,9 @@ char *mu_sh(const char *dir, int *st, const char *fmt, ...) __attribute__((forma
 /* A fresh directory holding corpus.txt. */
 const char *mu_setup_dir(void);
 
+/* The values of key in a metrics file, in order (up to cap). */
+int mu_metric_values(const char *file, const char *key, double *out, int cap);
+
 /* The tensors' bytes of two safetensors files are the same. */
 void mu_same_tensors(const char *a, const char *b, const char *what);
 

@@ -7,10 +7,10 @@
  *
  * Covers: tools/netns-hosts.sh; parallel/ (data parallelism) over TCP. */
 #include <criterion/criterion.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "formats/safetensors.h"
@@ -27,14 +27,33 @@
 /* this test process's own namespaces and subnet (tests run side by side) */
 static char env[160];
 
+/* `tools/netns-hosts.sh ARGS` for this test's hosts: its output, the
+ * status in st */
+static char *harness(int *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static char *harness(int *st, const char *fmt, ...)
+{
+    char args[512], cmd[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "%s '%s/tools/netns-hosts.sh' %s", env, tu_source_dir(), args);
+    return tu_run(cmd, st);
+}
+
+/* The shell words that run `attnres train` on hosts 1..N under mpirun, one
+ * rank of one thread each (arguments: env, the source dir, N, the binary;
+ * the train arguments follow) */
+#define ON_HOSTS                                                                                         \
+    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 %s timeout -k 5 200 "                     \
+    "'%s/tools/netns-hosts.sh' mpirun %d -x OMP_NUM_THREADS=1 -x ASAN_OPTIONS=detect_leaks=0 '%s' train "
+
 static void hosts_down(void)
 {
     if (!env[0])
         return;
     int st;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s '%s/tools/netns-hosts.sh' down", env, tu_source_dir());
-    free(tu_run(cmd, &st));
+    free(harness(&st, "down"));
 }
 
 /* n hosts up, or the test skipped with the harness's reason */
@@ -46,14 +65,11 @@ static void hosts_up(int n)
     int pid = (int)getpid();
     snprintf(env, sizeof env, "AR_NETNS=ar%d AR_NETNS_NET=10.87.%d", pid % 10000000, pid % 250);
     int st;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s '%s/tools/netns-hosts.sh' check", env, tu_source_dir());
-    char *o = tu_run(cmd, &st);
+    char *o = harness(&st, "check");
     if (st != 0)
         cr_skip_test("no network namespaces here: %s", o);
     free(o);
-    snprintf(cmd, sizeof cmd, "%s '%s/tools/netns-hosts.sh' up %d", env, tu_source_dir(), n);
-    o = tu_run(cmd, &st);
+    o = harness(&st, "up %d", n);
     cr_assert_eq(st, 0, "netns-hosts.sh up %d: %s", n, o);
     free(o);
 }
@@ -62,9 +78,7 @@ static void hosts_up(int n)
 static long long sent(int i)
 {
     int st;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s '%s/tools/netns-hosts.sh' bytes %d", env, tu_source_dir(), i);
-    char *o = tu_run(cmd, &st);
+    char *o = harness(&st, "bytes %d", i);
     long long tx = -1, rx = -1;
     cr_assert(st == 0 && sscanf(o, "%lld %lld", &tx, &rx) == 2, "bytes %d: %s", i, o);
     free(o);
@@ -86,10 +100,8 @@ static void train_on_hosts(const char *dir, int n, const char *args, const char 
     char *o = NULL;
     for (int attempt = 0; attempt < 2; attempt++) {
         free(o);
-        o = mu_sh(dir, &st,
-                  "rm -rf %s; OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 %s timeout -k 10 240 "
-                  "'%s/tools/netns-hosts.sh' mpirun %d -x OMP_NUM_THREADS=1 -x ASAN_OPTIONS=detect_leaks=0 '%s' train " TINY " %s --out %s 2>&1",
-                  out, env, tu_source_dir(), n, mu_bin(), args, out);
+        o = mu_sh(dir, &st, "rm -rf %s; " ON_HOSTS TINY " %s --out %s 2>&1", out, env, tu_source_dir(), n,
+                  mu_bin(), args, out);
         if (st == 0 || strstr(o, "training run in"))
             break;
     }
@@ -149,19 +161,16 @@ Test(multihost, data_parallel_across_hosts_as_one_process, .timeout = 300)
     }
 }
 
+#define MAXLINES 1024 /* metrics lines a test reads */
+
 /* the mean of a metric over a metrics file's lines that have it */
 static double metric_mean(const char *file, const char *key)
 {
-    char *m = tu_read_file(file, NULL);
-    cr_assert(m, "cannot read %s", file);
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    double sum = 0;
-    int k = 0;
-    for (const char *q = m; (q = strstr(q, pat)); q += strlen(pat), k++)
-        sum += strtod(q + strlen(pat), NULL);
-    free(m);
+    double v[MAXLINES], sum = 0;
+    int k = mu_metric_values(file, key, v, MAXLINES);
     cr_assert(k > 0, "%s has no %s", file, key);
+    for (int i = 0; i < k; i++)
+        sum += v[i];
     return sum / k;
 }
 
@@ -201,11 +210,23 @@ Test(multihost, a_pipeline_across_two_hosts, .timeout = 300)
 
 static int exists(const char *path) { return access(path, F_OK) == 0; }
 
-static double now_s(void)
+/* Starts `train TINY ARGS --out NAME` on hosts 1 and 2 in the background:
+ * its output goes to NAME.log, its status to NAME.rc when it ends. */
+static void start_on_hosts(const char *dir, const char *args, const char *name)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    int st;
+    char *o = mu_sh(dir, &st, "(" ON_HOSTS TINY " %s --out %s > %s.log 2>&1; echo $? > %s.rc) </dev/null >/dev/null 2>&1 &",
+                    env, tu_source_dir(), 2, mu_bin(), args, name, name, name);
+    cr_assert_eq(st, 0, "%s", o);
+    free(o);
+}
+
+/* Waits up to secs from t0 for path to exist, or for stop (may be NULL). */
+static int wait_for(const char *path, const char *stop, double t0, double secs)
+{
+    while (!exists(path) && !(stop && exists(stop)) && tu_now_s() - t0 < secs)
+        usleep(100000);
+    return exists(path);
 }
 
 /* A fault mid-run on two hosts (fault: a shell command, run once the
@@ -217,31 +238,22 @@ static void fault_ends_the_job(const char *fault, const char *repair, const char
 {
     hosts_up(2);
     const char *dir = mu_setup_dir();
-    int st;
-    char *o = mu_sh(dir, &st,
-                    "(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 %s timeout -k 5 200 "
-                    "'%s/tools/netns-hosts.sh' mpirun 2 -x OMP_NUM_THREADS=1 -x ASAN_OPTIONS=detect_leaks=0 '%s' "
-                    "train " TINY " --set train.steps=1000000 --set train.eval_every=0 --set train.save_every=20 "
-                    "--set parallel.timeout_s=3 --out cut > cut.log 2>&1; echo $? > cut.rc) "
-                    "</dev/null >/dev/null 2>&1 &",
-                    env, tu_source_dir(), mu_bin());
-    cr_assert_eq(st, 0, "%s", o);
-    free(o);
+    start_on_hosts(dir,
+                   "--set train.steps=1000000 --set train.eval_every=0 --set train.save_every=20 "
+                   "--set parallel.timeout_s=3",
+                   "cut");
     const char *ck = tu_path(dir, "cut/model.safetensors"), *rcf = tu_path(dir, "cut.rc");
-    double t0 = now_s();
-    while (!exists(ck) && !exists(rcf) && now_s() - t0 < 120)
-        usleep(200000);
-    cr_assert(exists(ck) && !exists(rcf), "no checkpoint within 120 s, or the run ended first:\n%s",
-              tu_read_file(tu_path(dir, "cut.log"), NULL));
+    cr_assert(wait_for(ck, rcf, tu_now_s(), 120) && !exists(rcf),
+              "no checkpoint within 120 s, or the run ended first:\n%s", tu_read_file(tu_path(dir, "cut.log"), NULL));
+    int st;
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "export %s; cd '%s/tools'; %s", env, tu_source_dir(), fault);
-    o = tu_run(cmd, &st);
+    char *o = tu_run(cmd, &st);
     cr_assert_eq(st, 0, "%s: %s", fault, o);
     free(o);
-    double tcut = now_s();
-    while (!exists(rcf) && now_s() - tcut < 90)
-        usleep(200000);
-    double took = now_s() - tcut;
+    double tcut = tu_now_s();
+    wait_for(rcf, NULL, tcut, 90);
+    double took = tu_now_s() - tcut;
     char *log = tu_read_file(tu_path(dir, "cut.log"), NULL);
     cr_assert(exists(rcf), "the job did not end within 90 s of '%s':\n%s", fault, log);
     char *rc = tu_read_file(rcf, NULL);
@@ -258,11 +270,8 @@ static void fault_ends_the_job(const char *fault, const char *repair, const char
     long step = 0;
     ar_err e = {{0}};
     cr_assert_eq(ar_ckpt_read_config(tu_path(dir, "cut"), &saved, &step, &e), 0, "the checkpoint: %s", e.msg);
-    o = mu_sh(dir, &st,
-              "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 %s timeout -k 5 200 "
-              "'%s/tools/netns-hosts.sh' mpirun 2 -x OMP_NUM_THREADS=1 -x ASAN_OPTIONS=detect_leaks=0 '%s' "
-              "train --resume cut --set train.steps=%ld 2>&1",
-              env, tu_source_dir(), mu_bin(), step + 2);
+    o = mu_sh(dir, &st, ON_HOSTS "--resume cut --set train.steps=%ld 2>&1", env, tu_source_dir(), 2, mu_bin(),
+              step + 2);
     cr_expect_eq(st, 0, "resuming from step %ld failed:\n%s", step, o);
     cr_expect(strstr(o, "done:"), "%s", o);
     free(o);
@@ -299,33 +308,23 @@ Test(multihost, a_partition_that_heals_is_ridden_out, .timeout = 300)
     char *o = mu_sh(dir, &st, "OMP_NUM_THREADS=1 '%s' train " TINY " %s --out one", mu_bin(), run);
     cr_assert_eq(st, 0, "one process: %s", o);
     free(o);
-    o = mu_sh(dir, &st,
-              "(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 %s timeout -k 5 200 "
-              "'%s/tools/netns-hosts.sh' mpirun 2 -x OMP_NUM_THREADS=1 -x ASAN_OPTIONS=detect_leaks=0 '%s' train " TINY " %s --out two "
-              "> two.log 2>&1; echo $? > two.rc) </dev/null >/dev/null 2>&1 &",
-              env, tu_source_dir(), mu_bin(), run);
-    cr_assert_eq(st, 0, "%s", o);
-    free(o);
+    start_on_hosts(dir, run, "two");
     const char *mf = tu_path(dir, "two/metrics.jsonl"), *rcf = tu_path(dir, "two.rc");
-    double t0 = now_s();
+    double t0 = tu_now_s();
     /* training under way (step 5 logged), not still starting: the start's
      * broadcasts would wait the partition out unseen by any step's time */
     for (;;) {
         char *m = exists(mf) ? tu_read_file(mf, NULL) : NULL;
         int going = m && strstr(m, "\"step\":5,");
         free(m);
-        if (going || exists(rcf) || now_s() - t0 > 120)
+        if (going || exists(rcf) || tu_now_s() - t0 > 120)
             break;
         usleep(50000);
     }
-    cr_assert(!exists(rcf) && now_s() - t0 <= 120, "the run did not reach step 5 within 120 s, or ended first");
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s '%s/tools/netns-hosts.sh' link 2 down && sleep 5 && %s '%s/tools/netns-hosts.sh' link 2 up",
-             env, tu_source_dir(), env, tu_source_dir());
-    free(tu_run(cmd, &st));
+    cr_assert(!exists(rcf) && tu_now_s() - t0 <= 120, "the run did not reach step 5 within 120 s, or ended first");
+    free(harness(&st, "link 2 down && sleep 5 && %s '%s/tools/netns-hosts.sh' link 2 up", env, tu_source_dir()));
     cr_assert_eq(st, 0, "the partition");
-    while (!exists(rcf) && now_s() - t0 < 180)
-        usleep(200000);
+    wait_for(rcf, NULL, t0, 180);
     char *log = tu_read_file(tu_path(dir, "two.log"), NULL);
     cr_assert(exists(rcf), "the run did not end:\n%s", log);
     char *rc = tu_read_file(rcf, NULL);
@@ -337,15 +336,10 @@ Test(multihost, a_partition_that_heals_is_ridden_out, .timeout = 300)
      * metrics (log_every 1) are most of its 5 s apart (the wait may fall in
      * a step or in the collective between steps, which no step's time
      * holds) */
-    char *m = tu_read_file(mf, NULL);
-    double prev = -1, gap = 0;
-    for (const char *q = m; (q = strstr(q, "\"elapsed_s\":")); q += 12) {
-        double v = strtod(q + 12, NULL);
-        if (prev >= 0 && v - prev > gap)
-            gap = v - prev;
-        prev = v;
-    }
-    free(m);
+    double el[MAXLINES], gap = 0;
+    int k = mu_metric_values(mf, "elapsed_s", el, MAXLINES);
+    for (int i = 1; i < k; i++)
+        gap = el[i] - el[i - 1] > gap ? el[i] - el[i - 1] : gap;
     cr_log_info("partition: the longest gap between steps %.2f s", gap);
     cr_expect(gap > 4, "no step waited out the partition: the longest gap between steps was %.2f s", gap);
 }

@@ -56,21 +56,6 @@ static void ptrain(const char *dir, int ranks, const char *opts, const char *out
     free(o);
 }
 
-/* The values of key in a metrics file, in order (up to cap). */
-static int metric_values(const char *file, const char *key, double *out, int cap)
-{
-    size_t n;
-    char *m = tu_read_file(file, &n);
-    cr_assert(m, "cannot read %s", file);
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    int k = 0;
-    for (const char *p = m; k < cap && (p = strstr(p, pat)); p += strlen(pat))
-        out[k++] = strtod(p + strlen(pat), NULL);
-    free(m);
-    return k;
-}
-
 typedef struct {
     int ranks;
     const char *opts; /* the parallel settings */
@@ -99,7 +84,7 @@ static void pipes_match_blocks(const char *model, const ar_blocks *b, int baseli
     snprintf(ref, sizeof ref, "%s/one/model.safetensors", dir);
     snprintf(mref, sizeof mref, "%s/one/metrics.jsonl", dir);
     double lref[16], lgot[16], vref[4], vgot[4], bytes[16];
-    int nref = metric_values(mref, "loss", lref, 16), nv = metric_values(mref, "val_loss", vref, 4);
+    int nref = mu_metric_values(mref, "loss", lref, 16), nv = mu_metric_values(mref, "val_loss", vref, 4);
     cr_assert_eq(nref, 6);
     for (int i = 0; i < ny; i++) {
         char out[32], opts[512], what[600];
@@ -110,22 +95,22 @@ static void pipes_match_blocks(const char *model, const ar_blocks *b, int baseli
         snprintf(got, sizeof got, "%s/%s/model.safetensors", dir, out);
         snprintf(mgot, sizeof mgot, "%s/%s/metrics.jsonl", dir, out);
         mu_close_tensors(ref, got, WEIGHT_TOL, what);
-        cr_expect_eq(metric_values(mgot, "loss", lgot, 16), nref, "%s", what);
+        cr_expect_eq(mu_metric_values(mgot, "loss", lgot, 16), nref, "%s", what);
         for (int k = 0; k < nref; k++)
             cr_expect(fabs(lgot[k] - lref[k]) <= LOSS_TOL * lref[k], "%s: step %d loss %.9g, one process %.9g", what,
                       k + 1, lgot[k], lref[k]);
-        cr_expect_eq(metric_values(mgot, "val_loss", vgot, 4), nv, "%s", what);
+        cr_expect_eq(mu_metric_values(mgot, "val_loss", vgot, 4), nv, "%s", what);
         for (int k = 0; k < nv; k++)
             cr_expect(fabs(vgot[k] - vref[k]) <= LOSS_TOL * vref[k], "%s: val_loss %.9g, one process %.9g", what,
                       vgot[k], vref[k]);
         /* the bytes moved are the plan's count, every step */
-        int nb = metric_values(mgot, "pipe_fwd_bytes", bytes, 16);
+        int nb = mu_metric_values(mgot, "pipe_fwd_bytes", bytes, 16);
         cr_expect_eq(nb, 6, "%s: %d metrics lines give pipe_fwd_bytes", what, nb);
         double want = predicted_fwd_bytes(b, baseline, &ys[i]);
         for (int k = 0; k < nb; k++)
             cr_expect_eq(bytes[k], want, "%s: step %d moved %.0f bytes forward, the plan says %.0f", what, k + 1,
                          bytes[k], want);
-        nb = metric_values(mgot, "pipe_bwd_bytes", bytes, 16);
+        nb = mu_metric_values(mgot, "pipe_bwd_bytes", bytes, 16);
         for (int k = 0; k < nb; k++)
             cr_expect_eq(bytes[k], want, "%s: step %d moved %.0f gradient bytes back, the plan says %.0f", what,
                          k + 1, bytes[k], want);

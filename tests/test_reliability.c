@@ -176,13 +176,6 @@ static const char *bin(void)
     return b;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void sleep_s(double s)
 {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -242,8 +235,8 @@ static char *output(const char *dir, const char *which)
 /* Polls until file holds at least `lines` newlines (or `timeout` s pass). */
 static int wait_lines(const char *file, int lines, double timeout)
 {
-    double t0 = now_s();
-    while (now_s() - t0 < timeout) {
+    double t0 = tu_now_s();
+    while (tu_now_s() - t0 < timeout) {
         size_t n = 0;
         char *b = tu_read_file(file, &n);
         int k = 0;
@@ -971,9 +964,9 @@ Test(reliability, sigkill_at_random_moments_then_resume_is_bit_exact, .timeout =
     const char *dir = fresh_dir();
     const long steps = 8;
     const char *cfg = tiny_yaml(dir, steps, 1);
-    double t0 = now_s();
+    double t0 = tu_now_s();
     cr_assert_eq(RUN(dir, cfg, "--out", "ref"), 0);
-    double step_s = (now_s() - t0) / (double)steps;
+    double step_s = (tu_now_s() - t0) / (double)steps;
     char ref[4200];
     snprintf(ref, sizeof ref, "%s/ref", dir);
 

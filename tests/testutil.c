@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/module.h"
@@ -262,4 +263,11 @@ const ar_backend *tu_backend_b(char *kind, char *why, size_t n)
     if (!b)
         snprintf(why, n, "%s", e.msg);
     return b;
+}
+
+double tu_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
