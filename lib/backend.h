@@ -65,6 +65,12 @@ typedef struct ar_backend {
      * CPU backend), the denominator of bench's model FLOPs utilisation. */
     const char *(*device_name)(void);
     double (*peak_bf16_flops)(void);
+    /* Floats of causal attention's saved state (ar_attention.att) at a
+     * shape, and of its backward's scratch (datt), each: the CPU backend
+     * saves the probabilities, B nh T T (and takes as much scratch); the
+     * CUDA backend's fused kernels save a log-sum-exp per row, B nh T (and
+     * take B nh T of scratch: each row's dy.y). */
+    size_t (*attention_state)(int B, int T, int nh);
 
     /* ---- the ops, each declared and described once in lib/ops.def ---- */
 #define AR_OP(ret, name, params, args, uses) ret(*name) params;

@@ -104,7 +104,7 @@ static void alloc_activations(ar_model *m, const unsigned char *runs, const ar_m
 {
     const ar_backend *be = m->be;
     size_t N = (size_t)m->maxB * m->T, d = m->d, F = m->F, V = m->V;
-    size_t att = (size_t)m->maxB * m->nh * m->T * m->T;
+    size_t att = be->attention_state(m->maxB, m->T, m->nh); /* saved, and the backward's scratch */
     int L = m->L;
     m->tok = be->alloc(N * sizeof(int32_t));
     m->tgt = be->alloc(N * sizeof(int32_t));
@@ -331,7 +331,7 @@ static void attn_backward(ar_model *m, int k, const float *dout)
     be->zero(m->dy, nd);
     be->matmul_bwd(m->dy, G(b->o), dout, a->y, P(b->o), N, d, d);
     ar_attention at = {a->q, a->k, a->v, a->att, m->B, m->T, m->nh, m->hd};
-    be->attention_bwd(&at, m->dy, m->dq, m->dk, m->dv, m->datt);
+    be->attention_bwd(&at, a->y, m->dy, m->dq, m->dk, m->dv, m->datt);
     be->rope_bwd(m->dq, m->B, m->T, m->nh, m->hd);
     be->rope_bwd(m->dk, m->B, m->T, m->nh, m->hd);
     be->zero(m->dxn, nd);

@@ -19,7 +19,7 @@ typedef struct {
 } ar_block_idx;
 
 typedef struct {
-    float *xn, *rstd, *q, *k, *v, *att, *y; /* attention sublayer */
+    float *xn, *rstd, *q, *k, *v, *att, *y; /* attention sublayer (att: be->attention_state floats) */
     float *mxn, *mrstd, *gate, *up, *act;   /* MLP sublayer */
 } ar_block_act;
 
@@ -48,8 +48,9 @@ typedef struct ar_model {
      * mrstd), and the backward of a sublayer first forms its internals
      * again from them: the same operations on the same inputs, so the same
      * bits.  Activation memory per block falls from
-     * 6 N d + 3 N d_ff + B n_head T^2 (+ 2 N) to 2 N d (+ 2 N) floats,
-     * plus one set of 4 N d + 3 N d_ff + B n_head T^2 for the model. */
+     * 6 N d + 3 N d_ff + A (+ 2 N) to 2 N d (+ 2 N) floats, plus one set of
+     * 4 N d + 3 N d_ff + A for the model (A: attention's saved state,
+     * B n_head T^2 on the CPU, B n_head T on CUDA). */
     ar_block_act internals;
     /* the head (ar_model_forward_head): hn = final_norm(h_out), N x d;
      * losses, N; logits_c and probs_c, head_rows x V each, one chunk of

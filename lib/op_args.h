@@ -41,8 +41,10 @@ typedef struct {
 
 /* Causal multi-head attention over B sequences of T tokens, nh heads of hd
  * channels: the rotated queries q and keys k and the values v (B x T x
- * (nh*hd) each), and the softmax probabilities att (B x nh x T x T;
- * written by attention_fwd, read by attention_bwd). */
+ * (nh*hd) each), and att, what the forward saves for the backward: the
+ * backend's attention_state(B, T, nh) floats (lib/backend.h: the softmax
+ * probabilities, B x nh x T x T, on the CPU; each row's log-sum-exp,
+ * B x nh x T, in the CUDA backend's fused kernels). */
 typedef struct {
     const float *q, *k, *v;
     float *att;
@@ -51,7 +53,7 @@ typedef struct {
 #define AR_ATTENTION_ROWS(a) ((size_t)(a)->B * (a)->T * (a)->nh * (a)->hd)
 #define AR_ATTENTION_USES(a)                                                                         \
     DEV((a)->q, AR_ATTENTION_ROWS(a)) DEV((a)->k, AR_ATTENTION_ROWS(a))                           \
-    DEV((a)->v, AR_ATTENTION_ROWS(a)) DEV((a)->att, (size_t)(a)->B * (a)->nh * (a)->T * (a)->T)
+    DEV((a)->v, AR_ATTENTION_ROWS(a)) ATT_STATE((a)->att, (a)->B, (a)->T, (a)->nh)
 
 /* Two-phase depth attention (lib/residual_depth.c's chunks; the ops'
  * math is in lib/ops.def).  A chunk: C mixers c < C sharing their first k

@@ -250,6 +250,7 @@ static void g_set_threads(int n) { cpu()->set_threads(n); }
 static int g_set_bf16(int on) { return cpu()->set_bf16(on); }
 static const char *g_device_name(void) { return "guard"; }
 static double g_peak(void) { return 0; }
+static size_t g_attention_state(int B, int T, int nh) { return cpu()->attention_state(B, T, nh); }
 
 /* a host array of len elements */
 static void host_array(const char *op, const char *arg, const void *v, int len)
@@ -267,6 +268,7 @@ static void host_array(const char *op, const char *arg, const void *v, int len)
 #define DEV_IF(c, p, n) dev(op, #p, p, (size_t)(n) * sizeof *(p), !(c));
 #define LIST(l, len, n) dev_list(op, #l, (const float *const *)(l), len, n, 0);
 #define LIST_OPT(l, len, n) dev_list(op, #l, (const float *const *)(l), len, n, 1);
+#define ATT_STATE(p, B, T, nh) dev(op, #p, p, cpu()->attention_state(B, T, nh) * sizeof *(p), 0);
 #define HOST(p) host(op, #p, p);
 #define HOST_ARRAY(v, len) host_array(op, #v, v, len);
 #define EACH(i, len, words)                                                                        \
@@ -311,6 +313,7 @@ static const ar_backend guard = {
     .set_bf16 = g_set_bf16,
     .device_name = g_device_name,
     .peak_bf16_flops = g_peak,
+    .attention_state = g_attention_state,
 #define AR_OP(ret, name, params, args, uses) .name = g_##name,
 #include "lib/ops.def"
 #undef AR_OP

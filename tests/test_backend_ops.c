@@ -741,6 +741,14 @@ Test(backend_ops, rope)
  *   relative, per backend;
  * - y = att v: Tk terms (CUDA adds the masked zeros, exactly) with att's
  *   error: within (e_i + gamma(Tk + 1) + rho) sum_c att_ic |v_cj|.
+ * - L = log sum_c exp s_c, the log-sum-exp a fused backend (B) saves in
+ *   place of att (its running max and sum over tiles of at least 8 keys):
+ *   the logits' error e_s = (gamma(hd + 3) + rho) S_i, the exps'
+ *   arguments (4 u S_i), each exp and each rescaling of the running sum
+ *   (two U_EXP per tile, t / 8 + 2 tiles), the sum (gamma(t + 3)), and the
+ *   log and the final addition (3 u (S_i + log(t + 1)): |max| <= S_i and
+ *   1 <= sum <= t + 1):
+ *       b_L = e_s + 4 u S_i + (t / 4 + 4) U_EXP + gamma(t + 3) + 3 u (S_i + log(t + 1))
  * The backward (bw, n = Tk = T), at the forward's att as given (A's, read
  * by both), with P_tc = sum_j |dy_tj v_cj|, Q_t = sum_c att_tc P_tc and
  * DS_tc = sc att_tc (P_tc + Q_t) (|ds_tc| <= DS_tc):
@@ -750,18 +758,28 @@ Test(backend_ops, rope)
  * - dv = att^T dy: within (gamma(T + 1) + rho) sum_t att_tc |dy_tj|;
  * - dq = ds k, dk = ds^T q: T terms with ds's error: within
  *   (gamma(T + 1) + rho + e_ds) sum_c DS_tc |k_cj| (and with q).
+ * A fused backend (fused != 0) forms att again as P = exp(s - L) from its
+ * own L, within e_P = expm1(e_s + b_L + u (2 S_i + log(t + 1))) (1 + U_EXP)
+ * + U_EXP relative, and takes sum_c dA att as D = dy.y from the y given
+ * (A's, within c_y = e0 + gamma(T + 1) of sum_c att |v| per channel, so D
+ * within (c_y + gamma(hd + 1)) Q_t); with e_P and c_y their largest over
+ * the head's rows, B's part of e_ds is
+ *   e_P + (1 + e_P) (gamma(hd + 2) + rho + c_y + gamma(hd + 1) + gamma(4))
+ * and dv's gets e_P more; its y, 3 u (t / 8 + 2) more (the online
+ * softmax's rescaling of o and l, one product and one sum a tile).
  * Each array gets A's bound plus B's. */
 typedef struct {
-    double *y, *att, *dq, *dk, *dv;
+    double *y, *att, *lse, *blse, *dq, *dk, *dv;
 } att_bnd;
 
 static void attention_bounds(att_bnd *b, const float *q, const float *k, const float *v, const float *dy,
-                             const float *att, int Bn, int n, int pos0, int nh, int hd, double rho)
+                             const float *att, int Bn, int n, int pos0, int nh, int hd, double rho, int fused)
 {
     int Tk = pos0 + n, C = nh * hd;
     double sc = 1.0 / sqrt((double)hd);
     size_t nq = (size_t)Bn * n * C, nk = (size_t)Bn * Tk * C;
     b->y = bnew(nq), b->att = bnew((size_t)Bn * nh * n * Tk), b->dq = b->dk = b->dv = NULL;
+    b->lse = bnew((size_t)Bn * nh * n), b->blse = bnew((size_t)Bn * nh * n);
     if (dy)
         b->dq = bnew(nq), b->dk = bnew(nk), b->dv = bnew(nk);
     double *S = malloc((size_t)Tk * sizeof(double)), *al = malloc((size_t)Tk * sizeof(double));
@@ -772,6 +790,7 @@ static void attention_bounds(att_bnd *b, const float *q, const float *k, const f
 #define KX(c, j) ((((size_t)bb * Tk + (c)) * C) + (size_t)h * hd + (j))
             /* attention_decode's att is nh x n x Tk (B = 1), attention_fwd's B x nh x T x T */
             double *ba = b->att + ((size_t)bb * nh + h) * n * Tk;
+            double e_p = 0, c_y = 0; /* the head's largest e_P and c_y */
             for (int i = 0; i < n; i++) {
                 int t = pos0 + i;
                 double mx = -INFINITY, Si = 0, sum = 0;
@@ -788,11 +807,19 @@ static void attention_bounds(att_bnd *b, const float *q, const float *k, const f
                     sum += al[c] = exp(al[c] - mx);
                 double e0 = 2 * tu_gamma(hd + 3) * Si + 4 * U * Si + 2 * U_EXP + tu_gamma(t + 3);
                 double e1 = e0 + 2 * rho * Si;
+                size_t li = ((size_t)bb * nh + h) * n + i;
+                double e_s = (tu_gamma(hd + 3) + rho) * Si, lt = log(t + 1.0);
+                b->lse[li] = mx + log(sum);
+                b->blse[li] = e_s + 4 * U * Si + (t / 4 + 4) * U_EXP + tu_gamma(t + 3) + 3 * U * (Si + lt);
+                e_p = fmax(e_p, expm1(e_s + b->blse[li] + U * (2 * Si + lt)) * (1 + U_EXP) + U_EXP);
+                c_y = fmax(c_y, e0 + tu_gamma(Tk + 1));
                 for (int c = 0; c <= t; c++) {
                     al[c] /= sum;
                     ba[(size_t)i * Tk + c] = (e0 + e1) * al[c];
                 }
                 double cy = e0 + e1 + 2 * tu_gamma(Tk + 1) + rho;
+                if (fused) /* the online softmax rescales o and l once a tile (t / 8 + 2 tiles) */
+                    cy += 3 * U * (t / 8 + 2);
                 for (int j = 0; j < hd; j++) {
                     double m = 0;
                     for (int c = 0; c <= t; c++)
@@ -805,7 +832,12 @@ static void attention_bounds(att_bnd *b, const float *q, const float *k, const f
             /* the backward, at the given att (n = Tk = T, pos0 = 0) */
             const float *A_ = att + ((size_t)bb * nh + h) * n * Tk;
             int T = n;
-            double eb = 2 * tu_gamma(T + hd + 5) + rho; /* e_ds of A plus B's */
+            double eb = 2 * tu_gamma(T + hd + 5) + rho, cv = 2 * tu_gamma(T + 1) + rho; /* A's plus B's */
+            if (fused) {
+                eb = tu_gamma(T + hd + 5) + e_p +
+                     (1 + e_p) * (tu_gamma(hd + 2) + rho + c_y + tu_gamma(hd + 1) + tu_gamma(4));
+                cv += e_p;
+            }
             for (int t = 0; t < T; t++) {
                 double Q = 0;
                 for (int c = 0; c <= t; c++) {
@@ -818,7 +850,7 @@ static void attention_bounds(att_bnd *b, const float *q, const float *k, const f
                 for (int c = 0; c <= t; c++)
                     DS[(size_t)t * T + c] = sc * A_[(size_t)t * T + c] * (DS[(size_t)t * T + c] + Q);
             }
-            double cv = 2 * tu_gamma(T + 1) + rho, cqk = cv + eb;
+            double cqk = 2 * tu_gamma(T + 1) + rho + eb;
             for (int t = 0; t < T; t++)
                 for (int j = 0; j < hd; j++) {
                     double mq = 0, mk = 0, mv = 0;
@@ -838,23 +870,53 @@ static void attention_bounds(att_bnd *b, const float *q, const float *k, const f
     free(S), free(al), free(DS);
 }
 
+/* B's log-sum-exps (the first Bn nh T floats of its att) against the exact
+ * ones of the float inputs, within b_L */
+static void check_lse(tp *att, const att_bnd *b, size_t rows)
+{
+    float *r = keep(malloc(att->n * sizeof(float)));
+    B->download(r, att->b, att->n * sizeof(float));
+    size_t worst = 0;
+    double wq = -1;
+    for (size_t i = 0; i < rows; i++) {
+        double q = isfinite(r[i]) ? fabs(r[i] - b->lse[i]) / b->blse[i] : INFINITY;
+        if (q > wq)
+            wq = q, worst = i;
+    }
+    cr_expect(wq <= 1, "%s: attention_fwd log-sum-exp [%zu] of %zu: B %.9g, exact %.9g, bound %.3g", ctx, worst,
+              rows, r[worst], b->lse[worst], b->blse[worst]);
+}
+
+/* Attention on both backends; where B saves log-sum-exps (a fused
+ * backend: attention_state B nh T, not the CPU's B nh T T) those are
+ * checked against the exact ones, and each backend's backward runs from
+ * its own forward's state; where both save probabilities, these are
+ * compared and B's backward runs from A's, as every other op. */
 static void attention_case(int Bn, int T, int nh, int hd, int bf16)
 {
     at("attention%s B=%d T=%d nh=%d hd=%d", bf16 ? " bf16" : "", Bn, T, nh, hd);
     double rho = bf16 ? RHO_BF16 : 0;
-    size_t n = (size_t)Bn * T * nh * hd, na = (size_t)Bn * nh * T * T;
+    size_t n = (size_t)Bn * T * nh * hd, sa = A->attention_state(Bn, T, nh), sb = B->attention_state(Bn, T, nh);
+    int fused = B->attention_state(1, 2, 1) != A->attention_state(1, 2, 1); /* (at T = 1 both are B nh) */
+    cr_assert(sa == (size_t)Bn * nh * T * T && (!fused || sb == (size_t)Bn * nh * T),
+              "%s: attention_state: A %zu, B %zu floats", ctx, sa, sb);
     tp *q = rnd(n, -1.5f, 1.5f), *k = rnd(n, -1.5f, 1.5f), *v = rnd(n, -1, 1);
-    tp *y = junk(n), *att = junk(na);
+    tp *y = junk(n), *att = junk(sa);
     att_bnd bf, bb;
-    attention_bounds(&bf, q->h, k->h, v->h, NULL, NULL, Bn, T, 0, nh, hd, rho);
+    attention_bounds(&bf, q->h, k->h, v->h, NULL, NULL, Bn, T, 0, nh, hd, rho, fused);
     BOTH be->attention_fwd(&(ar_attention){D(q), D(k), D(v), D(att), Bn, T, nh, hd}, D(y));
     check("attention_fwd y", y, bf.y);
-    check("attention_fwd att", att, bf.att); /* zeros above the diagonal included */
-    take(att);
-    tp *dy = rnd(n, -1, 1), *dq = junk(n), *dk = junk(n), *dv = junk(n), *datt = junk(na);
-    attention_bounds(&bb, q->h, k->h, v->h, dy->h, att->h, Bn, T, 0, nh, hd, rho);
-    BOTH be->attention_bwd(&(ar_attention){D(q), D(k), D(v), D(att), Bn, T, nh, hd}, D(dy), D(dq), D(dk), D(dv),
-                           D(datt));
+    if (fused) {
+        check_lse(att, &bf, sb);
+    } else {
+        check("attention_fwd att", att, bf.att); /* zeros above the diagonal included */
+        take(att);
+    }
+    take(y); /* the fused backward's D = dy.y reads it */
+    tp *dy = rnd(n, -1, 1), *dq = junk(n), *dk = junk(n), *dv = junk(n), *datt = junk(sa);
+    attention_bounds(&bb, q->h, k->h, v->h, dy->h, res_a(att), Bn, T, 0, nh, hd, rho, fused);
+    BOTH be->attention_bwd(&(ar_attention){D(q), D(k), D(v), D(att), Bn, T, nh, hd}, D(y), D(dy), D(dq), D(dk),
+                           D(dv), D(datt));
     check("attention_bwd dq", dq, bb.dq);
     check("attention_bwd dk", dk, bb.dk);
     check("attention_bwd dv", dv, bb.dv);
@@ -890,7 +952,7 @@ static void decode_case(int n, int pos0, int nh, int hd)
     tp *q = rnd((size_t)n * C, -1.5f, 1.5f), *k = rnd((size_t)Tk * C, -1.5f, 1.5f);
     tp *v = rnd((size_t)Tk * C, -1, 1), *y = junk((size_t)n * C), *att = junk((size_t)nh * n * Tk);
     att_bnd ba;
-    attention_bounds(&ba, q->h, k->h, v->h, NULL, NULL, 1, n, pos0, nh, hd, 0);
+    attention_bounds(&ba, q->h, k->h, v->h, NULL, NULL, 1, n, pos0, nh, hd, 0, 0);
     BOTH be->attention_decode(D(y), D(att), D(q), D(k), D(v), n, pos0, nh, hd);
     check("attention_decode y", y, ba.y);
     check("attention_decode att", att, ba.att); /* zeros right of the diagonal included */

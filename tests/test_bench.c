@@ -273,12 +273,13 @@ Test(bench, op_timer_wraps_every_op_and_counts_one_call)
     fn tw[WORDS], cw[WORDS];
     memcpy(tw, t, sizeof tw);
     memcpy(cw, cpu, sizeof cw);
-    /* the entries left as they are: name, memory, sync, threads, device */
+    /* the entries left as they are: name, memory, sync, threads, device, attention state */
     const void *kept[] = {(const void *)&cpu->name,       (const void *)&cpu->alloc,
                           (const void *)&cpu->free,       (const void *)&cpu->upload,
                           (const void *)&cpu->download,   (const void *)&cpu->sync,
                           (const void *)&cpu->set_threads, (const void *)&cpu->set_bf16,
-                          (const void *)&cpu->device_name, (const void *)&cpu->peak_bf16_flops};
+                          (const void *)&cpu->device_name, (const void *)&cpu->peak_bf16_flops,
+                          (const void *)&cpu->attention_state};
     int wrapped = 0;
     for (int i = 0; i < WORDS; i++) {
         const void *at = (const char *)cpu + i * sizeof(fn);

@@ -12,7 +12,9 @@
 
 #include <cublas_v2.h>
 #include <cub/device/device_radix_sort.cuh>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 
 static float *dev(size_t n)
 {
@@ -306,4 +308,100 @@ Test(cuda_emu, gemm_operands_stay_inside_their_buffers, .signal = SIGABRT)
     float al = 1.0f, be = 0.0f;
     cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &al, dA, CUDA_R_32F, 2, 4, dB, CUDA_R_32F,
                                2, 0, &be, dC, CUDA_R_32F, 2, 0, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+/* ---- warp matrix functions (mma.h) and bf16 -------------------------- */
+
+/* c (16 x 16, ldc 16) = a b + c0 through WMMA, a as stored (row- or
+ * column-major), b row-major; one warp, the operands copied to aligned
+ * dynamic shared memory first, as a kernel would */
+__global__ static void wmma_kernel(float *c, const float *a, const float *b, int a_cols)
+{
+    using namespace nvcuda;
+    extern __shared__ __align__(128) float sm[];
+    __nv_bfloat16 *as = (__nv_bfloat16 *)sm, *bs = as + 256;
+    for (int i = threadIdx.x; i < 256; i += 32)
+        as[i] = __float2bfloat16(a[i]), bs[i] = __float2bfloat16(b[i]);
+    __syncwarp();
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> ar;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::col_major> ac;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> br;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(acc, c, 16, wmma::mem_row_major);
+    wmma::load_matrix_sync(br, bs, 16);
+    if (a_cols) {
+        wmma::load_matrix_sync(ac, as, 16);
+        wmma::mma_sync(acc, ac, br, acc);
+    } else {
+        wmma::load_matrix_sync(ar, as, 16);
+        wmma::mma_sync(acc, ar, br, acc);
+    }
+    for (int i = 0; i < acc.num_elements; i++)
+        acc.x[i] *= 2.0f;
+    wmma::store_matrix_sync(c, acc, 16, wmma::mem_row_major);
+}
+
+Test(cuda_emu, wmma_multiplies_bf16_tiles_in_either_layout)
+{
+    float ha[256], hb[256], hc[256], out[256];
+    for (int i = 0; i < 256; i++) {
+        ha[i] = (float)((i * 37) % 101) / 7.0f - 6.0f; /* not bf16 values: rounding shows */
+        hb[i] = (float)((i * 53) % 89) / 11.0f - 4.0f;
+        hc[i] = (float)(i % 13) - 6.0f;
+    }
+    float *a = dev(256), *b = dev(256), *c = dev(256);
+    cudaMemcpyAsync(a, ha, sizeof ha, cudaMemcpyHostToDevice);
+    cudaMemcpyAsync(b, hb, sizeof hb, cudaMemcpyHostToDevice);
+    for (int cols = 0; cols < 2; cols++) {
+        cudaMemcpyAsync(c, hc, sizeof hc, cudaMemcpyHostToDevice);
+        wmma_kernel<<<1, 32, 1024>>>(c, a, b, cols);
+        cr_assert_eq(cudaGetLastError(), cudaSuccess);
+        cudaMemcpyAsync(out, c, sizeof out, cudaMemcpyDeviceToHost);
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 16; j++) {
+                double s = hc[16 * i + j];
+                for (int k = 0; k < 16; k++) {
+                    float av = cols ? ha[16 * k + i] : ha[16 * i + k];
+                    s += (double)__bfloat162float(__float2bfloat16(av)) * __bfloat162float(__float2bfloat16(hb[16 * k + j]));
+                }
+                /* exact bf16 products, 16 fp32 additions */
+                cr_expect(fabs(out[16 * i + j] - 2 * s) <= 2 * 17 * 0x1p-24 * 16 * 64,
+                          "layout %d: c[%d,%d] = %g, expected %g", cols, i, j, out[16 * i + j], 2 * s);
+            }
+    }
+    /* round to nearest, ties to even; NaN stays NaN */
+    cr_expect_eq(__bfloat162float(__float2bfloat16(1.0f + 0x1p-8f)), 1.0f);
+    cr_expect_eq(__bfloat162float(__float2bfloat16(1.0f + 0x1.8p-8f)), 1.0f + 0x1p-7f);
+    cr_expect_eq(__bfloat162float(__float2bfloat16(1.0f + 0x1p-7f + 0x1p-8f)), 1.0f + 0x1p-6f);
+    cr_expect(isnan(__bfloat162float(__float2bfloat16(NAN))));
+    cudaFree(a), cudaFree(b), cudaFree(c);
+}
+
+/* a tile that is not 256-bit aligned, as WMMA's rules forbid */
+__global__ static void wmma_misaligned_kernel(float *c)
+{
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc;
+    nvcuda::wmma::fill_fragment(acc, 1.0f);
+    nvcuda::wmma::store_matrix_sync(c + 4, acc, 16, nvcuda::wmma::mem_row_major);
+}
+
+Test(cuda_emu, wmma_refuses_a_misaligned_tile, .signal = SIGABRT)
+{
+    float *c = dev(512);
+    wmma_misaligned_kernel<<<1, 32>>>(c);
+}
+
+/* a warp matrix operation part of the warp never reaches */
+__global__ static void wmma_divergent_kernel(float *c)
+{
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc;
+    if (threadIdx.x < 16)
+        nvcuda::wmma::fill_fragment(acc, 1.0f);
+    c[threadIdx.x] = 0.0f;
+}
+
+Test(cuda_emu, wmma_part_of_the_warp_misses_aborts, .signal = SIGABRT)
+{
+    float *c = dev(32);
+    wmma_divergent_kernel<<<1, 32>>>(c);
 }

@@ -779,7 +779,7 @@ static void attn_check(int B, int T, int nh, int hd, int fd)
     double *bdk = calloc(n, sizeof(double)), *bdv = calloc(n, sizeof(double));
 
     be->attention_fwd(&(ar_attention){q, k, v, att, B, T, nh, hd}, y);
-    be->attention_bwd(&(ar_attention){q, k, v, att, B, T, nh, hd}, R, dq, dk, dv, datt);
+    be->attention_bwd(&(ar_attention){q, k, v, att, B, T, nh, hd}, y, R, dq, dk, dv, datt);
     attn_ref(ry, ratt, rdq, rdk, rdv, by, batt, bdq, bdk, bdv, att, R, q, k, v, B, T, nh, hd);
     check_bnd("attention y", y, ry, by, n);
     check_bnd("attention att", att, ratt, batt, na);
@@ -1306,7 +1306,7 @@ Test(ops, determinism)
             for (int j = 0; j < 3; j++)
                 r[run][j] = zeros(n);
             r[run][3] = zeros(na);
-            be->attention_bwd(&(ar_attention){q, k, v, att, B, T, nh, hd}, dy, r[run][0], r[run][1],
+            be->attention_bwd(&(ar_attention){q, k, v, att, B, T, nh, hd}, y, dy, r[run][0], r[run][1],
                               r[run][2], r[run][3]);
         }
         for (int j = 0; j < 3; j++)

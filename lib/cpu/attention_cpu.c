@@ -147,12 +147,13 @@ void cpu_attention_fwd(const ar_attention *a, float *y)
  * Same row tiling as the forward: for row block [r0,r1) dA, ds and dq use
  * columns [0,r1); dv and dk are computed per column block [c0,c1) from rows
  * [c0,T) only (att and ds vanish above the diagonal). */
-void cpu_attention_bwd(const ar_attention *a, const float *dy, float *dq, float *dk, float *dv,
-                       float *datt)
+void cpu_attention_bwd(const ar_attention *a, const float *y, const float *dy, float *dq, float *dk,
+                       float *dv, float *datt)
 {
     const float *q = a->q, *k = a->k, *v = a->v;
     int B = a->B, T = a->T, nh = a->nh, hd = a->hd;
     const float *att = a->att;
+    (void)y; /* the saved probabilities give rowsum(dA*att) directly */
     int C = nh * hd;
     float scale = 1.0f / sqrtf((float)hd);
     att_kernels kp = att_plan(T, hd, C, 1);

@@ -1,159 +1,411 @@
-/* Causal multi-head attention on the GPU: the four products per head on
- * cuBLAS (strided-batched, see the mapping in matmul_cuda.cu), the causal
- * softmax and its backward as warp-per-row kernels.
+/* Causal multi-head attention on the GPU.
  *
- * q,k,v,y: B x T x C (C = nh*hd); att, datt: B x nh x T x T.  Head (b,h)
- * of q is the T x hd matrix at q + b*T*C + h*hd, leading dimension C; its
- * att block is at att + (b*nh + h)*T*T, leading dimension T.  One strided
- * batch cannot span both b and h (the offset is not linear in b*nh + h), so
- * the smaller of B, nh is a host loop and the other the batch.
+ * Training (attention_fwd, attention_bwd): fused kernels in the manner of
+ * FlashAttention-2 (Dao, 2023) that never form the T x T probabilities in
+ * memory.  Each thread block holds tiles of bt rows of q, k, v (and dy) of
+ * one head in shared memory and forms the scores of a bt x bt tile there;
+ * the forward keeps a running max and sum per query row (the online
+ * softmax) and saves each row's log-sum-exp L, from which the backward
+ * forms P = exp(s - L) again, tile by tile.  Three kernels:
+ *   forward    one block per (query tile, head): y and L;
+ *   dk, dv     one block per (key tile, head), over the query tiles at or
+ *              after it: dv += P^T dy, dk += ds^T q / sqrt(hd);
+ *   dq         one block per (query tile, head), over the key tiles at or
+ *              before it: dq += ds k / sqrt(hd);
+ * with ds = P (dP - D), dP = dy v^T and D = rowsum(dy * y) from a row
+ * kernel first.  Splitting dq from dk, dv costs recomputing s and dP once
+ * more but needs no atomic adds, so the gradients are the same bits run
+ * after run (the backend has no float atomics).  Tiles above the diagonal
+ * are never formed; inside a diagonal tile the masked entries are zeros.
  *
- * The products run over the full T x T block: the scores above the
- * diagonal are computed and then discarded by the softmax, which writes
- * exact zeros there, so att v and the backward products add only zero
- * terms for the masked positions. */
+ * The tile products (tiles_cuda.h) run on tensor cores (WMMA, bf16
+ * operands, fp32 accumulation) when the backend's products are bf16
+ * (set_bf16) and hd is a multiple of 16, and in fp32 otherwise; the
+ * softmax, its running max and sum, L and D are fp32 either way.  bt is the
+ * largest of 64, 32, 16 (8 in fp32) whose tiles fit the device's shared
+ * memory per block.
+ *
+ * Decoding (attention_decode): the products of a few new queries against
+ * the cache on cuBLAS, the probabilities formed whole (they are n x Tk, not
+ * T x T). */
 #include "ops_cuda.h"
 
 #include "cuda_util.h"
 #include "matmul_cuda.h"
+#include "tiles_cuda.h"
 
 #include <math.h>
+#include <stdio.h>
 
-/* rows (query positions) per block of the softmax kernels: one warp each */
+/* rows (query positions) per block of the row kernels: one warp each */
 #define ROWS 8
+/* threads per block of the fused kernels: 8 warps */
+#define FUSED_THREADS 256
 
-/* The host loop / strided batch split of the B*nh heads. */
-typedef struct {
-    int loop, batch;           /* trip count of the host loop, batch count */
-    size_t lqkv, latt;         /* offsets per loop step: q/k/v/y, att */
-    long long sqkv, satt;      /* batch strides: q/k/v/y, att */
-} heads;
-
-static heads split_heads(int B, int T, int nh, int hd)
-{
-    size_t C = (size_t)nh * hd, TT = (size_t)T * T;
-    heads s;
-    if (B <= nh) { /* loop over b, batch over h */
-        s.loop = B, s.batch = nh;
-        s.lqkv = (size_t)T * C, s.latt = (size_t)nh * TT;
-        s.sqkv = hd, s.satt = (long long)TT;
-    } else { /* loop over h, batch over b */
-        s.loop = nh, s.batch = B;
-        s.lqkv = (size_t)hd, s.latt = TT;
-        s.sqkv = (long long)T * C, s.satt = (long long)nh * TT;
-    }
-    return s;
-}
-
-/* Row r of att (r = (b*nh + h)*T + t) holds the scores of query t:
- *   att[r,c] = exp(s_c - max) / sum_{c'<=t} exp(s_c' - max)  for c <= t,
- *   att[r,c] = 0                                               for c > t. */
-__global__ static void causal_softmax_kernel(float *att, size_t rows, int T)
-{
-    size_t r = (size_t)blockIdx.x * ROWS + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (r >= rows)
-        return;
-    int t = (int)(r % (size_t)T);
-    float *a = att + r * T;
-    float mx = -INFINITY;
-    for (int c = lane; c <= t; c += 32)
-        mx = fmaxf(mx, a[c]);
-    mx = ar_warp_max(mx);
-    float sum = 0.0f;
-    for (int c = lane; c <= t; c += 32) {
-        float e = expf(a[c] - mx);
-        a[c] = e;
-        sum += e;
-    }
-    float inv = 1.0f / ar_warp_sum(sum);
-    for (int c = lane; c < T; c += 32)
-        a[c] = c <= t ? a[c] * inv : 0.0f;
-}
-
-/* In place on D = dA (= dy v^T), row r with query t:
- *   ds[c] = att[c] (dA[c] - sum_{c'<=t} dA[c'] att[c']) * scale   for c <= t,
- *   ds[c] = 0 for c > t (dq = ds k and dk = ds^T q read whole rows). */
-__global__ static void causal_softmax_bwd_kernel(float *D, const float *att, size_t rows, int T,
-                                                 float scale)
-{
-    size_t r = (size_t)blockIdx.x * ROWS + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (r >= rows)
-        return;
-    int t = (int)(r % (size_t)T);
-    float *d = D + r * T;
-    const float *a = att + r * T;
-    float dot = 0.0f;
-    for (int c = lane; c <= t; c += 32)
-        dot += d[c] * a[c];
-    dot = ar_warp_sum(dot);
-    for (int c = lane; c < T; c += 32)
-        d[c] = c <= t ? a[c] * (d[c] - dot) * scale : 0.0f;
-}
+enum { FWD, BWD_KV, BWD_Q };
 
 static unsigned row_blocks(size_t rows) { return (unsigned)((rows + ROWS - 1) / ROWS); }
 
-/* s = q k^T / sqrt(hd) (causal), att = softmax(s), y = att v        (=) */
-void cuda_attention_fwd(const ar_attention *a, float *y)
+/* Where each tile lives in a fused kernel's dynamic shared memory (byte
+ * offsets, 128-byte aligned), for tiles of bt rows, head dimension hd and
+ * operands of esz bytes (4: fp32, 2: bf16):
+ *   q, k, v, dy   bt x hd operands (dy: backward only)
+ *   s             bt x bt scores, fp32
+ *   p             bt x bt probabilities as an operand (not in the dq kernel)
+ *   dp, ds        bt x bt: dy v^T (fp32) and ds as an operand (backward)
+ *   a0, a1        bt x hd fp32 accumulators: y (forward); dk, dv; dq
+ *   r0, r1        bt per-row values: running max and sum (forward); L and D */
+struct att_tiles {
+    size_t q, k, v, dy, s, p, dp, ds, a0, a1, r0, r1, bytes;
+};
+
+__host__ __device__ static inline size_t take(size_t *at, size_t bytes)
 {
-    const float *q = a->q, *k = a->k, *v = a->v;
-    int B = a->B, T = a->T, nh = a->nh, hd = a->hd;
-    float *att = a->att;
-    if (B <= 0 || T <= 0 || nh <= 0 || hd <= 0)
-        return;
-    int C = nh * hd;
-    float scale = 1.0f / sqrtf((float)hd);
-    heads s = split_heads(B, T, nh, hd);
-    /* att = scale q k^T   (T x T per head) */
-    for (int l = 0; l < s.loop; l++)
-        ar_cu_gemm_batched(0, 1, T, T, hd, scale, q + l * s.lqkv, C, s.sqkv, k + l * s.lqkv, C,
-                           s.sqkv, 0.0f, att + l * s.latt, T, s.satt, s.batch);
-    size_t rows = (size_t)B * nh * T;
-    causal_softmax_kernel<<<row_blocks(rows), ROWS * 32, 0, ar_cuda_stream()>>>(att, rows, T);
-    AR_CUDA_LAUNCHED();
-    /* y = att v   (T x hd per head) */
-    for (int l = 0; l < s.loop; l++)
-        ar_cu_gemm_batched(0, 0, T, hd, T, 1.0f, att + l * s.latt, T, s.satt, v + l * s.lqkv, C,
-                           s.sqkv, 0.0f, y + l * s.lqkv, C, s.sqkv, s.batch);
+    size_t o = *at;
+    *at += (bytes + 127) & ~(size_t)127;
+    return o;
 }
 
-/* (=, overwrites dq dk dv; datt is scratch):
- *   dv = att^T dy;  dA = dy v^T;  ds = att*(dA - rowsum(dA*att)) / sqrt(hd);
- *   dq = ds k;  dk = ds^T q */
-void cuda_attention_bwd(const ar_attention *a, const float *dy, float *dq, float *dk, float *dv,
+__host__ __device__ static inline att_tiles tiles_of(int kind, int bt, int hd, size_t esz)
+{
+    att_tiles t = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    size_t at = 0, op = (size_t)bt * hd * esz, sq = (size_t)bt * bt, acc = (size_t)bt * hd * sizeof(float);
+    t.q = take(&at, op), t.k = take(&at, op), t.v = take(&at, op);
+    t.s = take(&at, sq * sizeof(float));
+    if (kind != BWD_Q)
+        t.p = take(&at, sq * esz);
+    t.a0 = take(&at, acc);
+    t.r0 = take(&at, bt * sizeof(float)), t.r1 = take(&at, bt * sizeof(float));
+    if (kind != FWD) {
+        t.dy = take(&at, op);
+        t.dp = take(&at, sq * sizeof(float));
+        t.ds = take(&at, sq * esz);
+    }
+    if (kind == BWD_KV)
+        t.a1 = take(&at, acc);
+    t.bytes = at;
+    return t;
+}
+
+/* dst[r, c] = src[(r0 + r) C + c] for rows r0 + r < T, 0 after (bt x hd) */
+template <typename E>
+__device__ static void load_rows(E *dst, const float *src, int C, int r0, int T, int bt, int hd)
+{
+    for (int e = threadIdx.x; e < bt * hd; e += blockDim.x) {
+        int r = e / hd, c = e % hd;
+        tile_store(dst + e, r0 + r < T ? src[(size_t)(r0 + r) * C + c] : 0.0f);
+    }
+}
+
+/* acc's rows r0 + r < T to dst (rows C apart), each divided by div[r] (div NULL: as they are) */
+__device__ static void store_rows(float *dst, const float *acc, const float *div, int C, int r0, int T, int bt,
+                                  int hd)
+{
+    for (int e = threadIdx.x; e < bt * hd; e += blockDim.x) {
+        int r = e / hd, c = e % hd;
+        if (r0 + r < T)
+            dst[(size_t)(r0 + r) * C + c] = div ? acc[e] / div[r] : acc[e];
+    }
+}
+
+/* Head bh = b nh + h of a B x T x C buffer starts at b T C + h hd. */
+__device__ static inline size_t head_start(int bh, int T, int nh, int hd)
+{
+    return (size_t)(bh / nh) * T * nh * hd + (size_t)(bh % nh) * hd;
+}
+
+/* Forward, query tile i0 (the last tiles, with the most key tiles, first)
+ * of head bh = blockIdx.y.  Per key tile j0 <= i0, for row r (query
+ * t = i0 + r) and key c (j0 + c <= t):
+ *   s = q k^T / sqrt(hd);  m' = max(m, max_c s);  p = exp(s - m');
+ *   l = l exp(m - m') + sum_c p;  o = o exp(m - m') + p v;  m = m'
+ * then y = o / l and L = m + log l.  Every row sees key j0 (j0 <= i0 <= t),
+ * so m' is finite from the first tile on. */
+template <typename E>
+__global__ static void __launch_bounds__(FUSED_THREADS)
+    flash_fwd_kernel(float *y, float *lse, const float *q, const float *k, const float *v, int T, int nh, int hd,
+                     int bt, float scale)
+{
+    extern __shared__ __align__(128) float smem[];
+    att_tiles L = tiles_of(FWD, bt, hd, sizeof(E));
+    char *base = (char *)smem;
+    E *Qs = (E *)(base + L.q), *Ks = (E *)(base + L.k), *Vs = (E *)(base + L.v), *P = (E *)(base + L.p);
+    float *S = (float *)(base + L.s), *O = (float *)(base + L.a0);
+    float *mrow = (float *)(base + L.r0), *lrow = (float *)(base + L.r1);
+    int bh = blockIdx.y, C = nh * hd, i0 = (gridDim.x - 1 - blockIdx.x) * bt;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    size_t h0 = head_start(bh, T, nh, hd);
+    load_rows(Qs, q + h0, C, i0, T, bt, hd);
+    for (int e = threadIdx.x; e < bt * hd; e += blockDim.x)
+        O[e] = 0.0f;
+    for (int r = threadIdx.x; r < bt; r += blockDim.x)
+        mrow[r] = -INFINITY, lrow[r] = 0.0f;
+    int jend = min(T, i0 + bt);
+    for (int j0 = 0; j0 < jend; j0 += bt) {
+        __syncthreads(); /* the last tile's reads of k, v and p are done */
+        load_rows(Ks, k + h0, C, j0, T, bt, hd);
+        load_rows(Vs, v + h0, C, j0, T, bt, hd);
+        __syncthreads();
+        tile_mm(S, bt, Qs, hd, 0, Ks, hd, 1, bt, bt, hd, scale, 0);
+        __syncthreads();
+        for (int r = warp; r < bt; r += warps) {
+            int t = i0 + r;
+            const float *s = S + (size_t)r * bt;
+            float m = mrow[r], mx = m;
+            for (int c = lane; c < bt; c += 32)
+                if (j0 + c <= t)
+                    mx = fmaxf(mx, s[c]);
+            mx = ar_warp_max(mx);
+            float sum = 0.0f;
+            for (int c = lane; c < bt; c += 32) {
+                float p = j0 + c <= t ? expf(s[c] - mx) : 0.0f;
+                tile_store(P + (size_t)r * bt + c, p);
+                sum += p;
+            }
+            sum = ar_warp_sum(sum);
+            float corr = expf(m - mx); /* 0 on the first tile (m = -inf) */
+            for (int c = lane; c < hd; c += 32)
+                O[(size_t)r * hd + c] *= corr;
+            if (lane == 0)
+                lrow[r] = lrow[r] * corr + sum, mrow[r] = mx;
+        }
+        __syncthreads();
+        tile_mm(O, hd, P, bt, 0, Vs, hd, 0, bt, hd, bt, 1.0f, 1);
+    }
+    __syncthreads();
+    store_rows(y + h0, O, lrow, C, i0, T, bt, hd);
+    for (int r = threadIdx.x; r < bt; r += blockDim.x)
+        if (i0 + r < T)
+            lse[(size_t)bh * T + i0 + r] = mrow[r] + logf(lrow[r]);
+}
+
+/* D[bh T + t] = sum_j dy[t, j] y[t, j] over head bh's hd channels: one warp
+ * per row r = bh T + t */
+__global__ static void rowdot_kernel(float *D, const float *dy, const float *y, size_t rows, int T, int nh, int hd)
+{
+    size_t r = (size_t)blockIdx.x * ROWS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (r >= rows)
+        return;
+    int bh = (int)(r / (size_t)T), t = (int)(r % (size_t)T);
+    size_t o = head_start(bh, T, nh, hd) + (size_t)t * nh * hd;
+    float s = 0.0f;
+    for (int j = lane; j < hd; j += 32)
+        s += dy[o + j] * y[o + j];
+    s = ar_warp_sum(s);
+    if (lane == 0)
+        D[r] = s;
+}
+
+/* The backward's probabilities and ds of a tile, from s (scaled scores)
+ * and dP in shared memory, query rows i0 + r < T, keys j0 + c <= i0 + r:
+ *   p = exp(s - L[r]);  ds = p (dP - D[r]);  both 0 where masked
+ * (P NULL: p not kept as an operand, the dq kernel's case) */
+template <typename E>
+__device__ static void tile_ds(E *P, E *dS, const float *S, const float *dP, const float *Lr, const float *Dr,
+                               int i0, int j0, int T, int bt)
+{
+    for (int e = threadIdx.x; e < bt * bt; e += blockDim.x) {
+        int r = e / bt, c = e % bt, t = i0 + r;
+        float p = t < T && j0 + c <= t ? expf(S[e] - Lr[r]) : 0.0f;
+        if (P)
+            tile_store(P + e, p);
+        tile_store(dS + e, p * (dP[e] - Dr[r]));
+    }
+}
+
+/* L and D of rows i0 .. i0 + bt - 1 into shared memory (0 after T) */
+__device__ static void load_row_values(float *Lr, float *Dr, const float *lse, const float *D, int bh, int i0,
+                                       int T, int bt)
+{
+    for (int r = threadIdx.x; r < bt; r += blockDim.x) {
+        int t = i0 + r;
+        Lr[r] = t < T ? lse[(size_t)bh * T + t] : 0.0f;
+        Dr[r] = t < T ? D[(size_t)bh * T + t] : 0.0f;
+    }
+}
+
+/* dk, dv of key tile j0 of head bh, over the query tiles i0 >= j0:
+ *   dv += P^T dy;  dk += ds^T q / sqrt(hd)    (=: written once, at the end) */
+template <typename E>
+__global__ static void __launch_bounds__(FUSED_THREADS)
+    flash_bwd_kv_kernel(float *dk, float *dv, const float *q, const float *k, const float *v, const float *dy,
+                        const float *lse, const float *D, int T, int nh, int hd, int bt, float scale)
+{
+    extern __shared__ __align__(128) float smem[];
+    att_tiles L = tiles_of(BWD_KV, bt, hd, sizeof(E));
+    char *base = (char *)smem;
+    E *Qs = (E *)(base + L.q), *Ks = (E *)(base + L.k), *Vs = (E *)(base + L.v), *dYs = (E *)(base + L.dy);
+    E *P = (E *)(base + L.p), *dS = (E *)(base + L.ds);
+    float *S = (float *)(base + L.s), *dP = (float *)(base + L.dp);
+    float *dK = (float *)(base + L.a0), *dV = (float *)(base + L.a1);
+    float *Lr = (float *)(base + L.r0), *Dr = (float *)(base + L.r1);
+    int bh = blockIdx.y, C = nh * hd, j0 = blockIdx.x * bt;
+    size_t h0 = head_start(bh, T, nh, hd);
+    load_rows(Ks, k + h0, C, j0, T, bt, hd);
+    load_rows(Vs, v + h0, C, j0, T, bt, hd);
+    for (int e = threadIdx.x; e < bt * hd; e += blockDim.x)
+        dK[e] = 0.0f, dV[e] = 0.0f;
+    for (int i0 = j0; i0 < T; i0 += bt) {
+        __syncthreads(); /* the last tile's reads of q, dy, P and ds are done */
+        load_rows(Qs, q + h0, C, i0, T, bt, hd);
+        load_rows(dYs, dy + h0, C, i0, T, bt, hd);
+        load_row_values(Lr, Dr, lse, D, bh, i0, T, bt);
+        __syncthreads();
+        tile_mm(S, bt, Qs, hd, 0, Ks, hd, 1, bt, bt, hd, scale, 0);
+        tile_mm(dP, bt, dYs, hd, 0, Vs, hd, 1, bt, bt, hd, 1.0f, 0);
+        __syncthreads();
+        tile_ds(P, dS, S, dP, Lr, Dr, i0, j0, T, bt);
+        __syncthreads();
+        tile_mm(dV, hd, P, bt, 1, dYs, hd, 0, bt, hd, bt, 1.0f, 1);
+        tile_mm(dK, hd, dS, bt, 1, Qs, hd, 0, bt, hd, bt, scale, 1);
+    }
+    __syncthreads();
+    store_rows(dk + h0, dK, NULL, C, j0, T, bt, hd);
+    store_rows(dv + h0, dV, NULL, C, j0, T, bt, hd);
+}
+
+/* dq of query tile i0 (the last first) of head bh, over the key tiles
+ * j0 <= i0:  dq += ds k / sqrt(hd)    (=: written once, at the end) */
+template <typename E>
+__global__ static void __launch_bounds__(FUSED_THREADS)
+    flash_bwd_q_kernel(float *dq, const float *q, const float *k, const float *v, const float *dy,
+                       const float *lse, const float *D, int T, int nh, int hd, int bt, float scale)
+{
+    extern __shared__ __align__(128) float smem[];
+    att_tiles L = tiles_of(BWD_Q, bt, hd, sizeof(E));
+    char *base = (char *)smem;
+    E *Qs = (E *)(base + L.q), *Ks = (E *)(base + L.k), *Vs = (E *)(base + L.v), *dYs = (E *)(base + L.dy);
+    E *dS = (E *)(base + L.ds);
+    float *S = (float *)(base + L.s), *dP = (float *)(base + L.dp), *dQ = (float *)(base + L.a0);
+    float *Lr = (float *)(base + L.r0), *Dr = (float *)(base + L.r1);
+    int bh = blockIdx.y, C = nh * hd, i0 = (gridDim.x - 1 - blockIdx.x) * bt;
+    size_t h0 = head_start(bh, T, nh, hd);
+    load_rows(Qs, q + h0, C, i0, T, bt, hd);
+    load_rows(dYs, dy + h0, C, i0, T, bt, hd);
+    load_row_values(Lr, Dr, lse, D, bh, i0, T, bt);
+    for (int e = threadIdx.x; e < bt * hd; e += blockDim.x)
+        dQ[e] = 0.0f;
+    int jend = min(T, i0 + bt);
+    for (int j0 = 0; j0 < jend; j0 += bt) {
+        __syncthreads(); /* the last tile's reads of k and ds are done */
+        load_rows(Ks, k + h0, C, j0, T, bt, hd);
+        load_rows(Vs, v + h0, C, j0, T, bt, hd);
+        __syncthreads();
+        tile_mm(S, bt, Qs, hd, 0, Ks, hd, 1, bt, bt, hd, scale, 0);
+        tile_mm(dP, bt, dYs, hd, 0, Vs, hd, 1, bt, bt, hd, 1.0f, 0);
+        __syncthreads();
+        tile_ds((E *)NULL, dS, S, dP, Lr, Dr, i0, j0, T, bt);
+        __syncthreads();
+        tile_mm(dQ, hd, dS, bt, 0, Ks, hd, 0, bt, hd, bt, scale, 1);
+    }
+    __syncthreads();
+    store_rows(dq + h0, dQ, NULL, C, i0, T, bt, hd);
+}
+
+/* ---- launching ---- */
+
+/* How a shape runs: tile rows bt, tensor cores or not, and the grid. */
+struct att_plan {
+    int bt, tc;
+    dim3 grid;
+};
+
+/* The most dynamic shared memory a block may opt into on this device. */
+static size_t smem_limit(void)
+{
+    static int limit = -1;
+    if (limit < 0) {
+        int dev = 0;
+        AR_CUDA_CHECK(cudaGetDevice(&dev));
+        AR_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    }
+    return (size_t)limit;
+}
+
+static att_plan plan_for(int B, int T, int nh, int hd)
+{
+    att_plan p;
+    p.tc = ar_cuda_bf16() && hd % 16 == 0;
+    size_t esz = p.tc ? sizeof(bf16) : sizeof(float), limit = smem_limit();
+    for (p.bt = 64; p.bt >= (p.tc ? 16 : 8); p.bt /= 2)
+        if (tiles_of(BWD_KV, p.bt, hd, esz).bytes <= limit)
+            break;
+    char why[160];
+    if (p.bt < (p.tc ? 16 : 8)) {
+        snprintf(why, sizeof why, "head dimension %d: the fused kernels' smallest tiles need more than the %zu bytes "
+                 "of shared memory a block may have", hd, limit);
+        ar_cuda_die("attention", why, __FILE__, __LINE__);
+    }
+    if ((size_t)B * nh > 65535) {
+        snprintf(why, sizeof why, "%d sequences x %d heads: more than 65535 (the grid's second dimension)", B, nh);
+        ar_cuda_die("attention", why, __FILE__, __LINE__);
+    }
+    p.grid = dim3((unsigned)((T + p.bt - 1) / p.bt), (unsigned)(B * nh));
+    return p;
+}
+
+/* Lets kernel fn take `bytes` of dynamic shared memory (past the 48 KiB
+ * every kernel may have, a block must opt in). */
+template <typename F> static size_t smem_for(F fn, int kind, const att_plan &p, int hd)
+{
+    size_t bytes = tiles_of(kind, p.bt, hd, p.tc ? sizeof(bf16) : sizeof(float)).bytes;
+    if (bytes > 48 * 1024)
+        AR_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    return bytes;
+}
+
+template <typename E> static void fwd(const ar_attention *a, float *y, const att_plan &p, float scale)
+{
+    size_t sm = smem_for(flash_fwd_kernel<E>, FWD, p, a->hd);
+    flash_fwd_kernel<E><<<p.grid, FUSED_THREADS, sm, ar_cuda_stream()>>>(y, a->att, a->q, a->k, a->v, a->T, a->nh,
+                                                                       a->hd, p.bt, scale);
+    AR_CUDA_LAUNCHED();
+}
+
+template <typename E>
+static void bwd(const ar_attention *a, const float *dy, float *dq, float *dk, float *dv, const float *D,
+                const att_plan &p, float scale)
+{
+    size_t sm = smem_for(flash_bwd_kv_kernel<E>, BWD_KV, p, a->hd);
+    flash_bwd_kv_kernel<E><<<p.grid, FUSED_THREADS, sm, ar_cuda_stream()>>>(dk, dv, a->q, a->k, a->v, dy, a->att,
+                                                                          D, a->T, a->nh, a->hd, p.bt, scale);
+    AR_CUDA_LAUNCHED();
+    sm = smem_for(flash_bwd_q_kernel<E>, BWD_Q, p, a->hd);
+    flash_bwd_q_kernel<E><<<p.grid, FUSED_THREADS, sm, ar_cuda_stream()>>>(dq, a->q, a->k, a->v, dy, a->att, D,
+                                                                         a->T, a->nh, a->hd, p.bt, scale);
+    AR_CUDA_LAUNCHED();
+}
+
+/* y = softmax(q k^T / sqrt(hd), causal) v (=); a->att: each row's L */
+void cuda_attention_fwd(const ar_attention *a, float *y)
+{
+    if (a->B <= 0 || a->T <= 0 || a->nh <= 0 || a->hd <= 0)
+        return;
+    att_plan p = plan_for(a->B, a->T, a->nh, a->hd);
+    float scale = 1.0f / sqrtf((float)a->hd);
+    if (p.tc)
+        fwd<bf16>(a, y, p, scale);
+    else
+        fwd<float>(a, y, p, scale);
+}
+
+/* dv = P^T dy;  ds = P (dy v^T - D) / sqrt(hd), D = rowsum(dy y);
+ * dq = ds k;  dk = ds^T q   (=; datt: D, B x nh x T) */
+void cuda_attention_bwd(const ar_attention *a, const float *y, const float *dy, float *dq, float *dk, float *dv,
                         float *datt)
 {
-    const float *q = a->q, *k = a->k, *v = a->v;
-    int B = a->B, T = a->T, nh = a->nh, hd = a->hd;
-    const float *att = a->att;
-    if (B <= 0 || T <= 0 || nh <= 0 || hd <= 0)
+    if (a->B <= 0 || a->T <= 0 || a->nh <= 0 || a->hd <= 0)
         return;
-    int C = nh * hd;
-    float scale = 1.0f / sqrtf((float)hd);
-    heads s = split_heads(B, T, nh, hd);
-    for (int l = 0; l < s.loop; l++) {
-        size_t o = l * s.lqkv, oa = l * s.latt;
-        /* dv = att^T dy   (att stored T x T, transposed) */
-        ar_cu_gemm_batched(1, 0, T, hd, T, 1.0f, att + oa, T, s.satt, dy + o, C, s.sqkv, 0.0f,
-                           dv + o, C, s.sqkv, s.batch);
-        /* dA = dy v^T */
-        ar_cu_gemm_batched(0, 1, T, T, hd, 1.0f, dy + o, C, s.sqkv, v + o, C, s.sqkv, 0.0f,
-                           datt + oa, T, s.satt, s.batch);
-    }
-    size_t rows = (size_t)B * nh * T;
-    causal_softmax_bwd_kernel<<<row_blocks(rows), ROWS * 32, 0, ar_cuda_stream()>>>(datt, att,
-                                                                                    rows, T, scale);
+    att_plan p = plan_for(a->B, a->T, a->nh, a->hd);
+    float scale = 1.0f / sqrtf((float)a->hd);
+    size_t rows = (size_t)a->B * a->nh * a->T;
+    rowdot_kernel<<<row_blocks(rows), ROWS * 32, 0, ar_cuda_stream()>>>(datt, dy, y, rows, a->T, a->nh, a->hd);
     AR_CUDA_LAUNCHED();
-    for (int l = 0; l < s.loop; l++) {
-        size_t o = l * s.lqkv, oa = l * s.latt;
-        /* dq = ds k */
-        ar_cu_gemm_batched(0, 0, T, hd, T, 1.0f, datt + oa, T, s.satt, k + o, C, s.sqkv, 0.0f,
-                           dq + o, C, s.sqkv, s.batch);
-        /* dk = ds^T q */
-        ar_cu_gemm_batched(1, 0, T, hd, T, 1.0f, datt + oa, T, s.satt, q + o, C, s.sqkv, 0.0f,
-                           dk + o, C, s.sqkv, s.batch);
-    }
+    if (p.tc)
+        bwd<bf16>(a, dy, dq, dk, dv, datt, p, scale);
+    else
+        bwd<float>(a, dy, dq, dk, dv, datt, p, scale);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -9,7 +9,7 @@
  *                       cross-entropy, AdamW
  *   matmul_cuda.cu      linear layers, and the cuBLAS products of all ops
  *                       (its mapping of row-major products and precision)
- *   attention_cuda.cu   causal multi-head attention
+ *   attention_cuda.cu   causal multi-head attention (fused: tiles_cuda.h)
  *   depth_cuda.cu       two-phase depth attention (Full/Block AttnRes)
  *   mixer_cuda.cu       the general depth mixer (lib/residual_mixer.c)
  *   wsum_cuda.cu        weighted sums of buffers (DenseFormer, mHC)
@@ -167,6 +167,9 @@ static const char *cu_device_name(void) { return g_name; }
 
 static double cu_peak_bf16_flops(void) { return g_peak; }
 
+/* the fused kernels' log-sum-exp per row, B x nh x T (attention_cuda.cu) */
+static size_t cu_attention_state(int B, int T, int nh) { return (size_t)B * nh * T; }
+
 /* Dense bf16 tensor-core FLOPs per clock per SM (one FMA = 2 FLOPs):
  * A100 (sm_80) 2048; GA10x / Ada (sm_86, sm_89) 512; H100 (sm_90) 4096;
  * B200 (sm_100) 8192; others unknown (0). */
@@ -201,6 +204,7 @@ static void fill_table(ar_backend *b)
     b->set_bf16 = cu_set_bf16;
     b->device_name = cu_device_name;
     b->peak_bf16_flops = cu_peak_bf16_flops;
+    b->attention_state = cu_attention_state;
 #define AR_OP(ret, name, params, args, uses) b->name = cuda_##name;
 #include "../ops.def"
 #undef AR_OP

@@ -29,7 +29,8 @@
  * What it cannot show: races (threads run in a fixed order, one at a time,
  * so a missing barrier between a write and another thread's read may go
  * unseen), the GPU's floating point (tensor-core bf16 products: the
- * stand-in rounds the operands to bf16 and multiplies in fp32 with CBLAS;
+ * stand-ins round the operands to bf16 and multiply in fp32, cuBLAS's
+ * with CBLAS, WMMA's (include/mma.h) in k order;
  * the device's expf, logf and division are the host's), memory limits,
  * streams' concurrency, and speed. */
 #include "cuda_runtime.h"
@@ -104,7 +105,7 @@ std::vector<warp> g_warp;
 fiber *g_cur;
 std::function<void()> *g_body;
 const char *g_name;
-std::vector<float> g_smem;
+std::vector<float> g_smem; /* a block's dynamic shared memory, from a 256-byte boundary in it */
 std::map<const void *, int> g_smem_optin;
 
 void wait_as(state s);
@@ -295,7 +296,20 @@ uint64_t emu_shfl_xor(unsigned mask, uint64_t bits, int lane_mask)
     return w.slot[(w.gen - 1) & 1][lane ^ (unsigned)lane_mask];
 }
 
-void *emu_dynamic_smem(void) { return g_smem.data(); }
+/* as a GPU's, aligned for any type and for WMMA's 256-bit tiles */
+void *emu_dynamic_smem(void) { return (void *)(((uintptr_t)g_smem.data() + 255) & ~(uintptr_t)255); }
+
+void emu_wmma_check(const void *p, unsigned ldm, size_t elem_bytes, const char *what)
+{
+    if ((uintptr_t)p % 32)
+        fail("kernel '%s', block (%u,%u,%u), thread %u: wmma::%s at %p: not 256-bit aligned", g_name, blockIdx.x,
+             blockIdx.y, blockIdx.z, g_cur->tid, what, p);
+    unsigned mult = elem_bytes == 2 ? 8 : 4;
+    if (ldm % mult)
+        fail("kernel '%s', block (%u,%u,%u), thread %u: wmma::%s with ldm %u: not a multiple of %u elements",
+             g_name, blockIdx.x, blockIdx.y, blockIdx.z, g_cur->tid, what, ldm, mult);
+    __syncwarp();
+}
 
 void emu_launch(const void *fn, const char *name, emu_cfg cfg, std::function<void()> body)
 {
@@ -317,7 +331,7 @@ void emu_launch(const void *fn, const char *name, emu_cfg cfg, std::function<voi
     }
     if (g_warp.size() < (n + 31) / 32)
         g_warp.resize((n + 31) / 32);
-    g_smem.assign((cfg.smem + sizeof(float) - 1) / sizeof(float) + 4, NAN);
+    g_smem.assign((cfg.smem + sizeof(float) - 1) / sizeof(float) + 64 + 4, NAN);
     g_body = &body;
     g_name = name;
     blockDim = b;
@@ -436,9 +450,22 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int)
     return cudaSuccess;
 }
 
+/* The shared memory a block may opt into: 227 KiB, as an sm_90 device, or
+ * AR_CUDA_EMU_SMEM bytes (a smaller device: kernels that size their tiles
+ * by it then run with smaller tiles). */
+static int smem_optin_limit(void)
+{
+    const char *v = getenv("AR_CUDA_EMU_SMEM");
+    int n = v ? atoi(v) : 0;
+    return n > 0 && n < 232448 ? n : 232448;
+}
+
 cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int)
 {
-    *value = attr == cudaDevAttrMultiProcessorCount ? 1 : attr == cudaDevAttrClockRate ? 1000000 : 0;
+    *value = attr == cudaDevAttrMultiProcessorCount                ? 1
+             : attr == cudaDevAttrClockRate                         ? 1000000
+             : attr == cudaDevAttrMaxSharedMemoryPerBlockOptin ? smem_optin_limit()
+                                                                    : 0;
     return cudaSuccess;
 }
 

@@ -5,8 +5,8 @@
  -> emu_launch((const void *)&kernel, "kernel", emu_config(grid, block, smem, stream),
                [=]() { kernel(args); });
 
-    extern __shared__ float name[];
- -> float *name = (float *)emu_dynamic_smem();
+    extern __shared__ float name[];   (or extern __shared__ __align__(N) float name[];)
+ -> float *name = (float *)emu_dynamic_smem();   (aligned to 256 bytes)
 
 Everything else is left as it is, line for line (a #line directive names
 the original file), so compiler messages point into lib/cuda.
@@ -16,7 +16,8 @@ import re
 import sys
 
 KERNEL = re.compile(r'([A-Za-z_][A-Za-z_0-9]*(?:\s*<[^<>;()]*>)?)\s*$')
-SMEM = re.compile(r'extern\s+__shared__\s+([A-Za-z_][A-Za-z_0-9]*)\s+([A-Za-z_][A-Za-z_0-9]*)\s*\[\s*\]\s*;')
+SMEM = re.compile(r'extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?([A-Za-z_][A-Za-z_0-9]*)\s+'
+                  r'([A-Za-z_][A-Za-z_0-9]*)\s*\[\s*\]\s*;')
 
 
 def closing_paren(text, i):

@@ -35,7 +35,11 @@ enum cudaMemcpyKind {
     cudaMemcpyDeviceToDevice = 3,
 };
 
-enum cudaDeviceAttr { cudaDevAttrClockRate = 13, cudaDevAttrMultiProcessorCount = 16 };
+enum cudaDeviceAttr {
+    cudaDevAttrClockRate = 13,
+    cudaDevAttrMultiProcessorCount = 16,
+    cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+};
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 
 struct cudaDeviceProp {
@@ -83,6 +87,7 @@ template <typename F> cudaError_t cudaFuncSetAttribute(F fn, cudaFuncAttribute a
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 /* Blocks run one at a time, so a block's shared arrays can be statics of
  * their function (dynamic shared memory: launch.py's rewrite of
  * `extern __shared__`, emu_dynamic_smem()). */
