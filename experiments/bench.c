@@ -126,12 +126,23 @@ static void ctx_close(bench_ctx *c)
     ar_model_free(c->m);
 }
 
+/* A training step as run/train.c runs one on one process: the loss, the
+ * norm, the clipping and the update's go-ahead stay on the device, read
+ * back once after the update. */
 static void train_step(bench_ctx *c)
 {
     ar_model_zero_grad(c->m);
-    c->loss = ar_model_forward_backward(c->m, c->in, c->tg, c->B, 1.0f / (float)(c->B * c->m->T),
-                                        NULL);
-    ar_adamw_step(&c->opt, c->m, c->tc, c->tc->lr, ar_grad_norm(c->m));
+    ar_model_set_loss_slot(c->m, 0);
+    ar_model_loss_on_device(c->m, 1);
+    ar_model_forward_backward(c->m, c->in, c->tg, c->B, 1.0f / (float)(c->B * c->m->T), NULL);
+    ar_model_loss_on_device(c->m, 0);
+    int nc;
+    const double *parts = ar_model_loss_parts(c->m, &nc);
+    ar_step_check_device(&c->opt, c->m, c->tc, parts, 1, nc);
+    ar_adamw_update(&c->opt, c->m, c->tc, c->tc->lr);
+    ar_step_rec r;
+    ar_adamw_read(&c->opt, &r);
+    c->loss = r.loss;
 }
 
 /* The forward with its loss: the output layer is part of inference's cost

@@ -148,6 +148,7 @@ static void alloc_activations(ar_model *m, const unsigned char *runs, const ar_m
         m->probs_c = falloc(be, (size_t)m->head_rows * V);
         m->losses = falloc(be, N);
         m->head_part = ar_xcalloc(N / (size_t)m->head_rows + 1, sizeof(double));
+        ar_model_loss_slots(m, 1);
     }
     m->head_kept = -1;
     /* lent to the residual scheme through the forward (model.h): own */
@@ -260,6 +261,8 @@ void ar_model_free(ar_model *m)
         be->free(m->tgt);
     if (m->norm_sums)
         be->free(m->norm_sums);
+    if (m->loss_parts)
+        be->free(m->loss_parts);
     free(m->act);
     free(m->blk);
     free(m->bucket_off);
@@ -414,24 +417,53 @@ void ar_model_forward_sublayers(ar_model *m, int l0, int l1)
     }
 }
 
-/* One chunk of n rows from row r0 of the head (model.h):
- *   logits_c = hn[r0..r0+n) W^T;  probs_c = softmax(logits_c)
- *   losses[r0+i] = log sum_v exp logits_c[i,v] - logits_c[i, target]
- * returns the chunk's sum of losses. */
-static double head_chunk_fwd(ar_model *m, int r0, int n)
-{
-    const ar_backend *be = m->be;
-    int d = m->d, V = m->V;
-    be->matmul_fwd(m->logits_c, m->hn + (size_t)r0 * d, P(m->lm_head), n, d, V);
-    return be->xent_fwd(m->losses + r0, m->probs_c, m->logits_c, m->tgt + r0, n, V);
-}
-
-static int imin(int a, int b) { return a < b ? a : b; }
-
 /* Rows per chunk of this batch (at most head_rows, the buffers' rows):
  * even chunks, so that the one the backward finds already computed is as
  * large as the others. */
 static int chunk_rows(const ar_model *m) { return split_rows(m->N, m->head_rows); }
+
+/* Head chunks of this batch */
+static int head_chunks(const ar_model *m) { return (m->N - 1) / chunk_rows(m) + 1; }
+
+void ar_model_loss_slots(ar_model *m, int slots)
+{
+    if (slots <= m->loss_slots || !m->head_rows) /* (a pipeline stage without the head) */
+        return;
+    if (m->loss_parts)
+        m->be->free(m->loss_parts);
+    size_t nc = (size_t)m->maxB * m->T / (size_t)m->head_rows + 1; /* the most chunks of a batch */
+    m->loss_parts = m->be->alloc((size_t)slots * nc * sizeof(double));
+    m->loss_slots = slots;
+}
+
+void ar_model_set_loss_slot(ar_model *m, int slot)
+{
+    ar_model_loss_slots(m, slot + 1);
+    m->loss_slot = slot;
+}
+
+void ar_model_loss_on_device(ar_model *m, int on) { m->loss_on_device = on != 0; }
+
+const double *ar_model_loss_parts(const ar_model *m, int *nc)
+{
+    *nc = head_chunks(m);
+    return m->loss_parts;
+}
+
+/* One chunk of n rows from row r0 of the head (model.h), its loss sum into
+ * this slot's part c = r0 / rows (device):
+ *   logits_c = hn[r0..r0+n) W^T;  probs_c = softmax(logits_c)
+ *   losses[r0+i] = log sum_v exp logits_c[i,v] - logits_c[i, target] */
+static void head_chunk_fwd(ar_model *m, int r0, int n)
+{
+    const ar_backend *be = m->be;
+    int d = m->d, V = m->V, c = r0 / chunk_rows(m);
+    double *part = m->loss_parts + (size_t)m->loss_slot * head_chunks(m) + c;
+    be->matmul_fwd(m->logits_c, m->hn + (size_t)r0 * d, P(m->lm_head), n, d, V);
+    be->xent_fwd(m->losses + r0, m->probs_c, m->logits_c, m->tgt + r0, n, V, part);
+}
+
+static int imin(int a, int b) { return a < b ? a : b; }
 
 /* dlogits -> dhn rows r0..r0+n and dW += dlogits^T hn_c, for the chunk of
  * rows r0.. whose probabilities are in probs_c (turned into dlogits in place) */
@@ -467,27 +499,29 @@ static double forward_head(ar_model *m, const int32_t *targets, double *sum_nats
     if (!targets)
         return 0;
     be->upload(m->tgt, targets, (size_t)N * sizeof(int32_t));
-    /* the chunks' sums of losses (in double), added in row order */
-    double sum = 0;
-    int last = (N - 1) / rows * rows;
+    int last = (N - 1) / rows * rows, nc = last / rows + 1;
     if (grad_scale > 0) {
-        int nc = last / rows + 1;
-        double *part = m->head_part;
         be->zero(m->dhn, (size_t)N * d * sizeof(float));
         for (int r0 = last; r0 >= 0; r0 -= rows) {
             int n = imin(rows, N - r0);
-            part[r0 / rows] = head_chunk_fwd(m, r0, n);
+            head_chunk_fwd(m, r0, n);
             head_chunk_bwd(m, r0, n, grad_scale);
         }
-        for (int c = 0; c < nc; c++)
-            sum += part[c];
         m->head_grad_done = 1;
     } else {
         for (int r0 = 0; r0 < last; r0 += rows)
-            sum += head_chunk_fwd(m, r0, rows);
-        sum += head_chunk_fwd(m, last, N - last);
+            head_chunk_fwd(m, r0, rows);
+        head_chunk_fwd(m, last, N - last);
         m->head_kept = last; /* the last chunk's probabilities stay for the backward */
     }
+    if (m->loss_on_device)
+        return NAN;
+    /* the chunks' sums of losses (in double), read in one copy and added
+     * in row order */
+    double sum = 0, *part = m->head_part;
+    be->download(part, m->loss_parts + (size_t)m->loss_slot * nc, (size_t)nc * sizeof(double));
+    for (int c = 0; c < nc; c++)
+        sum += part[c];
     if (sum_nats)
         *sum_nats = sum;
     return sum / N;

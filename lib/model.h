@@ -61,8 +61,12 @@ typedef struct ar_model {
                               last forward left in probs_c, -1: none */
     int head_grad_done;    /* the last forward took the head's gradient too
                               (ar_model_forward_backward) */
-    double *head_part;     /* host, one per chunk: the chunks' loss sums of
-                              ar_model_forward_backward, added in row order */
+    double *loss_parts;    /* device: each head chunk's loss sum (xent_fwd), nc
+                              a micro-batch, loss_slots micro-batches */
+    double *head_part;     /* host: one slot's parts, read to sum them */
+    int loss_slots, loss_slot; /* slots held; the one the next forward fills */
+    int loss_on_device;    /* 1: the forward leaves its loss on the device
+                              (returns NAN; ar_model_loss_parts) */
     /* backward scratch */
     float *dxn, *dq, *dk, *dv, *datt, *dy, *dgate, *dup, *dact, *dhn;
 
@@ -129,6 +133,18 @@ void ar_model_backward(ar_model *m, float scale);
  * (at V = 50257 the head is most of a small model's work).  Training uses it. */
 double ar_model_forward_backward(ar_model *m, const int32_t *inputs, const int32_t *targets,
                                  int B, float scale, double *sum_nats);
+
+/* The loss on the device, for a step that reads nothing back until its
+ * update is queued (run/train.c, lib/optim.h's ar_step_check_device):
+ * with ar_model_loss_on_device(m, 1) the forward functions leave the loss
+ * on the device and return NAN; micro-batch a of a step writes its head
+ * chunks' loss sums into slot a (ar_model_set_loss_slot; slots 0 ..
+ * slots - 1, ar_model_loss_slots grows them).  ar_model_loss_parts: the
+ * slots' sums, nc per micro-batch, slot after slot (device). */
+void ar_model_loss_slots(ar_model *m, int slots);
+void ar_model_set_loss_slot(ar_model *m, int slot);
+void ar_model_loss_on_device(ar_model *m, int on);
+const double *ar_model_loss_parts(const ar_model *m, int *nc);
 
 /* The forward and backward above in pieces, for a stage that runs
  * sublayers l0..l1 alone (pipeline parallelism):

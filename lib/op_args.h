@@ -156,13 +156,44 @@ typedef struct {
 #define AR_WMIX_USES(m) DEV((m)->C, AR_WMIX_COEFS(m))
 
 /* One AdamW step's hyperparameters (host values): learning rate, betas,
- * eps, decoupled weight decay, the factor the gradient is read with
- * (gradient clipping), and the step number t >= 1 of the bias
- * corrections. */
+ * eps and decoupled weight decay.  What depends on the step's gradient
+ * (the clipping factor, whether to update at all, the bias corrections'
+ * step count) comes from the step's record, on the device. */
 typedef struct {
-    float lr, b1, b2, eps, wd, gscale;
-    long t;
+    float lr, b1, b2, eps, wd;
 } ar_adamw_hparams;
+
+/* A training step's record, in device memory, written by step_check
+ * (lib/ops.def) from the step's losses and gradient norm and read by
+ * adamw, so that the update needs no host decision; the host reads it
+ * once, after the update. */
+typedef struct {
+    double loss, gnorm;  /* the step's mean loss and global gradient norm */
+    int64_t t;           /* AdamW steps taken, this one included */
+    float gscale;        /* the clipping factor the gradient is read with */
+    float bc1, bc2;      /* 1 - b1^t, 1 - b2^t */
+    int32_t skip;        /* 1: non-finite loss or norm: no update */
+    int32_t bad_param;   /* set by adamw where an updated parameter is not finite */
+    int32_t pad_;
+} ar_step_rec;
+
+/* step_check's inputs: the losses of A micro-batches as nc head-chunk sums
+ * each (device, A x nc; micro-batch a's mean is its sum / N), the
+ * gradient's nsums chunk sums of squares (device; or, norm_given, the
+ * norm itself in sums[0]), the clipping threshold (0: none) and the betas
+ * as AdamW reads them (floats). */
+typedef struct {
+    const double *parts;
+    int A, nc;
+    double N;
+    const double *sums;
+    size_t nsums;
+    int norm_given;
+    double clip;
+    float b1, b2;
+} ar_step_check;
+#define AR_STEP_CHECK_USES(c)                                                                        \
+    DEV((c)->parts, (size_t)(c)->A * (c)->nc) DEV((c)->sums, (c)->nsums)
 
 #ifdef __cplusplus
 }

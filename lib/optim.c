@@ -22,6 +22,8 @@ void ar_adamw_init_ranges(ar_adamw *o, const ar_model *model, int n, const size_
     o->muon = 0;
     for (int k = 0; k < 4; k++)
         o->ns[k] = NULL;
+    o->rec = o->be->alloc(sizeof(ar_step_rec)); /* zeros: t = 0 */
+    o->given = o->be->alloc(2 * sizeof(double));
 }
 
 void ar_adamw_init(ar_adamw *o, const ar_model *model)
@@ -37,6 +39,8 @@ void ar_adamw_free(ar_adamw *o)
             o->be->free(o->ns[k]);
     o->be->free(o->m);
     o->be->free(o->v);
+    o->be->free(o->rec);
+    o->be->free(o->given);
     free(o->lo);
     free(o->hi);
 }
@@ -79,16 +83,25 @@ double ar_norm_from_chunks(const double *sums, size_t n)
     return sqrt(s);
 }
 
-double *ar_norm_chunk_sums(const ar_model *model, size_t *n)
+/* Every bucket's chunk sums into the model's norm_sums, on the device;
+ * returns how many. */
+static size_t all_chunk_sums_on_device(const ar_model *model)
 {
     size_t total = 0, first;
-    for (int b = 0; b < model->nbuckets; b++)
-        total += ar_norm_chunks(model, b, NULL);
-    double *s = ar_xcalloc(total + 1, sizeof(double));
+    for (int b = 0; b < model->nbuckets; b++) {
+        size_t nc = ar_norm_chunks(model, b, &first);
+        chunk_sums_on_device(model, b, 0, nc);
+        total += nc;
+    }
+    return total;
+}
+
+double *ar_norm_chunk_sums(const ar_model *model, size_t *n)
+{
     /* every bucket's sums on the device, then one copy back: one wait for
      * the device a step, not one a chunk */
-    for (int b = 0; b < model->nbuckets; b++)
-        chunk_sums_on_device(model, b, 0, ar_norm_chunks(model, b, &first));
+    size_t total = all_chunk_sums_on_device(model);
+    double *s = ar_xcalloc(total + 1, sizeof(double));
     if (total)
         model->be->download(s, model->norm_sums, total * sizeof(double));
     *n = total;
@@ -233,15 +246,20 @@ static void muon_update(ar_adamw *o, ar_model *model, const ar_param *p, float *
     be->add(W, X, n);
 }
 
-void ar_adamw_step(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, double lr, double gnorm)
+void ar_adamw_update(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, double lr)
 {
-    float gscale = (float)ar_clip_scale(tc, gnorm);
-    o->t++;
+    float gscale = 1.0f;
+    if (o->muon) { /* the Newton-Schulz steps run from the host: the record first */
+        ar_step_rec r;
+        ar_adamw_read(o, &r);
+        if (r.skip)
+            return;
+        gscale = r.gscale;
+    }
     if (o->muon && !o->ns[0])
         muon_scratch(o, model);
     double lr_muon = tc->muon_lr * lr / tc->lr; /* the schedule's factor */
-    ar_adamw_hparams st = {.lr = (float)lr, .b1 = (float)tc->beta1, .b2 = (float)tc->beta2,
-                        .eps = (float)tc->eps, .gscale = gscale, .t = o->t};
+    ar_adamw_hparams st = {.lr = (float)lr, .b1 = (float)tc->beta1, .b2 = (float)tc->beta2, .eps = (float)tc->eps};
     size_t moff = 0; /* where range r's moments start */
     for (int r = 0; r < o->nranges; r++) {
         /* Neighbouring tensors with the same weight decay and learning-rate
@@ -268,7 +286,7 @@ void ar_adamw_step(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, double 
                 st.wd = run_wd;
                 st.lr = (float)(lr * run_ls);
                 o->be->adamw(model->params + run_lo, model->grads + run_lo, o->m + mo, o->v + mo, run_hi - run_lo,
-                             &st);
+                             &st, o->rec);
                 run_lo = run_hi = 0;
             }
             if (!p)
@@ -283,4 +301,50 @@ void ar_adamw_step(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, double 
         }
         moff += o->hi[r] - o->lo[r];
     }
+}
+
+static void check_into(ar_adamw *o, const ar_step_check *c) { o->be->step_check(c, o->rec); }
+
+void ar_step_check_device(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, const double *parts, int A,
+                          int nc)
+{
+    size_t ns = all_chunk_sums_on_device(model);
+    ar_step_check c = {.parts = parts, .A = A, .nc = nc, .N = (double)model->N, .sums = model->norm_sums,
+                       .nsums = ns, .clip = tc->grad_clip, .b1 = (float)tc->beta1, .b2 = (float)tc->beta2};
+    check_into(o, &c);
+}
+
+void ar_step_check_given(ar_adamw *o, const ar_train_cfg *tc, double loss, double gnorm)
+{
+    double v[2] = {loss, gnorm};
+    o->be->upload(o->given, v, sizeof v);
+    /* one micro-batch of one chunk, N = 1: loss = (0 + loss) / 1 / 1, the same bits */
+    ar_step_check c = {.parts = o->given, .A = 1, .nc = 1, .N = 1, .sums = o->given + 1, .nsums = 1,
+                       .norm_given = 1, .clip = tc->grad_clip, .b1 = (float)tc->beta1, .b2 = (float)tc->beta2};
+    check_into(o, &c);
+}
+
+void ar_adamw_read(ar_adamw *o, ar_step_rec *out)
+{
+    o->be->download(out, o->rec, sizeof *out);
+    o->t = (long)out->t;
+}
+
+void ar_adamw_sync_t(ar_adamw *o)
+{
+    ar_step_rec r;
+    o->be->download(&r, o->rec, sizeof r);
+    r.t = o->t;
+    o->be->upload(o->rec, &r, sizeof r);
+}
+
+void ar_adamw_step(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, double lr, double gnorm)
+{
+    /* the record the host would make: never a skip, t one more */
+    ar_step_rec r = {.gnorm = gnorm, .t = o->t + 1, .gscale = (float)ar_clip_scale(tc, gnorm)};
+    r.bc1 = (float)(1.0 - pow((double)(float)tc->beta1, (double)r.t));
+    r.bc2 = (float)(1.0 - pow((double)(float)tc->beta2, (double)r.t));
+    o->be->upload(o->rec, &r, sizeof r);
+    o->t = (long)r.t;
+    ar_adamw_update(o, model, tc, lr);
 }

@@ -28,7 +28,10 @@ typedef struct {
     size_t n;         /* the ranges' total length */
     int nranges;
     size_t *lo, *hi;  /* range r covers parameters [lo[r], hi[r]) */
-    long t;           /* optimizer steps taken (bias correction) */
+    long t;           /* optimizer steps taken (bias correction), as of the
+                         last ar_adamw_read or host step */
+    ar_step_rec *rec; /* device: the step's record (lib/op_args.h) */
+    double *given;    /* device: a loss and a norm from the host (ar_step_check_given) */
     int muon;         /* 1: Muon on the ar_muon_param matrices */
     float *ns[4];     /* Muon's scratch (device), allocated at its first step */
 } ar_adamw;
@@ -84,9 +87,32 @@ void ar_adamw_moments_from_full(ar_adamw *o, const float *m, const float *v);
  * torch.nn.utils.clip_grad_norm_. */
 double ar_clip_scale(const ar_train_cfg *tc, double gnorm);
 
-/* One step: clips to grad_clip (if > 0) using `gnorm`, then updates the
- * parameters of o's ranges with learning rate lr (AdamW) and, with muon,
- * the Muon matrices with muon_lr * lr / tc->lr. */
+/* One step from a norm known on the host (no skipping): clips to grad_clip
+ * (if > 0) using `gnorm`, then updates the parameters of o's ranges with
+ * learning rate lr (AdamW) and, with muon, the Muon matrices with
+ * muon_lr * lr / tc->lr.  (ar_step_check_* and ar_adamw_update in two
+ * calls, with a record made on the host.) */
 void ar_adamw_step(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, double lr, double gnorm);
 
+/* A training step's decision on the device, without a wait for it: the
+ * step_check op (lib/ops.def) fills o's record from the step's losses and
+ * gradient norm; ar_adamw_update then updates, or not, as the record says,
+ * and ar_adamw_read brings the record to the host afterwards.
+ *   _device: from head-chunk loss sums on the device, nc for each of
+ *            micro-batches 0..A-1 (the model's: ar_model_loss_parts) and
+ *            the gradient's chunk sums, formed on the device here (the
+ *            ar_norm_chunk_sums grid);
+ *   _given:  from a mean loss and a norm the host computed (a run over
+ *            several processes, whose reductions are the host's). */
+void ar_step_check_device(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, const double *parts, int A,
+                          int nc);
+void ar_step_check_given(ar_adamw *o, const ar_train_cfg *tc, double loss, double gnorm);
+/* The update of o's ranges that o's record decides (nothing where it
+ * skips), with learning rate lr; with Muon, the record is read first (its
+ * Newton-Schulz steps take the clipping factor on the host). */
+void ar_adamw_update(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, double lr);
+/* The record on the host (a wait for the device); sets o->t from it. */
+void ar_adamw_read(ar_adamw *o, ar_step_rec *out);
+/* o->t to the device record (after a resume sets o->t). */
+void ar_adamw_sync_t(ar_adamw *o);
 #endif

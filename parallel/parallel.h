@@ -69,6 +69,10 @@ struct ar_parallel {
     ar_model *m;    /* this rank's model */
     int whole_opt;  /* this rank's optimizer updates every parameter: a
                        checkpoint is written from it as it is */
+    int loss_on_device; /* step() leaves each micro-batch's loss on the device,
+                           in the model's slot a (model.h), loss[a] NAN:
+                           the trainer sets it where one process runs the
+                           whole model (data layout, P = 1) */
     void *impl;
 };
 

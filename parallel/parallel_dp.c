@@ -25,13 +25,16 @@ static int dp_step(ar_parallel *p, ar_parallel_sample_fn sample, void *ud, doubl
     int k = ar_dp_local(d->dp, &first);
     float scale = (float)(1.0 / ((double)d->B * T * d->A));
     int rc = 0;
+    ar_model_loss_on_device(p->m, p->loss_on_device);
     for (int i = 0; i < k && rc == 0; i++) {
         int a = first + i;
         sample(ud, a, d->in, d->tg);
         ar_dp_begin(d->dp, i);
+        ar_model_set_loss_slot(p->m, a);
         loss[a] = ar_model_forward_backward(p->m, d->in, d->tg, d->B, scale, NULL);
         rc = ar_dp_end(d->dp, i, e);
     }
+    ar_model_loss_on_device(p->m, 0);
     if (rc == 0)
         rc = ar_dp_finish(d->dp, e);
     if (rc == 0)

@@ -81,6 +81,9 @@ typedef struct {
     ar_parallel *par;   /* how they share a step (parallel.h) */
     int lead;           /* rank 0: reads the checkpoint, writes every file */
     int opt_ready;      /* opt is allocated */
+    int device_step;    /* one process runs the whole model: the step's loss
+                           and norm stay on the device until its update is
+                           queued (parallel.h's loss_on_device) */
 } trainer;
 
 static void warnf(const trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -444,6 +447,7 @@ static int share_state(trainer *t, long *start, ar_adamw *full, int resumed, ar_
         if (rc == 0)
             ar_adamw_moments_from_full(&t->opt, hm, hv);
         t->opt.t = st[4];
+        ar_adamw_sync_t(&t->opt);
         free(hm);
         free(hv);
         if (rc != 0)
@@ -518,6 +522,9 @@ static int setup(trainer *t, long *start, ar_err *e)
         ar_adamw_init_ranges(&t->opt, t->m, nr, lo, hi);
         t->opt.muon = cfg->train.optimizer == AR_OPT_MUON;
         t->opt_ready = 1;
+        t->device_step = t->comm->size == 1 && !ar_pipelined(cfg);
+        t->par->loss_on_device = t->device_step;
+        ar_model_loss_slots(t->m, cfg->train.grad_accum);
     }
     if (rc == 0 && t->lead)
         rc = open_run_dir(t, e);
@@ -580,15 +587,41 @@ static void teardown(trainer *t)
         close(t->lock_fd);
 }
 
-/* The optimizer's update of this rank's ranges, passed on to the ranks
- * that need it, and the check that the parameters stayed finite. */
-static int update(trainer *t, long step, double lr, double gnorm, ar_err *e)
+/* The step's decision, queued on the device (lib/optim.h): from the loss
+ * and norm left there (one process), or from those the ranks' reductions
+ * gave the host. */
+static int decide(trainer *t, double loss, ar_err *e)
+{
+    const ar_train_cfg *tc = &t->cfg->train;
+    if (t->device_step) {
+        int nc;
+        const double *parts = ar_model_loss_parts(t->m, &nc);
+        ar_step_check_device(&t->opt, t->m, tc, parts, tc->grad_accum, nc);
+        return 0;
+    }
+    double gnorm;
+    if (t->par->ops->grad_norm(t->par, &gnorm, e) != 0)
+        return -1;
+    ar_step_check_given(&t->opt, tc, loss, gnorm);
+    return 0;
+}
+
+/* The optimizer's update of this rank's ranges as the step's record
+ * decides (none where it skips), passed on to the ranks that need it; then
+ * the record on the host (the step's one wait for the device, after
+ * everything is queued) and the check that the parameters stayed finite
+ * (adamw's flag on one process; over several, every rank checks the whole
+ * parameters, so that all agree). */
+static int update(trainer *t, long step, double lr, ar_step_rec *rec, ar_err *e)
 {
     char kept[AR_PATH_MAX + 128];
-    ar_adamw_step(&t->opt, t->m, &t->cfg->train, lr, gnorm);
+    ar_adamw_update(&t->opt, t->m, &t->cfg->train, lr);
     if (t->par->ops->updated(t->par, e) != 0)
         return -1;
-    int rc = 0, p = nonfinite_param(t->m);
+    ar_adamw_read(&t->opt, rec);
+    int rc = 0, p = -1;
+    if (!rec->skip && (!t->device_step || rec->bad_param))
+        p = nonfinite_param(t->m);
     if (p >= 0)
         rc = ar_fail(e, "step %ld: the update made tensor '%s' non-finite (train.lr %g too high?); training "
                         "stopped; %s",
@@ -702,16 +735,20 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
          * clock read, so a step's time is its own */
         t.m->be->sync();
         double lr = ar_lr_at(tc, step), ts = now_s();
-        double loss, gnorm = NAN;
+        double loss, gnorm;
+        ar_step_rec rec = {.loss = NAN, .gnorm = NAN};
         rc = forward_backward(&t, &loss, e);
         if (rc == 0 && o->grad_hook)
             o->grad_hook(t.m, step + 1, o->ud);
         if (rc == 0)
-            rc = t.par->ops->grad_norm(t.par, &gnorm, e);
+            rc = decide(&t, loss, e);
         if (rc != 0)
             break;
+        /* the update is queued before anything of the step is read back */
+        rc = update(&t, step, lr, &rec, e);
+        loss = rec.loss, gnorm = rec.gnorm;
         char warning[256];
-        int bad = !isfinite(loss) || !isfinite(gnorm);
+        int bad = rc == 0 && rec.skip;
         if (bad) {
             double what = isfinite(loss) ? gnorm : loss;
             t.bad++;
@@ -721,9 +758,8 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
                      step + 1, isfinite(loss) ? "gradient" : "loss", isnan(what) ? "nan" : "inf", t.bad,
                      tc->max_bad_steps);
             warnf(&t, "%s", warning);
-        } else {
+        } else if (rc == 0) {
             t.bad = 0;
-            rc = update(&t, step, lr, gnorm, e);
         }
         t.m->be->sync();
         double dt = now_s() - ts;

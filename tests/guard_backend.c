@@ -25,6 +25,7 @@ static region *regs;
 static int nregs, capregs;
 static int depth;    /* > 0 while one of our entries runs: its pages open */
 static long calls;
+static long reads;   /* entries that bring device values to the host: waits on a GPU */
 static size_t page;
 
 /* The allocations the running entry's arguments point into: only these
@@ -231,6 +232,7 @@ static void g_download(void *dst, const void *src, size_t bytes)
     dev("download", "src", src, bytes, bytes == 0);
     host("download", "dst", dst);
     calls++;
+    reads++;
     enter();
     cpu()->download(dst, src, bytes);
     leave();
@@ -288,6 +290,7 @@ static void host_array(const char *op, const char *arg, const void *v, int len)
     leave();
 #define CALL_double(call)                                                                          \
     calls++;                                                                                       \
+    reads++;                                                                                       \
     enter();                                                                                       \
     double r = call;                                                                               \
     leave();                                                                                       \
@@ -321,4 +324,5 @@ static const ar_backend guard = {
 
 const ar_backend *guard_backend(void) { return &guard; }
 long guard_backend_live(void) { return nregs; }
+long guard_backend_reads(void) { return reads; }
 long guard_backend_calls(void) { return calls; }

@@ -25,5 +25,8 @@ const ar_backend *guard_backend(void);
 /* Live allocations, and op calls (entries other than alloc/free) so far. */
 long guard_backend_live(void);
 long guard_backend_calls(void);
+/* Entries so far that bring device values to the host (download, and the
+ * ops that return a value): each a wait for the device on a GPU. */
+long guard_backend_reads(void);
 
 #endif

@@ -1057,8 +1057,11 @@ static void xent_case(int N, int V)
         btot += bl[i], ltot += fabs(l);
     }
     btot += 2 * tu_gamma_d(N) * ltot;
-    double s[2] = {0, 0};
-    BOTH s[side_] = be->xent_fwd(D(losses), D(probs), D(logits), DI(tg), N, V);
+    double s[2] = {0, 0}, *sum[2] = {A->alloc(sizeof(double)), B->alloc(sizeof(double))};
+    BOTH be->xent_fwd(D(losses), D(probs), D(logits), DI(tg), N, V, sum[side_]);
+    A->download(&s[0], sum[0], sizeof(double));
+    B->download(&s[1], sum[1], sizeof(double));
+    A->free(sum[0]), B->free(sum[1]);
     check("xent_fwd losses", losses, bl);
     check("xent_fwd probs", probs, bp);
     check_scalar("xent_fwd sum", s[0], s[1], btot);
@@ -1083,8 +1086,28 @@ Test(backend_ops, xent)
 
 /* ---- AdamW ----------------------------------------------------------- */
 
+/* A step's record on both backends (r uploaded to each) */
+typedef struct {
+    ar_step_rec *d[2];
+} recs;
+
+static recs recs_of(const ar_step_rec *r)
+{
+    recs x = {{A->alloc(sizeof *r), B->alloc(sizeof *r)}};
+    A->upload(x.d[0], r, sizeof *r);
+    B->upload(x.d[1], r, sizeof *r);
+    return x;
+}
+
+static void recs_read(recs *x, ar_step_rec out[2])
+{
+    A->download(&out[0], x->d[0], sizeof out[0]);
+    B->download(&out[1], x->d[1], sizeof out[1]);
+    A->free(x->d[0]), B->free(x->d[1]);
+}
+
 /* The same float expression on both backends (the bias corrections bc1,
- * bc2 computed on the host, in double, rounded alike), FMA-contracted or
+ * bc2 in the record, computed on the host in double and rounded), FMA-contracted or
  * not; per element, each backend:
  * - m = b1 m + (1 - b1) g gs (1 - b1 exact): within gamma(4) Mt,
  *   Mt = b1 |m| + (1 - b1) |g gs|;
@@ -1112,11 +1135,36 @@ static void adamw_case(size_t n, long t)
         bp[i] = 2 * (lr * (tu_gamma(5) * Mt / (bc1 * D) + tu_gamma(6) * fabs(q) + tu_gamma(3) * wd * fabs(p->h[i])) +
                      U * fabs(pn));
     }
-    ar_adamw_hparams hp = {.lr = lr, .b1 = b1, .b2 = b2, .eps = eps, .wd = wd, .gscale = gs, .t = t};
-    BOTH be->adamw(D(p), D(g), D(m), D(v), n, &hp);
+    ar_adamw_hparams hp = {.lr = lr, .b1 = b1, .b2 = b2, .eps = eps, .wd = wd};
+    ar_step_rec r = {.t = t, .gscale = gs, .bc1 = bc1, .bc2 = bc2}, out[2];
+    recs rr = recs_of(&r);
+    BOTH be->adamw(D(p), D(g), D(m), D(v), n, &hp, rr.d[side_]);
+    recs_read(&rr, out);
+    cr_expect(out[0].bad_param == 0 && out[1].bad_param == 0, "%s: adamw flagged a finite update", ctx);
     check("adamw p", p, bp);
     check("adamw m", m, bm);
     check("adamw v", v, bv);
+    /* a skipped step: nothing moves; a gradient of inf: the flag */
+    take(p); /* p->h: A's result, now on both */
+    r.skip = 1;
+    rr = recs_of(&r);
+    BOTH be->adamw(D(p), D(g), D(m), D(v), n, &hp, rr.d[side_]);
+    recs_read(&rr, out);
+    float *pa = malloc(n * sizeof(float)), *pb = malloc(n * sizeof(float));
+    A->download(pa, p->a, n * sizeof(float));
+    B->download(pb, p->b, n * sizeof(float));
+    cr_expect(memcmp(pa, p->h, n * sizeof(float)) == 0 && memcmp(pb, p->h, n * sizeof(float)) == 0,
+              "%s: a skipped adamw step changed p", ctx);
+    r.skip = 0;
+    float inf = INFINITY;
+    A->upload(g->a + n / 2, &inf, sizeof inf);
+    B->upload(g->b + n / 2, &inf, sizeof inf);
+    rr = recs_of(&r);
+    BOTH be->adamw(D(p), D(g), D(m), D(v), n, &hp, rr.d[side_]);
+    recs_read(&rr, out);
+    cr_expect(out[0].bad_param == 1 && out[1].bad_param == 1, "%s: a non-finite parameter not flagged (A %d, B %d)",
+              ctx, out[0].bad_param, out[1].bad_param);
+    free(pa), free(pb);
     release();
 }
 
@@ -1127,6 +1175,61 @@ Test(backend_ops, adamw)
     adamw_case(37 * 72, 1);
     adamw_case(37 * 72, 10);
     adamw_case(1024 * 512 + 7, 3);
+}
+
+/* ---- a step's decision ------------------------------------------------ */
+
+/* step_check on both backends: the same double operations in the same
+ * order (sums, a division, sqrt, the clipping quotient, all correctly
+ * rounded), so equal records, but for the bias corrections: pow in double
+ * is within 2 ulp on CUDA, which may move the float rounding of 1 - b^t by
+ * one float ulp (u relative, as 1 - b^t >= 0.05 here). */
+static void step_check_case(int Acount, int nc, size_t nsums, int norm_given, double clip, long t0)
+{
+    at("step_check A=%d nc=%d nsums=%zu%s clip=%g", Acount, nc, nsums, norm_given ? " norm given" : "", clip);
+    size_t np = (size_t)Acount * nc;
+    double *hp = malloc(np * sizeof(double)), *hs = malloc(nsums * sizeof(double));
+    float u[2];
+    for (size_t i = 0; i < np; i++) {
+        tu_fill_uniform(u, 1, 0, 5000, seed++);
+        hp[i] = u[0] * 1.000001;
+    }
+    for (size_t i = 0; i < nsums; i++) {
+        tu_fill_uniform(u, 1, 0, 3, seed++);
+        hs[i] = (double)u[0] * u[0] / 7;
+    }
+    double *dp[2] = {A->alloc(np * sizeof(double)), B->alloc(np * sizeof(double))};
+    double *ds[2] = {A->alloc(nsums * sizeof(double)), B->alloc(nsums * sizeof(double))};
+    A->upload(dp[0], hp, np * sizeof(double)), B->upload(dp[1], hp, np * sizeof(double));
+    A->upload(ds[0], hs, nsums * sizeof(double)), B->upload(ds[1], hs, nsums * sizeof(double));
+    ar_step_rec r = {.t = t0, .bad_param = 1}, out[2];
+    recs rr = recs_of(&r);
+    BOTH
+    {
+        ar_step_check c = {.parts = dp[side_], .A = Acount, .nc = nc, .N = 4096, .sums = ds[side_],
+                           .nsums = nsums, .norm_given = norm_given, .clip = clip, .b1 = 0.9f, .b2 = 0.95f};
+        be->step_check(&c, rr.d[side_]);
+    }
+    recs_read(&rr, out);
+    cr_expect(out[0].loss == out[1].loss && out[0].gnorm == out[1].gnorm && out[0].gscale == out[1].gscale &&
+                  out[0].t == out[1].t && out[0].skip == out[1].skip && out[1].bad_param == 0 &&
+                  out[1].t == t0 + 1,
+              "%s: A loss %.17g norm %.17g scale %.9g t %lld; B %.17g %.17g %.9g %lld", ctx, out[0].loss,
+              out[0].gnorm, out[0].gscale, (long long)out[0].t, out[1].loss, out[1].gnorm, out[1].gscale,
+              (long long)out[1].t);
+    cr_expect(fabs(out[0].bc1 - out[1].bc1) <= U * out[0].bc1 && fabs(out[0].bc2 - out[1].bc2) <= U * out[0].bc2,
+              "%s: bias corrections A %.9g %.9g, B %.9g %.9g", ctx, out[0].bc1, out[0].bc2, out[1].bc1, out[1].bc2);
+    A->free(dp[0]), B->free(dp[1]), A->free(ds[0]), B->free(ds[1]);
+    free(hp), free(hs);
+}
+
+Test(backend_ops, step_check)
+{
+    NEED_B();
+    step_check_case(1, 1, 1, 0, 1.0, 0);
+    step_check_case(4, 3, 7600, 0, 1.0, 41);
+    step_check_case(2, 8, 100, 0, 0, 7);
+    step_check_case(1, 1, 1, 1, 0.5, 1000);
 }
 
 /* ---- depth attention: sources and queries ----------------------------- */

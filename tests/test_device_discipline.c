@@ -218,6 +218,48 @@ Test(device_discipline, bench)
     cr_expect_eq(guard_backend_live(), 0);
 }
 
+/* What one process reads back from the device in a training step: the
+ * step's record, once, after its update is queued (lib/optim.h).  Its
+ * loss, the gradient norm, the clipping and the skip decision stay on the
+ * device; so does every micro-batch's loss (grad_accum 3).  Counted from
+ * one step's gradient hook to the next's, on steps that neither log,
+ * evaluate nor save. */
+typedef struct {
+    long at[16];
+    int n;
+} read_marks;
+
+static void mark_reads(struct ar_model *m, long step, void *ud)
+{
+    (void)m, (void)step;
+    read_marks *r = ud;
+    if (r->n < 16)
+        r->at[r->n++] = guard_backend_reads();
+}
+
+Test(device_discipline, a_step_reads_the_device_once)
+{
+    const char *tmp = tu_tmpdir();
+    char corpus[2048], run[2100];
+    snprintf(corpus, sizeof corpus, "%s/corpus.txt", tmp);
+    snprintf(run, sizeof run, "%s/run", tmp);
+    tu_write_corpus_lines(corpus, 60, 3);
+    const char *sets[] = {"model.residual.kind=block", "model.residual.block_size=2", "train.grad_accum=3",
+                          "train.steps=6", "train.log_every=100", "train.eval_every=0", "train.grad_clip=0.5",
+                          NULL};
+    ar_config c = tiny(corpus, sets);
+    read_marks marks = {.n = 0};
+    ar_train_opts o = {.out_dir = run, .be = guard_backend(), .grad_hook = mark_reads, .ud = &marks};
+    ar_train_result r;
+    ar_err e = {{0}};
+    cr_assert_eq(ar_train(&c, &o, &r, &e), 0, "%s", e.msg);
+    cr_assert_eq(marks.n, 6);
+    for (int i = 1; i < 5; i++) /* steps 2..5: none logs; step 6, the last, does */
+        cr_expect_eq(marks.at[i + 1] - marks.at[i], 1, "step %d read the device %ld times", i + 1,
+                     marks.at[i + 1] - marks.at[i]);
+    cr_expect(isfinite(r.final_loss) && r.final_loss > 0);
+}
+
 /* Every op of lib/backend.h has its guarded entry, as the CPU backend has
  * its own: the table is pointers only, so a NULL word is an op that the
  * guard would crash on (one added to the table and the backends but not to

@@ -1110,10 +1110,18 @@ typedef struct {
     float scale;
 } xe_ctx;
 
+/* xent_fwd's sum of losses */
+static double xent(float *losses, float *probs, const float *logits, const int32_t *tg, int N, int V)
+{
+    double sum = NAN;
+    be->xent_fwd(losses, probs, logits, tg, N, V, &sum);
+    return sum;
+}
+
 static double xe_loss(void *p)
 {
     xe_ctx *c = p;
-    return c->scale * be->xent_fwd(c->losses, c->probs, c->logits, c->tg, c->N, c->V);
+    return c->scale * xent(c->losses, c->probs, c->logits, c->tg, c->N, c->V);
 }
 
 /* One row of xent_fwd against double: probs p_c = exp(z_c - mx) / S, the
@@ -1152,7 +1160,7 @@ Test(ops, xent)
     int N = 7, V = 13;
     int32_t tg[7] = {0, 12, 5, 5, 3, 7, 11};
     float *logits = rnd((size_t)N * V, -3, 3), *losses = zeros(N), *probs = zeros((size_t)N * V);
-    double tot = be->xent_fwd(losses, probs, logits, tg, N, V);
+    double tot = xent(losses, probs, logits, tg, N, V);
     double rtot = 0, tb = 0, lb;
     for (int i = 0; i < N; i++) {
         rtot += xent_row_check(logits + i * V, probs + i * V, losses[i], tg[i], V, &lb);
@@ -1176,7 +1184,7 @@ Test(ops, xent_uniform_and_extreme)
     float *logits = zeros((size_t)N * V), *losses = zeros(N), *probs = zeros((size_t)N * V);
     for (int i = 0; i < N * V; i++)
         logits[i] = 1.75f; /* any constant */
-    double tot = be->xent_fwd(losses, probs, logits, tg, N, V), rtot = 0, tb = 0, lb;
+    double tot = xent(losses, probs, logits, tg, N, V), rtot = 0, tb = 0, lb;
     for (int i = 0; i < N; i++) {
         rtot += xent_row_check(logits + i * V, probs + i * V, losses[i], tg[i], V, &lb);
         tb += lb;
@@ -1189,14 +1197,14 @@ Test(ops, xent_uniform_and_extreme)
      * (probs[7]) its exp's U_EXP and the reciprocal's u */
     for (int c = 0; c < V; c++)
         logits[c] = c == 7 ? 1000.0f : -1000.0f;
-    be->xent_fwd(losses, probs, logits, tg, 1, V);
+    xent(losses, probs, logits, tg, 1, V);
     cr_assert(isfinite(losses[0]) && fabs(losses[0] - 2000.0) <= U * 2000, "loss %g", losses[0]);
     cr_assert(fabsf(probs[7] - 1.0f) <= U_EXP + 2 * U, "probs[7] %.9g", probs[7]);
     /* logits spread over 80 nats: every prob to its bound (80 u relative
      * for the rounding of z - max alone) */
     for (int c = 0; c < V; c++)
         logits[c] = 20.0f - 80.0f * (float)((c * 37) % V) / V;
-    be->xent_fwd(losses, probs, logits, tg, 1, V);
+    xent(losses, probs, logits, tg, 1, V);
     xent_row_check(logits, probs, losses[0], tg[0], V, &lb);
     free(logits), free(losses), free(probs);
 }
@@ -1208,7 +1216,7 @@ Test(ops, xent_backward_in_place)
     int32_t tg[9] = {0, 36, 5, 5, 12, 1, 30, 7, 0};
     float *logits = rnd((size_t)N * V, -3, 3), *losses = zeros(N), *probs = zeros((size_t)N * V);
     float *apart = zeros((size_t)N * V);
-    be->xent_fwd(losses, probs, logits, tg, N, V);
+    xent(losses, probs, logits, tg, N, V);
     be->xent_bwd(apart, probs, tg, 0.25f, N, V);
     be->xent_bwd(probs, probs, tg, 0.25f, N, V);
     cr_assert(memcmp(apart, probs, (size_t)N * V * sizeof(float)) == 0,
@@ -1246,6 +1254,16 @@ static void adamw_ref_step(double *rp, double *rm, double *rv, double *ep, doubl
     }
 }
 
+/* The record of a step that updates, with clipping factor gs at step t
+ * (bias corrections as step_check makes them) */
+static ar_step_rec adamw_rec(float gs, long t, float b1, float b2)
+{
+    ar_step_rec r = {.t = t, .gscale = gs};
+    r.bc1 = (float)(1.0 - pow((double)b1, (double)t));
+    r.bc2 = (float)(1.0 - pow((double)b2, (double)t));
+    return r;
+}
+
 Test(ops, adamw_reference)
 {
     size_t n = 37;
@@ -1258,8 +1276,10 @@ Test(ops, adamw_reference)
     float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.7f;
     for (long t = 1; t <= 5; t++) {
         float *g = rnd(n, -1, 1);
-        ar_adamw_hparams hp = {.lr = lr, .b1 = b1, .b2 = b2, .eps = eps, .wd = wd, .gscale = gs, .t = t};
-        be->adamw(p, g, m, v, n, &hp);
+        ar_adamw_hparams hp = {.lr = lr, .b1 = b1, .b2 = b2, .eps = eps, .wd = wd};
+        ar_step_rec rec = adamw_rec(gs, t, b1, b2);
+        be->adamw(p, g, m, v, n, &hp, &rec);
+        cr_assert_eq(rec.bad_param, 0);
         adamw_ref_step(rp, rm, rv, ep, em, ev, g, n, gs, lr, b1, b2, eps, wd, t);
         free(g);
     }
@@ -1273,9 +1293,9 @@ Test(ops, adamw_reference)
      * of lr*sign(g) */
     float q[3] = {0.5f, -0.5f, 0.0f}, gg[3] = {2.0f, -0.01f, 1.0f}, mm[3] = {0}, vv[3] = {0};
     double rq[3] = {0.5, -0.5, 0.0}, rmm[3] = {0}, rvv[3] = {0}, eq[3] = {0}, emm[3] = {0}, evv[3] = {0};
-    ar_adamw_hparams hp = {.lr = 0.01f, .b1 = 0.9f, .b2 = 0.999f, .eps = 1e-8f, .wd = 0.0f, .gscale = 1.0f,
-                           .t = 1};
-    be->adamw(q, gg, mm, vv, 3, &hp);
+    ar_adamw_hparams hp = {.lr = 0.01f, .b1 = 0.9f, .b2 = 0.999f, .eps = 1e-8f, .wd = 0.0f};
+    ar_step_rec rec = adamw_rec(1.0f, 1, 0.9f, 0.999f);
+    be->adamw(q, gg, mm, vv, 3, &hp, &rec);
     adamw_ref_step(rq, rmm, rvv, eq, emm, evv, gg, 3, 1.0f, 0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 1);
     for (int i = 0; i < 3; i++) {
         double step = 0.01f * (gg[i] > 0 ? 1 : -1), qi = i == 0 ? 0.5 : i == 1 ? -0.5 : 0.0;
@@ -1284,6 +1304,79 @@ Test(ops, adamw_reference)
         cr_assert(fabs(q[i] - rq[i]) <= eq[i], "q[%d] %.9g vs %.9g (bound %.3g)", i, q[i], rq[i], eq[i]);
     }
     free(p), free(m), free(v), free(rp), free(rm), free(rv), free(ep), free(em), free(ev);
+}
+
+/* A skipped step leaves parameters and moments alone; an update that
+ * makes a parameter non-finite raises the record's flag, and only then. */
+Test(ops, adamw_skips_and_flags)
+{
+    size_t n = 70;
+    float *p = rnd(n, -1, 1), *g = rnd(n, -1, 1), *m = rnd(n, -1, 1), *v = rnd(n, 0, 1);
+    float *p0 = malloc(n * sizeof(float)), *m0 = malloc(n * sizeof(float)), *v0 = malloc(n * sizeof(float));
+    memcpy(p0, p, n * sizeof(float)), memcpy(m0, m, n * sizeof(float)), memcpy(v0, v, n * sizeof(float));
+    ar_adamw_hparams hp = {.lr = 1e-2f, .b1 = 0.9f, .b2 = 0.95f, .eps = 1e-8f, .wd = 0.1f};
+    ar_step_rec rec = adamw_rec(1.0f, 3, 0.9f, 0.95f);
+    rec.skip = 1;
+    be->adamw(p, g, m, v, n, &hp, &rec);
+    cr_assert(memcmp(p, p0, n * sizeof(float)) == 0 && memcmp(m, m0, n * sizeof(float)) == 0 &&
+                  memcmp(v, v0, n * sizeof(float)) == 0,
+              "a skipped step changed the parameters or moments");
+    rec.skip = 0;
+    be->adamw(p, g, m, v, n, &hp, &rec);
+    cr_assert(memcmp(p, p0, n * sizeof(float)) != 0 && rec.bad_param == 0);
+    g[n - 5] = INFINITY; /* g' inf: m, v and p become inf or nan */
+    be->adamw(p, g, m, v, n, &hp, &rec);
+    cr_assert_eq(rec.bad_param, 1, "a non-finite parameter was not flagged");
+    free(p), free(g), free(m), free(v), free(p0), free(m0), free(v0);
+}
+
+/* step_check against the host's arithmetic: the mean of the micro-batches'
+ * losses summed in order, the norm, the clipping factor, the skip and
+ * the step count with its bias corrections */
+Test(ops, step_check_decides_as_the_host)
+{
+    int A = 3, nc = 4;
+    double parts[12], sums[5] = {0.5, 2.25, 1e-3, 7.0, 0.125}, N = 640;
+    for (int i = 0; i < A * nc; i++)
+        parts[i] = 100.0 + 37.0 * i / 7.0;
+    ar_step_check c = {.parts = parts, .A = A, .nc = nc, .N = N, .sums = sums, .nsums = 5, .clip = 1.0,
+                       .b1 = 0.9f, .b2 = 0.95f};
+    ar_step_rec rec = {.t = 4, .bad_param = 1};
+    be->step_check(&c, &rec);
+    double loss = 0, ss = 0;
+    for (int a = 0; a < A; a++) {
+        double s = 0;
+        for (int k = 0; k < nc; k++)
+            s += parts[a * nc + k];
+        loss += s / N / A;
+    }
+    for (int i = 0; i < 5; i++)
+        ss += sums[i];
+    cr_assert_eq(rec.loss, loss);
+    cr_assert_eq(rec.gnorm, sqrt(ss));
+    cr_assert_eq(rec.gscale, (float)(1.0 / (sqrt(ss) + 1e-6)));
+    cr_assert(rec.skip == 0 && rec.t == 5 && rec.bad_param == 0);
+    cr_assert_eq(rec.bc1, (float)(1.0 - pow(0.9f, 5.0)));
+    cr_assert_eq(rec.bc2, (float)(1.0 - pow(0.95f, 5.0)));
+    /* under the threshold: no clipping */
+    c.clip = 100;
+    be->step_check(&c, &rec);
+    cr_assert(rec.gscale == 1.0f && rec.t == 6);
+    /* a non-finite loss or norm: skipped, the count unchanged */
+    parts[5] = NAN;
+    be->step_check(&c, &rec);
+    cr_assert(rec.skip == 1 && rec.t == 6 && isnan(rec.loss));
+    parts[5] = 1.0;
+    sums[2] = INFINITY;
+    be->step_check(&c, &rec);
+    cr_assert(rec.skip == 1 && rec.t == 6 && isinf(rec.gnorm));
+    /* a norm given as it is */
+    double given[2] = {2.5, 3.0};
+    ar_step_check g = {.parts = given, .A = 1, .nc = 1, .N = 1, .sums = given + 1, .nsums = 1, .norm_given = 1,
+                       .clip = 1.0, .b1 = 0.9f, .b2 = 0.95f};
+    be->step_check(&g, &rec);
+    cr_assert(rec.loss == 2.5 && rec.gnorm == 3.0 && rec.skip == 0 && rec.t == 7);
+    cr_assert_eq(rec.gscale, (float)(1.0 / (3.0 + 1e-6)));
 }
 
 /* ---- determinism (2 threads, bitwise) --------------------------------- */

@@ -315,10 +315,10 @@ void cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *ga
 /* softmax cross-entropy                                                     */
 
 /* probs = softmax(logits) (N x V, =); losses[i] = -log probs[i, targets[i]];
- * returns sum_i losses[i] (double, summed in row order).
+ * *sum = sum_i losses[i] (double, summed in row order).
  * Stable: subtract the row max; the loss is log(sum exp) - (z_t - max). */
-double cpu_xent_fwd(float *losses, float *probs, const float *logits,
-                    const int32_t *targets, int N, int V)
+void cpu_xent_fwd(float *losses, float *probs, const float *logits, const int32_t *targets, int N, int V,
+                  double *sum)
 {
 #pragma omp parallel for schedule(static) if ((long)N * V > PAR_MIN)
     for (int i = 0; i < N; i++) {
@@ -336,7 +336,7 @@ double cpu_xent_fwd(float *losses, float *probs, const float *logits,
     double tot = 0.0;
     for (int i = 0; i < N; i++)
         tot += losses[i];
-    return tot;
+    *sum = tot;
 }
 
 /* (=) dlogits = scale * (probs - onehot(targets)); dlogits may be probs
@@ -362,14 +362,16 @@ void cpu_xent_bwd(float *dlogits, const float *probs, const int32_t *targets,
  * m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2
  * p -= lr * ( (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps) + wd * p )
  * bias corrections 1-b^t computed in double. */
-void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const ar_adamw_hparams *s)
+void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const ar_adamw_hparams *s,
+               ar_step_rec *rec)
 {
-    float gscale = s->gscale, lr = s->lr, b1 = s->b1, b2 = s->b2, eps = s->eps, wd = s->wd;
-    long t = s->t;
-    float bc1 = (float)(1.0 - pow((double)b1, (double)t));
-    float bc2 = (float)(1.0 - pow((double)b2, (double)t));
+    if (rec->skip)
+        return;
+    float gscale = rec->gscale, lr = s->lr, b1 = s->b1, b2 = s->b2, eps = s->eps, wd = s->wd;
+    float bc1 = rec->bc1, bc2 = rec->bc2;
     long nn = (long)n;
-#pragma omp parallel for schedule(static) if (nn > PAR_MIN)
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (nn > PAR_MIN)
     for (long i = 0; i < nn; i++) {
         float gi = g[i] * gscale;
         float mi = b1 * m[i] + (1.0f - b1) * gi;
@@ -378,6 +380,34 @@ void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const ar_
         v[i] = vi;
         float mh = mi / bc1;
         float vh = vi / bc2;
-        p[i] -= lr * (mh / (sqrtf(vh) + eps) + wd * p[i]);
+        float pi = p[i] - lr * (mh / (sqrtf(vh) + eps) + wd * p[i]);
+        p[i] = pi;
+        bad |= !isfinite(pi);
     }
+    if (bad)
+        rec->bad_param = 1;
+}
+
+/* The step's record from its losses and gradient norm (lib/ops.def), in the
+ * host's order and arithmetic (run/train.c's before the record existed). */
+void cpu_step_check(const ar_step_check *c, ar_step_rec *rec)
+{
+    double loss = 0, ss = 0;
+    for (int a = 0; a < c->A; a++) {
+        double sum = 0;
+        for (int k = 0; k < c->nc; k++)
+            sum += c->parts[(size_t)a * c->nc + k];
+        loss += sum / c->N / c->A;
+    }
+    for (size_t i = 0; i < c->nsums; i++)
+        ss += c->sums[i];
+    double gnorm = c->norm_given ? c->sums[0] : sqrt(ss);
+    rec->loss = loss;
+    rec->gnorm = gnorm;
+    rec->skip = !isfinite(loss) || !isfinite(gnorm);
+    rec->gscale = c->clip > 0 && gnorm > c->clip ? (float)(c->clip / (gnorm + 1e-6)) : 1.0f;
+    rec->t += !rec->skip;
+    rec->bc1 = (float)(1.0 - pow((double)c->b1, (double)rec->t));
+    rec->bc2 = (float)(1.0 - pow((double)c->b2, (double)rec->t));
+    rec->bad_param = 0;
 }

@@ -17,11 +17,13 @@
  *
  * Ordering.  Every op is enqueued on one stream (created blocking, so it
  * also orders after any legacy default-stream call); cuBLAS is bound to it.
- * upload, download, sumsq and xent_fwd wait for the stream before they
- * return, so the host buffer of an upload may be reused at once and the
- * host values returned are final; free (and a growing workspace) waits
- * before it releases memory queued ops may use.  Everything else is
- * asynchronous.
+ * download and sumsq wait for the stream before they return, so the host
+ * values returned are final; an upload returns with its host buffer free
+ * for reuse, waiting for the stream only when it is large (cu_upload);
+ * free (and a growing workspace) waits before it releases memory queued
+ * ops may use.  Everything else is asynchronous: a training step on one
+ * GPU waits once, for its record, after its update is queued
+ * (lib/optim.h).
  *
  * Determinism.  No float atomics: RMSNorm's dg and the double sums use
  * fixed two-level partials, dwte adds repeated tokens in token order after
@@ -104,12 +106,38 @@ static void cu_free(void *p)
     AR_CUDA_CHECK(cudaFree(p));
 }
 
-/* Synchronous: the host buffer may be reused on return (even if pinned). */
+/* The host buffer may be reused on return.  Uploads of up to STAGE_BYTES
+ * (a micro-batch's tokens, a step's few host values) go through a ring of
+ * STAGE_SLOTS pinned buffers and do not wait for the device: the host
+ * copies into the next slot, waiting only for that slot's last copy
+ * (STAGE_SLOTS uploads ago) to have left, and queues the copy on the
+ * stream, after every op queued before it.  Larger ones (parameters,
+ * moments) wait for the stream. */
+#define STAGE_SLOTS 8
+#define STAGE_BYTES ((size_t)1 << 20)
+static void *g_stage[STAGE_SLOTS];
+static cudaEvent_t g_stage_left[STAGE_SLOTS];
+static int g_stage_next;
+
 static void cu_upload(void *dst, const void *src, size_t bytes)
 {
     if (!bytes)
         return;
     cudaStream_t st = ar_cuda_stream();
+    if (bytes <= STAGE_BYTES) {
+        int s = g_stage_next;
+        g_stage_next = (s + 1) % STAGE_SLOTS;
+        if (!g_stage[s]) {
+            AR_CUDA_CHECK(cudaMallocHost(&g_stage[s], STAGE_BYTES));
+            AR_CUDA_CHECK(cudaEventCreateWithFlags(&g_stage_left[s], cudaEventDisableTiming));
+        } else {
+            AR_CUDA_CHECK(cudaEventSynchronize(g_stage_left[s]));
+        }
+        memcpy(g_stage[s], src, bytes);
+        AR_CUDA_CHECK(cudaMemcpyAsync(dst, g_stage[s], bytes, cudaMemcpyHostToDevice, st));
+        AR_CUDA_CHECK(cudaEventRecord(g_stage_left[s], st));
+        return;
+    }
     AR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st));
     AR_CUDA_CHECK(cudaStreamSynchronize(st));
 }

@@ -152,22 +152,43 @@ __global__ static void sum_final_kernel(double *out, const double *part, int np)
         *out = s;
 }
 
-/* The grid of pass one depends only on n, so the sum is reproducible.
- * Waits for the stream (the result is read on the host). */
+/* Blocks of pass one: a function of n only, so the sum is reproducible. */
+static size_t sum_blocks(size_t n)
+{
+    size_t nb = (n + (size_t)RED_BS * 4 - 1) / ((size_t)RED_BS * 4);
+    return nb > RED_MAXB ? RED_MAXB : nb;
+}
+
+/* *out (device) = the sum, from the nb partials at part (device scratch) */
+static void sum_into(double *out, double *part, const float *x, size_t n, int sq)
+{
+    cudaStream_t st = ar_cuda_stream();
+    size_t nb = sum_blocks(n);
+    sum_part_kernel<<<(unsigned)nb, RED_BS, 0, st>>>(part, x, n, sq);
+    AR_CUDA_LAUNCHED();
+    sum_final_kernel<<<1, RED_BS, 0, st>>>(out, part, (int)nb);
+    AR_CUDA_LAUNCHED();
+}
+
+/* *out (device) = the sum, left on the device */
+static void sum_double_to(double *out, const float *x, size_t n, int sq)
+{
+    if (!n) {
+        AR_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), ar_cuda_stream()));
+        return;
+    }
+    sum_into(out, (double *)ar_cu_ws(CU_WS_RED, sum_blocks(n) * sizeof(double)), x, n, sq);
+}
+
+/* The same sum read on the host: waits for the stream. */
 static double sum_double(const float *x, size_t n, int sq)
 {
     if (!n)
         return 0.0;
-    cudaStream_t st = ar_cuda_stream();
-    size_t nb = (n + (size_t)RED_BS * 4 - 1) / ((size_t)RED_BS * 4);
-    if (nb > RED_MAXB)
-        nb = RED_MAXB;
-    double *part = (double *)ar_cu_ws(CU_WS_RED, (nb + 1) * sizeof(double));
-    sum_part_kernel<<<(unsigned)nb, RED_BS, 0, st>>>(part + 1, x, n, sq);
-    AR_CUDA_LAUNCHED();
-    sum_final_kernel<<<1, RED_BS, 0, st>>>(part, part + 1, (int)nb);
-    AR_CUDA_LAUNCHED();
+    double *part = (double *)ar_cu_ws(CU_WS_RED, (sum_blocks(n) + 1) * sizeof(double));
+    sum_into(part, part + 1, x, n, sq);
     double r = 0.0;
+    cudaStream_t st = ar_cuda_stream();
     AR_CUDA_CHECK(cudaMemcpyAsync(&r, part, sizeof r, cudaMemcpyDeviceToHost, st));
     AR_CUDA_CHECK(cudaStreamSynchronize(st));
     return r;
@@ -527,16 +548,16 @@ __global__ static void xent_fwd_kernel(float *losses, float *probs, const float 
         losses[i] = (float)(log(sum) - ((double)zt - mx));
 }
 
-/* returns sum_i losses[i] (double), after the stream has run */
-double cuda_xent_fwd(float *losses, float *probs, const float *logits, const int32_t *targets,
-                     int N, int V)
+/* *sum = sum_i losses[i] (double), left on the device */
+void cuda_xent_fwd(float *losses, float *probs, const float *logits, const int32_t *targets, int N, int V,
+                   double *sum)
 {
-    if (N <= 0 || V <= 0)
-        return 0.0;
-    unsigned bs = xent_threads(V);
-    xent_fwd_kernel<<<N, bs, 0, ar_cuda_stream()>>>(losses, probs, logits, targets, V);
-    AR_CUDA_LAUNCHED();
-    return sum_double(losses, (size_t)N, 0);
+    if (N > 0 && V > 0) {
+        unsigned bs = xent_threads(V);
+        xent_fwd_kernel<<<N, bs, 0, ar_cuda_stream()>>>(losses, probs, logits, targets, V);
+        AR_CUDA_LAUNCHED();
+    }
+    sum_double_to(sum, losses, N > 0 ? (size_t)N : 0, 0);
 }
 
 /* (=) dlogits = scale * (probs - onehot(targets)); element by element, so
@@ -567,13 +588,18 @@ void cuda_xent_bwd(float *dlogits, const float *probs, const int32_t *targets, f
 /* ------------------------------------------------------------------------ */
 /* AdamW                                                                     */
 
-/* g' = gscale * g
+/* Nothing where rec->skip; else, with g' = rec->gscale g:
  * m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2
- * p -= lr * ( (m/bc1) / (sqrt(v/bc2) + eps) + wd * p ),  bc = 1 - b^t */
-__global__ static void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n,
-                                    float gscale, float lr, float b1, float b2, float eps,
-                                    float wd, float bc1, float bc2)
+ * p -= lr * ( (m/bc1) / (sqrt(v/bc2) + eps) + wd * p ),  bc = rec's 1 - b^t;
+ * rec->bad_param = 1 where a new p is not finite (threads that find one
+ * all store the same 1: no atomics needed) */
+__global__ static void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                                    float b2, float eps, float wd, ar_step_rec *rec)
 {
+    if (rec->skip)
+        return;
+    float gscale = rec->gscale, bc1 = rec->bc1, bc2 = rec->bc2;
+    int bad = 0;
     GRID_STRIDE(i, n)
     {
         float gi = g[i] * gscale;
@@ -583,20 +609,51 @@ __global__ static void adamw_kernel(float *p, const float *g, float *m, float *v
         v[i] = vi;
         float mh = mi / bc1;
         float vh = vi / bc2;
-        p[i] -= lr * (mh / (sqrtf(vh) + eps) + wd * p[i]);
+        float pi = p[i] - lr * (mh / (sqrtf(vh) + eps) + wd * p[i]);
+        p[i] = pi;
+        bad |= !isfinite(pi);
     }
+    if (bad)
+        rec->bad_param = 1;
 }
 
-/* bias corrections in double on the host, rounded to float (as the CPU) */
-void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, const ar_adamw_hparams *s)
+void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, const ar_adamw_hparams *s,
+                ar_step_rec *rec)
 {
-    float gscale = s->gscale, lr = s->lr, b1 = s->b1, b2 = s->b2, eps = s->eps, wd = s->wd;
-    long t = s->t;
     if (!n)
         return;
-    float bc1 = (float)(1.0 - pow((double)b1, (double)t));
-    float bc2 = (float)(1.0 - pow((double)b2, (double)t));
-    adamw_kernel<<<flat_blocks(n), BS, 0, ar_cuda_stream()>>>(p, g, m, v, n, gscale, lr, b1, b2,
-                                                              eps, wd, bc1, bc2);
+    adamw_kernel<<<flat_blocks(n), BS, 0, ar_cuda_stream()>>>(p, g, m, v, n, s->lr, s->b1, s->b2, s->eps, s->wd,
+                                                              rec);
+    AR_CUDA_LAUNCHED();
+}
+
+/* The step's record (lib/ops.def), one thread, in the host's order and
+ * arithmetic: a few thousand additions a step, and no wait for the host. */
+__global__ static void step_check_kernel(ar_step_check c, ar_step_rec *rec)
+{
+    double loss = 0, ss = 0;
+    for (int a = 0; a < c.A; a++) {
+        double sum = 0;
+        for (int k = 0; k < c.nc; k++)
+            sum += c.parts[(size_t)a * c.nc + k];
+        loss += sum / c.N / c.A;
+    }
+    for (size_t i = 0; i < c.nsums; i++)
+        ss += c.sums[i];
+    double gnorm = c.norm_given ? c.sums[0] : sqrt(ss);
+    int skip = !isfinite(loss) || !isfinite(gnorm);
+    rec->loss = loss;
+    rec->gnorm = gnorm;
+    rec->skip = skip;
+    rec->gscale = c.clip > 0 && gnorm > c.clip ? (float)(c.clip / (gnorm + 1e-6)) : 1.0f;
+    rec->t += !skip;
+    rec->bc1 = (float)(1.0 - pow((double)c.b1, (double)rec->t));
+    rec->bc2 = (float)(1.0 - pow((double)c.b2, (double)rec->t));
+    rec->bad_param = 0;
+}
+
+void cuda_step_check(const ar_step_check *c, ar_step_rec *rec)
+{
+    step_check_kernel<<<1, 1, 0, ar_cuda_stream()>>>(*c, rec);
     AR_CUDA_LAUNCHED();
 }

@@ -401,6 +401,41 @@ cudaError_t cudaStreamCreate(cudaStream_t *s)
 
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 
+struct emu_event {
+    int recorded;
+};
+
+cudaError_t cudaMallocHost(void **p, size_t bytes)
+{
+    *p = aligned_alloc(256, (bytes + 255) & ~(size_t)255);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned flags)
+{
+    if (flags & ~(unsigned)cudaEventDisableTiming)
+        return cudaErrorInvalidValue;
+    *ev = new emu_event{0};
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t)
+{
+    if (!ev)
+        return cudaErrorInvalidValue;
+    ev->recorded = 1;
+    return cudaSuccess;
+}
+
+/* the work before the record has run (every call is synchronous here) */
+cudaError_t cudaEventSynchronize(cudaEvent_t ev) { return ev ? cudaSuccess : cudaErrorInvalidValue; }
+
 cudaError_t cudaGetLastError(void)
 {
     cudaError_t e = g_last;

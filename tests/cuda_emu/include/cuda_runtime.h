@@ -27,6 +27,8 @@ typedef enum cudaError {
 } cudaError_t;
 
 typedef struct emu_stream *cudaStream_t;
+typedef struct emu_event *cudaEvent_t;
+#define cudaEventDisableTiming 0x02
 
 enum cudaMemcpyKind {
     cudaMemcpyHostToHost = 0,
@@ -68,6 +70,14 @@ cudaError_t cudaFree(void *p);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = 0);
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s = 0);
 cudaError_t cudaStreamCreate(cudaStream_t *s);
+/* pinned host memory and events: every call runs synchronously, so an
+ * event has always happened; the checks are the runtime's (a live
+ * allocation or event) */
+cudaError_t cudaMallocHost(void **p, size_t bytes);
+cudaError_t cudaFreeHost(void *p);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned flags);
+cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s = 0);
+cudaError_t cudaEventSynchronize(cudaEvent_t ev);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaGetLastError(void);
 const char *cudaGetErrorString(cudaError_t e);
