@@ -45,7 +45,7 @@ typedef struct {
     report rep;
     double train_ovh, infer_ovh; /* percent, median over paired rounds; NaN without a baseline */
     double train_nm, infer_nm;   /* the same outside the matrix products (cpu only, else NaN) */
-    bench_ops_variant ops;       /* every op's time over the timed rounds (cpu only) */
+    bench_ops_variant ops;       /* every op's time: over the timed rounds (cpu), in steps of their own (a device) */
 } variant_run;
 
 static void valid_names(char *buf, size_t n)
@@ -198,6 +198,8 @@ static int run_paired(variant_run *runs, int n, const variant_run *base, const a
             ov->seconds[pass] = 0;
             for (int k = 0; k < R; k++) /* a round's seconds are its tokens over its tok/s */
                 ov->seconds[pass] += (double)r->batch * r->seq_len * o->steps / v[k];
+            if (ops[2 * i + pass].steps > 0) /* a device's ops, timed in steps of their own */
+                ov->seconds[pass] = ops[2 * i + pass].wall, ov->steps = ops[2 * i + pass].steps;
             memcpy(tmp, v, (size_t)R * sizeof *tmp);
             ar_bench_summarize(tmp, R, &med, &lo, &hi);
             if (bi >= 0) {
@@ -381,7 +383,7 @@ static void json_result(ar_jw *w, const variant_run *v, const variant_run *base,
     json_num_or_null(w, "loss", r->loss);
     if (with_ops) {
         ar_jw_key(w, "ops");
-        bench_ops_json(w, &v->ops, ceil_max);
+        bench_ops_json(w, &v->ops, gpu ? d.peak / 1e9 : ceil_max);
     }
     ar_jw_obj_end(w);
 }
@@ -667,7 +669,7 @@ static int measure(variant_run *runs, int n, const variant_run *base, const ar_b
 
 /* Every op's time, a table a variant (--ops without --json); 0, or -1
  * with e set. */
-static int print_ops(const variant_run *runs, int n, double ceil_max, ar_err *e)
+static int print_ops(const variant_run *runs, int n, double ceiling, const char *what, ar_err *e)
 {
     bench_ops_variant *ov = calloc((size_t)n, sizeof *ov);
     if (!ov) {
@@ -676,7 +678,7 @@ static int print_ops(const variant_run *runs, int n, double ceil_max, ar_err *e)
     }
     for (int i = 0; i < n; i++)
         ov[i] = runs[i].ops;
-    bench_ops_print(ov, n, ceil_max);
+    bench_ops_print(ov, n, ceiling, what);
     free(ov);
     return 0;
 }
@@ -705,12 +707,6 @@ int cmd_bench(int argc, char **argv)
     if ((a.config && ar_config_load(&cfg, a.config, &e) != 0) || cli_opts_apply(&so, &cfg, &e) != 0)
         goto fail;
     a.o.threads = cfg.train.threads;
-    /* a device's ops return before their work is done */
-    if (a.with_ops && cfg.train.device != AR_DEVICE_CPU) {
-        ar_fail(&e, "'--ops' times the CPU backend's ops only, and 'train.device' is %s",
-                ar_device_name(cfg.train.device));
-        goto fail;
-    }
     /* the backend is opened in the children, which fork from a process
      * without a CUDA context */
     if (cli_check_device(&cfg, &e) != 0)
@@ -727,7 +723,11 @@ int cmd_bench(int argc, char **argv)
         print_json(a.config, &cfg, &a.o, runs, n, base, ceil_max, a.peak_tflops, a.with_ops);
     else
         print_table(a.config, &cfg, &a.o, runs, n, base, ceil_min, ceil_max, a.peak_tflops);
-    if (a.with_ops && !a.json && print_ops(runs, n, ceil_max, &e) != 0)
+    /* the ops' ceiling: a device's is its bf16 peak (--peak-tflops or the backend's) */
+    int gpu = cfg.train.device != AR_DEVICE_CPU;
+    double ops_ceil = !gpu ? ceil_max : a.peak_tflops > 0 ? a.peak_tflops * 1e3 : runs[0].rep.r.peak_flops / 1e9;
+    if (a.with_ops && !a.json &&
+        print_ops(runs, n, ops_ceil, gpu ? "the device's bf16 peak" : "the sgemm ceiling", &e) != 0)
         goto fail;
     rc = AR_EXIT_OK;
     goto out;

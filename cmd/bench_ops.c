@@ -87,11 +87,11 @@ static void pass_table(const bench_ops_variant *v, int n, int pass, double ceili
     printf("\n");
 }
 
-static void gap_table(const bench_ops_variant *v, int n, double ceiling)
+static void gap_table(const bench_ops_variant *v, int n, double ceiling, const char *what)
 {
-    printf("\ntraining step: gap to the sgemm ceiling (%.1f GFLOP/s) by op, ms per step and share of the step:\n"
+    printf("\ntraining step: gap to %s (%.1f GFLOP/s) by op, ms per step and share of the step:\n"
            "an op's time less its counted FLOPs at the ceiling\n",
-           ceiling);
+           what, ceiling);
     header(v, n, "op");
     for (int op = 0; op < AR_OP_COUNT; op++) {
         if (!used(v, n, 0, op))
@@ -116,12 +116,12 @@ static void gap_table(const bench_ops_variant *v, int n, double ceiling)
     printf("\n");
 }
 
-void bench_ops_print(const bench_ops_variant *v, int n, double ceiling_gflops)
+void bench_ops_print(const bench_ops_variant *v, int n, double ceiling_gflops, const char *what)
 {
     pass_table(v, n, 0, ceiling_gflops);
     pass_table(v, n, 1, ceiling_gflops);
     if (ceiling_gflops > 0)
-        gap_table(v, n, ceiling_gflops);
+        gap_table(v, n, ceiling_gflops, what);
     printf("\ncounted FLOPs: matrix products (2 per multiply-add, dx and dW in the backward) and attention\n"
            "(4 B nh T^2 hd forward, twice that backward); GFLOP/s of the step counts only those\n");
 }

@@ -1,6 +1,6 @@
 /* attnres bench --ops: where a step's time goes, op by op, and the gap
- * between the step and its counted FLOPs at the sgemm ceiling
- * (attnres-bench(1) OPS). */
+ * between the step and its counted FLOPs at the ceiling: the sgemm
+ * ceiling on the CPU, the bf16 peak on a device (attnres-bench(1) OPS). */
 #ifndef AR_CMD_BENCH_OPS_H
 #define AR_CMD_BENCH_OPS_H
 
@@ -20,8 +20,9 @@ typedef struct {
 double bench_ops_gap(const ar_op_tally *t, int op, double ceiling_gflops);
 
 /* The two tables (training, forward-only: ms per step by op, every op any
- * variant called) and the training step's gap to the ceiling by op. */
-void bench_ops_print(const bench_ops_variant *v, int n, double ceiling_gflops);
+ * variant called) and the training step's gap to the ceiling by op; what
+ * names the ceiling ("the sgemm ceiling", "the device's bf16 peak"). */
+void bench_ops_print(const bench_ops_variant *v, int n, double ceiling_gflops, const char *what);
 
 /* The same as JSON: "ops": {"train": {...}, "infer": {...}} for one variant,
  * written as the value of the key the caller has just written. */

@@ -221,14 +221,28 @@ int ar_bench_variant(const ar_config *cfg, const ar_bench_opts *o, ar_bench_resu
     return 0;
 }
 
+static void add_tally(ar_op_tally *sum, const ar_op_tally *t)
+{
+    for (int op = 0; op < AR_OP_COUNT; op++) {
+        sum->seconds[op] += t->seconds[op];
+        sum->flops[op] += t->flops[op];
+        sum->calls[op] += t->calls[op];
+    }
+    sum->wall += t->wall;
+    sum->steps += t->steps;
+}
+
 int ar_bench_paired(const ar_config *cfgs, int nv, const ar_bench_opts *o, double *train,
                     double *infer, double *train_mm, double *infer_mm, ar_op_tally *ops, ar_err *e)
 {
     const ar_backend *be = bench_backend(o, &cfgs[0], e);
     if (!be)
         return -1;
-    /* every op timed (experiments/op_timer.h), on the CPU backend only */
-    const ar_backend *tb = ar_op_timer(be);
+    /* every op timed (experiments/op_timer.h): on the CPU in the paired
+     * rounds themselves (a clock read costs nothing there); on a device,
+     * whose timed ops wait for it, in rounds of their own after them */
+    int device = be != ar_backend_cpu();
+    const ar_backend *tb = ops || !device ? ar_op_timer(be) : NULL;
     if (ops)
         memset(ops, 0, (size_t)2 * nv * sizeof *ops);
     bench_ctx *c = ar_xcalloc((size_t)nv, sizeof *c);
@@ -252,22 +266,28 @@ int ar_bench_paired(const ar_config *cfgs, int nv, const ar_bench_opts *o, doubl
                 size_t at = (size_t)v * o->repeat + k;
                 ar_op_tally sample;
                 memset(&sample, 0, sizeof sample);
-                ar_op_timer_into(&sample);
+                ar_op_timer_into(device ? NULL : &sample);
                 out[at] = time_steps(&c[v], step, o->steps);
                 ar_op_timer_into(NULL);
                 /* the sample's seconds are its tokens over its tok/s */
                 double mm_s = sample.seconds[AR_OP_matmul_fwd] + sample.seconds[AR_OP_matmul_bwd];
                 if (mm)
-                    mm[at] = tb ? mm_s * out[at] / ((double)c[v].B * c[v].m->T * o->steps) : NAN;
-                if (ops && tb) {
-                    ar_op_tally *sum = &ops[2 * v + pass];
-                    for (int op = 0; op < AR_OP_COUNT; op++) {
-                        sum->seconds[op] += sample.seconds[op];
-                        sum->flops[op] += sample.flops[op];
-                        sum->calls[op] += sample.calls[op];
-                    }
-                }
+                    mm[at] = device ? NAN : mm_s * out[at] / ((double)c[v].B * c[v].m->T * o->steps);
+                if (ops && !device)
+                    add_tally(&ops[2 * v + pass], &sample);
             }
+        /* a device's op times: each variant's steps once more, every op
+         * waited for (op_timer.h) */
+        for (int v = 0; ops && device && v < nv; v++) {
+            ar_op_tally sample;
+            memset(&sample, 0, sizeof sample);
+            ar_op_timer_into(&sample);
+            double tps = time_steps(&c[v], step, o->steps);
+            ar_op_timer_into(NULL);
+            sample.steps = o->steps;
+            sample.wall = (double)c[v].B * c[v].m->T * o->steps / tps;
+            add_tally(&ops[2 * v + pass], &sample);
+        }
     }
     for (int v = 0; v < made; v++)
         ctx_close(&c[v]);

@@ -102,9 +102,10 @@ int ar_bench_variant(const ar_config *cfg, const ar_bench_opts *o, ar_bench_resu
  * fraction of that time spent in matmul_fwd and matmul_bwd: measured on the
  * CPU backend, NaN on any other (its ops return before their work is done).
  * ops (or NULL), 2*nv tallies: ops[2v] and ops[2v+1] get what every op of
- * variant v did in all its timed training and forward-only rounds (the
- * CPU backend only; zero on any other).  Needs the memory of all nv models
- * at once. */
+ * variant v did in training and forward-only steps: on the CPU backend in
+ * all its timed rounds (wall and steps 0: the rounds' own); on any other,
+ * in `steps` more steps after the rounds, each op waited for, with those
+ * steps' wall time and count.  Needs the memory of all nv models at once. */
 int ar_bench_paired(const ar_config *cfgs, int nv, const ar_bench_opts *o, double *train,
                     double *infer, double *train_mm, double *infer_mm, ar_op_tally *ops, ar_err *e);
 

@@ -16,7 +16,9 @@
 #   quickstart the quick-start model, 200 steps from the same seed with
 #              --device cuda and on the CPU: the losses compared
 #   bench      attnres bench configs/bench-gpt2-small.yaml --device cuda
-#              --precision bf16, baseline, Block (N = 8) and Full
+#              --precision bf16 --ops, baseline, Block (N = 8) and Full,
+#              with every op's time (the fused attention's among them)
+#              from steps of their own
 #   peer       the PyTorch peer on the same GPU:
 #              torch_peer.py 16 gpt2-small eager,compile 10 cuda
 # It writes $OUT/summary.json (each stage: status, seconds, its numbers),
@@ -140,7 +142,7 @@ if [ "$mode" = gpu ]; then
     qs="$bin/attnres train configs/quickstart.yaml $corpus --set train.steps=200 --set train.log_every=10 --force"
     stage quickstart 120 sh -c "$qs --device cuda --out $b/qs-cuda && $qs --device cpu --threads $threads --out $b/qs-cpu"
     stage bench 110 "$bin/attnres" bench configs/bench-gpt2-small.yaml --device cuda --precision bf16 \
-        --variants baseline,block8,full --steps 3 --warmup 1 --repeat 3 --json
+        --variants baseline,block8,full --steps 3 --warmup 1 --repeat 3 --ops --json
     if [ -f "$b/peer/torch_peer.py" ]; then
         stage peer 120 env PYTHONUNBUFFERED=1 python3 "$b/peer/torch_peer.py" 16 gpt2-small eager,compile 10 cuda
     else
