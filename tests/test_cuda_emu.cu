@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cublas_v2.h>
 #include <cub/device/device_radix_sort.cuh>
@@ -404,4 +405,60 @@ Test(cuda_emu, wmma_part_of_the_warp_misses_aborts, .signal = SIGABRT)
 {
     float *c = dev(32);
     wmma_divergent_kernel<<<1, 32>>>(c);
+}
+
+/* ---- the reverse order (AR_CUDA_EMU_ORDER=reverse) --------------------- */
+
+/* out[t] = the value thread t + 1 stored, read with or without the barrier
+ * between the store and the read that a GPU needs (dynamic shared memory,
+ * NaN at each block's start) */
+__global__ static void neighbour_kernel(float *out, int barrier)
+{
+    extern __shared__ float s[];
+    s[threadIdx.x] = (float)threadIdx.x + 1.0f;
+    if (barrier)
+        __syncthreads();
+    out[threadIdx.x] = s[(threadIdx.x + 1) % 64];
+}
+
+/* the block index each block finds in a buffer the blocks before it wrote:
+ * an order between blocks that CUDA does not give */
+__global__ static void block_order_kernel(float *x)
+{
+    if (threadIdx.x == 0)
+        x[blockIdx.x + 1] = x[blockIdx.x] + 1.0f;
+}
+
+Test(cuda_emu, the_reverse_order_shows_a_missing_barrier)
+{
+    float *d = dev(64), h[2][64];
+    for (int barrier = 1; barrier >= 0; barrier--) {
+        for (int order = 0; order < 2; order++) {
+            if (order)
+                setenv("AR_CUDA_EMU_ORDER", "reverse", 1);
+            else
+                unsetenv("AR_CUDA_EMU_ORDER");
+            neighbour_kernel<<<1, 64, 64 * sizeof(float)>>>(d, barrier);
+            cudaMemcpyAsync(h[order], d, sizeof h[order], cudaMemcpyDeviceToHost);
+        }
+        unsetenv("AR_CUDA_EMU_ORDER");
+        int same = memcmp(h[0], h[1], sizeof h[0]) == 0;
+        if (barrier)
+            cr_expect(same && h[0][5] == 7.0f, "with the barrier both orders read the neighbour's value");
+        else
+            cr_expect(!same, "without the barrier the two orders read the same values");
+    }
+    /* blocks: forward, block b finds b (as the chain of earlier blocks
+     * wrote it); reverse, the chain is broken */
+    float *x = dev(9), hx[2][9];
+    for (int order = 0; order < 2; order++) {
+        if (order)
+            setenv("AR_CUDA_EMU_ORDER", "reverse", 1);
+        cudaMemsetAsync(x, 0, 9 * sizeof(float));
+        block_order_kernel<<<8, 32>>>(x);
+        cudaMemcpyAsync(hx[order], x, sizeof hx[order], cudaMemcpyDeviceToHost);
+        unsetenv("AR_CUDA_EMU_ORDER");
+    }
+    cr_expect(hx[0][8] == 8.0f && hx[1][8] == 1.0f, "block order: forward %g, reverse %g", hx[0][8], hx[1][8]);
+    cudaFree(d), cudaFree(x);
 }

@@ -28,8 +28,10 @@
  *
  * What it cannot show: races (threads run in a fixed order, one at a time,
  * so a missing barrier between a write and another thread's read may go
- * unseen), the GPU's floating point (tensor-core bf16 products: the
- * stand-ins round the operands to bf16 and multiply in fp32, cuBLAS's
+ * unseen; AR_CUDA_EMU_ORDER=reverse runs the other order, which shows most
+ * of them as different results), the GPU's floating point (tensor-core
+ * bf16 products: the stand-ins round the operands to bf16 and multiply in
+ * fp32, cuBLAS's
  * with CBLAS, WMMA's (include/mma.h) in k order;
  * the device's expf, logf and division are the host's), memory limits,
  * streams' concurrency, and speed. */
@@ -202,6 +204,14 @@ const char *state_name(state s)
          state_name(y.st));
 }
 
+/* AR_CUDA_EMU_ORDER=reverse: threads run in the reverse of their index
+ * order between barriers, and a grid's blocks in reverse order too.  A
+ * kernel that reads what another thread (or block) writes without a
+ * barrier between them (a race, which the fixed order may hide) then
+ * reads other values than in the forward order: running a comparison in
+ * both orders shows most such races.  Read at each launch. */
+bool g_reverse;
+
 /* Runs one block of n threads to its end. */
 void run_block(unsigned n)
 {
@@ -215,8 +225,8 @@ void run_block(unsigned n)
         f.idx = uint3{t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
     }
     for (;;) {
-        for (unsigned t = 0; t < n; t++) {
-            fiber &f = g_fib[t];
+        for (unsigned i = 0; i < n; i++) {
+            fiber &f = g_fib[g_reverse ? n - 1 - i : i];
             if (f.st == READY)
                 resume(f);
         }
@@ -336,13 +346,15 @@ void emu_launch(const void *fn, const char *name, emu_cfg cfg, std::function<voi
     g_name = name;
     blockDim = b;
     gridDim = g;
-    for (unsigned z = 0; z < g.z; z++)
-        for (unsigned y = 0; y < g.y; y++)
-            for (unsigned x = 0; x < g.x; x++) {
-                blockIdx = uint3{x, y, z};
-                std::fill(g_smem.begin(), g_smem.end(), NAN);
-                run_block((unsigned)n);
-            }
+    const char *order = getenv("AR_CUDA_EMU_ORDER");
+    g_reverse = order && strcmp(order, "reverse") == 0;
+    size_t blocks = (size_t)g.x * g.y * g.z;
+    for (size_t i = 0; i < blocks; i++) {
+        size_t k = g_reverse ? blocks - 1 - i : i;
+        blockIdx = uint3{(unsigned)(k % g.x), (unsigned)(k / g.x % g.y), (unsigned)(k / ((size_t)g.x * g.y))};
+        std::fill(g_smem.begin(), g_smem.end(), NAN);
+        run_block((unsigned)n);
+    }
     g_body = NULL;
 }
 
