@@ -11,8 +11,9 @@
  * row-major with ldb (tb = 0) or as its N x K transpose (tb = 1).
  *
  * Two element types for A and B:
- *   float           one thread per entry of C, its K terms in order: the
- *                   fp32 product (SIMT);
+ *   float           a 4 x 4 block of C a thread (one entry where M or N
+ *                   is not a multiple of 4), each entry's K terms in
+ *                   order: the fp32 product (SIMT);
  *   __nv_bfloat16   tensor cores through WMMA, 16 x 16 x 16 fragments, one
  *                   warp per 16 x 16 tile of C: bf16 operands, fp32
  *                   accumulation.  M, N, K multiples of 16; ld* multiples
@@ -31,17 +32,44 @@ __device__ static inline float tile_float(bf16 x) { return __bfloat162float(x); 
 __device__ static inline void tile_store(float *p, float x) { *p = x; }
 __device__ static inline void tile_store(bf16 *p, float x) { *p = __float2bfloat16(x); }
 
-/* fp32: entry (m, n) by thread e = m N + n (mod blockDim.x), K terms in order */
+/* fp32, in 4 x 4 blocks of C where M and N allow (one thread a block: 8
+ * shared-memory reads for 16 multiply-adds, where one entry a thread takes
+ * 2 for 1), else one entry a thread; either way each entry's K terms are
+ * added in order, so both give the same bits. */
+#define TILE_RB 4
 __device__ static inline void tile_mm(float *C, int ldc, const float *A, int lda, int ta, const float *B,
                                       int ldb, int tb, int M, int N, int K, float alpha, int acc)
 {
-    for (int e = threadIdx.x; e < M * N; e += blockDim.x) {
-        int m = e / N, n = e % N;
-        float s = 0.0f;
-        for (int k = 0; k < K; k++)
-            s += A[ta ? k * lda + m : m * lda + k] * B[tb ? n * ldb + k : k * ldb + n];
-        float *c = C + m * ldc + n;
-        *c = acc ? *c + alpha * s : alpha * s;
+    if (M % TILE_RB || N % TILE_RB) {
+        for (int e = threadIdx.x; e < M * N; e += blockDim.x) {
+            int m = e / N, n = e % N;
+            float s = 0.0f;
+            for (int k = 0; k < K; k++)
+                s += A[ta ? k * lda + m : m * lda + k] * B[tb ? n * ldb + k : k * ldb + n];
+            float *c = C + m * ldc + n;
+            *c = acc ? *c + alpha * s : alpha * s;
+        }
+        return;
+    }
+    int nb = N / TILE_RB;
+    for (int e = threadIdx.x; e < (M / TILE_RB) * nb; e += blockDim.x) {
+        int m0 = e / nb * TILE_RB, n0 = e % nb * TILE_RB;
+        float s[TILE_RB][TILE_RB] = {{0.0f}};
+        for (int k = 0; k < K; k++) {
+            float a[TILE_RB], b[TILE_RB];
+            for (int i = 0; i < TILE_RB; i++) {
+                a[i] = A[ta ? k * lda + m0 + i : (m0 + i) * lda + k];
+                b[i] = B[tb ? (n0 + i) * ldb + k : k * ldb + n0 + i];
+            }
+            for (int i = 0; i < TILE_RB; i++)
+                for (int j = 0; j < TILE_RB; j++)
+                    s[i][j] += a[i] * b[j];
+        }
+        for (int i = 0; i < TILE_RB; i++)
+            for (int j = 0; j < TILE_RB; j++) {
+                float *c = C + (m0 + i) * ldc + n0 + j;
+                *c = acc ? *c + alpha * s[i][j] : alpha * s[i][j];
+            }
     }
 }
 
