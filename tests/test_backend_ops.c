@@ -667,6 +667,14 @@ Test(backend_ops, matmul_bf16)
     attention_case(2, 13, 3, 8, 1);
     attention_case(1, 70, 1, 72, 1);
     attention_case(2, 512, 8, 64, 1);
+    /* head dimensions of CUDA's register-level forward, tiles cut short,
+     * on inputs bf16 holds exactly (the tighter bound) */
+    attention_case(2, 13, 3, 16, 2);
+    attention_case(1, 70, 2, 32, 2);
+    attention_case(1, 100, 1, 128, 2);
+    attention_case(1, 1, 2, 48, 2);
+    attention_case(2, 200, 2, 64, 2);
+    attention_case(1, 40, 1, 144, 2); /* past 128: the forward on shared-memory tiles too */
     cr_assert_eq(B->set_bf16(0), 0);
     /* and back to fp32 */
     matmul_case(37, 72, 13, 0);
@@ -892,16 +900,38 @@ static void check_lse(tp *att, const att_bnd *b, size_t rows)
  * checked against the exact ones, and each backend's backward runs from
  * its own forward's state; where both save probabilities, these are
  * compared and B's backward runs from A's, as every other op. */
+/* t's values rounded to bf16 (to nearest, ties to even), on both backends */
+static void round_bf16(tp *t)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        uint32_t u;
+        memcpy(&u, &t->h[i], sizeof u);
+        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        memcpy(&t->h[i], &u, sizeof u);
+    }
+    A->upload(t->a, t->h, t->n * sizeof(float));
+    B->upload(t->b, t->h, t->n * sizeof(float));
+}
+
+/* bf16: 0 fp32 products; 1 bf16 products (RHO_BF16: any rounding of both
+ * operands, as cuBLAS may); 2 bf16 products on inputs that bf16 holds
+ * exactly (q, k, v, dy rounded first): then only the kernels' own operands
+ * are rounded, the probabilities and ds, one operand of a product, to
+ * nearest: within 2^-9 relative, a bound tight enough to show a wrong
+ * fragment layout or mask that RHO_BF16 would pass. */
 static void attention_case(int Bn, int T, int nh, int hd, int bf16)
 {
-    at("attention%s B=%d T=%d nh=%d hd=%d", bf16 ? " bf16" : "", Bn, T, nh, hd);
-    double rho = bf16 ? RHO_BF16 : 0;
+    at("attention%s B=%d T=%d nh=%d hd=%d", bf16 == 2 ? " bf16 (exact inputs)" : bf16 ? " bf16" : "", Bn, T, nh,
+       hd);
+    double rho = bf16 == 2 ? 0x1p-9 : bf16 ? RHO_BF16 : 0;
     size_t n = (size_t)Bn * T * nh * hd, sa = A->attention_state(Bn, T, nh), sb = B->attention_state(Bn, T, nh);
     int fused = B->attention_state(1, 2, 1) != A->attention_state(1, 2, 1); /* (at T = 1 both are B nh) */
     cr_assert(sa == (size_t)Bn * nh * T * T && (!fused || sb == (size_t)Bn * nh * T),
               "%s: attention_state: A %zu, B %zu floats", ctx, sa, sb);
     tp *q = rnd(n, -1.5f, 1.5f), *k = rnd(n, -1.5f, 1.5f), *v = rnd(n, -1, 1);
     tp *y = junk(n), *att = junk(sa);
+    if (bf16 == 2)
+        round_bf16(q), round_bf16(k), round_bf16(v);
     att_bnd bf, bb;
     attention_bounds(&bf, q->h, k->h, v->h, NULL, NULL, Bn, T, 0, nh, hd, rho, fused);
     BOTH be->attention_fwd(&(ar_attention){D(q), D(k), D(v), D(att), Bn, T, nh, hd}, D(y));
@@ -914,6 +944,8 @@ static void attention_case(int Bn, int T, int nh, int hd, int bf16)
     }
     take(y); /* the fused backward's D = dy.y reads it */
     tp *dy = rnd(n, -1, 1), *dq = junk(n), *dk = junk(n), *dv = junk(n), *datt = junk(sa);
+    if (bf16 == 2)
+        round_bf16(dy);
     attention_bounds(&bb, q->h, k->h, v->h, dy->h, res_a(att), Bn, T, 0, nh, hd, rho, fused);
     BOTH be->attention_bwd(&(ar_attention){D(q), D(k), D(v), D(att), Bn, T, nh, hd}, D(y), D(dy), D(dq), D(dk),
                            D(dv), D(datt));
@@ -931,6 +963,7 @@ Test(backend_ops, attention)
     attention_case(1, 1, 2, 4, 0);
     attention_case(1, 70, 1, 72, 0);
     attention_case(2, 512, 8, 64, 0);
+    attention_case(1, 20, 1, 128, 0);
 }
 
 /* ---- incremental decoding: rotary at positions, attention on a cache -- */

@@ -17,6 +17,8 @@
 #include <cuda_runtime.h>
 #include <mma.h>
 
+#include "mma_cuda.h"
+
 static float *dev(size_t n)
 {
     void *p = NULL;
@@ -461,4 +463,51 @@ Test(cuda_emu, the_reverse_order_shows_a_missing_barrier)
     }
     cr_expect(hx[0][8] == 8.0f && hx[1][8] == 1.0f, "block order: forward %g, reverse %g", hx[0][8], hx[1][8]);
     cudaFree(d), cudaFree(x);
+}
+
+/* ---- register-level mma (lib/cuda/mma_cuda.h) ------------------------- */
+
+/* Each lane loads its fragments of A (16 x 16), B (16 x 8) and C (16 x 8)
+ * at the places PTX gives them, the warp multiplies, each lane stores its
+ * D entries back at theirs. */
+__global__ static void mma_kernel(float *d, const float *a, const float *b, const float *c)
+{
+    unsigned lane = threadIdx.x, g = lane / 4, q = lane % 4;
+    uint32_t fa[4] = {ar_pack_bf16(a[g * 16 + 2 * q], a[g * 16 + 2 * q + 1]),
+                      ar_pack_bf16(a[(g + 8) * 16 + 2 * q], a[(g + 8) * 16 + 2 * q + 1]),
+                      ar_pack_bf16(a[g * 16 + 2 * q + 8], a[g * 16 + 2 * q + 9]),
+                      ar_pack_bf16(a[(g + 8) * 16 + 2 * q + 8], a[(g + 8) * 16 + 2 * q + 9])};
+    uint32_t fb[2] = {ar_pack_bf16(b[(2 * q) * 8 + g], b[(2 * q + 1) * 8 + g]),
+                      ar_pack_bf16(b[(2 * q + 8) * 8 + g], b[(2 * q + 9) * 8 + g])};
+    float fc[4] = {c[g * 8 + 2 * q], c[g * 8 + 2 * q + 1], c[(g + 8) * 8 + 2 * q], c[(g + 8) * 8 + 2 * q + 1]};
+    ar_mma_16816(fc, fa, fb, fc);
+    d[g * 8 + 2 * q] = fc[0], d[g * 8 + 2 * q + 1] = fc[1];
+    d[(g + 8) * 8 + 2 * q] = fc[2], d[(g + 8) * 8 + 2 * q + 1] = fc[3];
+}
+
+Test(cuda_emu, mma_16816_multiplies_the_documented_fragments)
+{
+    float ha[256], hb[128], hc[128], out[128];
+    for (int i = 0; i < 256; i++)
+        ha[i] = (float)((i * 29) % 37) / 8.0f - 2.0f; /* multiples of 1/8: exact in bf16 */
+    for (int i = 0; i < 128; i++) {
+        hb[i] = (float)((i * 11) % 23) / 4.0f - 3.0f;
+        hc[i] = (float)(i % 7) - 3.0f;
+    }
+    float *a = dev(256), *b = dev(128), *c = dev(128), *d = dev(128);
+    cudaMemcpyAsync(a, ha, sizeof ha, cudaMemcpyHostToDevice);
+    cudaMemcpyAsync(b, hb, sizeof hb, cudaMemcpyHostToDevice);
+    cudaMemcpyAsync(c, hc, sizeof hc, cudaMemcpyHostToDevice);
+    mma_kernel<<<1, 32>>>(d, a, b, c);
+    cr_assert_eq(cudaGetLastError(), cudaSuccess);
+    cudaMemcpyAsync(out, d, sizeof out, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 8; j++) {
+            double s = hc[i * 8 + j];
+            for (int k = 0; k < 16; k++)
+                s += (double)ha[i * 16 + k] * hb[k * 8 + j];
+            /* products of eighths and quarters, sums under 2^8: exact */
+            cr_expect_eq(out[i * 8 + j], (float)s, "d[%d,%d] = %g, expected %g", i, j, out[i * 8 + j], s);
+        }
+    cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(d);
 }

@@ -37,6 +37,7 @@
  * streams' concurrency, and speed. */
 #include "cuda_runtime.h"
 
+#include "cuda_bf16.h"
 #include "cub/device/device_radix_sort.cuh"
 #include "cublas_v2.h"
 
@@ -95,9 +96,18 @@ struct fiber {
     uint3 idx;
 };
 
+/* one lane's operands of a register-level tensor-core product (mma_cuda.h) */
+struct mma_in {
+    uint32_t a[4], b[2];
+    float c[4];
+};
+
 struct warp {
     int gen;              /* releases so far: slot[gen & 1] takes the next values */
     uint64_t slot[2][32];
+    mma_in mma[2][32];
+    float mma_d[2][16][8]; /* the product, formed by the first lane to ask */
+    bool mma_done[2];
 };
 
 const size_t STACK = 64 << 10;
@@ -307,6 +317,56 @@ uint64_t emu_shfl_xor(unsigned mask, uint64_t bits, int lane_mask)
 }
 
 /* as a GPU's, aligned for any type and for WMMA's 256-bit tiles */
+/* PTX mma.m16n8k16 (bf16 in, fp32 out) as lib/cuda/mma_cuda.h lays out its
+ * fragments: every lane posts its own, the warp meets, the first lane to
+ * run after rebuilds A (16 x 16), B (16 x 8) and C (16 x 8) and forms
+ * A B + C, the products exact (bf16 times bf16 fits a float) and added in
+ * k order after C; each lane takes its four entries. */
+static float bf16_lo(uint32_t r) { return __bfloat162float(__nv_bfloat16{(uint16_t)(r & 0xffffu)}); }
+static float bf16_hi(uint32_t r) { return __bfloat162float(__nv_bfloat16{(uint16_t)(r >> 16)}); }
+
+void ar_mma_emulated(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4])
+{
+    unsigned lane = g_cur->tid & 31;
+    warp &w = g_warp[g_cur->tid >> 5];
+    mma_in &mine = w.mma[w.gen & 1][lane];
+    memcpy(mine.a, a, sizeof mine.a);
+    memcpy(mine.b, b, sizeof mine.b);
+    memcpy(mine.c, c, sizeof mine.c);
+    w.mma_done[w.gen & 1] = false;
+    wait_as(AT_WARP);
+    int buf = (w.gen - 1) & 1;
+    float(*D)[8] = w.mma_d[buf];
+    unsigned g = lane >> 2, q = lane & 3;
+    if (w.mma_done[buf]) {
+        d[0] = D[g][2 * q], d[1] = D[g][2 * q + 1], d[2] = D[g + 8][2 * q], d[3] = D[g + 8][2 * q + 1];
+        return;
+    }
+    const mma_in *all = w.mma[buf];
+    float A[16][16], B[16][8], C[16][8];
+    for (unsigned l = 0; l < 32; l++) {
+        unsigned g = l >> 2, q = l & 3;
+        const mma_in &m = all[l];
+        A[g][2 * q] = bf16_lo(m.a[0]), A[g][2 * q + 1] = bf16_hi(m.a[0]);
+        A[g + 8][2 * q] = bf16_lo(m.a[1]), A[g + 8][2 * q + 1] = bf16_hi(m.a[1]);
+        A[g][2 * q + 8] = bf16_lo(m.a[2]), A[g][2 * q + 9] = bf16_hi(m.a[2]);
+        A[g + 8][2 * q + 8] = bf16_lo(m.a[3]), A[g + 8][2 * q + 9] = bf16_hi(m.a[3]);
+        B[2 * q][g] = bf16_lo(m.b[0]), B[2 * q + 1][g] = bf16_hi(m.b[0]);
+        B[2 * q + 8][g] = bf16_lo(m.b[1]), B[2 * q + 9][g] = bf16_hi(m.b[1]);
+        C[g][2 * q] = m.c[0], C[g][2 * q + 1] = m.c[1];
+        C[g + 8][2 * q] = m.c[2], C[g + 8][2 * q + 1] = m.c[3];
+    }
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 8; j++) {
+            float s = C[i][j];
+            for (int k = 0; k < 16; k++)
+                s += A[i][k] * B[k][j];
+            D[i][j] = s;
+        }
+    w.mma_done[buf] = true;
+    d[0] = D[g][2 * q], d[1] = D[g][2 * q + 1], d[2] = D[g + 8][2 * q], d[3] = D[g + 8][2 * q + 1];
+}
+
 void *emu_dynamic_smem(void) { return (void *)(((uintptr_t)g_smem.data() + 255) & ~(uintptr_t)255); }
 
 void emu_wmma_check(const void *p, unsigned ldm, size_t elem_bytes, const char *what)

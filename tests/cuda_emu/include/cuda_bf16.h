@@ -21,6 +21,8 @@ inline __nv_bfloat16 __float2bfloat16(float f)
     return __nv_bfloat16{(uint16_t)(u >> 16)};
 }
 
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.bits; }
+
 inline float __bfloat162float(__nv_bfloat16 h)
 {
     uint32_t u = (uint32_t)h.bits << 16;
