@@ -92,13 +92,16 @@ __host__ __device__ static inline att_tiles tiles_of(int kind, int bt, int hd, s
     return t;
 }
 
-/* dst[r, c] = src[(r0 + r) C + c] for rows r0 + r < T, 0 after (bt x hd) */
+/* dst[r ld + c] = src[(r0 + r) C + c] for rows r0 + r < T, 0 after (bt x hd;
+ * ld = hd where not given) */
 template <typename E>
-__device__ static void load_rows(E *dst, const float *src, int C, int r0, int T, int bt, int hd)
+__device__ static void load_rows(E *dst, const float *src, int C, int r0, int T, int bt, int hd, int ld = 0)
 {
+    if (!ld)
+        ld = hd;
     for (int e = threadIdx.x; e < bt * hd; e += blockDim.x) {
         int r = e / hd, c = e % hd;
-        tile_store(dst + e, r0 + r < T ? src[(size_t)(r0 + r) * C + c] : 0.0f);
+        tile_store(dst + (size_t)r * ld + c, r0 + r < T ? src[(size_t)(r0 + r) * C + c] : 0.0f);
     }
 }
 
@@ -323,6 +326,11 @@ __global__ static void __launch_bounds__(FUSED_THREADS)
  * to bf16 there as the shared-memory kernels round them. */
 #define MMA_ROWS 64
 #define MMA_THREADS 128
+/* Rows of a bf16 tile in shared memory are HD + 8 elements apart: the 8
+ * rows a fragment load reads (g = 0..7) then start 16 bytes further round
+ * the 32 banks each, so the warp's 32 reads hit 32 banks (with rows HD
+ * apart, HD a multiple of 64, all eight would hit the same four). */
+#define MMA_LD(HD) ((HD) + 8)
 
 __device__ static inline float quad_max(float v)
 {
@@ -341,7 +349,7 @@ __device__ static inline float quad_sum(float v)
 template <int HD> __device__ static inline void row_fragments(uint32_t (*fa)[4], const bf16 *tile, int r0, int g, int qd)
 {
     for (int ks = 0; ks < HD / 16; ks++) {
-        const bf16 *a = tile + (r0 + g) * HD + ks * 16 + 2 * qd, *a8 = a + 8 * HD;
+        const bf16 *a = tile + (r0 + g) * MMA_LD(HD) + ks * 16 + 2 * qd, *a8 = a + 8 * MMA_LD(HD);
         fa[ks][0] = ar_pair_bf16(a[0], a[1]), fa[ks][1] = ar_pair_bf16(a8[0], a8[1]);
         fa[ks][2] = ar_pair_bf16(a[8], a[9]), fa[ks][3] = ar_pair_bf16(a8[8], a8[9]);
     }
@@ -354,7 +362,7 @@ template <int HD>
 __device__ static inline void times_rows(float (*acc)[4], const uint32_t (*fa)[4], const bf16 *tile, int g, int qd)
 {
     for (int nb = 0; nb < 8; nb++) {
-        const bf16 *r = tile + (nb * 8 + g) * HD + 2 * qd;
+        const bf16 *r = tile + (nb * 8 + g) * MMA_LD(HD) + 2 * qd;
         for (int ks = 0; ks < HD / 16; ks++) {
             uint32_t b[2] = {ar_pair_bf16(r[ks * 16], r[ks * 16 + 1]), ar_pair_bf16(r[ks * 16 + 8], r[ks * 16 + 9])};
             ar_mma_16816(acc[nb], fa[ks], b, acc[nb]);
@@ -372,9 +380,10 @@ __device__ static inline void times_tile(float (*acc)[4], const float (*x)[4], c
         uint32_t xa[4] = {ar_pack_bf16(x[2 * kp][0], x[2 * kp][1]), ar_pack_bf16(x[2 * kp][2], x[2 * kp][3]),
                           ar_pack_bf16(x[2 * kp + 1][0], x[2 * kp + 1][1]),
                           ar_pack_bf16(x[2 * kp + 1][2], x[2 * kp + 1][3])};
-        const bf16 *c = tile + (kp * 16 + 2 * qd) * HD + g;
+        constexpr int LD = MMA_LD(HD);
+        const bf16 *c = tile + (kp * 16 + 2 * qd) * LD + g;
         for (int nd = 0; nd < HD / 8; nd++) {
-            uint32_t b[2] = {ar_pair_bf16(c[nd * 8], c[HD + nd * 8]), ar_pair_bf16(c[8 * HD + nd * 8], c[9 * HD + nd * 8])};
+            uint32_t b[2] = {ar_pair_bf16(c[nd * 8], c[LD + nd * 8]), ar_pair_bf16(c[8 * LD + nd * 8], c[9 * LD + nd * 8])};
             ar_mma_16816(acc[nd], xa, b, acc[nd]);
         }
     }
@@ -389,12 +398,12 @@ __global__ static void __launch_bounds__(MMA_THREADS)
 {
     constexpr int KS = HD / 16, NB = HD / 8; /* k-steps over hd; 8-column blocks of y */
     extern __shared__ __align__(128) float smem[];
-    bf16 *Qs = (bf16 *)smem, *Ks = Qs + MMA_ROWS * HD, *Vs = Ks + MMA_ROWS * HD;
+    bf16 *Qs = (bf16 *)smem, *Ks = Qs + MMA_ROWS * MMA_LD(HD), *Vs = Ks + MMA_ROWS * MMA_LD(HD);
     int bh = blockIdx.y, C = nh * HD, i0 = (gridDim.x - 1 - blockIdx.x) * MMA_ROWS;
     int lane = threadIdx.x & 31, r0 = (threadIdx.x >> 5) * 16, g = lane >> 2, qd = lane & 3;
     int t0 = i0 + r0 + g, t1 = t0 + 8; /* this lane's two query positions */
     size_t h0 = head_start(bh, T, nh, HD);
-    load_rows(Qs, q + h0, C, i0, T, MMA_ROWS, HD);
+    load_rows(Qs, q + h0, C, i0, T, MMA_ROWS, HD, MMA_LD(HD));
     __syncthreads();
     uint32_t qa[KS][4];
     row_fragments<HD>(qa, Qs, r0, g, qd);
@@ -404,8 +413,8 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     int jend = min(T, i0 + MMA_ROWS);
     for (int j0 = 0; j0 < jend; j0 += MMA_ROWS) {
         __syncthreads(); /* every warp is done with the last tile's k and v */
-        load_rows(Ks, k + h0, C, j0, T, MMA_ROWS, HD);
-        load_rows(Vs, v + h0, C, j0, T, MMA_ROWS, HD);
+        load_rows(Ks, k + h0, C, j0, T, MMA_ROWS, HD, MMA_LD(HD));
+        load_rows(Vs, v + h0, C, j0, T, MMA_ROWS, HD, MMA_LD(HD));
         __syncthreads();
         /* s = q k^T: 8 blocks of 8 keys */
         float s[8][4];
@@ -469,15 +478,15 @@ __global__ static void __launch_bounds__(MMA_THREADS)
 {
     constexpr int KS = HD / 16, NB = HD / 8;
     extern __shared__ __align__(128) float smem[];
-    bf16 *Qs = (bf16 *)smem, *Ys = Qs + MMA_ROWS * HD;
-    float *Ls = (float *)(Ys + MMA_ROWS * HD), *Ds = Ls + MMA_ROWS;
+    bf16 *Qs = (bf16 *)smem, *Ys = Qs + MMA_ROWS * MMA_LD(HD);
+    float *Ls = (float *)(Ys + MMA_ROWS * MMA_LD(HD)), *Ds = Ls + MMA_ROWS;
     int bh = blockIdx.y, C = nh * HD, j0 = blockIdx.x * MMA_ROWS;
     int lane = threadIdx.x & 31, r0 = (threadIdx.x >> 5) * 16, g = lane >> 2, qd = lane & 3;
     int key0 = j0 + r0 + g, key1 = key0 + 8;
     size_t h0 = head_start(bh, T, nh, HD);
     /* the warp's keys and values as A fragments, through the same tiles */
-    load_rows(Qs, k + h0, C, j0, T, MMA_ROWS, HD);
-    load_rows(Ys, v + h0, C, j0, T, MMA_ROWS, HD);
+    load_rows(Qs, k + h0, C, j0, T, MMA_ROWS, HD, MMA_LD(HD));
+    load_rows(Ys, v + h0, C, j0, T, MMA_ROWS, HD, MMA_LD(HD));
     __syncthreads();
     uint32_t ka[KS][4], va[KS][4];
     row_fragments<HD>(ka, Qs, r0, g, qd);
@@ -488,8 +497,8 @@ __global__ static void __launch_bounds__(MMA_THREADS)
             dka[nd][e] = dva[nd][e] = 0.0f;
     for (int i0 = j0; i0 < T; i0 += MMA_ROWS) {
         __syncthreads(); /* every warp is done with the last tile */
-        load_rows(Qs, q + h0, C, i0, T, MMA_ROWS, HD);
-        load_rows(Ys, dy + h0, C, i0, T, MMA_ROWS, HD);
+        load_rows(Qs, q + h0, C, i0, T, MMA_ROWS, HD, MMA_LD(HD));
+        load_rows(Ys, dy + h0, C, i0, T, MMA_ROWS, HD, MMA_LD(HD));
         load_row_values(Ls, Ds, lse, D, bh, i0, T, MMA_ROWS);
         __syncthreads();
         float st[8][4], dpt[8][4];
@@ -531,13 +540,13 @@ __global__ static void __launch_bounds__(MMA_THREADS)
 {
     constexpr int KS = HD / 16, NB = HD / 8;
     extern __shared__ __align__(128) float smem[];
-    bf16 *Ks = (bf16 *)smem, *Vs = Ks + MMA_ROWS * HD;
+    bf16 *Ks = (bf16 *)smem, *Vs = Ks + MMA_ROWS * MMA_LD(HD);
     int bh = blockIdx.y, C = nh * HD, i0 = (gridDim.x - 1 - blockIdx.x) * MMA_ROWS;
     int lane = threadIdx.x & 31, r0 = (threadIdx.x >> 5) * 16, g = lane >> 2, qd = lane & 3;
     int t0 = i0 + r0 + g, t1 = t0 + 8;
     size_t h0 = head_start(bh, T, nh, HD);
-    load_rows(Ks, q + h0, C, i0, T, MMA_ROWS, HD);
-    load_rows(Vs, dy + h0, C, i0, T, MMA_ROWS, HD);
+    load_rows(Ks, q + h0, C, i0, T, MMA_ROWS, HD, MMA_LD(HD));
+    load_rows(Vs, dy + h0, C, i0, T, MMA_ROWS, HD, MMA_LD(HD));
     __syncthreads();
     uint32_t qa[KS][4], ya[KS][4];
     row_fragments<HD>(qa, Ks, r0, g, qd);
@@ -550,8 +559,8 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     int jend = min(T, i0 + MMA_ROWS);
     for (int j0 = 0; j0 < jend; j0 += MMA_ROWS) {
         __syncthreads(); /* every warp is done with the last tile (or the q, dy staging) */
-        load_rows(Ks, k + h0, C, j0, T, MMA_ROWS, HD);
-        load_rows(Vs, v + h0, C, j0, T, MMA_ROWS, HD);
+        load_rows(Ks, k + h0, C, j0, T, MMA_ROWS, HD, MMA_LD(HD));
+        load_rows(Vs, v + h0, C, j0, T, MMA_ROWS, HD, MMA_LD(HD));
         __syncthreads();
         float s[8][4], dp[8][4];
         for (int nb = 0; nb < 8; nb++)
@@ -631,7 +640,9 @@ template <typename F> static size_t smem_for(F fn, int kind, const att_plan &p, 
 template <int HD> static void fwd_mma(const ar_attention *a, float *y, float scale)
 {
     dim3 grid((unsigned)((a->T + MMA_ROWS - 1) / MMA_ROWS), (unsigned)(a->B * a->nh));
-    size_t sm = (size_t)3 * MMA_ROWS * HD * sizeof(bf16); /* q, k, v tiles: at most 48 KiB */
+    size_t sm = (size_t)3 * MMA_ROWS * MMA_LD(HD) * sizeof(bf16); /* q, k, v tiles */
+    if (sm > 48 * 1024)
+        AR_CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
     flash_fwd_mma_kernel<HD><<<grid, MMA_THREADS, sm, ar_cuda_stream()>>>(y, a->att, a->q, a->k, a->v, a->T, a->nh,
                                                                           scale);
     AR_CUDA_LAUNCHED();
@@ -666,7 +677,7 @@ template <int HD>
 static void bwd_mma(const ar_attention *a, const float *dy, float *dq, float *dk, float *dv, const float *D, float scale)
 {
     dim3 grid((unsigned)((a->T + MMA_ROWS - 1) / MMA_ROWS), (unsigned)(a->B * a->nh));
-    size_t sm = (size_t)2 * MMA_ROWS * HD * sizeof(bf16) + 2 * MMA_ROWS * sizeof(float);
+    size_t sm = (size_t)2 * MMA_ROWS * MMA_LD(HD) * sizeof(bf16) + 2 * MMA_ROWS * sizeof(float);
     flash_bwd_kv_mma_kernel<HD><<<grid, MMA_THREADS, sm, ar_cuda_stream()>>>(dk, dv, a->q, a->k, a->v, dy, a->att, D,
                                                                              a->T, a->nh, scale);
     AR_CUDA_LAUNCHED();
