@@ -12,7 +12,8 @@
  *     kernels_cpu.c    kernels_cuda.cu    elementwise, embedding, RMSNorm,
  *                                         rotary, SwiGLU, cross-entropy, AdamW
  *     matmul_cpu.c     matmul_cuda.cu     linear
- *     attention_cpu.c  attention_cuda.cu  causal attention
+ *     attention_cpu.c  attention_cuda.cu  causal attention (attention_regs_cuda.cu:
+ *                                         its register kernels)
  *     depth_cpu.c      depth_cuda.cu      two-phase depth attention
  *     mixer_cpu.c      mixer_cuda.cu      general one-phase depth mixing
  *     wsum_cpu.c       wsum_cuda.cu       weighted sums of buffers (wsum, wmix)

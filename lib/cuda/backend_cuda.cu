@@ -9,7 +9,8 @@
  *                       cross-entropy, AdamW
  *   matmul_cuda.cu      linear layers, and the cuBLAS products of all ops
  *                       (its mapping of row-major products and precision)
- *   attention_cuda.cu   causal multi-head attention (fused: tiles_cuda.h)
+ *   attention_cuda.cu   causal multi-head attention (fused: tiles_cuda.h;
+ *                       its kernels on registers: attention_regs_cuda.cu)
  *   depth_cuda.cu       two-phase depth attention (Full/Block AttnRes)
  *   mixer_cuda.cu       the general depth mixer (lib/residual_mixer.c)
  *   wsum_cuda.cu        weighted sums of buffers (DenseFormer, mHC)
