@@ -53,6 +53,20 @@ template <int HD> __device__ static inline void row_fragments(uint32_t (*fa)[4],
     }
 }
 
+/* The warp's rows of two tiles, rows i0 .. of a and of b (B x T x C
+ * buffers from the head's start), as A fragments, staged through the
+ * shared tiles ta and tb (every thread of the block calls it) */
+template <int HD>
+__device__ static inline void own_fragments(uint32_t (*fa)[4], uint32_t (*fb)[4], bf16 *ta, bf16 *tb, const float *a,
+                                            const float *b, int C, int i0, int T, int r0, int g, int qd)
+{
+    load_rows(ta, a, C, i0, T, MMA_ROWS, HD, MMA_LD(HD));
+    load_rows(tb, b, C, i0, T, MMA_ROWS, HD, MMA_LD(HD));
+    __syncthreads();
+    row_fragments<HD>(fa, ta, r0, g, qd);
+    row_fragments<HD>(fb, tb, r0, g, qd);
+}
+
 /* acc (16 x 8 blocks nb = 0..7, 64 columns) += rows (A fragments) times
  * the 64 rows of tile as B^T: the tile's row nb 8 + g gives column g of
  * block nb (a product against a tile's rows: q k^T, dy v^T) */
@@ -182,13 +196,8 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     int lane = threadIdx.x & 31, r0 = (threadIdx.x >> 5) * 16, g = lane >> 2, qd = lane & 3;
     int key0 = j0 + r0 + g, key1 = key0 + 8;
     size_t h0 = head_start(bh, T, nh, HD);
-    /* the warp's keys and values as A fragments, through the same tiles */
-    load_rows(Qs, k + h0, C, j0, T, MMA_ROWS, HD, MMA_LD(HD));
-    load_rows(Ys, v + h0, C, j0, T, MMA_ROWS, HD, MMA_LD(HD));
-    __syncthreads();
-    uint32_t ka[KS][4], va[KS][4];
-    row_fragments<HD>(ka, Qs, r0, g, qd);
-    row_fragments<HD>(va, Ys, r0, g, qd);
+    uint32_t ka[KS][4], va[KS][4]; /* the warp's keys and values, staged through the query tiles */
+    own_fragments<HD>(ka, va, Qs, Ys, k + h0, v + h0, C, j0, T, r0, g, qd);
     float dka[NB][4], dva[NB][4];
     for (int nd = 0; nd < NB; nd++)
         for (int e = 0; e < 4; e++)
@@ -243,12 +252,8 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     int lane = threadIdx.x & 31, r0 = (threadIdx.x >> 5) * 16, g = lane >> 2, qd = lane & 3;
     int t0 = i0 + r0 + g, t1 = t0 + 8;
     size_t h0 = head_start(bh, T, nh, HD);
-    load_rows(Ks, q + h0, C, i0, T, MMA_ROWS, HD, MMA_LD(HD));
-    load_rows(Vs, dy + h0, C, i0, T, MMA_ROWS, HD, MMA_LD(HD));
-    __syncthreads();
-    uint32_t qa[KS][4], ya[KS][4];
-    row_fragments<HD>(qa, Ks, r0, g, qd);
-    row_fragments<HD>(ya, Vs, r0, g, qd);
+    uint32_t qa[KS][4], ya[KS][4]; /* the warp's queries and dy, staged through the key tiles */
+    own_fragments<HD>(qa, ya, Ks, Vs, q + h0, dy + h0, C, i0, T, r0, g, qd);
     float L0 = t0 < T ? lse[(size_t)bh * T + t0] : 0.0f, L1 = t1 < T ? lse[(size_t)bh * T + t1] : 0.0f;
     float D0 = t0 < T ? D[(size_t)bh * T + t0] : 0.0f, D1 = t1 < T ? D[(size_t)bh * T + t1] : 0.0f;
     float dqa[NB][4];
