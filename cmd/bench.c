@@ -251,6 +251,12 @@ typedef struct {
 } derived;
 
 /* peak_tflops: --peak-tflops, 0 when not given (then the backend's peak) */
+/* The MFU denominator in FLOP/s: --peak-tflops, else the backend's (0: unknown) */
+static double peak_flops(const variant_run *v, double peak_tflops)
+{
+    return peak_tflops > 0 ? peak_tflops * 1e12 : v->rep.r.peak_flops;
+}
+
 static derived derive(const variant_run *v, const variant_run *base, double peak_tflops)
 {
     const ar_bench_result *r = &v->rep.r;
@@ -260,7 +266,7 @@ static derived derive(const variant_run *v, const variant_run *base, double peak
         d.ceil_pct = 100.0 * r->gflops / v->rep.ceiling;
     if (v->rep.fma_peak > 0)
         d.fma_pct = 100.0 * r->gflops / v->rep.fma_peak;
-    d.peak = peak_tflops > 0 ? peak_tflops * 1e12 : r->peak_flops;
+    d.peak = peak_flops(v, peak_tflops);
     d.mfu = ar_bench_mfu(r, d.peak);
     if (v->cfg.train.device != AR_DEVICE_CPU)
         d.ceil_pct = 100.0 * d.mfu; /* a GPU's ceiling is its peak */
@@ -725,7 +731,7 @@ int cmd_bench(int argc, char **argv)
         print_table(a.config, &cfg, &a.o, runs, n, base, ceil_min, ceil_max, a.peak_tflops);
     /* the ops' ceiling: a device's is its bf16 peak (--peak-tflops or the backend's) */
     int gpu = cfg.train.device != AR_DEVICE_CPU;
-    double ops_ceil = !gpu ? ceil_max : a.peak_tflops > 0 ? a.peak_tflops * 1e3 : runs[0].rep.r.peak_flops / 1e9;
+    double ops_ceil = gpu ? peak_flops(&runs[0], a.peak_tflops) / 1e9 : ceil_max;
     if (a.with_ops && !a.json &&
         print_ops(runs, n, ops_ceil, gpu ? "the device's bf16 peak" : "the sgemm ceiling", &e) != 0)
         goto fail;

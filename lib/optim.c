@@ -141,14 +141,6 @@ void ar_adamw_moments_from_full(ar_adamw *o, const float *m, const float *v)
     }
 }
 
-double ar_clip_scale(const ar_train_cfg *tc, double gnorm)
-{
-    /* as torch.nn.utils.clip_grad_norm_, which adds 1e-6 to the norm */
-    if (tc->grad_clip > 0 && gnorm > tc->grad_clip)
-        return tc->grad_clip / (gnorm + 1e-6);
-    return 1.0;
-}
-
 int ar_muon_param(const ar_model *model, int i)
 {
     for (int k = 0; k < model->cfg.n_layer; k++) {
@@ -330,21 +322,17 @@ void ar_adamw_read(ar_adamw *o, ar_step_rec *out)
     o->t = (long)out->t;
 }
 
+/* step_check writes every other field before adamw reads it */
 void ar_adamw_sync_t(ar_adamw *o)
 {
-    ar_step_rec r;
-    o->be->download(&r, o->rec, sizeof r);
-    r.t = o->t;
+    ar_step_rec r = {.t = o->t};
     o->be->upload(o->rec, &r, sizeof r);
 }
 
 void ar_adamw_step(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, double lr, double gnorm)
 {
-    /* the record the host would make: never a skip, t one more */
-    ar_step_rec r = {.gnorm = gnorm, .t = o->t + 1, .gscale = (float)ar_clip_scale(tc, gnorm)};
-    r.bc1 = (float)(1.0 - pow((double)(float)tc->beta1, (double)r.t));
-    r.bc2 = (float)(1.0 - pow((double)(float)tc->beta2, (double)r.t));
-    o->be->upload(o->rec, &r, sizeof r);
-    o->t = (long)r.t;
+    ar_step_check_given(o, tc, 0.0, gnorm);
     ar_adamw_update(o, model, tc, lr);
+    ar_step_rec r;
+    ar_adamw_read(o, &r); /* o->t */
 }

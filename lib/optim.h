@@ -83,15 +83,11 @@ double ar_grad_norm(const ar_model *model);
 void ar_adamw_moments_to_full(const ar_adamw *o, size_t total, float *m, float *v);
 void ar_adamw_moments_from_full(ar_adamw *o, const float *m, const float *v);
 
-/* The clipping factor min(1, clip / (||g|| + 1e-6)), as
- * torch.nn.utils.clip_grad_norm_. */
-double ar_clip_scale(const ar_train_cfg *tc, double gnorm);
-
-/* One step from a norm known on the host (no skipping): clips to grad_clip
- * (if > 0) using `gnorm`, then updates the parameters of o's ranges with
- * learning rate lr (AdamW) and, with muon, the Muon matrices with
- * muon_lr * lr / tc->lr.  (ar_step_check_* and ar_adamw_update in two
- * calls, with a record made on the host.) */
+/* One step from a norm known on the host: clips to grad_clip (if > 0)
+ * using `gnorm`, then updates the parameters of o's ranges with learning
+ * rate lr (AdamW) and, with muon, the Muon matrices with muon_lr * lr /
+ * tc->lr; a non-finite gnorm skips the update.  ar_step_check_given,
+ * ar_adamw_update and ar_adamw_read in one call (a wait for the device). */
 void ar_adamw_step(ar_adamw *o, ar_model *model, const ar_train_cfg *tc, double lr, double gnorm);
 
 /* A training step's decision on the device, without a wait for it: the
