@@ -257,6 +257,13 @@ static double peak_flops(const variant_run *v, double peak_tflops)
     return peak_tflops > 0 ? peak_tflops * 1e12 : v->rep.r.peak_flops;
 }
 
+/* A variant's peak memory in bytes: its process's resident set on the
+ * CPU, the device's buffers on a device; -1 where unknown. */
+static long long peak_memory(const variant_run *v, const ar_bench_result *r)
+{
+    return v->cfg.train.device == AR_DEVICE_CPU ? r->peak_rss_bytes : r->peak_device_bytes;
+}
+
 static derived derive(const variant_run *v, const variant_run *base, double peak_tflops)
 {
     const ar_bench_result *r = &v->rep.r;
@@ -274,9 +281,11 @@ static derived derive(const variant_run *v, const variant_run *base, double peak
         const ar_bench_result *b = &base->rep.r;
         d.train_ovh = v->train_ovh;
         d.infer_ovh = v->infer_ovh;
-        /* on cuda the activations live in device memory, which RSS does not see */
-        if (r->peak_rss_bytes >= 0 && b->peak_rss_bytes >= 0 && v->cfg.train.device == AR_DEVICE_CPU)
-            d.extra = (double)(r->peak_rss_bytes - b->peak_rss_bytes);
+        /* on a device the activations live in its memory, which RSS does not
+         * see: there the backend's own count of its buffers */
+        long long rm = peak_memory(v, r), bm = peak_memory(base, b);
+        if (rm >= 0 && bm >= 0)
+            d.extra = (double)(rm - bm);
         if (isfinite(d.extra) && d.pred > 0)
             d.ratio = d.extra / d.pred;
     }
@@ -383,7 +392,10 @@ static void json_result(ar_jw *w, const variant_run *v, const variant_run *base,
     json_num_or_null(w, "train_overhead_outside_matmul", base ? v->train_nm : NAN);
     json_num_or_null(w, "infer_overhead_outside_matmul", base ? v->infer_nm : NAN);
     json_int_or_null(w, "peak_rss_bytes", r->peak_rss_bytes >= 0, r->peak_rss_bytes);
-    json_int_or_null(w, "extra_rss_bytes", isfinite(d.extra), isfinite(d.extra) ? (long long)d.extra : 0);
+    json_int_or_null(w, "peak_device_bytes", r->peak_device_bytes >= 0, r->peak_device_bytes);
+    int dev_mem = v->cfg.train.device != AR_DEVICE_CPU, ex = isfinite(d.extra);
+    json_int_or_null(w, "extra_rss_bytes", ex && !dev_mem, ex ? (long long)d.extra : 0);
+    json_int_or_null(w, "extra_device_bytes", ex && dev_mem, ex ? (long long)d.extra : 0);
     json_int_or_null(w, "predicted_extra_bytes", isfinite(d.pred), isfinite(d.pred) ? (long long)d.pred : 0);
     json_num_or_null(w, "extra_ratio", d.ratio);
     json_num_or_null(w, "loss", r->loss);
@@ -519,7 +531,8 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
             snprintf(cp, sizeof cp, "unknown");
         fmt_pct(to, sizeof to, d.train_ovh);
         fmt_pct(io, sizeof io, d.infer_ovh);
-        fmt_mib(peak, sizeof peak, r->peak_rss_bytes >= 0 ? (double)r->peak_rss_bytes : NAN);
+        long long pm = peak_memory(v, r);
+        fmt_mib(peak, sizeof peak, pm >= 0 ? (double)pm : NAN);
         fmt_mib(extra, sizeof extra, d.extra);
         fmt_mib(pred, sizeof pred, d.pred);
         if (isfinite(d.ratio))
@@ -549,9 +562,10 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
     else
         printf("%%ceil, %%peak: GFLOP/s against the sgemm ceiling and the FMA peak measured in the variant's\n"
                "own process; ");
-    printf("peak MiB in that process%s;\n"
+    printf("peak MiB %s;\n"
            "pred MiB = ceil(L/S)*B*T*d floats of stored block summaries (full: S = 1)\n",
-           gpu ? " (host memory: the device memory is not measured)" : "");
+           gpu ? "of the device's buffers in that process (not the CUDA context's or cuBLAS's workspace)"
+               : "in that process (resident set)");
     for (int i = 0; i < n; i++) {
         const ar_bench_variant_def *d = runs[i].def;
         const ar_residual_cfg *rc = &runs[i].cfg.model.residual;

@@ -73,6 +73,7 @@ typedef struct {
     double infer_tok_per_s; /* median over the repetitions */
     double infer_tok_per_s_min, infer_tok_per_s_max;
     long long peak_rss_bytes; /* ar_bench_peak_rss() with the model still allocated */
+    long long peak_device_bytes; /* be->mem_peak() likewise: a device's buffers; -1 where not counted */
     char device[96];          /* be->device_name() */
     double peak_flops;        /* be->peak_bf16_flops(): the MFU denominator, 0 = unknown */
 } ar_bench_result;

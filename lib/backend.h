@@ -66,6 +66,11 @@ typedef struct ar_backend {
      * CPU backend), the denominator of bench's model FLOPs utilisation. */
     const char *(*device_name)(void);
     double (*peak_bf16_flops)(void);
+    /* The most bytes this process has held in alloc at once (device memory
+     * on a device; the CUDA backend counts its own buffers, not the CUDA
+     * context's or cuBLAS's workspace), 0 where the backend does not count
+     * (the CPU backend: its memory is the process's resident set). */
+    size_t (*mem_peak)(void);
     /* Floats of causal attention's saved state (ar_attention.att) at a
      * shape, and of its backward's scratch (datt), each: the CPU backend
      * saves the probabilities, B nh T T (and takes as much scratch); the

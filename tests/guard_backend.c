@@ -252,6 +252,7 @@ static void g_set_threads(int n) { cpu()->set_threads(n); }
 static int g_set_bf16(int on) { return cpu()->set_bf16(on); }
 static const char *g_device_name(void) { return "guard"; }
 static double g_peak(void) { return 0; }
+static size_t g_mem_peak(void) { return cpu()->mem_peak(); }
 static size_t g_attention_state(int B, int T, int nh) { return cpu()->attention_state(B, T, nh); }
 
 /* a host array of len elements */
@@ -316,6 +317,7 @@ static const ar_backend guard = {
     .set_bf16 = g_set_bf16,
     .device_name = g_device_name,
     .peak_bf16_flops = g_peak,
+    .mem_peak = g_mem_peak,
     .attention_state = g_attention_state,
 #define AR_OP(ret, name, params, args, uses) .name = g_##name,
 #include "lib/ops.def"

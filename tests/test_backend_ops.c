@@ -406,6 +406,23 @@ Test(backend_ops, memory)
     cr_expect(name && *name, "device_name is empty");
     cr_expect(B->peak_bf16_flops() >= 0);
     cr_expect_eq(B->set_bf16(0), 0, "set_bf16(0) must succeed on every backend");
+    /* mem_peak: the high-water mark of the bytes held, where counted */
+    size_t p0 = B->mem_peak(), big = (size_t)3 << 20;
+    if (strcmp(B->name, "cpu") == 0) {
+        cr_expect_eq(p0, 0, "the CPU backend counts no memory of its own");
+    } else {
+        void *a = B->alloc(big);
+        size_t p1 = B->mem_peak();
+        cr_expect_geq(p1, big, "mem_peak %zu after holding %zu bytes", p1, big);
+        B->free(a);
+        void *b = B->alloc(big / 3);
+        cr_expect_eq(B->mem_peak(), p1, "mem_peak moved from %zu to %zu below the high-water mark", p1,
+                     B->mem_peak());
+        B->free(b);
+        a = B->alloc(big), b = B->alloc(big);
+        cr_expect_geq(B->mem_peak(), p1 + big, "mem_peak %zu holding two buffers of %zu", B->mem_peak(), big);
+        B->free(a), B->free(b);
+    }
 }
 
 Test(backend_ops, elementwise)
@@ -960,6 +977,7 @@ Test(backend_ops, attention)
     NEED_B();
     attention_case(2, 13, 3, 8, 0);
     attention_case(1, 37, 2, 24, 0);
+    attention_case(1, 37, 3, 6, 0); /* hd not a multiple of 4: tiles loaded a float at a time */
     attention_case(1, 1, 2, 4, 0);
     attention_case(1, 70, 1, 72, 0);
     attention_case(2, 512, 8, 64, 0);

@@ -1149,6 +1149,25 @@ Test(cli, bench_ops_splits_the_step_by_op)
                       strstr(out, "attention_bwd") && strstr(out, "depth_fwd_inter") && strstr(out, "step_check"),
                   "%s", out);
         free(out);
+        /* a device's memory: the backend's count of its buffers, per
+         * variant, and Block's extra over the baseline from it */
+        setenv("ATTNRES_CUDA_MODULE", emu, 1);
+        out = run_in(dir, 1, &st, "bench --json --device cuda --variants baseline,block " BENCH_TINY);
+        unsetenv("ATTNRES_CUDA_MODULE");
+        cr_assert_eq(st, 0, "bench --json --device cuda (emulated) exited %d; stdout:\n%s", st, out);
+        ar_err de = {0};
+        ar_json *dj = ar_json_parse(out, strlen(out), &de);
+        cr_assert_not_null(dj, "%s\n%s", de.msg, out);
+        const ar_json *dres = json_field(dj, "results", AR_JSON_ARR);
+        cr_assert_eq(dres->n, 2);
+        double pb = json_field(&dres->items[0], "peak_device_bytes", AR_JSON_NUM)->num,
+               pv = json_field(&dres->items[1], "peak_device_bytes", AR_JSON_NUM)->num;
+        cr_expect_gt(pb, 0, "no device memory counted for the baseline");
+        cr_expect_eq(json_field(&dres->items[1], "extra_device_bytes", AR_JSON_NUM)->num, pv - pb);
+        cr_expect_gt(pv, pb, "Block holds its block summaries on top of the baseline's buffers");
+        json_field(&dres->items[1], "extra_rss_bytes", AR_JSON_NULL);
+        ar_json_free(dj);
+        free(out);
     }
 }
 

@@ -5,8 +5,9 @@
 # attnres links, and no network:
 #
 #   .gpu/attnres-gpu.tar.xz    (git-ignored; carry ".gpu" with the checkout)
-#     bin/      attnres, libattnres-cuda.so (found next to attnres), and the
-#               test executables test_backend_ops and test_backend_train
+#     bin/      attnres, libattnres-cuda.so (found next to attnres), the
+#               test executables test_backend_ops and test_backend_train,
+#               and bench_gemm_cuda
 #     lib/      every shared library those load that is not glibc, the CUDA
 #               driver, cuBLAS, cuDNN or NCCL (found with ldd)
 #     lib-fallback/  libstdc++ and libgcc_s: used only where the machine
@@ -38,7 +39,7 @@ command -v nvcc >/dev/null 2>&1 || {
 opts="-Dbuildtype=release -Dnative=false -Dcuda=enabled -Dmpi=disabled -Dtests=true"
 # shellcheck disable=SC2086
 meson setup build-gpu $opts --reconfigure >/dev/null 2>&1 || meson setup build-gpu $opts >/dev/null
-meson compile -C build-gpu attnres:executable attnres-cuda test_backend_ops test_backend_train
+meson compile -C build-gpu attnres:executable attnres-cuda test_backend_ops test_backend_train bench_gemm_cuda
 [ -s data/kjv.txt ] && [ -s data/kjv-val.txt ] || tools/get-data.sh
 
 stage=$(mktemp -d)
@@ -46,7 +47,7 @@ trap 'rm -rf "$stage"' EXIT
 b=$stage/attnres-gpu
 mkdir -p "$b/bin" "$b/lib" "$b/lib-fallback" "$b/data" "$b/peer"
 cp build-gpu/attnres build-gpu/libattnres-cuda.so build-gpu/tests/test_backend_ops \
-    build-gpu/tests/test_backend_train "$b/bin/"
+    build-gpu/tests/test_backend_train build-gpu/bench_gemm_cuda "$b/bin/"
 cp data/kjv.txt data/kjv-val.txt "$b/data/"
 peer=../shared/tools/torch_peer.py
 if [ -f "$peer" ]; then

@@ -19,12 +19,18 @@
 #              --precision bf16 --ops, baseline, Block (N = 8) and Full,
 #              with every op's time (the fused attention's among them)
 #              from steps of their own
-#   peer       the PyTorch peer on the same GPU:
-#              torch_peer.py 16 gpt2-small eager,compile 10 cuda
+#   gemm       bench_gemm_cuda at bench-gpt2-small's shape: the linear
+#              layers' products on cuBLAS with fp32 operands (the backend's
+#              bf16 mode), bf16 operands, bf16 throughout
+#   peer       the PyTorch peer on the same GPU, torch.compile (the mode
+#              the issue compares with) first, then eager:
+#              torch_peer.py 16 gpt2-small compile,eager 5 cuda
 # It writes $OUT/summary.json (each stage: status, seconds, its numbers),
 # $OUT/check.log (everything) and one log per stage; the last lines it
 # prints are the summary.
 #
+#   GPU_CHECK_STAGES="ops bench"  only the stages named (info always runs):
+#                              for a second call on a lease's last minutes
 #   tools/gpu-check.sh --cpu   the same bundle without a GPU: info (no
 #                              nvidia-smi), the test executables with the
 #                              CPU as both backends, and a few CPU training
@@ -81,6 +87,13 @@ bin=$b/bin
 stage() {
     name=$1 limit=$2
     shift 2
+    case " ${GPU_CHECK_STAGES:-$name} " in
+    *" $name "*) ;;
+    *)
+        say "=== $name: not asked for (GPU_CHECK_STAGES)"
+        return 0
+        ;;
+    esac
     say "=== $name (limit ${limit}s): $*"
     t0=$(date +%s)
     timeout -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1
@@ -143,8 +156,9 @@ if [ "$mode" = gpu ]; then
     stage quickstart 120 sh -c "$qs --device cuda --out $b/qs-cuda && $qs --device cpu --threads $threads --out $b/qs-cpu"
     stage bench 110 "$bin/attnres" bench configs/bench-gpt2-small.yaml --device cuda --precision bf16 \
         --variants baseline,block8,full --steps 3 --warmup 1 --repeat 3 --ops --json
+    stage gemm 60 "$bin/bench_gemm_cuda" 768 2048 16 1024 12 50304
     if [ -f "$b/peer/torch_peer.py" ]; then
-        stage peer 120 env PYTHONUNBUFFERED=1 python3 "$b/peer/torch_peer.py" 16 gpt2-small eager,compile 10 cuda
+        stage peer 200 env PYTHONUNBUFFERED=1 python3 "$b/peer/torch_peer.py" 16 gpt2-small compile,eager 5 cuda
     else
         say "=== peer: skipped (the bundle holds no torch_peer.py)"
         printf 'peer skipped 0\n' >> "$summary"
@@ -206,6 +220,8 @@ if "bench" in s["stages"]:
         s["stages"]["bench"]["json"] = j
     except (ValueError, IndexError):
         pass
+if "gemm" in s["stages"]:
+    s["stages"]["gemm"]["lines"] = log("gemm").splitlines()
 if "peer" in s["stages"]:
     s["stages"]["peer"]["lines"] = [l for l in log("peer").splitlines() if "tok/s" in l]
 json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=1)

@@ -117,6 +117,7 @@ static void cpu_set_threads(int n)
 static int cpu_set_bf16(int on) { return on ? -1 : 0; }
 static const char *cpu_device_name(void) { return "cpu"; }
 static double cpu_peak_bf16_flops(void) { return 0; }
+static size_t cpu_mem_peak(void) { return 0; }
 /* the probabilities, B x nh x T x T (lib/cpu/attention_cpu.c) */
 static size_t cpu_attention_state(int B, int T, int nh) { return (size_t)B * nh * T * T; }
 
@@ -132,6 +133,7 @@ static const ar_backend cpu_backend = {
     .set_bf16 = cpu_set_bf16,
     .device_name = cpu_device_name,
     .peak_bf16_flops = cpu_peak_bf16_flops,
+    .mem_peak = cpu_mem_peak,
     .attention_state = cpu_attention_state,
 #define AR_OP(ret, name, params, args, uses) .name = cpu_##name,
 #include "../ops.def"

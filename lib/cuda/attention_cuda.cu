@@ -132,8 +132,7 @@ __global__ static void __launch_bounds__(FUSED_THREADS)
     int jend = min(T, i0 + bt);
     for (int j0 = 0; j0 < jend; j0 += bt) {
         __syncthreads(); /* the last tile's reads of k, v and p are done */
-        load_rows(Ks, k + h0, C, j0, T, bt, hd);
-        load_rows(Vs, v + h0, C, j0, T, bt, hd);
+        load_rows2(Ks, k + h0, Vs, v + h0, C, j0, T, bt, hd);
         __syncthreads();
         tile_mm(S, bt, Qs, hd, 0, Ks, hd, 1, bt, bt, hd, scale, 0);
         __syncthreads();
@@ -220,14 +219,12 @@ __global__ static void __launch_bounds__(FUSED_THREADS)
     float *Lr = (float *)(base + L.r0), *Dr = (float *)(base + L.r1);
     int bh = blockIdx.y, C = nh * hd, j0 = blockIdx.x * bt;
     size_t h0 = head_start(bh, T, nh, hd);
-    load_rows(Ks, k + h0, C, j0, T, bt, hd);
-    load_rows(Vs, v + h0, C, j0, T, bt, hd);
+    load_rows2(Ks, k + h0, Vs, v + h0, C, j0, T, bt, hd);
     for (int e = threadIdx.x; e < bt * hd; e += blockDim.x)
         dK[e] = 0.0f, dV[e] = 0.0f;
     for (int i0 = j0; i0 < T; i0 += bt) {
         __syncthreads(); /* the last tile's reads of q, dy, P and ds are done */
-        load_rows(Qs, q + h0, C, i0, T, bt, hd);
-        load_rows(dYs, dy + h0, C, i0, T, bt, hd);
+        load_rows2(Qs, q + h0, dYs, dy + h0, C, i0, T, bt, hd);
         load_row_values(Lr, Dr, lse, D, bh, i0, T, bt);
         __syncthreads();
         tile_mm(S, bt, Qs, hd, 0, Ks, hd, 1, bt, bt, hd, scale, 0);
@@ -259,16 +256,14 @@ __global__ static void __launch_bounds__(FUSED_THREADS)
     float *Lr = (float *)(base + L.r0), *Dr = (float *)(base + L.r1);
     int bh = blockIdx.y, C = nh * hd, i0 = (gridDim.x - 1 - blockIdx.x) * bt;
     size_t h0 = head_start(bh, T, nh, hd);
-    load_rows(Qs, q + h0, C, i0, T, bt, hd);
-    load_rows(dYs, dy + h0, C, i0, T, bt, hd);
+    load_rows2(Qs, q + h0, dYs, dy + h0, C, i0, T, bt, hd);
     load_row_values(Lr, Dr, lse, D, bh, i0, T, bt);
     for (int e = threadIdx.x; e < bt * hd; e += blockDim.x)
         dQ[e] = 0.0f;
     int jend = min(T, i0 + bt);
     for (int j0 = 0; j0 < jend; j0 += bt) {
         __syncthreads(); /* the last tile's reads of k and ds are done */
-        load_rows(Ks, k + h0, C, j0, T, bt, hd);
-        load_rows(Vs, v + h0, C, j0, T, bt, hd);
+        load_rows2(Ks, k + h0, Vs, v + h0, C, j0, T, bt, hd);
         __syncthreads();
         tile_mm(S, bt, Qs, hd, 0, Ks, hd, 1, bt, bt, hd, scale, 0);
         tile_mm(dP, bt, dYs, hd, 0, Vs, hd, 1, bt, bt, hd, 1.0f, 0);

@@ -60,8 +60,7 @@ template <int HD>
 __device__ static inline void own_fragments(uint32_t (*fa)[4], uint32_t (*fb)[4], bf16 *ta, bf16 *tb, const float *a,
                                             const float *b, int C, int i0, int T, int r0, int g, int qd)
 {
-    load_rows(ta, a, C, i0, T, MMA_ROWS, HD, MMA_LD(HD));
-    load_rows(tb, b, C, i0, T, MMA_ROWS, HD, MMA_LD(HD));
+    load_rows2(ta, a, tb, b, C, i0, T, MMA_ROWS, HD, MMA_LD(HD));
     __syncthreads();
     row_fragments<HD>(fa, ta, r0, g, qd);
     row_fragments<HD>(fb, tb, r0, g, qd);
@@ -125,8 +124,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     int jend = min(T, i0 + MMA_ROWS);
     for (int j0 = 0; j0 < jend; j0 += MMA_ROWS) {
         __syncthreads(); /* every warp is done with the last tile's k and v */
-        load_rows(Ks, k + h0, C, j0, T, MMA_ROWS, HD, MMA_LD(HD));
-        load_rows(Vs, v + h0, C, j0, T, MMA_ROWS, HD, MMA_LD(HD));
+        load_rows2(Ks, k + h0, Vs, v + h0, C, j0, T, MMA_ROWS, HD, MMA_LD(HD));
         __syncthreads();
         /* s = q k^T: 8 blocks of 8 keys */
         float s[8][4];
@@ -204,8 +202,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
             dka[nd][e] = dva[nd][e] = 0.0f;
     for (int i0 = j0; i0 < T; i0 += MMA_ROWS) {
         __syncthreads(); /* every warp is done with the last tile */
-        load_rows(Qs, q + h0, C, i0, T, MMA_ROWS, HD, MMA_LD(HD));
-        load_rows(Ys, dy + h0, C, i0, T, MMA_ROWS, HD, MMA_LD(HD));
+        load_rows2(Qs, q + h0, Ys, dy + h0, C, i0, T, MMA_ROWS, HD, MMA_LD(HD));
         load_row_values(Ls, Ds, lse, D, bh, i0, T, MMA_ROWS);
         __syncthreads();
         float st[8][4], dpt[8][4];
@@ -262,8 +259,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     int jend = min(T, i0 + MMA_ROWS);
     for (int j0 = 0; j0 < jend; j0 += MMA_ROWS) {
         __syncthreads(); /* every warp is done with the last tile (or the q, dy staging) */
-        load_rows(Ks, k + h0, C, j0, T, MMA_ROWS, HD, MMA_LD(HD));
-        load_rows(Vs, v + h0, C, j0, T, MMA_ROWS, HD, MMA_LD(HD));
+        load_rows2(Ks, k + h0, Vs, v + h0, C, j0, T, MMA_ROWS, HD, MMA_LD(HD));
         __syncthreads();
         float s[8][4], dp[8][4];
         for (int nb = 0; nb < 8; nb++)

@@ -80,6 +80,42 @@ extern "C" void ar_cuda_die(const char *what, const char *detail, const char *fi
 /* ------------------------------------------------------------------------ */
 /* memory                                                                    */
 
+/* The bytes held: each live buffer's size (a list: buffers are made
+ * when a model is, and freed when it is), their sum and its most. */
+typedef struct {
+    void *p;
+    size_t n;
+} held_buf;
+static held_buf *g_held;
+static size_t g_nheld, g_held_cap, g_held_bytes, g_held_peak;
+
+static void hold(void *p, size_t n)
+{
+    if (g_nheld == g_held_cap) {
+        size_t cap = g_held_cap ? 2 * g_held_cap : 256;
+        held_buf *h = (held_buf *)realloc(g_held, cap * sizeof *h);
+        if (!h)
+            ar_cuda_die("realloc", "out of host memory for the list of device buffers", __FILE__, __LINE__);
+        g_held = h, g_held_cap = cap;
+    }
+    g_held[g_nheld++] = held_buf{p, n};
+    g_held_bytes += n;
+    if (g_held_bytes > g_held_peak)
+        g_held_peak = g_held_bytes;
+}
+
+static void release(void *p)
+{
+    for (size_t i = g_nheld; i-- > 0;)
+        if (g_held[i].p == p) {
+            g_held_bytes -= g_held[i].n;
+            g_held[i] = g_held[--g_nheld];
+            return;
+        }
+}
+
+static size_t cu_mem_peak(void) { return g_held_peak; }
+
 /* cudaMalloc aligns to 256 bytes; the size is rounded up to 64 (at least
  * 64) as the CPU backend does, and all of it is zeroed. */
 static void *cu_alloc(size_t bytes)
@@ -95,6 +131,7 @@ static void *cu_alloc(size_t bytes)
         ar_cuda_die("cudaMalloc", detail, __FILE__, __LINE__);
     }
     AR_CUDA_CHECK(cudaMemsetAsync(p, 0, n, ar_cuda_stream()));
+    hold(p, n);
     return p;
 }
 
@@ -105,6 +142,7 @@ static void cu_free(void *p)
         return;
     AR_CUDA_CHECK(cudaStreamSynchronize(ar_cuda_stream()));
     AR_CUDA_CHECK(cudaFree(p));
+    release(p);
 }
 
 /* The host buffer may be reused on return.  Uploads of up to STAGE_BYTES
@@ -233,6 +271,7 @@ static void fill_table(ar_backend *b)
     b->set_bf16 = cu_set_bf16;
     b->device_name = cu_device_name;
     b->peak_bf16_flops = cu_peak_bf16_flops;
+    b->mem_peak = cu_mem_peak;
     b->attention_state = cu_attention_state;
 #define AR_OP(ret, name, params, args, uses) b->name = cuda_##name;
 #include "../ops.def"

@@ -20,6 +20,7 @@
 
 #include <cub/device/device_radix_sort.cuh>
 #include <math.h>
+#include <stdint.h>
 
 /* threads per block of the flat elementwise kernels */
 #define BS 256
@@ -520,30 +521,95 @@ void cuda_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *g
 /* ------------------------------------------------------------------------ */
 /* softmax cross-entropy                                                     */
 
+/* A row's W-float groups (W = 4: float4, where V is a multiple of 4 and the
+ * buffers 16-byte aligned, so every row is; else W = 1), XENT_U of them a
+ * thread at a time: the kernels are bound by memory, and a thread issues
+ * a batch's loads before it uses the first (a loop that uses each load
+ * before the next waits for the memory once a group). */
+#define XENT_U 4
+template <int W> struct xent_group;
+template <> struct xent_group<1> {
+    float x[1];
+    __device__ void load(const float *p) { x[0] = *p; }
+    __device__ void store(float *p) const { *p = x[0]; }
+};
+template <> struct xent_group<4> {
+    float x[4];
+    __device__ void load(const float *p)
+    {
+        float4 v = *(const float4 *)p;
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+    }
+    __device__ void store(float *p) const { *(float4 *)p = make_float4(x[0], x[1], x[2], x[3]); }
+};
+
+/* g[u] = the group at c0 + u step of row z, for those before V (the rest
+ * hold fill) */
+template <int W>
+__device__ static inline void xent_batch(xent_group<W> (&g)[XENT_U], const float *z, int c0, int step, int V,
+                                         float fill)
+{
+#pragma unroll
+    for (int u = 0; u < XENT_U; u++) {
+        int c = c0 + u * step;
+        if (c < V)
+            g[u].load(z + c);
+        else
+            for (int w = 0; w < W; w++)
+                g[u].x[w] = fill;
+    }
+}
+
+static int xent_width(const void *a, const void *b, int V)
+{
+    return V % 4 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 ? 4 : 1;
+}
+
 /* probs = softmax(logits) (=);  losses[i] = log(sum) - (z_t - max), with
- * sum = sum_c exp(z_c - max) in double.  One block per row.  z_t is read
- * before probs is written, so probs may even alias logits. */
-__global__ static void xent_fwd_kernel(float *losses, float *probs, const float *logits,
-                                       const int32_t *targets, int V)
+ * sum = sum_c exp(z_c - max) in double.  One block per row, three passes
+ * over it: the max, the sum, then p_c = exp(z_c - max) / sum written once.
+ * Every thread has read z_t before the reductions' barriers, and each
+ * p_c is written by the thread that read z_c, so probs may even alias
+ * logits. */
+template <int W>
+__global__ static void xent_fwd_kernel(float *losses, float *probs, const float *logits, const int32_t *targets, int V)
 {
     size_t i = blockIdx.x;
     const float *z = logits + i * V;
     float *p = probs + i * V;
     float zt = z[targets[i]];
+    int step = (int)blockDim.x * W, c0 = threadIdx.x * W;
+    xent_group<W> g[XENT_U];
     float mx = -INFINITY;
-    for (int c = threadIdx.x; c < V; c += blockDim.x)
-        mx = fmaxf(mx, z[c]);
+    for (int c = c0; c < V; c += XENT_U * step) {
+        xent_batch(g, z, c, step, V, -INFINITY);
+#pragma unroll
+        for (int u = 0; u < XENT_U; u++)
+            for (int w = 0; w < W; w++)
+                mx = fmaxf(mx, g[u].x[w]);
+    }
     mx = block_max(mx);
     double sum = 0.0;
-    for (int c = threadIdx.x; c < V; c += blockDim.x) {
-        float e = expf(z[c] - mx);
-        p[c] = e;
-        sum += e;
+    for (int c = c0; c < V; c += XENT_U * step) {
+        xent_batch(g, z, c, step, V, -INFINITY);
+#pragma unroll
+        for (int u = 0; u < XENT_U; u++)
+            for (int w = 0; w < W; w++)
+                sum += expf(g[u].x[w] - mx); /* 0 for the fill */
     }
     sum = block_sum_d(sum);
     float inv = (float)(1.0 / sum);
-    for (int c = threadIdx.x; c < V; c += blockDim.x)
-        p[c] *= inv;
+    for (int c = c0; c < V; c += XENT_U * step) {
+        xent_batch(g, z, c, step, V, 0.0f);
+#pragma unroll
+        for (int u = 0; u < XENT_U; u++) {
+            if (c + u * step >= V)
+                break;
+            for (int w = 0; w < W; w++)
+                g[u].x[w] = expf(g[u].x[w] - mx) * inv;
+            g[u].store(p + c + u * step);
+        }
+    }
     if (threadIdx.x == 0)
         losses[i] = (float)(log(sum) - ((double)zt - mx));
 }
@@ -554,7 +620,10 @@ void cuda_xent_fwd(float *losses, float *probs, const float *logits, const int32
 {
     if (N > 0 && V > 0) {
         unsigned bs = xent_threads(V);
-        xent_fwd_kernel<<<N, bs, 0, ar_cuda_stream()>>>(losses, probs, logits, targets, V);
+        if (xent_width(probs, logits, V) == 4)
+            xent_fwd_kernel<4><<<N, bs, 0, ar_cuda_stream()>>>(losses, probs, logits, targets, V);
+        else
+            xent_fwd_kernel<1><<<N, bs, 0, ar_cuda_stream()>>>(losses, probs, logits, targets, V);
         AR_CUDA_LAUNCHED();
     }
     sum_double_to(sum, losses, N > 0 ? (size_t)N : 0, 0);
@@ -562,16 +631,25 @@ void cuda_xent_fwd(float *losses, float *probs, const float *logits, const int32
 
 /* (=) dlogits = scale * (probs - onehot(targets)); element by element, so
  * dlogits may alias probs.  One block per row. */
-__global__ static void xent_bwd_kernel(float *dlogits, const float *probs, const int32_t *targets,
-                                       float scale, int V)
+template <int W>
+__global__ static void xent_bwd_kernel(float *dlogits, const float *probs, const int32_t *targets, float scale, int V)
 {
     size_t i = blockIdx.x;
-    int t = targets[i];
+    int t = targets[i], step = (int)blockDim.x * W;
     const float *p = probs + i * V;
     float *dz = dlogits + i * V;
-    for (int c = threadIdx.x; c < V; c += blockDim.x) {
-        float pc = p[c];
-        dz[c] = c == t ? scale * (pc - 1.0f) : scale * pc;
+    xent_group<W> g[XENT_U];
+    for (int c = threadIdx.x * W; c < V; c += XENT_U * step) {
+        xent_batch(g, p, c, step, V, 0.0f);
+#pragma unroll
+        for (int u = 0; u < XENT_U; u++) {
+            int cu = c + u * step;
+            if (cu >= V)
+                break;
+            for (int w = 0; w < W; w++)
+                g[u].x[w] = cu + w == t ? scale * (g[u].x[w] - 1.0f) : scale * g[u].x[w];
+            g[u].store(dz + cu);
+        }
     }
 }
 
@@ -581,7 +659,10 @@ void cuda_xent_bwd(float *dlogits, const float *probs, const int32_t *targets, f
     if (N <= 0 || V <= 0)
         return;
     unsigned bs = xent_threads(V);
-    xent_bwd_kernel<<<N, bs, 0, ar_cuda_stream()>>>(dlogits, probs, targets, scale, V);
+    if (xent_width(dlogits, probs, V) == 4)
+        xent_bwd_kernel<4><<<N, bs, 0, ar_cuda_stream()>>>(dlogits, probs, targets, scale, V);
+    else
+        xent_bwd_kernel<1><<<N, bs, 0, ar_cuda_stream()>>>(dlogits, probs, targets, scale, V);
     AR_CUDA_LAUNCHED();
 }
 
