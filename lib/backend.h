@@ -45,6 +45,7 @@ extern "C" {
 
 #define AR_RMS_EPS 1e-6f
 #define AR_WMIX_MAX 8 /* most outputs or inputs of one wmix op */
+#define AR_HEAD_CHUNK_FLOATS (16u << 20) /* the CPU backend's head_floats() */
 
 typedef struct ar_backend {
     const char *name;
@@ -67,10 +68,17 @@ typedef struct ar_backend {
     const char *(*device_name)(void);
     double (*peak_bf16_flops)(void);
     /* The most bytes this process has held in alloc at once (device memory
-     * on a device; the CUDA backend counts its own buffers, not the CUDA
-     * context's or cuBLAS's workspace), 0 where the backend does not count
+     * on a device; the CUDA backend counts its buffers and its ops'
+     * workspace, not the CUDA context or cuBLAS's own workspace), 0 where
+     * the backend does not count
      * (the CPU backend: its memory is the process's resident set). */
     size_t (*mem_peak)(void);
+    /* The most floats of each of the output head's two chunk buffers
+     * (lib/model.h: the head works over chunks of rows): larger chunks
+     * cost memory and save time (fewer products, each of which adds into
+     * all of the head's gradient).  The CPU backend's: AR_HEAD_CHUNK_FLOATS
+     * (64 MiB). */
+    size_t (*head_floats)(void);
     /* Floats of causal attention's saved state (ar_attention.att) at a
      * shape, and of its backward's scratch (datt), each: the CPU backend
      * saves the probabilities, B nh T T (and takes as much scratch); the

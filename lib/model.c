@@ -58,9 +58,11 @@ static int split_rows(int N, int most)
     return (N + nc - 1) / nc;
 }
 
-int ar_head_rows(int V, int N)
+int ar_head_rows(int V, int N) { return ar_head_rows_within(V, N, AR_HEAD_CHUNK_FLOATS); }
+
+int ar_head_rows_within(int V, int N, size_t floats)
 {
-    size_t most = ar_head_chunk > 0 ? (size_t)ar_head_chunk : AR_HEAD_CHUNK_FLOATS / (size_t)V;
+    size_t most = ar_head_chunk > 0 ? (size_t)ar_head_chunk : floats / (size_t)V;
     if (most < 1)
         most = 1;
     return most < (size_t)N ? split_rows(N, (int)most) : N;
@@ -141,7 +143,7 @@ static void alloc_activations(ar_model *m, const unsigned char *runs, const ar_m
         a->act = rc ? in->act : falloc(be, N * F);
     }
     if (!runs || runs[L + 1]) {
-        m->head_rows = ar_head_rows(m->V, (int)N);
+        m->head_rows = ar_head_rows_within(m->V, (int)N, be->head_floats());
         m->hn = falloc(be, N * d);
         m->frstd = falloc(be, N);
         m->logits_c = falloc(be, (size_t)m->head_rows * V);

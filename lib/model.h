@@ -170,7 +170,8 @@ void ar_model_zero_grad(ar_model *m);
  *                          dlogits = scale (softmax - onehot),
  *                          dhn_c = dlogits W,  dW += dlogits^T hn_c
  * Rows per chunk: at most R = ar_head_chunk if set, else
- * AR_HEAD_CHUNK_FLOATS / V (64 MiB per head_rows x V buffer); the N rows
+ * AR_HEAD_CHUNK_FLOATS / V (64 MiB per head_rows x V buffer; the backend's
+ * head_floats() / V: the CUDA backend's chunks are 512 MiB); the N rows
  * go in ceil(N/R) equal chunks.  At V = 256, R = 65536: one chunk for any
  * batch up to that, kept from the forward to the backward, as with no
  * chunking.  At V = 50257, R = 333 (N = 4096: 13 chunks of 316).  The
@@ -182,14 +183,15 @@ void ar_model_zero_grad(ar_model *m);
  * logits are computed twice.  bench-small at V = 50257 on 2 cores, one
  * training step (best of 8): 1 chunk (no recomputation) 2.97 s, chunks of
  * 1024 rows 3.26 s, of 342 to 683 rows 3.5 s, of 164 rows 3.86 s. */
-#define AR_HEAD_CHUNK_FLOATS (16u << 20)
 /* Rows per head chunk; 0 (default): the rule above.  Read at creation;
  * tests force small chunks to check that results do not depend on it. */
 extern int ar_head_chunk;
 /* Rows per head chunk (of the chunk buffers) for vocabulary V and N rows:
  * N split in equal chunks of at most R rows, R = ar_head_chunk if set, else
- * the rule above. */
+ * the rule above; _within: with chunk buffers of up to `floats` instead of
+ * AR_HEAD_CHUNK_FLOATS (a model takes its backend's head_floats()). */
 int ar_head_rows(int V, int N);
+int ar_head_rows_within(int V, int N, size_t floats);
 
 /* out = hn[row0 .. row0+nrows-1] W^T (=): the logits of those rows of the
  * last forward (with or without targets).  out is a device buffer of

@@ -253,6 +253,7 @@ static int g_set_bf16(int on) { return cpu()->set_bf16(on); }
 static const char *g_device_name(void) { return "guard"; }
 static double g_peak(void) { return 0; }
 static size_t g_mem_peak(void) { return cpu()->mem_peak(); }
+static size_t g_head_floats(void) { return cpu()->head_floats(); }
 static size_t g_attention_state(int B, int T, int nh) { return cpu()->attention_state(B, T, nh); }
 
 /* a host array of len elements */
@@ -318,6 +319,7 @@ static const ar_backend guard = {
     .device_name = g_device_name,
     .peak_bf16_flops = g_peak,
     .mem_peak = g_mem_peak,
+    .head_floats = g_head_floats,
     .attention_state = g_attention_state,
 #define AR_OP(ret, name, params, args, uses) .name = g_##name,
 #include "lib/ops.def"

@@ -351,3 +351,21 @@ Test(model_head, gpt2_vocabulary_allocates_chunks_only)
     free(tg);
     ar_model_free(m);
 }
+
+/* The chunk budget is the backend's (head_floats): the CUDA backend's
+ * larger chunks, here a CPU backend that asks for 64 Mi floats, take
+ * V = 50257, N = 1024 in one chunk instead of 4. */
+static size_t big_head_floats(void) { return (size_t)64 << 20; }
+Test(model_head, the_backend_sets_the_chunk_budget)
+{
+    counted = *ar_backend_cpu();
+    counted.alloc = counted_alloc;
+    counted.head_floats = big_head_floats;
+    ar_model_cfg mc = tiny(AR_RES_BLOCK, 2, 50257);
+    mc.d_model = 16;
+    mc.seq_len = 64;
+    ar_model *m = create(mc, &counted, 16, 0);
+    cr_expect_eq(m->head_rows, 1024, "rows per chunk %d", m->head_rows);
+    cr_expect_eq(ar_head_rows_within(50257, 4096, (size_t)64 << 20), 1024, "4 chunks of 1024 (at most 1335)");
+    ar_model_free(m);
+}

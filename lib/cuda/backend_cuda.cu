@@ -80,8 +80,9 @@ extern "C" void ar_cuda_die(const char *what, const char *detail, const char *fi
 /* ------------------------------------------------------------------------ */
 /* memory                                                                    */
 
-/* The bytes held: each live buffer's size (a list: buffers are made
- * when a model is, and freed when it is), their sum and its most. */
+/* The bytes held in buffers and workspace: each live buffer's size (a
+ * list: buffers are made when a model is, and freed when it is), their
+ * sum and its most. */
 typedef struct {
     void *p;
     size_t n;
@@ -115,6 +116,13 @@ static void release(void *p)
 }
 
 static size_t cu_mem_peak(void) { return g_held_peak; }
+
+/* The output head's chunks: 512 MiB each (the CPU backend's are 64 MiB).
+ * Each chunk's dW += dlogits^T hn reads and writes all of dW (V x d: 154
+ * MB at GPT-2's vocabulary), so at bench-gpt2-small (N = 16384 rows) 64
+ * MiB chunks (50 of 328 rows) moved ~15 GB a step for it; 512 MiB ones
+ * are 7 chunks of 2341 rows, for 1 GiB of device memory. */
+static size_t cu_head_floats(void) { return (size_t)128 << 20; }
 
 /* cudaMalloc aligns to 256 bytes; the size is rounded up to 64 (at least
  * 64) as the CPU backend does, and all of it is zeroed. */
@@ -211,11 +219,13 @@ void *ar_cu_ws(int slot, size_t bytes)
         if (buf[slot]) {
             AR_CUDA_CHECK(cudaStreamSynchronize(ar_cuda_stream()));
             AR_CUDA_CHECK(cudaFree(buf[slot]));
+            release(buf[slot]);
             buf[slot] = NULL;
             cap[slot] = 0;
         }
         size_t n = (bytes + 255) & ~(size_t)255;
         AR_CUDA_CHECK(cudaMalloc(&buf[slot], n));
+        hold(buf[slot], n);
         cap[slot] = n;
     }
     return buf[slot];
@@ -272,6 +282,7 @@ static void fill_table(ar_backend *b)
     b->device_name = cu_device_name;
     b->peak_bf16_flops = cu_peak_bf16_flops;
     b->mem_peak = cu_mem_peak;
+    b->head_floats = cu_head_floats;
     b->attention_state = cu_attention_state;
 #define AR_OP(ret, name, params, args, uses) b->name = cuda_##name;
 #include "../ops.def"

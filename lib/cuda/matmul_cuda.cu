@@ -23,16 +23,29 @@
  *   fp32 (default): compute type CUBLAS_COMPUTE_32F under
  *     CUBLAS_DEFAULT_MATH, i.e. true fp32 FMA products, no TF32: results
  *     agree with the CPU backend to ~1e-5 relative (summation order only).
- *   bf16 (set_bf16(1)): compute type CUBLAS_COMPUTE_32F_FAST_16BF on the
- *     same fp32 buffers: cuBLAS rounds A and B to bf16 inside the product
- *     and runs it on tensor cores with fp32 accumulation and fp32 output.
- *     This applies to every product (linear layers, and attention's q k^T,
- *     att v and their backward products); norms, softmaxes, cross-entropy
- *     and AdamW stay fp32. */
+ *   bf16 (set_bf16(1)): A and B rounded to bf16 (to nearest, ties to
+ *     even), the product on tensor cores with fp32 accumulation and fp32
+ *     output.  Two ways to the same numbers: where both of C's sides are
+ *     at least BF16_COPY (the linear layers of training), the operands are
+ *     rounded into bf16 copies in the workspace and cuBLAS multiplies
+ *     bf16 by bf16 (CUDA_R_16BF, CUBLAS_COMPUTE_32F): at bench-gpt2-small's
+ *     shapes on an H200 a step's products take 19 ms so against 44 ms in
+ *     the other way (bench/bench_gemm_cuda.cu), and the rounding ~6 ms;
+ *     elsewhere (a row of decoding: W is read once, and a copy would read
+ *     it twice) compute type CUBLAS_COMPUTE_32F_FAST_16BF on the fp32
+ *     buffers, cuBLAS rounding A and B inside.  Norms, softmaxes,
+ *     cross-entropy and AdamW stay fp32. */
 #include "matmul_cuda.h"
 #include "ops_cuda.h"
 
 #include "cuda_util.h"
+#include "workspace_cuda.h"
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+/* both sides of C at least this: the bf16 copies pay (above) */
+#define BF16_COPY 64
 
 static cublasComputeType_t compute_type(void)
 {
@@ -41,11 +54,50 @@ static cublasComputeType_t compute_type(void)
 
 static cublasOperation_t op(int t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+/* y[i] = bf16(x[i]), i < n; four at a time where x is 16-byte aligned */
+__global__ static void round_bf16_kernel(__nv_bfloat16 *y, const float *x, size_t n, int by4)
+{
+    size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x, step = (size_t)gridDim.x * blockDim.x, done = 0;
+    if (by4) {
+        for (size_t i = i0; i < n / 4; i += step) {
+            float4 v = ((const float4 *)x)[i];
+            y[4 * i] = __float2bfloat16(v.x), y[4 * i + 1] = __float2bfloat16(v.y);
+            y[4 * i + 2] = __float2bfloat16(v.z), y[4 * i + 3] = __float2bfloat16(v.w);
+        }
+        done = n / 4 * 4;
+    }
+    for (size_t i = done + i0; i < n; i += step)
+        y[i] = __float2bfloat16(x[i]);
+}
+
+/* a bf16 copy of the n floats at x in workspace slot `slot` */
+static const __nv_bfloat16 *bf16_copy(int slot, const float *x, size_t n)
+{
+    __nv_bfloat16 *y = (__nv_bfloat16 *)ar_cu_ws(slot, n * sizeof *y);
+    int by4 = (uintptr_t)x % 16 == 0;
+    size_t work = by4 ? n / 4 : n, blocks = (work + 255) / 256;
+    round_bf16_kernel<<<(unsigned)(blocks < 4096 ? (blocks ? blocks : 1) : 4096), 256, 0, ar_cuda_stream()>>>(
+        y, x, n, by4);
+    AR_CUDA_LAUNCHED();
+    return y;
+}
+
+/* floats a row-major operand of rows x cols with leading dimension ld spans */
+static size_t span(int rows, int cols, int ld) { return rows && cols ? (size_t)(rows - 1) * ld + cols : 0; }
+
 void ar_cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                 const float *B, int ldb, float beta, float *C, int ldc)
 {
     if (M <= 0 || N <= 0)
         return;
+    if (ar_cuda_bf16() && M >= BF16_COPY && N >= BF16_COPY && K > 0) {
+        const __nv_bfloat16 *a = bf16_copy(CU_WS_MM_A, A, ta ? span(K, M, lda) : span(M, K, lda));
+        const __nv_bfloat16 *b = bf16_copy(CU_WS_MM_B, B, tb ? span(N, K, ldb) : span(K, N, ldb));
+        AR_CUBLAS_CHECK(cublasGemmEx(ar_cuda_cublas(), op(tb), op(ta), N, M, K, &alpha, b, CUDA_R_16BF, ldb, a,
+                                     CUDA_R_16BF, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT));
+        return;
+    }
     AR_CUBLAS_CHECK(cublasGemmEx(ar_cuda_cublas(), op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_32F,
                                  ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc,
                                  compute_type(), CUBLAS_GEMM_DEFAULT));

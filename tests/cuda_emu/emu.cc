@@ -685,10 +685,13 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
     int br = tb == CUBLAS_OP_N ? k : n, bc = tb == CUBLAS_OP_N ? n : k;
     if (lda < std::max(1, ar) || ldb < std::max(1, br) || ldc < std::max(1, m))
         return CUBLAS_STATUS_INVALID_VALUE;
-    if (At != CUDA_R_32F || Bt != CUDA_R_32F || Ct != CUDA_R_32F)
+    /* fp32 operands, or bf16 ones (A and B both) with fp32 C and an fp32
+     * compute type: the two combinations the backend uses */
+    bool in16 = At == CUDA_R_16BF && Bt == CUDA_R_16BF;
+    if ((!in16 && (At != CUDA_R_32F || Bt != CUDA_R_32F)) || Ct != CUDA_R_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     bool bf16 = ct == CUBLAS_COMPUTE_32F_FAST_16BF;
-    if (ct != CUBLAS_COMPUTE_32F && !bf16)
+    if ((ct != CUBLAS_COMPUTE_32F && !bf16) || (in16 && bf16))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (ct == CUBLAS_COMPUTE_32F && h->math != CUBLAS_DEFAULT_MATH)
         fail("cublas: math mode %d with CUBLAS_COMPUTE_32F would allow TF32", h->math);
@@ -697,16 +700,28 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
     float al = *(const float *)alpha, be = *(const float *)beta;
     size_t na = span(ar, ac, lda), nb = span(br, bc, ldb), nc = span(m, n, ldc);
     std::vector<float> ra, rb;
+    size_t esz = in16 ? 2 : 4;
     for (int i = 0; i < batch; i++) {
-        const float *a = (const float *)A + i * sA, *b = (const float *)B + i * sB;
+        const void *a0 = (const char *)A + i * sA * esz, *b0 = (const char *)B + i * sB * esz;
+        const float *a = (const float *)a0, *b = (const float *)b0;
         float *c = (float *)C + i * sC;
-        if ((k && ((na && !on_device(a, na * 4)) || (nb && !on_device(b, nb * 4)))) || (nc && !on_device(c, nc * 4)))
+        if ((k && ((na && !on_device(a0, na * esz)) || (nb && !on_device(b0, nb * esz)))) ||
+            (nc && !on_device(c, nc * 4)))
             fail("cublas: gemm %c%c m %d n %d k %d lda %d ldb %d ldc %d, batch %d of %d: an operand leaves "
                  "its device buffer",
                  ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, lda, ldb, ldc, i, batch);
         if (!m || !n)
             continue;
-        if (bf16 && k) {
+        if (in16 && k) { /* bf16 operands: exact in float */
+            const __nv_bfloat16 *ha = (const __nv_bfloat16 *)a0, *hb = (const __nv_bfloat16 *)b0;
+            ra.resize(na), rb.resize(nb);
+            for (size_t j = 0; j < na; j++)
+                ra[j] = __bfloat162float(ha[j]);
+            for (size_t j = 0; j < nb; j++)
+                rb[j] = __bfloat162float(hb[j]);
+            a = ra.data();
+            b = rb.data();
+        } else if (bf16 && k) {
             ra.assign(a, a + na);
             rb.assign(b, b + nb);
             for (float &x : ra)
