@@ -22,9 +22,13 @@
 #   gemm       bench_gemm_cuda at bench-gpt2-small's shape: the linear
 #              layers' products on cuBLAS with fp32 operands (the backend's
 #              bf16 mode), bf16 operands, bf16 throughout
-#   peer       the PyTorch peer on the same GPU, torch.compile (the mode
-#              the issue compares with) first, then eager:
-#              torch_peer.py 16 gpt2-small compile,eager 5 cuda
+#   peer       the PyTorch peer on the same GPU under torch.compile:
+#              torch_peer.py 16 gpt2-small compile 5 cuda
+#   profile    Nsight Compute (ncu, where the machine has it) on one
+#              Block N = 8 training step: speed of light, occupancy,
+#              launch and warp-state sections of the first forward
+#              kernels (attention, depth mixing, cross-entropy) and of the
+#              first backward ones (attention, depth), for what to do next
 # It writes $OUT/summary.json (each stage: status, seconds, its numbers),
 # $OUT/check.log (everything) and one log per stage; the last lines it
 # prints are the summary.
@@ -158,10 +162,22 @@ if [ "$mode" = gpu ]; then
         --variants baseline,block8,full --steps 3 --warmup 1 --repeat 3 --ops --json
     stage gemm 60 "$bin/bench_gemm_cuda" 768 2048 16 1024 12 50304
     if [ -f "$b/peer/torch_peer.py" ]; then
-        stage peer 200 env PYTHONUNBUFFERED=1 python3 "$b/peer/torch_peer.py" 16 gpt2-small compile,eager 5 cuda
+        stage peer 160 env PYTHONUNBUFFERED=1 python3 "$b/peer/torch_peer.py" 16 gpt2-small compile 5 cuda
     else
         say "=== peer: skipped (the bundle holds no torch_peer.py)"
         printf 'peer skipped 0\n' >> "$summary"
+    fi
+    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
+    if [ -n "$ncu" ]; then
+        one="$bin/attnres bench configs/bench-gpt2-small.yaml --device cuda --precision bf16 --variants block8"
+        one="$one --steps 1 --warmup 0 --repeat 1"
+        sections="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats"
+        stage profile 90 sh -c "$ncu --target-processes all $sections -c 8 \
+            -k regex:'flash_fwd_mma|inter_fwd_kernel|merge_kernel|xent_fwd' $one && \
+            $ncu --target-processes all $sections -c 12 -k regex:'flash_bwd|intra_bwd|inter_bwd' $one"
+    else
+        say "=== profile: skipped (no ncu on this machine)"
+        printf 'profile skipped 0\n' >> "$summary"
     fi
 else
     # the CUDA module cannot load without the GPU machine's cuBLAS: that
