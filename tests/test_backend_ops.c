@@ -20,9 +20,9 @@
  * correctly rounded (nvcc without fast math).  cuBLAS runs in fp32: the
  * handle's math mode is CUBLAS_DEFAULT_MATH and the products' compute type
  * CUBLAS_COMPUTE_32F (lib/cuda/backend_cuda.cu, matmul_cuda.cu), neither
- * of which allows TF32; set_bf16(1) switches to
- * CUBLAS_COMPUTE_32F_FAST_16BF, whose rounding of the inputs to bf16 the
- * bf16 bounds count.  Where both backends do the same correctly rounded
+ * of which allows TF32; set_bf16(1) rounds the operands to bf16 (into
+ * bf16 copies, or inside cuBLAS with CUBLAS_COMPUTE_32F_FAST_16BF), which
+ * the bf16 bounds count.  Where both backends do the same correctly rounded
  * operations in the same order (copies, add, scale, the embedding's token
  * order, the cross-entropy backward) the results must be equal.
  *

@@ -301,6 +301,52 @@ Test(cuda_emu, gemm_fast_16bf_rounds_the_operands)
     cublasDestroy(h);
 }
 
+/* bf16 operands (both) with fp32 output and compute type: exact products
+ * of the bf16 values, checked on their 2-byte elements; with FAST_16BF, or
+ * with a bf16 output, not supported */
+Test(cuda_emu, gemm_takes_bf16_operands)
+{
+    __nv_bfloat16 a[2] = {__float2bfloat16(1.5f), __float2bfloat16(-2.0f)},
+                  b[2] = {__float2bfloat16(0.25f), __float2bfloat16(3.0f)};
+    __nv_bfloat16 *dA, *dB;
+    cudaMalloc((void **)&dA, sizeof a);
+    cudaMalloc((void **)&dB, sizeof b);
+    float *dC = dev(1), c = 0.0f;
+    cudaMemcpyAsync(dA, a, sizeof a, cudaMemcpyHostToDevice);
+    cudaMemcpyAsync(dB, b, sizeof b, cudaMemcpyHostToDevice);
+    cublasHandle_t h;
+    cublasCreate(&h);
+    float al = 1.0f, be = 0.0f;
+    /* C (1 x 1) = A (1 x 2) B (2 x 1) */
+    cr_expect_eq(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &al, dA, CUDA_R_16BF, 1, dB, CUDA_R_16BF, 2, &be,
+                              dC, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 CUBLAS_STATUS_SUCCESS);
+    cudaMemcpyAsync(&c, dC, 4, cudaMemcpyDeviceToHost);
+    cr_expect_eq(c, 1.5f * 0.25f - 2.0f * 3.0f);
+    cr_expect_eq(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &al, dA, CUDA_R_16BF, 1, dB, CUDA_R_16BF, 2, &be,
+                              dC, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT),
+                 CUBLAS_STATUS_NOT_SUPPORTED);
+    cr_expect_eq(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &al, dA, CUDA_R_16BF, 1, dB, CUDA_R_16BF, 2, &be,
+                              dC, CUDA_R_16BF, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 CUBLAS_STATUS_NOT_SUPPORTED);
+    cublasDestroy(h);
+}
+
+/* a bf16 operand is checked on its 2-byte elements: 2 of them, read as 3,
+ * leave the buffer */
+Test(cuda_emu, gemm_bf16_operands_stay_inside_their_buffers, .signal = SIGABRT)
+{
+    __nv_bfloat16 *dA, *dB;
+    cudaMalloc((void **)&dA, 2 * sizeof *dA);
+    cudaMalloc((void **)&dB, 3 * sizeof *dB);
+    float *dC = dev(1);
+    cublasHandle_t h;
+    cublasCreate(&h);
+    float al = 1.0f, be = 0.0f;
+    cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 3, &al, dA, CUDA_R_16BF, 1, dB, CUDA_R_16BF, 3, &be, dC,
+                 CUDA_R_32F, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
 /* an operand that leaves its buffer (a leading dimension or batch stride
  * too large for it) aborts, naming the call */
 Test(cuda_emu, gemm_operands_stay_inside_their_buffers, .signal = SIGABRT)

@@ -30,8 +30,9 @@
 #              kernels (attention, depth mixing, cross-entropy) and of the
 #              first backward ones (attention, depth), for what to do next
 # It writes $OUT/summary.json (each stage: status, seconds, its numbers),
-# $OUT/check.log (everything) and one log per stage; the last lines it
-# prints are the summary.
+# $OUT/check.log (everything) and $OUT/logs.tar.gz (one log per stage):
+# three files, as the device tool brings back at most 8.  The last lines
+# it prints are the summary.
 #
 #   GPU_CHECK_STAGES="ops bench"  only the stages named (info always runs):
 #                              for a second call on a lease's last minutes
@@ -49,7 +50,10 @@ OUT=${OUT:-$root/build-gpu-check}
 mkdir -p "$OUT"
 log=$OUT/check.log
 : > "$log"
-summary=$OUT/summary.tmp
+logs=$OUT/logs
+rm -rf "$logs"
+mkdir -p "$logs"
+summary=$logs/summary.tmp
 : > "$summary"
 say() { echo "$*" | tee -a "$log"; }
 
@@ -86,7 +90,7 @@ LD_LIBRARY_PATH=$ldp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export LD_LIBRARY_PATH
 bin=$b/bin
 
-# stage NAME LIMIT_S COMMAND...: runs it with its log in $OUT/NAME.log and
+# stage NAME LIMIT_S COMMAND...: runs it with its log in $logs/NAME.log and
 # notes status and seconds for the summary.
 stage() {
     name=$1 limit=$2
@@ -100,17 +104,17 @@ stage() {
     esac
     say "=== $name (limit ${limit}s): $*"
     t0=$(date +%s)
-    timeout -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+    timeout -k 10 "$limit" "$@" > "$logs/$name.log" 2>&1
     rc=$?
     t1=$(date +%s)
-    cat "$OUT/$name.log" >> "$log"
+    cat "$logs/$name.log" >> "$log"
     case $rc in
     0) st=ok ;;
     124 | 137) st=timeout ;;
     *) st=failed ;;
     esac
     # on the GPU a skipped comparison means the CUDA backend did not run
-    if [ "$mode" = gpu ] && [ $st = ok ] && grep -q '\[SKIP\]' "$OUT/$name.log"; then
+    if [ "$mode" = gpu ] && [ $st = ok ] && grep -q '\[SKIP\]' "$logs/$name.log"; then
         st=skipped-tests
     fi
     say "=== $name: $st (exit $rc) in $((t1 - t0)) s"
@@ -130,9 +134,9 @@ info() {
     bad=0
     for f in "$bin"/*; do
         echo "--- ldd $(basename "$f")"
-        ldd "$f" | tee "$OUT/ldd.tmp"
+        ldd "$f" | tee "$logs/ldd.tmp"
         # without a GPU only the CUDA module's cuBLAS may be missing
-        missing=$(grep 'not found' "$OUT/ldd.tmp" | awk '{print $1}')
+        missing=$(grep 'not found' "$logs/ldd.tmp" | awk '{print $1}')
         for m in $missing; do
             case $mode:$m in
             cpu:libcublas.so.* | cpu:libcublasLt.so.*) echo "($m: from the GPU machine)" ;;
@@ -140,14 +144,14 @@ info() {
             esac
         done
     done
-    rm -f "$OUT/ldd.tmp"
+    rm -f "$logs/ldd.tmp"
     return $bad
 }
 say "=== info"
 t0=$(date +%s)
-info > "$OUT/info.log" 2>&1
+info > "$logs/info.log" 2>&1
 rc=$?
-cat "$OUT/info.log" >> "$log"
+cat "$logs/info.log" >> "$log"
 printf 'info %s %s\n' "$([ $rc -eq 0 ] && echo ok || echo failed)" "$(($(date +%s) - t0))" >> "$summary"
 say "=== info: exit $rc"
 
@@ -193,13 +197,13 @@ fi
 # quick start's losses on both devices, bench's numbers.
 python_summary=$(cat <<'EOF'
 import json, os, re, sys
-out, b, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+out, logs, b, mode = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 s = {"mode": mode, "stages": {}}
-for line in open(os.path.join(out, "summary.tmp")):
+for line in open(os.path.join(logs, "summary.tmp")):
     name, st, secs = line.split()
     s["stages"][name] = {"status": st, "seconds": int(secs)}
 def log(name):
-    p = os.path.join(out, name + ".log")
+    p = os.path.join(logs, name + ".log")
     return open(p, errors="replace").read() if os.path.exists(p) else ""
 for name in ("ops", "train"):
     m = re.findall(r"Synthesis: Tested: (\d+) \| Passing: (\d+) \| Failing: (\d+) \| Crashing: (\d+)", log(name))
@@ -245,13 +249,13 @@ print(json.dumps({k: v["status"] for k, v in s["stages"].items()}))
 EOF
 )
 if command -v python3 >/dev/null 2>&1; then
-    python3 -c "$python_summary" "$OUT" "$b" "$mode" | tee -a "$log"
+    python3 -c "$python_summary" "$OUT" "$logs" "$b" "$mode" | tee -a "$log"
 else
-    say "(no python3: the summary is $OUT/summary.tmp)"
+    say "(no python3: the summary is in $OUT/logs.tar.gz, logs/summary.tmp)"
 fi
-say "=== summary ($OUT/summary.tmp: stage status seconds)"
+say "=== summary (stage status seconds)"
 cat "$summary" | tee -a "$log"
-if grep -qvE ' (ok|skipped) ' "$summary"; then
-    exit 1
-fi
-exit 0
+rc=0
+grep -qvE ' (ok|skipped) ' "$summary" && rc=1
+tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs && rm -rf "$logs"
+exit $rc
