@@ -2075,6 +2075,9 @@ Test(backend_ops, depth_two_phase)
         {4, 5, full, 37, 72, 0, 0}, {3, 4, block, 13, 20, 0, 0}, {2, 1, two, 41, 16, 0, 0},
         {4, 5, full, 37, 72, 1, 1}, {3, 4, block, 13, 20, 1, 1}, {1, 1, one, 9, 12, 1, 1},
         {2, 1, two, 41, 16, 0, 1},
+        /* CUDA's rows of 4 channels a thread up to d 2048 (512 threads),
+         * of 8 past it */
+        {3, 4, block, 7, 2048, 1, 0}, {3, 4, block, 5, 2500, 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         two_phase_case(cases[i].C, cases[i].k, cases[i].j, cases[i].N, cases[i].d, cases[i].kn, cases[i].sig);

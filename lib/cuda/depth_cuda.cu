@@ -18,14 +18,24 @@
 
 #define CG 4            /* mixers per kernel pass */
 
+/* Channels a thread, V (the kernels' template argument): 4 where a row
+ * fits in MAXT threads of 4 (d <= 2048: 192 threads at d 768), else 8
+ * (rows up to 4096).  Fewer channels a thread hold fewer registers, so
+ * more blocks fit an SM to cover the memory's latency: with 8, at d 768,
+ * registers allowed 5 blocks of 96 threads an SM, 23% occupancy (Nsight
+ * Compute on an H200, BENCHMARKS.md), and the kernels waited on memory
+ * three quarters of the time. */
+static int depth_v(int d) { return d <= 4 * MAXT ? 4 : 8; }
+
 /* This thread's channels of row x into xv, and block-wide the key's
  * r = 1/sqrt(mean x^2 + eps) (returned) and logit *z = r (u.x). */
+template <int V>
 __device__ __forceinline__ float key_logit(const float *x, const float *u, float *xv, int tid, int T,
                                            int d, float *z, int kn = 1)
 {
     float v[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int q = 0; q < MAXV; q++) {
+    for (int q = 0; q < V; q++) {
         int j = tid + q * T;
         xv[q] = j < d ? x[j] : 0.0f;
         v[0] += xv[q] * xv[q];
@@ -40,12 +50,13 @@ __device__ __forceinline__ float key_logit(const float *x, const float *u, float
 /* Token i's sublayer input, fused: h = acc / l (this thread's channels),
  * xn[i,:] = h r ng with r = 1/sqrt(mean h^2 + eps) (= nrstd[i]), as
  * rmsnorm_fwd would write it. */
+template <int V>
 __device__ __forceinline__ void store_rmsnorm(const float *acc, float l, const float *ng, float *xn,
                                               float *nrstd, size_t i, int tid, int T, int d)
 {
-    float hv[MAXV], v[1] = {0.0f};
+    float hv[V], v[1] = {0.0f};
 #pragma unroll
-    for (int q = 0; q < MAXV; q++) {
+    for (int q = 0; q < V; q++) {
         hv[q] = acc[q] / l;
         v[0] += hv[q] * hv[q];
     }
@@ -54,7 +65,7 @@ __device__ __forceinline__ void store_rmsnorm(const float *acc, float l, const f
     if (tid == 0)
         nrstd[i] = rr;
 #pragma unroll
-    for (int q = 0; q < MAXV; q++) {
+    for (int q = 0; q < V; q++) {
         int j = tid + q * T;
         if (j < d)
             xn[i * d + j] = hv[q] * rr * ng[j];
@@ -63,22 +74,24 @@ __device__ __forceinline__ void store_rmsnorm(const float *acc, float l, const f
 
 /* Online softmax, one more source with logit z and row xv:
  *   m' = max(m, z);  l = l e^{m-m'} + e^{z-m'};  acc = acc e^{m-m'} + e^{z-m'} xv */
+template <int V>
 __device__ __forceinline__ void online_add(float z, const float *xv, float *m, float *l, float *acc)
 {
     float mn = fmaxf(*m, z), sc = expf(*m - mn), p = expf(z - mn);
     *l = *l * sc + p;
 #pragma unroll
-    for (int q = 0; q < MAXV; q++)
+    for (int q = 0; q < V; q++)
         acc[q] = acc[q] * sc + p * xv[q];
     *m = mn;
 }
 
 /* score: sigmoid: acc += sigmoid(z) x (weights not normalised) */
+template <int V>
 __device__ __forceinline__ void sigmoid_add(float z, const float *xv, float *acc)
 {
     float p = 1.0f / (1.0f + expf(-z));
 #pragma unroll
-    for (int q = 0; q < MAXV; q++)
+    for (int q = 0; q < V; q++)
         acc[q] += p * xv[q];
 }
 
@@ -112,19 +125,20 @@ struct fwd_grp {
  *   lse[c][i] = log sum_{s<k} exp z[c,s];  o[c][i,:] = sum_s exp(z - lse) x_s
  * (not where o[c] is NULL) or, for mixer 0 with xn: xn = o r' ng, nrstd[i] = r' = rstd(o), o unwritten.
  * One read of each shared source per group, by online softmax. */
+template <int V>
 __global__ void __launch_bounds__(MAXT)
 inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, const float *ng,
                  float *xn, float *nrstd, int sigmoid, int d)
 {
     size_t i = blockIdx.x;
     int T = blockDim.x, tid = threadIdx.x;
-    float u[CG][MAXV], acc[CG][MAXV], m[CG], l[CG];
+    float u[CG][V], acc[CG][V], m[CG], l[CG];
 #pragma unroll
     for (int c = 0; c < CG; c++) {
         m[c] = -INFINITY;
         l[c] = sigmoid ? 1.0f : 0.0f; /* sigmoid: no normaliser */
 #pragma unroll
-        for (int q = 0; q < MAXV; q++) {
+        for (int q = 0; q < V; q++) {
             int j = tid + q * T;
             u[c][q] = c < G && j < d ? (p.g[c] ? p.w[c][j] * p.g[c][j] : p.w[c][j]) : 0.0f;
             acc[c][q] = 0.0f;
@@ -132,12 +146,12 @@ inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, con
     }
     for (int s = 0; s < k; s++) {
         const float *x = src.p[s] + i * d;
-        float xv[MAXV], v[CG + 1];
+        float xv[V], v[CG + 1];
 #pragma unroll
         for (int c = 0; c <= CG; c++)
             v[c] = 0.0f;
 #pragma unroll
-        for (int q = 0; q < MAXV; q++) {
+        for (int q = 0; q < V; q++) {
             int j = tid + q * T;
             xv[q] = j < d ? x[j] : 0.0f;
             v[CG] += xv[q] * xv[q];
@@ -157,13 +171,13 @@ inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, con
             if (tid == 0)
                 p.alpha[c][i * p.n[c] + s] = z; /* raw logit; phase 2 normalises */
             if (sigmoid) {
-                sigmoid_add(z, xv, acc[c]);
+                sigmoid_add<V>(z, xv, acc[c]);
                 continue;
             }
             float mn = fmaxf(m[c], z), sc = expf(m[c] - mn), e = expf(z - mn);
             l[c] = l[c] * sc + e;
 #pragma unroll
-            for (int q = 0; q < MAXV; q++)
+            for (int q = 0; q < V; q++)
                 acc[c][q] = acc[c][q] * sc + e * xv[q];
             m[c] = mn;
         }
@@ -175,13 +189,13 @@ inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, con
         if (tid == 0)
             p.lse[c][i] = sigmoid ? 0.0f : m[c] + logf(l[c]);
         if (c == 0 && xn) { /* uniform over the block */
-            store_rmsnorm(acc[0], l[0], ng, xn, nrstd, i, tid, T, d);
+            store_rmsnorm<V>(acc[0], l[0], ng, xn, nrstd, i, tid, T, d);
             continue;
         }
         if (!p.o[c])
             continue; /* not wanted (uniform over the block) */
 #pragma unroll
-        for (int q = 0; q < MAXV; q++) {
+        for (int q = 0; q < V; q++) {
             int j = tid + q * T;
             if (j < d)
                 p.o[c][i * d + j] = acc[c][q] / l[c];
@@ -201,7 +215,7 @@ extern "C" void cuda_depth_fwd_inter(const ar_depth_inter *chunk, float *const *
     const char *op = "depth_fwd_inter";
     if (N <= 0 || d <= 0 || C <= 0)
         return;
-    int T = row_threads(d, op);
+    int v = depth_v(d), T = row_threads_v(d, v, op);
     clist sl = make_clist(src, k, op);
     mlist rl = make_mlist(rs, k, op);
     for (int c0 = 0; c0 < C; c0 += CG) {
@@ -217,8 +231,12 @@ extern "C" void cuda_depth_fwd_inter(const ar_depth_inter *chunk, float *const *
             p.n[c] = n[c0 + c];
         }
         float *x = c0 == 0 ? xn : NULL;
-        inter_fwd_kernel<<<N, T, 0, ar_cuda_stream()>>>(p, G, rl, c0 == 0, sl, k, ng, x, nrstd,
-                                                         sigmoid, d);
+        if (v == 4)
+            inter_fwd_kernel<4><<<N, T, 0, ar_cuda_stream()>>>(p, G, rl, c0 == 0, sl, k, ng, x, nrstd,
+                                                             sigmoid, d);
+        else
+            inter_fwd_kernel<8><<<N, T, 0, ar_cuda_stream()>>>(p, G, rl, c0 == 0, sl, k, ng, x, nrstd,
+                                                             sigmoid, d);
         AR_CUDA_LAUNCHED();
     }
 }
@@ -230,6 +248,7 @@ extern "C" void cuda_depth_fwd_inter(const ar_depth_inter *chunk, float *const *
  *   LSE = m + log l (= lse[i]);  h = acc / l  (or xn = h r' ng, nrstd = r')
  *   alpha[i,s] = exp(alpha[i,s] - LSE) (s < k);  alpha[i,k+t] = exp(z_t - LSE)
  * With j = 0 only lse and alpha change (LSE = lse exactly: l = 1). */
+template <int V>
 __global__ void __launch_bounds__(MAXT)
 merge_kernel(float *h, float *lse, float *alpha, int n, int k, mlist rsi, clist intra,
              const float *w, const float *g, const float *ng, float *xn, float *nrstd, int sigmoid,
@@ -238,25 +257,25 @@ merge_kernel(float *h, float *lse, float *alpha, int n, int k, mlist rsi, clist 
     extern __shared__ float zt[];
     size_t i = blockIdx.x;
     int T = blockDim.x, tid = threadIdx.x, nj = n - k;
-    float u[MAXV], acc[MAXV];
+    float u[V], acc[V];
 #pragma unroll
-    for (int q = 0; q < MAXV; q++) {
+    for (int q = 0; q < V; q++) {
         int j = tid + q * T;
         u[q] = j < d ? (g ? w[j] * g[j] : w[j]) : 0.0f;
         acc[q] = nj > 0 && j < d ? h[i * d + j] : 0.0f;
     }
     float m = lse[i], l = 1.0f;
     for (int t = 0; t < nj; t++) {
-        float xv[MAXV], z;
-        float r = key_logit(intra.p[t] + i * d, u, xv, tid, T, d, &z, g != NULL);
+        float xv[V], z;
+        float r = key_logit<V>(intra.p[t] + i * d, u, xv, tid, T, d, &z, g != NULL);
         if (tid == 0) {
             rsi.p[t][i] = r;
             zt[t] = z;
         }
         if (sigmoid)
-            sigmoid_add(z, xv, acc);
+            sigmoid_add<V>(z, xv, acc);
         else
-            online_add(z, xv, &m, &l, acc);
+            online_add<V>(z, xv, &m, &l, acc);
     }
     float LSE = sigmoid ? 0.0f : m + logf(l);
     __syncthreads(); /* zt complete; every thread has read lse[i] */
@@ -271,14 +290,14 @@ merge_kernel(float *h, float *lse, float *alpha, int n, int k, mlist rsi, clist 
         return; /* h = o already */
     if (!xn) {
 #pragma unroll
-        for (int q = 0; q < MAXV; q++) {
+        for (int q = 0; q < V; q++) {
             int j = tid + q * T;
             if (j < d)
                 h[i * d + j] = acc[q] / l;
         }
         return;
     }
-    store_rmsnorm(acc, l, ng, xn, nrstd, i, tid, T, d);
+    store_rmsnorm<V>(acc, l, ng, xn, nrstd, i, tid, T, d);
 }
 
 extern "C" void cuda_depth_fwd_merge(const ar_depth_intra *m, float *h, const ar_norm_out *nf)
@@ -292,11 +311,15 @@ extern "C" void cuda_depth_fwd_merge(const ar_depth_intra *m, float *h, const ar
     const char *op = "depth_fwd_merge";
     if (N <= 0 || d <= 0)
         return;
-    int T = row_threads(d, op), nj = n - k;
+    int v = depth_v(d), T = row_threads_v(d, v, op), nj = n - k;
     clist il = make_clist(intra, nj, op);
     mlist rl = make_mlist(rsi, nj, op);
-    merge_kernel<<<N, T, (size_t)(nj > 0 ? nj : 1) * sizeof(float), ar_cuda_stream()>>>(
-        h, lse, alpha, n, k, rl, il, w, g, ng, xn, nrstd, sigmoid, d);
+    if (v == 4)
+        merge_kernel<4><<<N, T, (size_t)(nj > 0 ? nj : 1) * sizeof(float), ar_cuda_stream()>>>(
+            h, lse, alpha, n, k, rl, il, w, g, ng, xn, nrstd, sigmoid, d);
+    else
+        merge_kernel<8><<<N, T, (size_t)(nj > 0 ? nj : 1) * sizeof(float), ar_cuda_stream()>>>(
+            h, lse, alpha, n, k, rl, il, w, g, ng, xn, nrstd, sigmoid, d);
     AR_CUDA_LAUNCHED();
 }
 
@@ -315,6 +338,7 @@ extern "C" void cuda_depth_fwd_merge(const ar_depth_intra *m, float *h, const ar
  * the norm's backward, cdot and the sources' gradients of a token share the
  * thread's register rows (gy, u, pp, pn) and the block sums between them;
  * split, each step would take them all as arguments. */
+template <int V>
 __global__ void __launch_bounds__(MAXT)
 intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh, const float *h,
                  const float *dxn, const float *xn, const float *ng,
@@ -322,9 +346,9 @@ intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh
                  clist rsi, clist src, const float *w, const float *g, int sigmoid, int N, int d, int tpb)
 {
     int T = blockDim.x, tid = threadIdx.x, nj = n - k;
-    float u[MAXV], pp[MAXV], pn[MAXV];
+    float u[V], pp[V], pn[V];
 #pragma unroll
-    for (int q = 0; q < MAXV; q++) {
+    for (int q = 0; q < V; q++) {
         int j = tid + q * T;
         u[q] = j < d ? (g ? w[j] * g[j] : w[j]) : 0.0f;
         pp[q] = 0.0f;
@@ -333,12 +357,12 @@ intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh
     int i0 = blockIdx.x * tpb, i1 = min(N, i0 + tpb);
     for (int ii = i0; ii < i1; ii++) {
         size_t i = ii;
-        float gy[MAXV], v[1] = {0.0f}, c;
+        float gy[V], v[1] = {0.0f}, c;
         const float *al = alpha + i * n;
         if (dxn) {
-            float dv[MAXV], xh[MAXV], nr = nrstd[i];
+            float dv[V], xh[V], nr = nrstd[i];
 #pragma unroll
-            for (int q = 0; q < MAXV; q++) {
+            for (int q = 0; q < V; q++) {
                 int j = tid + q * T;
                 float gj = j < d ? ng[j] : 1.0f;
                 dv[q] = j < d ? dxn[i * d + j] : 0.0f;
@@ -356,7 +380,7 @@ intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh
             float m = v[0] / d;
             v[0] = 0.0f;
 #pragma unroll
-            for (int q = 0; q < MAXV; q++) {
+            for (int q = 0; q < V; q++) {
                 int j = tid + q * T;
                 gy[q] = j < d ? nr * (ng[j] * dv[q] - xh[q] * m) : 0.0f;
                 pn[q] += dv[q] * xh[q];
@@ -368,7 +392,7 @@ intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh
             c = v[0] / nr;
         } else {
 #pragma unroll
-            for (int q = 0; q < MAXV; q++) {
+            for (int q = 0; q < V; q++) {
                 int j = tid + q * T;
                 gy[q] = j < d ? dh[i * d + j] : 0.0f;
                 v[0] += gy[q] * (j < d ? h[i * d + j] : 0.0f);
@@ -385,9 +409,9 @@ intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh
                 continue; /* underflowed weight: no contribution (uniform over the block) */
             float r = rsi.p[t][i];
             const float *x = src.p[k + t] + i * d;
-            float xv[MAXV], v1[1] = {0.0f};
+            float xv[V], v1[1] = {0.0f};
 #pragma unroll
-            for (int q = 0; q < MAXV; q++) {
+            for (int q = 0; q < V; q++) {
                 int j = tid + q * T;
                 xv[q] = j < d ? x[j] : 0.0f;
                 v1[0] += gy[q] * xv[q];
@@ -397,7 +421,7 @@ intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh
             float c1 = dl * r, c2 = g ? dl * key_dot_of(sigmoid, a, dl, L, r) * r * r * r / d : 0.0f; /* no key norm: no r^3 term */
             float *dx = dintra.p[t] + i * d;
 #pragma unroll
-            for (int q = 0; q < MAXV; q++) {
+            for (int q = 0; q < V; q++) {
                 int j = tid + q * T;
                 if (j < d) {
                     dx[j] += a * gy[q] + c1 * u[q] - c2 * xv[q];
@@ -407,7 +431,7 @@ intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh
         }
     }
 #pragma unroll
-    for (int q = 0; q < MAXV; q++) {
+    for (int q = 0; q < V; q++) {
         int j = tid + q * T;
         if (j < d) {
             part[(size_t)blockIdx.x * d + j] = pp[q];
@@ -431,15 +455,20 @@ extern "C" void cuda_depth_bwd_intra(const ar_depth_intra *m, float *const *dint
     const char *op = "depth_bwd_intra";
     if (N <= 0 || d <= 0)
         return;
-    int T = row_threads(d, op), nj = n - k, tpb = red_tokens(N, T), nb = red_nblk(N, tpb);
+    int v = depth_v(d), T = row_threads_v(d, v, op), nj = n - k, tpb = red_tokens(N, T), nb = red_nblk(N, tpb);
     clist sl = make_clist(src, n, op), rl = make_clist(rsi, nj, op);
     mlist dl = make_mlist(dintra, nj, op);
     /* partials: nb x d for dw/dg, then nb x d for dng */
     float *part = (float *)ar_cu_ws(CU_WS_ROWS, (size_t)2 * nb * d * sizeof(float));
     float *npart = part + (size_t)nb * d;
-    intra_bwd_kernel<<<nb, T, 0, ar_cuda_stream()>>>(dl, part, npart, cdot, dh, h, dxn, xn,
-                                                      ng, nrstd, alpha, lse, n, k, rl, sl, w, g,
-                                                      sigmoid, N, d, tpb);
+    if (v == 4)
+        intra_bwd_kernel<4><<<nb, T, 0, ar_cuda_stream()>>>(dl, part, npart, cdot, dh, h, dxn, xn,
+                                                          ng, nrstd, alpha, lse, n, k, rl, sl, w, g,
+                                                          sigmoid, N, d, tpb);
+    else
+        intra_bwd_kernel<8><<<nb, T, 0, ar_cuda_stream()>>>(dl, part, npart, cdot, dh, h, dxn, xn,
+                                                          ng, nrstd, alpha, lse, n, k, rl, sl, w, g,
+                                                          sigmoid, N, d, tpb);
     AR_CUDA_LAUNCHED();
     if (nj > 0)
         ar_cu_reduce_wg(dw, dg, part, nb, (size_t)d, w, g, d);
@@ -461,36 +490,37 @@ struct bwd_grp {
  *   part[b,c,:] = sum of dl_c r x   (then ar_cu_reduce_wg per mixer)
  * The dh_c rows of a token stay in registers for all its sources; repeated
  * dsrc pointers are handled in source order (one thread per channel). */
+template <int V>
 __global__ void __launch_bounds__(MAXT)
 inter_bwd_kernel(mlist dsrc, float *part, bwd_grp p, int G, clist rs, clist src, int k,
                  int overwrite, int sigmoid, int N, int d, int tpb)
 {
     int T = blockDim.x, tid = threadIdx.x;
-    float pp[CG][MAXV];
+    float pp[CG][V];
 #pragma unroll
     for (int c = 0; c < CG; c++)
 #pragma unroll
-        for (int q = 0; q < MAXV; q++)
+        for (int q = 0; q < V; q++)
             pp[c][q] = 0.0f;
     int i0 = blockIdx.x * tpb, i1 = min(N, i0 + tpb);
     for (int ii = i0; ii < i1; ii++) {
         size_t i = ii;
-        float gy[CG][MAXV];
+        float gy[CG][V];
 #pragma unroll
         for (int c = 0; c < CG; c++)
 #pragma unroll
-            for (int q = 0; q < MAXV; q++) {
+            for (int q = 0; q < V; q++) {
                 int j = tid + q * T;
                 gy[c][q] = c < G && j < d ? p.dh[c][i * d + j] : 0.0f;
             }
         for (int s = 0; s < k; s++) {
             const float *x = src.p[s] + i * d;
-            float xv[MAXV], v[CG];
+            float xv[V], v[CG];
 #pragma unroll
             for (int c = 0; c < CG; c++)
                 v[c] = 0.0f;
 #pragma unroll
-            for (int q = 0; q < MAXV; q++) {
+            for (int q = 0; q < V; q++) {
                 int j = tid + q * T;
                 xv[q] = j < d ? x[j] : 0.0f;
 #pragma unroll
@@ -513,7 +543,7 @@ inter_bwd_kernel(mlist dsrc, float *part, bwd_grp p, int G, clist rs, clist src,
             float cx = p.g[0] ? -norm * r * r * r / d : 0.0f; /* g NULL: no key norm, no r^3 term */
             float *dx = dsrc.p[s] + i * d;
 #pragma unroll
-            for (int q = 0; q < MAXV; q++) {
+            for (int q = 0; q < V; q++) {
                 int j = tid + q * T;
                 if (j >= d)
                     continue;
@@ -538,7 +568,7 @@ inter_bwd_kernel(mlist dsrc, float *part, bwd_grp p, int G, clist rs, clist src,
         if (c >= G)
             break;
 #pragma unroll
-        for (int q = 0; q < MAXV; q++) {
+        for (int q = 0; q < V; q++) {
             int j = tid + q * T;
             if (j < d)
                 part[((size_t)blockIdx.x * CG + c) * d + j] = pp[c][q];
@@ -559,7 +589,7 @@ extern "C" void cuda_depth_bwd_inter(const ar_depth_inter *chunk, float *const *
     const char *op = "depth_bwd_inter";
     if (N <= 0 || d <= 0 || C <= 0 || k <= 0)
         return;
-    int T = row_threads(d, op), tpb = red_tokens(N, T), nb = red_nblk(N, tpb);
+    int v = depth_v(d), T = row_threads_v(d, v, op), tpb = red_tokens(N, T), nb = red_nblk(N, tpb);
     clist sl = make_clist(src, k, op), rl = make_clist(rs, k, op);
     mlist dl = make_mlist(dsrc, k, op);
     float *part = (float *)ar_cu_ws(CU_WS_ROWS, (size_t)nb * CG * d * sizeof(float));
@@ -577,8 +607,12 @@ extern "C" void cuda_depth_bwd_inter(const ar_depth_inter *chunk, float *const *
             p.n[c] = n[c0 + c];
         }
         /* later groups add onto the first group's result */
-        inter_bwd_kernel<<<nb, T, 0, ar_cuda_stream()>>>(dl, part, p, G, rl, sl, k,
-                                                          overwrite && c0 == 0, sigmoid, N, d, tpb);
+        if (v == 4)
+            inter_bwd_kernel<4><<<nb, T, 0, ar_cuda_stream()>>>(dl, part, p, G, rl, sl, k,
+                                                              overwrite && c0 == 0, sigmoid, N, d, tpb);
+        else
+            inter_bwd_kernel<8><<<nb, T, 0, ar_cuda_stream()>>>(dl, part, p, G, rl, sl, k,
+                                                              overwrite && c0 == 0, sigmoid, N, d, tpb);
         AR_CUDA_LAUNCHED();
         for (int c = 0; c < G; c++)
             ar_cu_reduce_wg(dw[c0 + c], g ? dg[c0 + c] : NULL, part + (size_t)c * d, nb, (size_t)CG * d,

@@ -72,14 +72,16 @@ static inline mlist make_mlist(float *const *a, int n, const char *op)
     return l;
 }
 
-/* Threads of a row block: ceil(d / MAXV) rounded up to whole warps. */
-static inline int row_threads(int d, const char *op)
+/* Threads of a row block of v channels a thread (v <= MAXV): ceil(d / v)
+ * rounded up to whole warps; row_threads: v = MAXV. */
+static inline int row_threads_v(int d, int v, const char *op)
 {
-    if (d > MAXV * MAXT)
-        die(op, "'d' = %ld exceeds the limit of %ld channels", d, MAXV * MAXT);
-    int t = (d + MAXV - 1) / MAXV;
+    if (d > v * MAXT)
+        die(op, "'d' = %ld exceeds the limit of %ld channels", d, (long)v * MAXT);
+    int t = (d + v - 1) / v;
     return (t + 31) / 32 * 32;
 }
+static inline int row_threads(int d, const char *op) { return row_threads_v(d, MAXV, op); }
 
 /* Tokens per block of a token reduction, and the block count: a function of
  * N and the block size T only, so the summation order does not depend on the
