@@ -25,22 +25,32 @@ if [ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null 2>&1; then
     PATH=$PATH:/usr/local/cuda/bin
     export PATH
 fi
+t0=$(date +%s)
+took() {
+    echo "tools/test.sh: $1 took $(($(date +%s) - t0)) s"
+    t0=$(date +%s)
+}
 meson setup build-test --reconfigure >/dev/null 2>&1 || meson setup build-test >/dev/null
 meson compile -C build-test
+took "the build"
 failed=
 meson test -C build-test --print-errorlogs --num-processes 2 || failed="$failed main"
+took "the tests"
 asan_opts="-Db_sanitize=address,undefined -Dbuildtype=debugoptimized -Dcuda=disabled -Dnative=false -Dcpu_gemm=openblas"
 # shellcheck disable=SC2086
 meson setup build-asan $asan_opts --reconfigure >/dev/null 2>&1 || meson setup build-asan $asan_opts >/dev/null
 meson compile -C build-asan
+took "the sanitizer build"
 OPENBLAS_CORETYPE=Sandybridge \
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     LSAN_OPTIONS="suppressions=$(pwd)/tools/lsan.supp:print_suppressions=0" \
     meson test -C build-asan --print-errorlogs --num-processes 2 --no-suite network || failed="$failed sanitizers"
+took "the sanitizer tests"
 tools/fuzz.sh 10 || failed="$failed fuzzers"
+took "the fuzzers"
 # The README's first command, as a user runs it but shorter.
 qs=build-test/quickstart
-if QUICKSTART_STEPS=60 QUICKSTART_OUT=$qs tools/quickstart.sh; then
+if QUICKSTART_STEPS=60 QUICKSTART_OUT=$qs QUICKSTART_BUILD=build-test tools/quickstart.sh; then
     before=$failed
     for f in model.safetensors optimizer.safetensors config.yaml metrics.jsonl loss.png dynamics.png depth_attn.png eval.txt; do
         if [ ! -s "$qs/$f" ]; then
@@ -56,6 +66,7 @@ if QUICKSTART_STEPS=60 QUICKSTART_OUT=$qs tools/quickstart.sh; then
 else
     failed="$failed quickstart"
 fi
+took "the quick start"
 # One closing tally of the Criterion test cases of the main run.
 grep -h 'Synthesis: Tested' build-test/meson-logs/testlog.txt |
     sed -E 's/.*Passing: ([0-9]+) \| Failing: ([0-9]+) \| Crashing: ([0-9]+).*/\1 \2 \3/' |
