@@ -513,6 +513,62 @@ Test(cuda_emu, the_reverse_order_shows_a_missing_barrier)
 
 /* ---- register-level mma (lib/cuda/mma_cuda.h) ------------------------- */
 
+/* ldmatrix from a 16 x 16 bf16 tile holding M[r][c] = 16 r + c (rows 24
+ * elements apart, as the attention kernels pad theirs): each lane names
+ * row (lane & 7) + (lane & 8) at column (lane >> 4) 8, the four 8 x 8
+ * quarters, and the registers come back as out[lane][4 way + m] */
+__global__ static void ldmatrix_kernel(uint32_t *out, int misalign)
+{
+    extern __shared__ __align__(128) float sm[];
+    __nv_bfloat16 *t = (__nv_bfloat16 *)sm;
+    for (int i = threadIdx.x; i < 16 * 24; i += 32)
+        t[i] = __float2bfloat16((float)(i / 24 * 16 + i % 24));
+    __syncwarp();
+    int lane = threadIdx.x;
+    const __nv_bfloat16 *row = t + ((lane & 7) + (lane & 8)) * 24 + (lane >> 4) * 8 + misalign;
+    uint32_t *o = out + lane * 12;
+    ar_ldmatrix_x4(o, row);
+    ar_ldmatrix_x4_trans(o + 4, row);
+    ar_ldmatrix_x2(o + 8, row);
+    ar_ldmatrix_x2_trans(o + 10, row);
+}
+
+Test(cuda_emu, ldmatrix_gives_the_documented_fragments)
+{
+    uint32_t *d, out[32 * 12];
+    cudaMalloc((void **)&d, sizeof out);
+    ldmatrix_kernel<<<1, 32, 16 * 24 * 2>>>(d, 0);
+    cr_assert_eq(cudaGetLastError(), cudaSuccess);
+    cudaMemcpyAsync(out, d, sizeof out, cudaMemcpyDeviceToHost);
+    for (int lane = 0; lane < 32; lane++) {
+        int g = lane >> 2, q = lane & 3;
+        for (int m = 0; m < 4; m++) {
+            /* quarter m: rows 8 (m & 1) on, columns 8 (m >> 1) on */
+            int r0 = 8 * (m & 1), c0 = 8 * (m >> 1);
+            float lo = (float)(16 * (r0 + g) + c0 + 2 * q), hi = lo + 1; /* (g, 2q..2q+1) */
+            float tlo = (float)(16 * (r0 + 2 * q) + c0 + g), thi = tlo + 16; /* (2q..2q+1, g) */
+            uint32_t want = ar_pack_bf16(lo, hi), twant = ar_pack_bf16(tlo, thi);
+            cr_expect_eq(out[lane * 12 + m], want, "x4 lane %d matrix %d: %#x, expected %#x", lane, m,
+                         out[lane * 12 + m], want);
+            cr_expect_eq(out[lane * 12 + 4 + m], twant, "x4.trans lane %d matrix %d: %#x, expected %#x", lane, m,
+                         out[lane * 12 + 4 + m], twant);
+            if (m < 2) {
+                cr_expect_eq(out[lane * 12 + 8 + m], want, "x2 lane %d matrix %d", lane, m);
+                cr_expect_eq(out[lane * 12 + 10 + m], twant, "x2.trans lane %d matrix %d", lane, m);
+            }
+        }
+    }
+    cudaFree(d);
+}
+
+/* a row address that is not 16-byte aligned, as ldmatrix forbids */
+Test(cuda_emu, ldmatrix_refuses_a_misaligned_row, .signal = SIGABRT)
+{
+    uint32_t *d;
+    cudaMalloc((void **)&d, 32 * 12 * sizeof *d);
+    ldmatrix_kernel<<<1, 32, 16 * 24 * 2>>>(d, 2);
+}
+
 /* Each lane loads its fragments of A (16 x 16), B (16 x 8) and C (16 x 8)
  * at the places PTX gives them, the warp multiplies, each lane stores its
  * D entries back at theirs. */

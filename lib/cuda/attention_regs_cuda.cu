@@ -25,9 +25,10 @@
 #define MMA_ROWS 64
 #define MMA_THREADS 128
 /* Rows of a bf16 tile in shared memory are HD + 8 elements apart: the 8
- * rows a fragment load reads (g = 0..7) then start 16 bytes further round
- * the 32 banks each, so the warp's 32 reads hit 32 banks (with rows HD
- * apart, HD a multiple of 64, all eight would hit the same four). */
+ * rows of an 8 x 8 matrix an ldmatrix reads (16 bytes each) then start 16
+ * bytes further round the 32 banks each and together cover all 32 (with
+ * rows HD apart, HD a multiple of 64, all eight would hit the same four);
+ * every row stays 16-byte aligned, as ldmatrix needs. */
 #define MMA_LD(HD) ((HD) + 8)
 
 __device__ static inline float quad_max(float v)
@@ -43,14 +44,15 @@ __device__ static inline float quad_sum(float v)
 }
 
 /* A warp's A fragments (mma_cuda.h) of rows r0 .. r0 + 15 of a 64 x HD
- * bf16 tile in shared memory, for the HD / 16 k-steps over its columns */
+ * bf16 tile in shared memory, for the HD / 16 k-steps over its columns:
+ * one ldmatrix.x4 a k-step, lanes 0-7 naming rows r0 .. r0 + 7 (a[0]),
+ * 8-15 rows r0 + 8 .. (a[1]), 16-31 the same 8 columns on (a[2], a[3]) */
 template <int HD> __device__ static inline void row_fragments(uint32_t (*fa)[4], const bf16 *tile, int r0, int g, int qd)
 {
-    for (int ks = 0; ks < HD / 16; ks++) {
-        const bf16 *a = tile + (r0 + g) * MMA_LD(HD) + ks * 16 + 2 * qd, *a8 = a + 8 * MMA_LD(HD);
-        fa[ks][0] = ar_pair_bf16(a[0], a[1]), fa[ks][1] = ar_pair_bf16(a8[0], a8[1]);
-        fa[ks][2] = ar_pair_bf16(a[8], a[9]), fa[ks][3] = ar_pair_bf16(a8[8], a8[9]);
-    }
+    int lane = g * 4 + qd;
+    const bf16 *row = tile + (r0 + (lane & 7) + (lane & 8)) * MMA_LD(HD) + (lane >> 4) * 8;
+    for (int ks = 0; ks < HD / 16; ks++)
+        ar_ldmatrix_x4(fa[ks], row + ks * 16);
 }
 
 /* The warp's rows of two tiles, rows i0 .. of a and of b (B x T x C
@@ -68,34 +70,44 @@ __device__ static inline void own_fragments(uint32_t (*fa)[4], uint32_t (*fb)[4]
 
 /* acc (16 x 8 blocks nb = 0..7, 64 columns) += rows (A fragments) times
  * the 64 rows of tile as B^T: the tile's row nb 8 + g gives column g of
- * block nb (a product against a tile's rows: q k^T, dy v^T) */
+ * block nb (a product against a tile's rows: q k^T, dy v^T).  B's
+ * fragments by ldmatrix.x2, lanes 0-7 and 8-15 naming the block's 8 rows
+ * at the k-step's columns 0 and 8 (an x4 for two k-steps at once held
+ * more registers: 178 a thread in the dq kernel, 2 blocks an SM for 3). */
 template <int HD>
 __device__ static inline void times_rows(float (*acc)[4], const uint32_t (*fa)[4], const bf16 *tile, int g, int qd)
 {
-    for (int nb = 0; nb < 8; nb++) {
-        const bf16 *r = tile + (nb * 8 + g) * MMA_LD(HD) + 2 * qd;
+    int lane = g * 4 + qd;
+    const bf16 *row = tile + (lane & 7) * MMA_LD(HD) + (lane >> 3) * 8;
+    for (int nb = 0; nb < 8; nb++)
         for (int ks = 0; ks < HD / 16; ks++) {
-            uint32_t b[2] = {ar_pair_bf16(r[ks * 16], r[ks * 16 + 1]), ar_pair_bf16(r[ks * 16 + 8], r[ks * 16 + 9])};
+            uint32_t b[2];
+            ar_ldmatrix_x2(b, row + nb * 8 * MMA_LD(HD) + ks * 16);
             ar_mma_16816(acc[nb], fa[ks], b, acc[nb]);
         }
-    }
 }
 
 /* acc (16 x HD) += x (16 x 64, in accumulator layout: x[nb] the 8 columns
  * nb 8 ..) times tile (64 x HD): x's accumulators are its A fragments,
- * rounded to bf16 (p v, P^T dy, ds k, ...) */
+ * rounded to bf16 (p v, P^T dy, ds k, ...).  B's fragments are column
+ * pairs of the tile: ldmatrix.x4.trans, two 8-column blocks at once
+ * (lanes 0-15 name rows kp 16 .. kp 16 + 15 at column nd 8, lanes 16-31
+ * the same rows at nd 8 + 8). */
 template <int HD>
 __device__ static inline void times_tile(float (*acc)[4], const float (*x)[4], const bf16 *tile, int g, int qd)
 {
+    constexpr int LD = MMA_LD(HD);
+    int lane = g * 4 + qd;
+    const bf16 *row = tile + ((lane & 7) + (lane & 8)) * LD + (lane >> 4) * 8;
     for (int kp = 0; kp < 4; kp++) {
         uint32_t xa[4] = {ar_pack_bf16(x[2 * kp][0], x[2 * kp][1]), ar_pack_bf16(x[2 * kp][2], x[2 * kp][3]),
                           ar_pack_bf16(x[2 * kp + 1][0], x[2 * kp + 1][1]),
                           ar_pack_bf16(x[2 * kp + 1][2], x[2 * kp + 1][3])};
-        constexpr int LD = MMA_LD(HD);
-        const bf16 *c = tile + (kp * 16 + 2 * qd) * LD + g;
-        for (int nd = 0; nd < HD / 8; nd++) {
-            uint32_t b[2] = {ar_pair_bf16(c[nd * 8], c[LD + nd * 8]), ar_pair_bf16(c[8 * LD + nd * 8], c[9 * LD + nd * 8])};
+        for (int nd = 0; nd < HD / 8; nd += 2) {
+            uint32_t b[4];
+            ar_ldmatrix_x4_trans(b, row + kp * 16 * LD + nd * 8);
             ar_mma_16816(acc[nd], xa, b, acc[nd]);
+            ar_mma_16816(acc[nd + 1], xa, b + 2, acc[nd + 1]);
         }
     }
 }

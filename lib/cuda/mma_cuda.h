@@ -16,10 +16,20 @@
  * element in the low half (ar_pack_bf16).  Every lane of the warp takes
  * part.
  *
- * The PTX needs sm_80.  Where no device code is compiled (the CUDA
- * emulator of tests/cuda_emu, which compiles these sources for the host),
- * the product is ar_mma_emulated, which only the emulator defines: it
- * gathers the warp's fragments, multiplies exactly and adds in k order. */
+ * The fragments come from shared memory by ldmatrix (PTX's
+ * ldmatrix.sync.aligned.m8n8.{x2,x4}[.trans].shared.b16): each of 2 or 4
+ * 8 x 8 bf16 matrices is named by 8 lanes' row addresses (lanes 8m ..
+ * 8m + 7 the rows of matrix m, 16 bytes each, 16-byte aligned), and
+ * register m of lane (g, q) gets its elements (g, 2q..2q+1), or with
+ * .trans (2q..2q+1, g): one instruction a warp where 32-bit loads would
+ * take 2 to 4 a lane (the column pairs of a .trans need 16-bit loads).
+ *
+ * The PTX needs sm_80 (ldmatrix sm_75).  Where no device code is compiled
+ * (the CUDA emulator of tests/cuda_emu, which compiles these sources for
+ * the host), the product is ar_mma_emulated and the loads
+ * ar_ldmatrix_emulated, which only the emulator defines: the first
+ * gathers the warp's fragments, multiplies exactly and adds in k order;
+ * the second gathers the warp's row addresses and reads the matrices. */
 #ifndef AR_CUDA_MMA_H
 #define AR_CUDA_MMA_H
 
@@ -33,15 +43,60 @@ __device__ static inline uint32_t ar_pack_bf16(float lo, float hi)
            ((uint32_t)__bfloat16_as_ushort(__float2bfloat16(hi)) << 16);
 }
 
-/* two bf16 already in memory (a, b) into one register, a in the low half */
-__device__ static inline uint32_t ar_pair_bf16(__nv_bfloat16 a, __nv_bfloat16 b)
-{
-    return (uint32_t)__bfloat16_as_ushort(a) | ((uint32_t)__bfloat16_as_ushort(b) << 16);
-}
-
 #if !defined(__CUDA_ARCH__)
 void ar_mma_emulated(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]);
+void ar_ldmatrix_emulated(uint32_t *r, int n, int trans, const void *row);
 #endif
+
+/* r[0..3] = the four 8 x 8 matrices whose rows lanes 0-7, 8-15, 16-23,
+ * 24-31 point at (row: this lane's) */
+__device__ static inline void ar_ldmatrix_x4(uint32_t r[4], const __nv_bfloat16 *row)
+{
+#if defined(__CUDA_ARCH__)
+    unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#else
+    ar_ldmatrix_emulated(r, 4, 0, row);
+#endif
+}
+
+/* r[0..1] = the two matrices whose rows lanes 0-7 and 8-15 point at (the
+ * other lanes' addresses are not read); _trans: transposed */
+__device__ static inline void ar_ldmatrix_x2(uint32_t r[2], const __nv_bfloat16 *row)
+{
+#if defined(__CUDA_ARCH__)
+    unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+#else
+    ar_ldmatrix_emulated(r, 2, 0, row);
+#endif
+}
+
+__device__ static inline void ar_ldmatrix_x4_trans(uint32_t r[4], const __nv_bfloat16 *row)
+{
+#if defined(__CUDA_ARCH__)
+    unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#else
+    ar_ldmatrix_emulated(r, 4, 1, row);
+#endif
+}
+
+__device__ static inline void ar_ldmatrix_x2_trans(uint32_t r[2], const __nv_bfloat16 *row)
+{
+#if defined(__CUDA_ARCH__)
+    unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(a));
+#else
+    ar_ldmatrix_emulated(r, 2, 1, row);
+#endif
+}
 
 /* d = A b + c for the warp's fragments (d may be c) */
 __device__ static inline void ar_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4])

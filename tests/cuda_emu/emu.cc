@@ -108,6 +108,9 @@ struct warp {
     mma_in mma[2][32];
     float mma_d[2][16][8]; /* the product, formed by the first lane to ask */
     bool mma_done[2];
+    const uint16_t *ldm[2][32]; /* each lane's row address of an ldmatrix */
+    uint32_t ldm_r[2][32][4];   /* every lane's registers, read by the first lane to ask */
+    bool ldm_done[2];
 };
 
 const size_t STACK = 64 << 10;
@@ -365,6 +368,40 @@ void ar_mma_emulated(float d[4], const uint32_t a[4], const uint32_t b[2], const
         }
     w.mma_done[buf] = true;
     d[0] = D[g][2 * q], d[1] = D[g][2 * q + 1], d[2] = D[g + 8][2 * q], d[3] = D[g + 8][2 * q + 1];
+}
+
+/* PTX ldmatrix.m8n8.x{n}[.trans].b16 (mma_cuda.h): every lane posts its
+ * row address (16-byte aligned, or the call aborts), the warp meets, and
+ * lane (g, q) takes from matrix m (rows: the addresses of lanes 8m ..
+ * 8m + 7) its elements (g, 2q..2q+1), or (2q..2q+1, g) transposed, the
+ * lower-numbered one in the low half.  The first lane to run after the
+ * meeting reads every lane's registers, so that what the lanes run next
+ * (until the warp meets again) cannot change what the others load. */
+void ar_ldmatrix_emulated(uint32_t *r, int n, int trans, const void *row)
+{
+    unsigned lane = g_cur->tid & 31;
+    warp &w = g_warp[g_cur->tid >> 5];
+    if ((lane < 8u * (unsigned)n) && (uintptr_t)row % 16)
+        fail("kernel '%s', block (%u,%u,%u), thread %u: ldmatrix row at %p: not 16-byte aligned", g_name,
+             blockIdx.x, blockIdx.y, blockIdx.z, g_cur->tid, row);
+    w.ldm[w.gen & 1][lane] = (const uint16_t *)row;
+    w.ldm_done[w.gen & 1] = false;
+    wait_as(AT_WARP);
+    int buf = (w.gen - 1) & 1;
+    if (!w.ldm_done[buf]) {
+        const uint16_t *const *rows = w.ldm[buf];
+        for (unsigned l = 0; l < 32; l++) {
+            unsigned g = l >> 2, q = l & 3;
+            for (int m = 0; m < n; m++) {
+                const uint16_t *const *mr = rows + 8 * m;
+                uint32_t lo = trans ? mr[2 * q][g] : mr[g][2 * q], hi = trans ? mr[2 * q + 1][g] : mr[g][2 * q + 1];
+                w.ldm_r[buf][l][m] = lo | hi << 16;
+            }
+        }
+        w.ldm_done[buf] = true;
+    }
+    for (int m = 0; m < n; m++)
+        r[m] = w.ldm_r[buf][lane][m];
 }
 
 void *emu_dynamic_smem(void) { return (void *)(((uintptr_t)g_smem.data() + 255) & ~(uintptr_t)255); }
