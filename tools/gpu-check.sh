@@ -24,6 +24,9 @@
 #              bf16 mode), bf16 operands, bf16 throughout
 #   peer       the PyTorch peer on the same GPU under torch.compile:
 #              torch_peer.py 16 gpt2-small compile 5 cuda
+#   sanitize   compute-sanitizer (where the machine has it): racecheck on
+#              the attention and depth tests, memcheck on every op's test;
+#              what the CUDA emulator cannot show
 #   profile    Nsight Compute (ncu, where the machine has it) on one
 #              Block N = 8 training step: speed of light, occupancy,
 #              launch and warp-state sections of the first forward
@@ -170,6 +173,18 @@ if [ "$mode" = gpu ]; then
     else
         say "=== peer: skipped (the bundle holds no torch_peer.py)"
         printf 'peer skipped 0\n' >> "$summary"
+    fi
+    # what the emulator cannot show: races between a GPU's warps, and
+    # out-of-bounds or uninitialised device memory
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -n 1)
+    if [ -n "$cs" ]; then
+        stage sanitize 150 sh -c "$cs --tool racecheck --error-exitcode 9 $bin/test_backend_ops --jobs 1 \
+            --filter 'backend_ops/@(attention|matmul_bf16|depth_two_phase)' && \
+            $cs --tool memcheck --error-exitcode 9 $bin/test_backend_ops --jobs 1 \
+            --filter 'backend_ops/!(cuda_module_loads_where_built)'"
+    else
+        say "=== sanitize: skipped (no compute-sanitizer on this machine)"
+        printf 'sanitize skipped 0\n' >> "$summary"
     fi
     ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
     if [ -n "$ncu" ]; then
