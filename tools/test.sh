@@ -46,7 +46,7 @@ OPENBLAS_CORETYPE=Sandybridge \
     LSAN_OPTIONS="suppressions=$(pwd)/tools/lsan.supp:print_suppressions=0" \
     meson test -C build-asan --print-errorlogs --num-processes 2 --no-suite network || failed="$failed sanitizers"
 took "the sanitizer tests"
-tools/fuzz.sh 10 || failed="$failed fuzzers"
+tools/fuzz.sh 7 || failed="$failed fuzzers"
 took "the fuzzers"
 # The README's first command, as a user runs it but shorter.
 qs=build-test/quickstart
