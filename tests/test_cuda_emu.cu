@@ -527,10 +527,10 @@ __global__ static void ldmatrix_kernel(uint32_t *out, int misalign)
     int lane = threadIdx.x;
     const __nv_bfloat16 *row = t + ((lane & 7) + (lane & 8)) * 24 + (lane >> 4) * 8 + misalign;
     uint32_t *o = out + lane * 12;
-    ar_ldmatrix_x4(o, row);
-    ar_ldmatrix_x4_trans(o + 4, row);
-    ar_ldmatrix_x2(o + 8, row);
-    ar_ldmatrix_x2_trans(o + 10, row);
+    ar_ldmatrix<4, 0>(o, row);
+    ar_ldmatrix<4, 1>(o + 4, row);
+    ar_ldmatrix<2, 0>(o + 8, row);
+    ar_ldmatrix<2, 1>(o + 10, row);
 }
 
 Test(cuda_emu, ldmatrix_gives_the_documented_fragments)

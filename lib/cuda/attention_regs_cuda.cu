@@ -52,7 +52,7 @@ template <int HD> __device__ static inline void row_fragments(uint32_t (*fa)[4],
     int lane = g * 4 + qd;
     const bf16 *row = tile + (r0 + (lane & 7) + (lane & 8)) * MMA_LD(HD) + (lane >> 4) * 8;
     for (int ks = 0; ks < HD / 16; ks++)
-        ar_ldmatrix_x4(fa[ks], row + ks * 16);
+        ar_ldmatrix<4, 0>(fa[ks], row + ks * 16);
 }
 
 /* The warp's rows of two tiles, rows i0 .. of a and of b (B x T x C
@@ -82,7 +82,7 @@ __device__ static inline void times_rows(float (*acc)[4], const uint32_t (*fa)[4
     for (int nb = 0; nb < 8; nb++)
         for (int ks = 0; ks < HD / 16; ks++) {
             uint32_t b[2];
-            ar_ldmatrix_x2(b, row + nb * 8 * MMA_LD(HD) + ks * 16);
+            ar_ldmatrix<2, 0>(b, row + nb * 8 * MMA_LD(HD) + ks * 16);
             ar_mma_16816(acc[nb], fa[ks], b, acc[nb]);
         }
 }
@@ -105,7 +105,7 @@ __device__ static inline void times_tile(float (*acc)[4], const float (*x)[4], c
                           ar_pack_bf16(x[2 * kp + 1][2], x[2 * kp + 1][3])};
         for (int nd = 0; nd < HD / 8; nd += 2) {
             uint32_t b[4];
-            ar_ldmatrix_x4_trans(b, row + kp * 16 * LD + nd * 8);
+            ar_ldmatrix<4, 1>(b, row + kp * 16 * LD + nd * 8);
             ar_mma_16816(acc[nd], xa, b, acc[nd]);
             ar_mma_16816(acc[nd + 1], xa, b + 2, acc[nd + 1]);
         }

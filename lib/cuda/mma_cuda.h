@@ -48,53 +48,27 @@ void ar_mma_emulated(float d[4], const uint32_t a[4], const uint32_t b[2], const
 void ar_ldmatrix_emulated(uint32_t *r, int n, int trans, const void *row);
 #endif
 
-/* r[0..3] = the four 8 x 8 matrices whose rows lanes 0-7, 8-15, 16-23,
- * 24-31 point at (row: this lane's) */
-__device__ static inline void ar_ldmatrix_x4(uint32_t r[4], const __nv_bfloat16 *row)
+/* r[0 .. N-1] = the N (2 or 4) 8 x 8 matrices whose rows lanes 0-7,
+ * 8-15, 16-23, 24-31 point at (row: this lane's; for N = 2 the other
+ * lanes' addresses are not read), transposed where TRANS */
+template <int N, int TRANS> __device__ static inline void ar_ldmatrix(uint32_t *r, const __nv_bfloat16 *row)
 {
+    static_assert(N == 2 || N == 4, "ldmatrix loads 1, 2 or 4 matrices; these kernels use 2 or 4");
 #if defined(__CUDA_ARCH__)
     unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
+    if constexpr (N == 4 && !TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+    else if constexpr (N == 4)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+    else if constexpr (!TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+                     : "=r"(r[0]), "=r"(r[1]) : "r"(a));
 #else
-    ar_ldmatrix_emulated(r, 4, 0, row);
-#endif
-}
-
-/* r[0..1] = the two matrices whose rows lanes 0-7 and 8-15 point at (the
- * other lanes' addresses are not read); _trans: transposed */
-__device__ static inline void ar_ldmatrix_x2(uint32_t r[2], const __nv_bfloat16 *row)
-{
-#if defined(__CUDA_ARCH__)
-    unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
-#else
-    ar_ldmatrix_emulated(r, 2, 0, row);
-#endif
-}
-
-__device__ static inline void ar_ldmatrix_x4_trans(uint32_t r[4], const __nv_bfloat16 *row)
-{
-#if defined(__CUDA_ARCH__)
-    unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-#else
-    ar_ldmatrix_emulated(r, 4, 1, row);
-#endif
-}
-
-__device__ static inline void ar_ldmatrix_x2_trans(uint32_t r[2], const __nv_bfloat16 *row)
-{
-#if defined(__CUDA_ARCH__)
-    unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
-                 : "=r"(r[0]), "=r"(r[1])
-                 : "r"(a));
-#else
-    ar_ldmatrix_emulated(r, 2, 1, row);
+    ar_ldmatrix_emulated(r, N, TRANS, row);
 #endif
 }
 
