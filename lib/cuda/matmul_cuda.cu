@@ -29,8 +29,9 @@
  *     at least BF16_COPY (the linear layers of training), the operands are
  *     rounded into bf16 copies in the workspace and cuBLAS multiplies
  *     bf16 by bf16 (CUDA_R_16BF, CUBLAS_COMPUTE_32F): at bench-gpt2-small's
- *     shapes on an H200 a step's products take 19 ms so against 44 ms in
- *     the other way (bench/bench_gemm_cuda.cu), and the rounding ~6 ms;
+ *     shapes on an H200 a step's products take 20 ms so against 45 ms in
+ *     the other way (bench/bench_gemm_cuda.cu), and a step's matmul ops,
+ *     the roundings included, 36 ms against 65 (BENCHMARKS.md);
  *     elsewhere (a row of decoding: W is read once, and a copy would read
  *     it twice) compute type CUBLAS_COMPUTE_32F_FAST_16BF on the fp32
  *     buffers, cuBLAS rounding A and B inside.  Norms, softmaxes,
@@ -85,17 +86,27 @@ static const __nv_bfloat16 *bf16_copy(int slot, const float *x, size_t n)
 /* floats a row-major operand of rows x cols with leading dimension ld spans */
 static size_t span(int rows, int cols, int ld) { return rows && cols ? (size_t)(rows - 1) * ld + cols : 0; }
 
+/* an M x N product with a K-long sum takes bf16 copies of its operands */
+static int by_copies(int M, int N, int K) { return ar_cuda_bf16() && M >= BF16_COPY && N >= BF16_COPY && K > 0; }
+
+/* ar_cu_gemm's product on bf16 operands (cuBLAS bf16 x bf16, fp32 C) */
+static void gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const __nv_bfloat16 *A, int lda,
+                      const __nv_bfloat16 *B, int ldb, float beta, float *C, int ldc)
+{
+    AR_CUBLAS_CHECK(cublasGemmEx(ar_cuda_cublas(), op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_16BF, ldb, A,
+                                 CUDA_R_16BF, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
+}
+
 void ar_cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                 const float *B, int ldb, float beta, float *C, int ldc)
 {
     if (M <= 0 || N <= 0)
         return;
-    if (ar_cuda_bf16() && M >= BF16_COPY && N >= BF16_COPY && K > 0) {
+    if (by_copies(M, N, K)) {
         const __nv_bfloat16 *a = bf16_copy(CU_WS_MM_A, A, ta ? span(K, M, lda) : span(M, K, lda));
         const __nv_bfloat16 *b = bf16_copy(CU_WS_MM_B, B, tb ? span(N, K, ldb) : span(K, N, ldb));
-        AR_CUBLAS_CHECK(cublasGemmEx(ar_cuda_cublas(), op(tb), op(ta), N, M, K, &alpha, b, CUDA_R_16BF, ldb, a,
-                                     CUDA_R_16BF, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                                     CUBLAS_GEMM_DEFAULT));
+        gemm_bf16(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
         return;
     }
     AR_CUBLAS_CHECK(cublasGemmEx(ar_cuda_cublas(), op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_32F,
@@ -121,10 +132,21 @@ void cuda_matmul_fwd(float *out, const float *x, const float *W, int N, int in, 
     ar_cu_gemm(0, 1, N, outd, in, 1.0f, x, in, W, in, 0.0f, out, outd);
 }
 
-/* dx += dout W   (skipped when dx is NULL);   dW += dout^T x */
+/* dx += dout W   (skipped when dx is NULL);   dW += dout^T x
+ * With bf16 copies dout is rounded once for both products. */
 void cuda_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, const float *W,
                      int N, int in, int outd)
 {
+    if (N > 0 && in > 0 && outd > 0 && by_copies(outd, in, N) && (!dx || by_copies(N, in, outd))) {
+        const __nv_bfloat16 *d16 = bf16_copy(CU_WS_MM_A, dout, (size_t)N * outd);
+        const __nv_bfloat16 *x16 = bf16_copy(CU_WS_MM_B, x, (size_t)N * in);
+        if (dx) {
+            const __nv_bfloat16 *w16 = bf16_copy(CU_WS_MM_C, W, (size_t)outd * in);
+            gemm_bf16(0, 0, N, in, outd, 1.0f, d16, outd, w16, in, 1.0f, dx, in);
+        }
+        gemm_bf16(1, 0, outd, in, N, 1.0f, d16, outd, x16, in, 1.0f, dW, in);
+        return;
+    }
     if (dx)
         ar_cu_gemm(0, 0, N, in, outd, 1.0f, dout, outd, W, in, 1.0f, dx, in);
     ar_cu_gemm(1, 0, outd, in, N, 1.0f, dout, outd, x, in, 1.0f, dW, in);

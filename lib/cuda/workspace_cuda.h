@@ -15,9 +15,9 @@ extern "C" {
 #endif
 
 /* CU_WS_ROWS: the per-block partials of the row-block ops (rows_cuda.h);
- * CU_WS_MM_A, CU_WS_MM_B: a product's operands rounded to bf16
+ * CU_WS_MM_A, _B, _C: a product's operands rounded to bf16
  * (matmul_cuda.cu) */
-enum { CU_WS_RED, CU_WS_PART, CU_WS_ROPE, CU_WS_SORT, CU_WS_ROWS, CU_WS_MM_A, CU_WS_MM_B, CU_WS_NSLOTS };
+enum { CU_WS_RED, CU_WS_PART, CU_WS_ROPE, CU_WS_SORT, CU_WS_ROWS, CU_WS_MM_A, CU_WS_MM_B, CU_WS_MM_C, CU_WS_NSLOTS };
 void *ar_cu_ws(int slot, size_t bytes);
 
 #ifdef __cplusplus
