@@ -49,6 +49,15 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 mode=gpu
 [ "${1:-}" = "--cpu" ] && mode=cpu
+for st in ${GPU_CHECK_STAGES:-}; do
+    case $st in
+    ops | train | quickstart | bench | gemm | peer | sanitize | profile) ;;
+    *)
+        echo "tools/gpu-check.sh: GPU_CHECK_STAGES: unknown stage '$st' (expected some of: ops train quickstart bench gemm peer sanitize profile)" >&2
+        exit 2
+        ;;
+    esac
+done
 OUT=${OUT:-$root/build-gpu-check}
 mkdir -p "$OUT"
 log=$OUT/check.log
