@@ -467,6 +467,21 @@ static void head_chunk_fwd(ar_model *m, int r0, int n)
 
 static int imin(int a, int b) { return a < b ? a : b; }
 
+/* head_chunk_fwd, then the chunk's dlogits -> dhn rows r0..r0+n and
+ * dW += dlogits^T hn_c: the loss and dlogits by one op (xent_fwd_bwd, the
+ * bits of xent_fwd then xent_bwd), into probs_c */
+static void head_chunk_grad(ar_model *m, int r0, int n, float scale)
+{
+    const ar_backend *be = m->be;
+    int d = m->d, V = m->V, c = r0 / chunk_rows(m);
+    double *part = m->loss_parts + (size_t)m->loss_slot * head_chunks(m) + c;
+    float *dlogits = m->probs_c;
+    be->matmul_fwd(m->logits_c, m->hn + (size_t)r0 * d, P(m->lm_head), n, d, V);
+    be->xent_fwd_bwd(m->losses + r0, dlogits, m->logits_c, m->tgt + r0, n, V, scale, part);
+    be->matmul_bwd(m->dhn + (size_t)r0 * d, G(m->lm_head), dlogits, m->hn + (size_t)r0 * d, P(m->lm_head), n, d,
+                   V);
+}
+
 /* dlogits -> dhn rows r0..r0+n and dW += dlogits^T hn_c, for the chunk of
  * rows r0.. whose probabilities are in probs_c (turned into dlogits in place) */
 static void head_chunk_bwd(ar_model *m, int r0, int n, float scale)
@@ -504,11 +519,8 @@ static double forward_head(ar_model *m, const int32_t *targets, double *sum_nats
     int last = (N - 1) / rows * rows, nc = last / rows + 1;
     if (grad_scale > 0) {
         be->zero(m->dhn, (size_t)N * d * sizeof(float));
-        for (int r0 = last; r0 >= 0; r0 -= rows) {
-            int n = imin(rows, N - r0);
-            head_chunk_fwd(m, r0, n);
-            head_chunk_bwd(m, r0, n, grad_scale);
-        }
+        for (int r0 = last; r0 >= 0; r0 -= rows)
+            head_chunk_grad(m, r0, imin(rows, N - r0), grad_scale);
         m->head_grad_done = 1;
     } else {
         for (int r0 = 0; r0 < last; r0 += rows)

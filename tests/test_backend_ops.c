@@ -1125,6 +1125,35 @@ static void xent_case(int N, int V)
     check_eq("xent_bwd dlogits", dl);
     BOTH be->xent_bwd(D(inplace), D(inplace), DI(tg), scale, N, V);
     check_eq("xent_bwd in place dlogits", inplace);
+    /* xent_fwd_bwd: on each backend the bits of its own xent_fwd then
+     * xent_bwd, into a buffer of its own and in place of the logits */
+    tp *lr = junk(N), *pr = junk(nv), *dr = junk(nv), *lf = junk(N), *df = junk(nv), *li = junk(N),
+       *ip = dup_tp(logits);
+#define SIDE(t) (side ? (t)->b : (t)->a)
+    for (int side = 0; side < 2; side++) {
+        const ar_backend *be = side ? B : A;
+        const int32_t *T = (const int32_t *)SIDE(tg);
+        double *ds = be->alloc(3 * sizeof(double)), s3[3];
+        be->xent_fwd(SIDE(lr), SIDE(pr), SIDE(logits), T, N, V, ds);
+        be->xent_bwd(SIDE(dr), SIDE(pr), T, scale, N, V);
+        be->xent_fwd_bwd(SIDE(lf), SIDE(df), SIDE(logits), T, N, V, scale, ds + 1);
+        be->xent_fwd_bwd(SIDE(li), SIDE(ip), SIDE(ip), T, N, V, scale, ds + 2);
+        const tp *same[3][2] = {{dr, df}, {dr, ip}, {lr, lf}}, *lo[2] = {lr, li};
+        for (int k = 0; k < 4; k++) {
+            const tp *x = k < 3 ? same[k][0] : lo[0], *y = k < 3 ? same[k][1] : lo[1];
+            float *hx = keep(malloc(x->n * sizeof(float))), *hy = keep(malloc(x->n * sizeof(float)));
+            be->download(hx, SIDE(x), x->n * sizeof(float));
+            be->download(hy, SIDE(y), x->n * sizeof(float));
+            cr_expect(memcmp(hx, hy, x->n * sizeof(float)) == 0,
+                      "%s: %s: xent_fwd_bwd (%s) differs from xent_fwd then xent_bwd", ctx, be->name,
+                      (const char *[]){"dlogits", "dlogits in place", "losses", "losses in place"}[k]);
+        }
+        be->download(s3, ds, sizeof s3);
+        cr_expect(s3[0] == s3[1] && s3[1] == s3[2], "%s: %s: sums %.17g, %.17g, %.17g", ctx, be->name, s3[0],
+                  s3[1], s3[2]);
+        be->free(ds);
+    }
+#undef SIDE
     release();
 }
 

@@ -339,6 +339,37 @@ void cpu_xent_fwd(float *losses, float *probs, const float *logits, const int32_
     *sum = tot;
 }
 
+/* (=) losses, *sum as cpu_xent_fwd; dlogits = scale * (probs -
+ * onehot(targets)) with probs as cpu_xent_fwd forms them (the same float
+ * operations, so the bits of cpu_xent_fwd then cpu_xent_bwd); z_t is read
+ * before the row is written, so dlogits may be logits. */
+void cpu_xent_fwd_bwd(float *losses, float *dlogits, const float *logits, const int32_t *targets, int N, int V,
+                      float scale, double *sum)
+{
+#pragma omp parallel for schedule(static) if ((long)N * V > PAR_MIN)
+    for (int i = 0; i < N; i++) {
+        const float *z = logits + (size_t)i * V;
+        float *dz = dlogits + (size_t)i * V;
+        int t = targets[i];
+        float mx = max16(z, V), zt = z[t];
+        for (int c = 0; c < V; c++)
+            dz[c] = fast_expf(z[c] - mx);
+        double sum = sum8d(dz, V);
+        float inv = (float)(1.0 / sum);
+        for (int c = 0; c < V; c++)
+            dz[c] *= inv;
+        float pt = dz[t];
+        for (int c = 0; c < V; c++)
+            dz[c] = scale * dz[c];
+        dz[t] = scale * (pt - 1.0f);
+        losses[i] = (float)(log(sum) - ((double)zt - mx));
+    }
+    double tot = 0.0;
+    for (int i = 0; i < N; i++)
+        tot += losses[i];
+    *sum = tot;
+}
+
 /* (=) dlogits = scale * (probs - onehot(targets)); dlogits may be probs
  * itself (the model turns its probabilities into dlogits in place). */
 void cpu_xent_bwd(float *dlogits, const float *probs, const int32_t *targets,

@@ -567,17 +567,20 @@ static int xent_width(const void *a, const void *b, int V)
 
 /* probs = softmax(logits) (=);  losses[i] = log(sum) - (z_t - max), with
  * sum = sum_c exp(z_c - max) in double.  One block per row, three passes
- * over it: the max, the sum, then p_c = exp(z_c - max) / sum written once.
- * Every thread has read z_t before the reductions' barriers, and each
- * p_c is written by the thread that read z_c, so probs may even alias
- * logits. */
-template <int W>
-__global__ static void xent_fwd_kernel(float *losses, float *probs, const float *logits, const int32_t *targets, int V)
+ * over it: the max, the sum, then p_c = exp(z_c - max) / sum written once
+ * (GRAD: scale (p_c - [c == t]) instead, as xent_bwd_kernel forms it from
+ * p_c, for xent_fwd_bwd).  Every thread has read z_t before the
+ * reductions' barriers, and each p_c is written by the thread that read
+ * z_c, so probs may even alias logits. */
+template <int W, int GRAD>
+__global__ static void xent_fwd_kernel(float *losses, float *probs, const float *logits, const int32_t *targets, int V,
+                                       float scale)
 {
     size_t i = blockIdx.x;
     const float *z = logits + i * V;
     float *p = probs + i * V;
-    float zt = z[targets[i]];
+    int t = targets[i];
+    float zt = z[t];
     int step = (int)blockDim.x * W, c0 = threadIdx.x * W;
     xent_group<W> g[XENT_U];
     float mx = -INFINITY;
@@ -605,8 +608,10 @@ __global__ static void xent_fwd_kernel(float *losses, float *probs, const float 
         for (int u = 0; u < XENT_U; u++) {
             if (c + u * step >= V)
                 break;
-            for (int w = 0; w < W; w++)
-                g[u].x[w] = expf(g[u].x[w] - mx) * inv;
+            for (int w = 0; w < W; w++) {
+                float pc = expf(g[u].x[w] - mx) * inv;
+                g[u].x[w] = !GRAD ? pc : c + u * step + w == t ? scale * (pc - 1.0f) : scale * pc;
+            }
             g[u].store(p + c + u * step);
         }
     }
@@ -614,19 +619,37 @@ __global__ static void xent_fwd_kernel(float *losses, float *probs, const float 
         losses[i] = (float)(log(sum) - ((double)zt - mx));
 }
 
-/* *sum = sum_i losses[i] (double), left on the device */
-void cuda_xent_fwd(float *losses, float *probs, const float *logits, const int32_t *targets, int N, int V,
-                   double *sum)
+/* the forward's rows (grad: xent_fwd_bwd's), *sum = sum_i losses[i]
+ * (double) left on the device */
+static void xent_rows(float *losses, float *out, const float *logits, const int32_t *targets, int N, int V,
+                      float scale, int grad, double *sum)
 {
     if (N > 0 && V > 0) {
         unsigned bs = xent_threads(V);
-        if (xent_width(probs, logits, V) == 4)
-            xent_fwd_kernel<4><<<N, bs, 0, ar_cuda_stream()>>>(losses, probs, logits, targets, V);
+        int w4 = xent_width(out, logits, V) == 4;
+        if (w4 && grad)
+            xent_fwd_kernel<4, 1><<<N, bs, 0, ar_cuda_stream()>>>(losses, out, logits, targets, V, scale);
+        else if (w4)
+            xent_fwd_kernel<4, 0><<<N, bs, 0, ar_cuda_stream()>>>(losses, out, logits, targets, V, scale);
+        else if (grad)
+            xent_fwd_kernel<1, 1><<<N, bs, 0, ar_cuda_stream()>>>(losses, out, logits, targets, V, scale);
         else
-            xent_fwd_kernel<1><<<N, bs, 0, ar_cuda_stream()>>>(losses, probs, logits, targets, V);
+            xent_fwd_kernel<1, 0><<<N, bs, 0, ar_cuda_stream()>>>(losses, out, logits, targets, V, scale);
         AR_CUDA_LAUNCHED();
     }
     sum_double_to(sum, losses, N > 0 ? (size_t)N : 0, 0);
+}
+
+void cuda_xent_fwd(float *losses, float *probs, const float *logits, const int32_t *targets, int N, int V,
+                   double *sum)
+{
+    xent_rows(losses, probs, logits, targets, N, V, 0.0f, 0, sum);
+}
+
+void cuda_xent_fwd_bwd(float *losses, float *dlogits, const float *logits, const int32_t *targets, int N, int V,
+                       float scale, double *sum)
+{
+    xent_rows(losses, dlogits, logits, targets, N, V, scale, 1, sum);
 }
 
 /* (=) dlogits = scale * (probs - onehot(targets)); element by element, so
