@@ -101,4 +101,4 @@ if [ "$total" -gt "$limit" ]; then
     echo "tools/gpu-bundle.sh: over the device tool's 64 MiB" >&2
     exit 1
 fi
-echo "run it on a lent GPU: device run, command 'tools/gpu-check.sh', carry ['.gpu'], timeout_s 540"
+echo "run it on a lent GPU: device run, command 'tools/gpu-check.sh', carry ['.gpu'], timeout_s 560"

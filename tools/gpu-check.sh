@@ -3,7 +3,7 @@
 # bundle tools/gpu-bundle.sh made (.gpu/attnres-gpu.tar.xz), with nothing
 # installed there.  One call of the device tool:
 #
-#   command 'tools/gpu-check.sh', carry ['.gpu'], timeout_s 540
+#   command 'tools/gpu-check.sh', carry ['.gpu'], timeout_s 560
 #
 # Stages, each under its own time limit so that one hang cannot cost the
 # lease and every finished stage's results come back:
@@ -23,15 +23,17 @@
 #              layers' products on cuBLAS with fp32 operands (the backend's
 #              bf16 mode), bf16 operands, bf16 throughout
 #   peer       the PyTorch peer on the same GPU under torch.compile:
-#              torch_peer.py 16 gpt2-small compile 5 cuda
-#   sanitize   compute-sanitizer (where the machine has it): racecheck on
-#              the attention and depth tests, memcheck on every op's test;
-#              what the CUDA emulator cannot show
+#              torch_peer.py 16 gpt2-small compile 5 cuda (on an H200
+#              baseline and Block compiled and ran in 160 s, Full not)
 #   profile    Nsight Compute (ncu, where the machine has it) on one
 #              Block N = 8 training step: speed of light, occupancy,
 #              launch and warp-state sections of the first forward
 #              kernels (attention, depth mixing, cross-entropy) and of the
 #              first backward ones (attention, depth), for what to do next
+#   sanitize   compute-sanitizer (where the machine has it): racecheck on
+#              the attention and depth tests, memcheck on every op's test;
+#              what the CUDA emulator cannot show (last: its time is not
+#              yet known)
 # It writes $OUT/summary.json (each stage: status, seconds, its numbers),
 # $OUT/check.log (everything) and $OUT/logs.tar.gz (one log per stage):
 # three files, as the device tool brings back at most 8.  The last lines
@@ -178,22 +180,10 @@ if [ "$mode" = gpu ]; then
         --variants baseline,block8,full --steps 3 --warmup 1 --repeat 3 --ops --json
     stage gemm 60 "$bin/bench_gemm_cuda" 768 2048 16 1024 12 50304
     if [ -f "$b/peer/torch_peer.py" ]; then
-        stage peer 160 env PYTHONUNBUFFERED=1 python3 "$b/peer/torch_peer.py" 16 gpt2-small compile 5 cuda
+        stage peer 200 env PYTHONUNBUFFERED=1 python3 "$b/peer/torch_peer.py" 16 gpt2-small compile 5 cuda
     else
         say "=== peer: skipped (the bundle holds no torch_peer.py)"
         printf 'peer skipped 0\n' >> "$summary"
-    fi
-    # what the emulator cannot show: races between a GPU's warps, and
-    # out-of-bounds or uninitialised device memory
-    cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -n 1)
-    if [ -n "$cs" ]; then
-        stage sanitize 150 sh -c "$cs --tool racecheck --error-exitcode 9 $bin/test_backend_ops --jobs 1 \
-            --filter 'backend_ops/@(attention|matmul_bf16|depth_two_phase)' && \
-            $cs --tool memcheck --error-exitcode 9 $bin/test_backend_ops --jobs 1 \
-            --filter 'backend_ops/!(cuda_module_loads_where_built)'"
-    else
-        say "=== sanitize: skipped (no compute-sanitizer on this machine)"
-        printf 'sanitize skipped 0\n' >> "$summary"
     fi
     ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
     if [ -n "$ncu" ]; then
@@ -206,6 +196,18 @@ if [ "$mode" = gpu ]; then
     else
         say "=== profile: skipped (no ncu on this machine)"
         printf 'profile skipped 0\n' >> "$summary"
+    fi
+    # what the emulator cannot show: races between a GPU's warps, and
+    # out-of-bounds or uninitialised device memory
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -n 1)
+    if [ -n "$cs" ]; then
+        stage sanitize 120 sh -c "$cs --tool racecheck --error-exitcode 9 $bin/test_backend_ops --jobs 1 \
+            --filter 'backend_ops/@(attention|matmul_bf16|depth_two_phase)' && \
+            $cs --tool memcheck --error-exitcode 9 $bin/test_backend_ops --jobs 1 \
+            --filter 'backend_ops/!(cuda_module_loads_where_built)'"
+    else
+        say "=== sanitize: skipped (no compute-sanitizer on this machine)"
+        printf 'sanitize skipped 0\n' >> "$summary"
     fi
 else
     # the CUDA module cannot load without the GPU machine's cuBLAS: that
