@@ -10,8 +10,8 @@
 # and a second BLAS kernel (all but the suite 'network', test_multihost,
 # whose subject is the network between hosts, not memory); then a
 # short bounded fuzz run of every fuzz harness (tools/fuzz.sh, clang and
-# libFuzzer, 10 seconds each); then the README's first command,
-# tools/quickstart.sh, shortened to 60 steps, into build-test/quickstart,
+# libFuzzer, 7 seconds each); then the README's first command,
+# tools/quickstart.sh, shortened to 60 steps, on the test build, into build-test/quickstart,
 # checking that it leaves every file it promises.  The main build compiles the CUDA backend
 # where the toolkit is installed (its tests skip without a GPU); the
 # sanitizer build leaves it out (nvcc does not take -fsanitize).
