@@ -214,7 +214,8 @@ int ar_bench_variant(const ar_config *cfg, const ar_bench_opts *o, ar_bench_resu
     r->gflops = r->train_tok_per_s * r->flops_per_token / 1e9;
     r->loss = c.loss;
     r->peak_rss_bytes = ar_bench_peak_rss();
-    r->peak_device_bytes = be->mem_peak() ? (long long)be->mem_peak() : -1;
+    size_t held = be->mem_peak();
+    r->peak_device_bytes = held ? (long long)held : -1;
     snprintf(r->device, sizeof r->device, "%s", be->device_name());
     r->peak_flops = be->peak_bf16_flops();
     free(tps);

@@ -452,46 +452,49 @@ const double *ar_model_loss_parts(const ar_model *m, int *nc)
     return m->loss_parts;
 }
 
+/* logits_c = hn[r0..r0+n) W^T for the chunk of n rows from row r0; returns
+ * where its loss sum goes, this slot's part c = r0 / rows (device) */
+static double *chunk_logits(ar_model *m, int r0, int n)
+{
+    m->be->matmul_fwd(m->logits_c, m->hn + (size_t)r0 * m->d, P(m->lm_head), n, m->d, m->V);
+    return m->loss_parts + (size_t)m->loss_slot * head_chunks(m) + r0 / chunk_rows(m);
+}
+
+/* dhn rows r0..r0+n = dlogits W and dW += dlogits^T hn_c, dlogits in probs_c */
+static void chunk_dlogits_back(ar_model *m, int r0, int n)
+{
+    int d = m->d;
+    m->be->matmul_bwd(m->dhn + (size_t)r0 * d, G(m->lm_head), m->probs_c, m->hn + (size_t)r0 * d, P(m->lm_head),
+                      n, d, m->V);
+}
+
 /* One chunk of n rows from row r0 of the head (model.h), its loss sum into
- * this slot's part c = r0 / rows (device):
+ * its part (device):
  *   logits_c = hn[r0..r0+n) W^T;  probs_c = softmax(logits_c)
  *   losses[r0+i] = log sum_v exp logits_c[i,v] - logits_c[i, target] */
 static void head_chunk_fwd(ar_model *m, int r0, int n)
 {
-    const ar_backend *be = m->be;
-    int d = m->d, V = m->V, c = r0 / chunk_rows(m);
-    double *part = m->loss_parts + (size_t)m->loss_slot * head_chunks(m) + c;
-    be->matmul_fwd(m->logits_c, m->hn + (size_t)r0 * d, P(m->lm_head), n, d, V);
-    be->xent_fwd(m->losses + r0, m->probs_c, m->logits_c, m->tgt + r0, n, V, part);
+    double *part = chunk_logits(m, r0, n);
+    m->be->xent_fwd(m->losses + r0, m->probs_c, m->logits_c, m->tgt + r0, n, m->V, part);
 }
 
 static int imin(int a, int b) { return a < b ? a : b; }
 
-/* head_chunk_fwd, then the chunk's dlogits -> dhn rows r0..r0+n and
- * dW += dlogits^T hn_c: the loss and dlogits by one op (xent_fwd_bwd, the
- * bits of xent_fwd then xent_bwd), into probs_c */
+/* head_chunk_fwd, then head_chunk_bwd: the loss and dlogits by one op
+ * (xent_fwd_bwd, the bits of xent_fwd then xent_bwd), into probs_c */
 static void head_chunk_grad(ar_model *m, int r0, int n, float scale)
 {
-    const ar_backend *be = m->be;
-    int d = m->d, V = m->V, c = r0 / chunk_rows(m);
-    double *part = m->loss_parts + (size_t)m->loss_slot * head_chunks(m) + c;
-    float *dlogits = m->probs_c;
-    be->matmul_fwd(m->logits_c, m->hn + (size_t)r0 * d, P(m->lm_head), n, d, V);
-    be->xent_fwd_bwd(m->losses + r0, dlogits, m->logits_c, m->tgt + r0, n, V, scale, part);
-    be->matmul_bwd(m->dhn + (size_t)r0 * d, G(m->lm_head), dlogits, m->hn + (size_t)r0 * d, P(m->lm_head), n, d,
-                   V);
+    double *part = chunk_logits(m, r0, n);
+    m->be->xent_fwd_bwd(m->losses + r0, m->probs_c, m->logits_c, m->tgt + r0, n, m->V, scale, part);
+    chunk_dlogits_back(m, r0, n);
 }
 
 /* dlogits -> dhn rows r0..r0+n and dW += dlogits^T hn_c, for the chunk of
  * rows r0.. whose probabilities are in probs_c (turned into dlogits in place) */
 static void head_chunk_bwd(ar_model *m, int r0, int n, float scale)
 {
-    const ar_backend *be = m->be;
-    int d = m->d, V = m->V;
-    float *dlogits = m->probs_c;
-    be->xent_bwd(dlogits, m->probs_c, m->tgt + r0, scale, n, V);
-    be->matmul_bwd(m->dhn + (size_t)r0 * d, G(m->lm_head), dlogits, m->hn + (size_t)r0 * d,
-                   P(m->lm_head), n, d, V);
+    m->be->xent_bwd(m->probs_c, m->probs_c, m->tgt + r0, scale, n, m->V);
+    chunk_dlogits_back(m, r0, n);
 }
 
 /* The head from h_out: hn = final_norm(h_out), then the loss over chunks of

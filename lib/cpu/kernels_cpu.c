@@ -314,60 +314,63 @@ void cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *ga
 /* ------------------------------------------------------------------------ */
 /* softmax cross-entropy                                                     */
 
+/* One row: p = softmax(z) (V floats, =); returns -log p[t] = log(sum exp)
+ * - (z_t - max), stable (the row max subtracted).  z_t is read first, so
+ * p may be z. */
+static float xent_row(const float *z, float *p, int t, int V)
+{
+    float mx = max16(z, V), zt = z[t];
+    for (int c = 0; c < V; c++)
+        p[c] = fast_expf(z[c] - mx);
+    double sum = sum8d(p, V);
+    float inv = (float)(1.0 / sum);
+    for (int c = 0; c < V; c++)
+        p[c] *= inv;
+    return (float)(log(sum) - ((double)zt - mx));
+}
+
+/* One row: dz = scale (p - onehot(t)); dz may be p */
+static void xent_grad_row(float *dz, const float *p, int t, float scale, int V)
+{
+    float pt = p[t];
+    for (int c = 0; c < V; c++)
+        dz[c] = scale * p[c];
+    dz[t] = scale * (pt - 1.0f);
+}
+
+/* the losses' sum in double, in row order */
+static double losses_sum(const float *losses, int N)
+{
+    double tot = 0.0;
+    for (int i = 0; i < N; i++)
+        tot += losses[i];
+    return tot;
+}
+
 /* probs = softmax(logits) (N x V, =); losses[i] = -log probs[i, targets[i]];
- * *sum = sum_i losses[i] (double, summed in row order).
- * Stable: subtract the row max; the loss is log(sum exp) - (z_t - max). */
+ * *sum = sum_i losses[i] (double, summed in row order). */
 void cpu_xent_fwd(float *losses, float *probs, const float *logits, const int32_t *targets, int N, int V,
                   double *sum)
 {
 #pragma omp parallel for schedule(static) if ((long)N * V > PAR_MIN)
-    for (int i = 0; i < N; i++) {
-        const float *z = logits + (size_t)i * V;
-        float *p = probs + (size_t)i * V;
-        float mx = max16(z, V);
-        for (int c = 0; c < V; c++)
-            p[c] = fast_expf(z[c] - mx);
-        double sum = sum8d(p, V);
-        float inv = (float)(1.0 / sum);
-        for (int c = 0; c < V; c++)
-            p[c] *= inv;
-        losses[i] = (float)(log(sum) - ((double)z[targets[i]] - mx));
-    }
-    double tot = 0.0;
     for (int i = 0; i < N; i++)
-        tot += losses[i];
-    *sum = tot;
+        losses[i] = xent_row(logits + (size_t)i * V, probs + (size_t)i * V, targets[i], V);
+    *sum = losses_sum(losses, N);
 }
 
 /* (=) losses, *sum as cpu_xent_fwd; dlogits = scale * (probs -
- * onehot(targets)) with probs as cpu_xent_fwd forms them (the same float
- * operations, so the bits of cpu_xent_fwd then cpu_xent_bwd); z_t is read
- * before the row is written, so dlogits may be logits. */
+ * onehot(targets)) with probs as cpu_xent_fwd forms them: the same rows,
+ * so the bits of cpu_xent_fwd then cpu_xent_bwd; dlogits may be logits. */
 void cpu_xent_fwd_bwd(float *losses, float *dlogits, const float *logits, const int32_t *targets, int N, int V,
                       float scale, double *sum)
 {
 #pragma omp parallel for schedule(static) if ((long)N * V > PAR_MIN)
     for (int i = 0; i < N; i++) {
-        const float *z = logits + (size_t)i * V;
         float *dz = dlogits + (size_t)i * V;
-        int t = targets[i];
-        float mx = max16(z, V), zt = z[t];
-        for (int c = 0; c < V; c++)
-            dz[c] = fast_expf(z[c] - mx);
-        double sum = sum8d(dz, V);
-        float inv = (float)(1.0 / sum);
-        for (int c = 0; c < V; c++)
-            dz[c] *= inv;
-        float pt = dz[t];
-        for (int c = 0; c < V; c++)
-            dz[c] = scale * dz[c];
-        dz[t] = scale * (pt - 1.0f);
-        losses[i] = (float)(log(sum) - ((double)zt - mx));
+        losses[i] = xent_row(logits + (size_t)i * V, dz, targets[i], V);
+        xent_grad_row(dz, dz, targets[i], scale, V);
     }
-    double tot = 0.0;
-    for (int i = 0; i < N; i++)
-        tot += losses[i];
-    *sum = tot;
+    *sum = losses_sum(losses, N);
 }
 
 /* (=) dlogits = scale * (probs - onehot(targets)); dlogits may be probs
@@ -376,14 +379,8 @@ void cpu_xent_bwd(float *dlogits, const float *probs, const int32_t *targets,
                   float scale, int N, int V)
 {
 #pragma omp parallel for schedule(static) if ((long)N * V > PAR_MIN)
-    for (int i = 0; i < N; i++) {
-        const float *p = probs + (size_t)i * V;
-        float *dz = dlogits + (size_t)i * V;
-        float pt = p[targets[i]];
-        for (int c = 0; c < V; c++)
-            dz[c] = scale * p[c];
-        dz[targets[i]] = scale * (pt - 1.0f);
-    }
+    for (int i = 0; i < N; i++)
+        xent_grad_row(dlogits + (size_t)i * V, probs + (size_t)i * V, targets[i], scale, V);
 }
 
 /* ------------------------------------------------------------------------ */

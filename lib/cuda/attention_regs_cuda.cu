@@ -87,6 +87,19 @@ __device__ static inline void times_rows(float (*acc)[4], const uint32_t (*fa)[4
         }
 }
 
+/* The backward's two products of a tile pair, from zero: a = fa times
+ * ta's rows, b = fb times tb's rows (s and dP, or their transposes) */
+template <int HD>
+__device__ static inline void two_products(float (*a)[4], const uint32_t (*fa)[4], const bf16 *ta, float (*b)[4],
+                                           const uint32_t (*fb)[4], const bf16 *tb, int g, int qd)
+{
+    for (int nb = 0; nb < 8; nb++)
+        for (int e = 0; e < 4; e++)
+            a[nb][e] = b[nb][e] = 0.0f;
+    times_rows<HD>(a, fa, ta, g, qd);
+    times_rows<HD>(b, fb, tb, g, qd);
+}
+
 /* acc (16 x HD) += x (16 x 64, in accumulator layout: x[nb] the 8 columns
  * nb 8 ..) times tile (64 x HD): x's accumulators are its A fragments,
  * rounded to bf16 (p v, P^T dy, ds k, ...).  B's fragments are column
@@ -218,11 +231,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         load_row_values(Ls, Ds, lse, D, bh, i0, T, MMA_ROWS);
         __syncthreads();
         float st[8][4], dpt[8][4];
-        for (int nb = 0; nb < 8; nb++)
-            for (int e = 0; e < 4; e++)
-                st[nb][e] = dpt[nb][e] = 0.0f;
-        times_rows<HD>(st, ka, Qs, g, qd);
-        times_rows<HD>(dpt, va, Ys, g, qd);
+        two_products<HD>(st, ka, Qs, dpt, va, Ys, g, qd);
         for (int nb = 0; nb < 8; nb++)
             for (int e = 0; e < 4; e++) {
                 int col = nb * 8 + 2 * qd + (e & 1), t = i0 + col, key = e < 2 ? key0 : key1;
@@ -274,11 +283,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         load_rows2(Ks, k + h0, Vs, v + h0, C, j0, T, MMA_ROWS, HD, MMA_LD(HD));
         __syncthreads();
         float s[8][4], dp[8][4];
-        for (int nb = 0; nb < 8; nb++)
-            for (int e = 0; e < 4; e++)
-                s[nb][e] = dp[nb][e] = 0.0f;
-        times_rows<HD>(s, qa, Ks, g, qd);
-        times_rows<HD>(dp, ya, Vs, g, qd);
+        two_products<HD>(s, qa, Ks, dp, ya, Vs, g, qd);
         for (int nb = 0; nb < 8; nb++)
             for (int e = 0; e < 4; e++) {
                 int key = j0 + nb * 8 + 2 * qd + (e & 1), t = e < 2 ? t0 : t1;
