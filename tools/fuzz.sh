@@ -1,10 +1,13 @@
 #!/bin/sh
 # Builds the fuzz harnesses of fuzz/ with clang, libFuzzer, AddressSanitizer
 # and UBSan, and fuzzes each for a bounded time (docs/reliability.md,
-# "Hostile inputs"; tools/test.sh runs this with 10 seconds each).
+# "Hostile inputs"; tools/test.sh runs this with 7 seconds each).
 #
 #   tools/fuzz.sh [SECONDS [HARNESS...]]
 #
+# The harnesses are built and fuzzed AR_FUZZ_JOBS at a time (default: the
+# machine's cores), each on one core: the wall time is SECONDS times the
+# harnesses over the jobs, not their sum.
 # SECONDS defaults to 10; HARNESS is any of config, safetensors, tokens,
 # token_set, metrics, csv, bpe (default: all).  Each harness starts from
 # its committed seed corpus fuzz/corpus/NAME (read-only) plus a scratch
@@ -23,9 +26,26 @@ out=${AR_FUZZ_BUILD:-build-fuzz}
 cc=${CLANG:-clang}
 mkdir -p "$out"
 
+jobs=${AR_FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
+case $jobs in '' | *[!0-9]* | 0) echo "tools/fuzz.sh: AR_FUZZ_JOBS must be a positive integer, not '$jobs'" >&2; exit 2 ;; esac
+for h in $harnesses; do
+    case " $all " in *" $h "*) ;; *) echo "tools/fuzz.sh: unknown harness '$h' (expected one of: $all)" >&2; exit 2 ;; esac
+done
+
+# group G of the harnesses (0 <= G < jobs), round robin
+group() {
+    i=0 g=
+    for h in $harnesses; do
+        [ $((i % jobs)) -eq "$1" ] && g="$g $h"
+        i=$((i + 1))
+    done
+    echo "$g"
+}
+
 flags="-g -O1 -std=gnu11 -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined"
 gsl_libs=$(pkg-config --libs gsl)
-for h in $harnesses; do
+build() {
+    h=$1
     case $h in
     config) src="formats/config.c core/config.c core/blocks.c core/error.c" libs="-lyaml" ;;
     safetensors) src="formats/safetensors.c formats/json.c core/atomic.c formats/config.c core/config.c core/blocks.c core/error.c" libs="-lyaml -lz" ;;
@@ -43,14 +63,15 @@ for h in $harnesses; do
         # -Wno-trigraphs: the merges hold '??-' (meson.build says the same)
         libs="$(pkg-config --libs libpcre2-8) -Wno-trigraphs"
         ;;
-    *) echo "tools/fuzz.sh: unknown harness '$h' (expected one of: $all)" >&2; exit 2 ;;
     esac
     # shellcheck disable=SC2086
     "$cc" $flags -o "$out/fuzz_$h" "fuzz/fuzz_$h.c" $src $libs
-done
+}
 
-status=0
-for h in $harnesses; do
+# fuzz one harness: prints its line, leaves 0 or 1 in $out/status-NAME
+fuzz() {
+    h=$1
+    echo 1 >"$out/status-$h"
     mkdir -p "$out/corpus/$h"
     dict=""
     [ -f "fuzz/$h.dict" ] && dict="-dict=fuzz/$h.dict"
@@ -62,10 +83,30 @@ for h in $harnesses; do
         "$out/corpus/$h" "fuzz/corpus/$h" >"$out/fuzz-$h.log" 2>&1; then
         runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$out/fuzz-$h.log")
         echo "fuzz $h: $(($(date +%s) - start)) s, ${runs:-?} inputs, no failure"
+        echo 0 >"$out/status-$h"
     else
         echo "fuzz $h: FAILED (log: $out/fuzz-$h.log)" >&2
         grep -E "ERROR|fuzz check failed|Test unit written" "$out/fuzz-$h.log" >&2 || tail -20 "$out/fuzz-$h.log" >&2
-        status=1
     fi
+}
+
+# each group builds then fuzzes its harnesses in turn, the groups at once;
+# a failed build leaves its harness's status at 1
+for g in $(seq 0 $((jobs - 1))); do
+    (
+        for h in $(group "$g"); do
+            echo 1 >"$out/status-$h"
+            if build "$h"; then
+                fuzz "$h"
+            else
+                echo "fuzz $h: the harness did not build" >&2
+            fi
+        done
+    ) &
+done
+wait
+status=0
+for h in $harnesses; do
+    [ "$(cat "$out/status-$h" 2>/dev/null)" = 0 ] || status=1
 done
 exit $status

@@ -10,7 +10,7 @@
 # and a second BLAS kernel (all but the suite 'network', test_multihost,
 # whose subject is the network between hosts, not memory); then a
 # short bounded fuzz run of every fuzz harness (tools/fuzz.sh, clang and
-# libFuzzer, 7 seconds each); then the README's first command,
+# libFuzzer, 7 seconds each, one a core); then the README's first command,
 # tools/quickstart.sh, shortened to 60 steps, on the test build, into build-test/quickstart,
 # checking that it leaves every file it promises.  The main build compiles the CUDA backend
 # where the toolkit is installed (its tests skip without a GPU); the
