@@ -85,6 +85,17 @@ typedef struct ar_backend {
      * CUDA backend's fused kernels save a log-sum-exp per row, B nh T (and
      * take B nh T of scratch: each row's dy.y). */
     size_t (*attention_state)(int B, int T, int nh);
+    /* The model's parameters, [p, p + n floats) (p NULL or n 0: none):
+     * under bf16 products the CUDA backend reads any operand inside them
+     * from one bf16 copy it keeps (counted in mem_peak), rounded when a
+     * product first needs it after anything wrote inside the range
+     * through this table (an op's output, upload, zero; freeing memory
+     * inside it forgets the range), instead of rounding each product's
+     * weight anew.  The same roundings: the same products, bit for bit.
+     * Setting the range already set keeps the copy; another range replaces
+     * it (one range at a time: the model calls this before its products).
+     * The CPU backend (no bf16 path) does nothing. */
+    void (*set_weight_copy)(const float *p, size_t n);
 
     /* ---- the ops, each declared and described once in lib/ops.def ---- */
 #define AR_OP(ret, name, params, args, uses) ret(*name) params;

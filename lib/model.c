@@ -177,6 +177,11 @@ static void alloc_activations(ar_model *m, const unsigned char *runs, const ar_m
     m->res_in = ar_xcalloc((size_t)m->L + 1, sizeof *m->res_in);
 }
 
+/* The backend's bf16 products read this model's weights from one copy a
+ * step (lib/backend.h, set_weight_copy), which follows the model whose
+ * products run: several models (bench's variants) take turns. */
+static void use_weight_copy(const ar_model *m) { m->be->set_weight_copy(m->params, m->pt.total); }
+
 int ar_model_create(ar_model **out, const ar_model_cfg *cfg, const ar_backend *be, int max_batch,
                     ar_err *e)
 {
@@ -389,6 +394,7 @@ void ar_model_set_batch(ar_model *m, int B)
 
 void ar_model_forward_embed(ar_model *m, const int32_t *inputs)
 {
+    use_weight_copy(m);
     const ar_backend *be = m->be;
     ar_residual *r = m->res;
     be->upload(m->tok, inputs, (size_t)m->N * sizeof(int32_t));
@@ -397,6 +403,7 @@ void ar_model_forward_embed(ar_model *m, const int32_t *inputs)
 
 void ar_model_forward_sublayers(ar_model *m, int l0, int l1)
 {
+    use_weight_copy(m);
     const ar_backend *be = m->be;
     ar_residual *r = m->res;
     int N = m->N, d = m->d;
@@ -506,6 +513,7 @@ static void head_chunk_bwd(ar_model *m, int r0, int n, float scale)
 static double forward_head(ar_model *m, const int32_t *targets, double *sum_nats,
                            float grad_scale)
 {
+    use_weight_copy(m);
     const ar_backend *be = m->be;
     ar_residual *r = m->res;
     int N = m->N, d = m->d, rows = chunk_rows(m);
@@ -551,6 +559,7 @@ double ar_model_forward_head(ar_model *m, const int32_t *targets, double *sum_na
 
 void ar_model_logits(ar_model *m, int row0, int nrows, float *out)
 {
+    use_weight_copy(m);
     m->be->matmul_fwd(out, m->hn + (size_t)row0 * m->d, P(m->lm_head), nrows, m->d, m->V);
 }
 
@@ -565,6 +574,7 @@ double ar_model_forward(ar_model *m, const int32_t *inputs, const int32_t *targe
 
 void ar_model_backward_head(ar_model *m, float scale)
 {
+    use_weight_copy(m);
     const ar_backend *be = m->be;
     ar_residual *r = m->res;
     int N = m->N, d = m->d;
@@ -594,6 +604,7 @@ void ar_model_backward_head(ar_model *m, float scale)
 
 void ar_model_backward_sublayers(ar_model *m, int l1, int l0)
 {
+    use_weight_copy(m);
     const ar_backend *be = m->be;
     ar_residual *r = m->res;
     int N = m->N, d = m->d;

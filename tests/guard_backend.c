@@ -256,6 +256,13 @@ static size_t g_mem_peak(void) { return cpu()->mem_peak(); }
 static size_t g_head_floats(void) { return cpu()->head_floats(); }
 static size_t g_attention_state(int B, int T, int nh) { return cpu()->attention_state(B, T, nh); }
 
+/* the parameters' range: device memory, all of it allocated */
+static void g_set_weight_copy(const float *p, size_t n)
+{
+    dev("set_weight_copy", "p", p, n * sizeof *p, n == 0);
+    cpu()->set_weight_copy(p, n);
+}
+
 /* a host array of len elements */
 static void host_array(const char *op, const char *arg, const void *v, int len)
 {
@@ -321,6 +328,7 @@ static const ar_backend guard = {
     .mem_peak = g_mem_peak,
     .head_floats = g_head_floats,
     .attention_state = g_attention_state,
+    .set_weight_copy = g_set_weight_copy,
 #define AR_OP(ret, name, params, args, uses) .name = g_##name,
 #include "lib/ops.def"
 #undef AR_OP

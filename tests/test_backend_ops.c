@@ -667,6 +667,80 @@ Test(backend_ops, matmul)
     matmul_case(1024, 512, 257, 0);
 }
 
+/* B's products of W (outd x in, inside the parameters' range when wc)
+ * into fresh buffers, downloaded to o (N x outd), dx (N x in), dW (outd x
+ * in; from 0) */
+static void wc_products(float *o, float *dx, float *dW, const float *x, const float *W, const float *dout,
+                        int N, int in, int outd)
+{
+    size_t no = (size_t)N * outd, nx = (size_t)N * in, nw = (size_t)outd * in;
+    float *bo = B->alloc(no * sizeof(float)), *bx = B->alloc(nx * sizeof(float));
+    float *bw = B->alloc(nw * sizeof(float));
+    B->matmul_fwd(bo, x, W, N, in, outd);
+    B->matmul_bwd(bx, bw, dout, x, W, N, in, outd);
+    B->download(o, bo, no * sizeof(float));
+    B->download(dx, bx, nx * sizeof(float));
+    B->download(dW, bw, nw * sizeof(float));
+    B->free(bo), B->free(bx), B->free(bw);
+}
+
+/* set_weight_copy: with bf16 products, operands inside the parameters'
+ * range come from one bf16 copy of it, bit for bit the products that round
+ * their operands themselves (the same roundings); after an op, an upload
+ * or a zero writes inside the range, the next product sees the new
+ * weights (a stale copy would give the old ones' products). */
+Test(backend_ops, weight_copy_bf16)
+{
+    NEED_B();
+    int bf16 = B->set_bf16(1) == 0;
+    cr_assert(bf16 || b_is_cpu, "set_bf16(1) failed on '%s'", B->name);
+    int N = 96, in = 80, outd = 72; /* both sides >= 64: CUDA's bf16 copies */
+    size_t nw = (size_t)outd * in, nx = (size_t)N * in, no = (size_t)N * outd;
+    size_t off = 48, P = off + nw + 40; /* W inside the range, not at its start */
+    float *h = malloc((P > nx ? P : nx) * sizeof(float));
+    float *o1 = malloc(no * 4), *x1 = malloc(nx * 4), *w1 = malloc(nw * 4);
+    float *o2 = malloc(no * 4), *x2 = malloc(nx * 4), *w2 = malloc(nw * 4);
+    float *params = B->alloc(P * sizeof(float)), *W = params + off;
+    float *x = B->alloc(nx * sizeof(float)), *dout = B->alloc(no * sizeof(float));
+    tu_fill_uniform(h, P, -1, 1, 9101);
+    B->upload(params, h, P * sizeof(float));
+    tu_fill_uniform(h, nx, -1, 1, 9102);
+    B->upload(x, h, nx * sizeof(float));
+    tu_fill_uniform(h, no, -1, 1, 9103);
+    B->upload(dout, h, no * sizeof(float));
+    /* Wr: W's values outside the range, which products round themselves */
+    float *Wr = B->alloc(nw * sizeof(float));
+    const char *step[] = {"as uploaded", "after scale (an op) wrote inside the range",
+                          "after an upload inside the range", "after zero inside the range"};
+    size_t peak = 0;
+    B->set_weight_copy(params, P);
+    for (int k = 0; k < 4; k++) {
+        if (k == 1)
+            B->scale(W + 5, -0.75f, nw - 9);
+        else if (k == 2) {
+            tu_fill_uniform(h, 100, -2, 2, 9104);
+            B->upload(W + 200, h, 100 * sizeof(float));
+        } else if (k == 3)
+            B->zero(W + 3 * in, (size_t)in * sizeof(float)); /* row 3 of W */
+        B->copy(Wr, W, nw);
+        wc_products(o1, x1, w1, x, Wr, dout, N, in, outd);
+        if (k == 0) /* the products' buffers and rounded operands counted */
+            peak = B->mem_peak();
+        wc_products(o2, x2, w2, x, W, dout, N, in, outd);
+        if (k == 0 && bf16)
+            cr_expect_geq(B->mem_peak(), peak + P * 2, "%s: the weights' copy was not made (peak %zu -> %zu)",
+                          B->name, peak, B->mem_peak());
+        cr_expect(memcmp(o1, o2, no * 4) == 0, "%s, %s: matmul_fwd differs with the weights' copy", B->name, step[k]);
+        cr_expect(memcmp(x1, x2, nx * 4) == 0, "%s, %s: matmul_bwd dx differs with the weights' copy", B->name, step[k]);
+        cr_expect(memcmp(w1, w2, nw * 4) == 0, "%s, %s: matmul_bwd dW differs with the weights' copy", B->name, step[k]);
+    }
+    B->free(Wr);
+    B->set_weight_copy(NULL, 0);
+    B->free(params), B->free(x), B->free(dout);
+    free(h), free(o1), free(x1), free(w1), free(o2), free(x2), free(w2);
+    B->set_bf16(0);
+}
+
 static void attention_case(int Bn, int T, int nh, int hd, int bf16);
 
 /* set_bf16(1): matrix products (linear layers and attention's) in bf16 */

@@ -294,3 +294,54 @@ Test(backend_train, block_sizes_uneven, .timeout = 300)
     extra_set = "model.residual.block_sizes=[1, 3, 2]";
     compare_runs(AR_RES_BLOCK, 0);
 }
+
+/* The weights' bf16 copy (lib/backend.h, set_weight_copy): training in bf16
+ * on B with it and with every product rounding its own operands gives the
+ * same run bit for bit (the same roundings), which a copy left out of date
+ * by an optimizer step, a checkpoint's upload or a zeroing would not.  d 64
+ * and 64 tokens a micro-batch: every linear layer's product has both sides
+ * >= 64, where the CUDA backend multiplies bf16 copies. */
+static const ar_backend *b_real;
+static void no_weight_copy(const float *p, size_t n)
+{
+    (void)p, (void)n;
+    b_real->set_weight_copy(NULL, 0);
+}
+
+Test(backend_train, weight_copy_bit_identical, .timeout = 300)
+{
+    tu_need_backend_b(B, b_kind, why);
+    int rc = B->set_bf16(1);
+    cr_assert(rc == 0 || B == A, "set_bf16(1) failed on '%s'", B->name);
+    ar_backend plain = *B;
+    b_real = B;
+    plain.set_weight_copy = no_weight_copy;
+    const char *dir = tu_tmpdir();
+    char corpus[2048], rc_[4200], rp[4200];
+    snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
+    snprintf(rc_, sizeof rc_, "%s/copy", dir);
+    snprintf(rp, sizeof rp, "%s/plain", dir);
+    tu_write_corpus_lines(corpus, 300, 1);
+    ar_config c = tiny(corpus, AR_RES_BLOCK);
+    c.model.d_model = 64, c.model.n_head = 2, c.model.d_ff = 128, c.model.n_layer = 2;
+    c.train.steps = 6;
+    trace tc, tp;
+    memset(&tc, 0, sizeof tc);
+    memset(&tp, 0, sizeof tp);
+    ar_train_result rcopy, rplain;
+    train(B, &c, rc_, 0, &tc, &rcopy);
+    train(&plain, &c, rp, 0, &tp, &rplain);
+    /* and on from the checkpoints (an upload into the parameters) */
+    c.train.steps = 8;
+    train(B, &c, rc_, 1, &tc, &rcopy);
+    train(&plain, &c, rp, 1, &tp, &rplain);
+    for (int s = 1; s <= 8; s++) {
+        cr_expect(tc.loss[s] == tp.loss[s], "step %d: loss %.9g with the weights' copy, %.9g without", s,
+                  tc.loss[s], tp.loss[s]);
+        cr_expect(tc.gnorm[s] == tp.gnorm[s], "step %d: grad norm %.9g with the weights' copy, %.9g without", s,
+                  tc.gnorm[s], tp.gnorm[s]);
+    }
+    compare_checkpoints("with and without the weights' copy", rc_, rp, 0);
+    free(tc.g1), free(tp.g1);
+    B->set_bf16(0);
+}

@@ -280,7 +280,7 @@ Test(bench, op_timer_wraps_every_op_and_counts_one_call)
                           (const void *)&cpu->set_threads, (const void *)&cpu->set_bf16,
                           (const void *)&cpu->device_name, (const void *)&cpu->peak_bf16_flops,
                           (const void *)&cpu->mem_peak,   (const void *)&cpu->head_floats,
-                          (const void *)&cpu->attention_state};
+                          (const void *)&cpu->attention_state, (const void *)&cpu->set_weight_copy};
     int wrapped = 0;
     for (int i = 0; i < WORDS; i++) {
         const void *at = (const char *)cpu + i * sizeof(fn);

@@ -119,6 +119,9 @@ static const char *cpu_device_name(void) { return "cpu"; }
 static double cpu_peak_bf16_flops(void) { return 0; }
 static size_t cpu_mem_peak(void) { return 0; }
 static size_t cpu_head_floats(void) { return AR_HEAD_CHUNK_FLOATS; }
+
+/* products in fp32: no copies to keep */
+static void cpu_set_weight_copy(const float *p, size_t n) { (void)p, (void)n; }
 /* the probabilities, B x nh x T x T (lib/cpu/attention_cpu.c) */
 static size_t cpu_attention_state(int B, int T, int nh) { return (size_t)B * nh * T * T; }
 
@@ -136,6 +139,7 @@ static const ar_backend cpu_backend = {
     .peak_bf16_flops = cpu_peak_bf16_flops,
     .mem_peak = cpu_mem_peak,
     .head_floats = cpu_head_floats,
+    .set_weight_copy = cpu_set_weight_copy,
     .attention_state = cpu_attention_state,
 #define AR_OP(ret, name, params, args, uses) .name = cpu_##name,
 #include "../ops.def"

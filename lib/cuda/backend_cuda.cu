@@ -33,12 +33,14 @@
 #include "../../core/error.h"
 #include "../backend.h"
 #include "cuda_util.h"
+#include "matmul_cuda.h"
 #include "ops_cuda.h"
 #include "workspace_cuda.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <type_traits>
 
 static cudaStream_t g_stream;
 static cublasHandle_t g_cublas;
@@ -151,6 +153,7 @@ static void cu_free(void *p)
     AR_CUDA_CHECK(cudaStreamSynchronize(ar_cuda_stream()));
     AR_CUDA_CHECK(cudaFree(p));
     release(p);
+    ar_cu_weights_freed(p);
 }
 
 /* The host buffer may be reused on return.  Uploads of up to STAGE_BYTES
@@ -170,6 +173,7 @@ static void cu_upload(void *dst, const void *src, size_t bytes)
 {
     if (!bytes)
         return;
+    ar_cu_weights_written(dst);
     cudaStream_t st = ar_cuda_stream();
     if (bytes <= STAGE_BYTES) {
         int s = g_stage_next;
@@ -201,8 +205,10 @@ static void cu_download(void *dst, const void *src, size_t bytes)
 
 static void cu_zero(void *p, size_t bytes)
 {
-    if (bytes)
-        AR_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ar_cuda_stream()));
+    if (!bytes)
+        return;
+    ar_cu_weights_written(p);
+    AR_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ar_cuda_stream()));
 }
 
 static void cu_sync(void) { AR_CUDA_CHECK(cudaStreamSynchronize(ar_cuda_stream())); }
@@ -266,6 +272,35 @@ static int bf16_flops_per_clock_per_sm(int major, int minor)
 /* ------------------------------------------------------------------------ */
 /* the table                                                                 */
 
+/* Each op enters through op_<name>, which tells the weights' copy
+ * (matmul_cuda.h) where the op may write, before it runs and again after
+ * (a product inside the op may have rounded the weights before the op
+ * wrote them): every argument of type float * (an op's outputs; const
+ * pointers are its inputs, and nothing writes the parameters through a
+ * pointer array or a struct: adamw and the optimizer's other ops take
+ * them as float *). */
+template <typename T> static inline void may_write(T) {}
+static inline void may_write(float *p) { ar_cu_weights_written(p); }
+template <typename R, typename... P, typename... A> static inline R marking_writes(R (*op)(P...), A... a)
+{
+    (may_write(a), ...);
+    if constexpr (std::is_void_v<R>) {
+        op(a...);
+        (may_write(a), ...);
+    } else {
+        R r = op(a...);
+        (may_write(a), ...);
+        return r;
+    }
+}
+
+#define AR_UNPACK(...) __VA_ARGS__
+#define AR_OP(ret, name, params, args, uses)                                                                 \
+    static ret op_##name params { return marking_writes(cuda_##name, AR_UNPACK args); }
+#include "../ops.def"
+#undef AR_OP
+#undef AR_UNPACK
+
 static ar_backend cuda_backend;
 
 static void fill_table(ar_backend *b)
@@ -284,7 +319,8 @@ static void fill_table(ar_backend *b)
     b->mem_peak = cu_mem_peak;
     b->head_floats = cu_head_floats;
     b->attention_state = cu_attention_state;
-#define AR_OP(ret, name, params, args, uses) b->name = cuda_##name;
+    b->set_weight_copy = ar_cu_weight_copy;
+#define AR_OP(ret, name, params, args, uses) b->name = op_##name;
 #include "../ops.def"
 #undef AR_OP
 }

@@ -35,7 +35,15 @@
  *     elsewhere (a row of decoding: W is read once, and a copy would read
  *     it twice) compute type CUBLAS_COMPUTE_32F_FAST_16BF on the fp32
  *     buffers, cuBLAS rounding A and B inside.  Norms, softmaxes,
- *     cross-entropy and AdamW stay fp32. */
+ *     cross-entropy and AdamW stay fp32.
+ *   The weights' copies: an operand inside the range given to
+ *     set_weight_copy (the model's parameters) is read from one bf16 copy
+ *     of the whole range, rounded when a product first needs it after
+ *     anything wrote inside the range (the backend's table marks every
+ *     op's float * arguments, uploads and memsets: see backend_cuda.cu), so a training step rounds the weights once, not
+ *     once per product (the output layer's weight was rounded for each of
+ *     its row chunks, forward and backward).  The same roundings, so the
+ *     same products bit for bit. */
 #include "matmul_cuda.h"
 #include "ops_cuda.h"
 
@@ -83,6 +91,56 @@ static const __nv_bfloat16 *bf16_copy(int slot, const float *x, size_t n)
     return y;
 }
 
+/* the parameters' range and their bf16 copy (set_weight_copy) */
+static struct {
+    const float *lo;
+    size_t n;
+    const __nv_bfloat16 *copy;
+    int fresh; /* the copy holds the range's current values */
+} g_weights;
+
+extern "C" void ar_cu_weight_copy(const float *p, size_t n)
+{
+    if (p == g_weights.lo && n == g_weights.n)
+        return; /* the same range: the copy stays */
+    g_weights.lo = n ? p : NULL;
+    g_weights.n = p ? n : 0;
+    g_weights.fresh = 0;
+}
+
+static int in_weights(const void *q)
+{
+    const char *lo = (const char *)g_weights.lo;
+    return g_weights.n && (const char *)q >= lo && (const char *)q < lo + g_weights.n * sizeof(float);
+}
+
+extern "C" void ar_cu_weights_written(const void *q)
+{
+    if (in_weights(q))
+        g_weights.fresh = 0;
+}
+
+extern "C" void ar_cu_weights_freed(const void *q)
+{
+    if (in_weights(q))
+        ar_cu_weight_copy(NULL, 0);
+}
+
+/* a bf16 copy of the n floats at x: a view of the weights' copy where x
+ * lies inside their range (rounding the range first where it is out of
+ * date), else rounded into workspace slot `slot` */
+static const __nv_bfloat16 *bf16_operand(int slot, const float *x, size_t n)
+{
+    if (n && in_weights(x) && x + n <= g_weights.lo + g_weights.n) {
+        if (!g_weights.fresh) {
+            g_weights.copy = bf16_copy(CU_WS_WEIGHTS, g_weights.lo, g_weights.n);
+            g_weights.fresh = 1;
+        }
+        return g_weights.copy + (x - g_weights.lo);
+    }
+    return bf16_copy(slot, x, n);
+}
+
 /* floats a row-major operand of rows x cols with leading dimension ld spans */
 static size_t span(int rows, int cols, int ld) { return rows && cols ? (size_t)(rows - 1) * ld + cols : 0; }
 
@@ -104,8 +162,8 @@ void ar_cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A
     if (M <= 0 || N <= 0)
         return;
     if (by_copies(M, N, K)) {
-        const __nv_bfloat16 *a = bf16_copy(CU_WS_MM_A, A, ta ? span(K, M, lda) : span(M, K, lda));
-        const __nv_bfloat16 *b = bf16_copy(CU_WS_MM_B, B, tb ? span(N, K, ldb) : span(K, N, ldb));
+        const __nv_bfloat16 *a = bf16_operand(CU_WS_MM_A, A, ta ? span(K, M, lda) : span(M, K, lda));
+        const __nv_bfloat16 *b = bf16_operand(CU_WS_MM_B, B, tb ? span(N, K, ldb) : span(K, N, ldb));
         gemm_bf16(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
         return;
     }
@@ -138,10 +196,10 @@ void cuda_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, co
                      int N, int in, int outd)
 {
     if (N > 0 && in > 0 && outd > 0 && by_copies(outd, in, N) && (!dx || by_copies(N, in, outd))) {
-        const __nv_bfloat16 *d16 = bf16_copy(CU_WS_MM_A, dout, (size_t)N * outd);
-        const __nv_bfloat16 *x16 = bf16_copy(CU_WS_MM_B, x, (size_t)N * in);
+        const __nv_bfloat16 *d16 = bf16_operand(CU_WS_MM_A, dout, (size_t)N * outd);
+        const __nv_bfloat16 *x16 = bf16_operand(CU_WS_MM_B, x, (size_t)N * in);
         if (dx) {
-            const __nv_bfloat16 *w16 = bf16_copy(CU_WS_MM_C, W, (size_t)outd * in);
+            const __nv_bfloat16 *w16 = bf16_operand(CU_WS_MM_C, W, (size_t)outd * in);
             gemm_bf16(0, 0, N, in, outd, 1.0f, d16, outd, w16, in, 1.0f, dx, in);
         }
         gemm_bf16(1, 0, outd, in, N, 1.0f, d16, outd, x16, in, 1.0f, dW, in);

@@ -3,6 +3,8 @@
 #ifndef AR_CUDA_MATMUL_H
 #define AR_CUDA_MATMUL_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -17,6 +19,16 @@ void ar_cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A
 void ar_cu_gemm_batched(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                         long long sA, const float *B, int ldb, long long sB, float beta, float *C,
                         int ldc, long long sC, int batch);
+
+/* The backend's set_weight_copy (lib/backend.h): products under bf16 read
+ * operands inside [p, p + n floats) from one bf16 copy of the range, made
+ * when a product first needs it after ar_cu_weights_written; n = 0 forgets
+ * the range, the range already set keeps its copy.  ar_cu_weights_written(q): something is about to write at q
+ * (an op's output, an upload, a memset); inside the range, the copy is
+ * out of date.  Freeing memory inside the range forgets it. */
+void ar_cu_weight_copy(const float *p, size_t n);
+void ar_cu_weights_written(const void *q);
+void ar_cu_weights_freed(const void *q);
 
 #ifdef __cplusplus
 }

@@ -16,8 +16,20 @@ extern "C" {
 
 /* CU_WS_ROWS: the per-block partials of the row-block ops (rows_cuda.h);
  * CU_WS_MM_A, _B, _C: a product's operands rounded to bf16
- * (matmul_cuda.cu) */
-enum { CU_WS_RED, CU_WS_PART, CU_WS_ROPE, CU_WS_SORT, CU_WS_ROWS, CU_WS_MM_A, CU_WS_MM_B, CU_WS_MM_C, CU_WS_NSLOTS };
+ * (matmul_cuda.cu); CU_WS_WEIGHTS: the bf16 copy of the parameters
+ * (set_weight_copy, matmul_cuda.cu), kept across ops */
+enum {
+    CU_WS_RED,
+    CU_WS_PART,
+    CU_WS_ROPE,
+    CU_WS_SORT,
+    CU_WS_ROWS,
+    CU_WS_MM_A,
+    CU_WS_MM_B,
+    CU_WS_MM_C,
+    CU_WS_WEIGHTS,
+    CU_WS_NSLOTS
+};
 void *ar_cu_ws(int slot, size_t bytes);
 
 #ifdef __cplusplus
