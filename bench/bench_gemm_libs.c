@@ -77,9 +77,9 @@ static void backend_run(const ar_backend *be, const shape *s, int which)
     if (which == 0)
         be->matmul_fwd(s->out, s->x, s->W, s->N, s->in, s->outd);
     else if (which == 2)
-        be->matmul_bwd(NULL, s->dW, s->dout, s->x, s->W, s->N, s->in, s->outd);
+        be->matmul_bwd(NULL, s->dW, s->dout, s->x, s->W, 0, s->N, s->in, s->outd);
     else
-        be->matmul_bwd(s->dx, s->dW, s->dout, s->x, s->W, s->N, s->in, s->outd);
+        be->matmul_bwd(s->dx, s->dW, s->dout, s->x, s->W, 0, s->N, s->in, s->outd);
 }
 
 /* best GFLOP/s of REPS timed batches, each about 0.1 s */

@@ -67,7 +67,7 @@ static void time_product(int N, int in, int outd, double *fwd, double *bwd)
         t = now_s() - t;
         *fwd = t < *fwd ? t : *fwd;
         t = now_s();
-        be->matmul_bwd(dx, dW, y, x, W, N, in, outd);
+        be->matmul_bwd(dx, dW, y, x, W, 0, N, in, outd);
         t = now_s() - t;
         *bwd = t < *bwd ? t : *bwd;
     }

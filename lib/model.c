@@ -335,19 +335,16 @@ static void attn_backward(ar_model *m, int k, const float *dout)
     const ar_block_idx *b = &m->blk[k];
     ar_block_act *a = &m->act[k];
     int N = m->N, d = m->d;
-    size_t nd = (size_t)N * d * sizeof(float);
     if (m->cfg.recompute == AR_RECOMPUTE_SUBLAYER)
         attn_internals(m, k); /* the forward's q, k, v, probabilities and y again, from xn */
-    be->zero(m->dy, nd);
-    be->matmul_bwd(m->dy, G(b->o), dout, a->y, P(b->o), N, d, d);
+    be->matmul_bwd(m->dy, G(b->o), dout, a->y, P(b->o), 1, N, d, d);
     ar_attention at = {a->q, a->k, a->v, a->att, m->B, m->T, m->nh, m->hd};
     be->attention_bwd(&at, a->y, m->dy, m->dq, m->dk, m->dv, m->datt);
     be->rope_bwd(m->dq, m->B, m->T, m->nh, m->hd);
     be->rope_bwd(m->dk, m->B, m->T, m->nh, m->hd);
-    be->zero(m->dxn, nd);
-    be->matmul_bwd(m->dxn, G(b->q), m->dq, a->xn, P(b->q), N, d, d);
-    be->matmul_bwd(m->dxn, G(b->k), m->dk, a->xn, P(b->k), N, d, d);
-    be->matmul_bwd(m->dxn, G(b->v), m->dv, a->xn, P(b->v), N, d, d);
+    be->matmul_bwd(m->dxn, G(b->q), m->dq, a->xn, P(b->q), 1, N, d, d);
+    be->matmul_bwd(m->dxn, G(b->k), m->dk, a->xn, P(b->k), 0, N, d, d);
+    be->matmul_bwd(m->dxn, G(b->v), m->dv, a->xn, P(b->v), 0, N, d, d);
 }
 
 /* MLP sublayer: v = W_down (silu(W_gate xn) * (W_up xn)), xn = RMSNorm(h)
@@ -378,12 +375,10 @@ static void mlp_backward(ar_model *m, int k, const float *dout)
     int N = m->N, d = m->d, F = m->F;
     if (m->cfg.recompute == AR_RECOMPUTE_SUBLAYER)
         mlp_internals(m, k); /* gate, up and their SwiGLU again, from xn */
-    be->zero(m->dact, (size_t)N * F * sizeof(float));
-    be->matmul_bwd(m->dact, G(b->down), dout, a->act, P(b->down), N, F, d);
+    be->matmul_bwd(m->dact, G(b->down), dout, a->act, P(b->down), 1, N, F, d);
     be->swiglu_bwd(m->dgate, m->dup, m->dact, a->gate, a->up, (size_t)N * F);
-    be->zero(m->dxn, (size_t)N * d * sizeof(float));
-    be->matmul_bwd(m->dxn, G(b->gate), m->dgate, a->mxn, P(b->gate), N, d, F);
-    be->matmul_bwd(m->dxn, G(b->up), m->dup, a->mxn, P(b->up), N, d, F);
+    be->matmul_bwd(m->dxn, G(b->gate), m->dgate, a->mxn, P(b->gate), 1, N, d, F);
+    be->matmul_bwd(m->dxn, G(b->up), m->dup, a->mxn, P(b->up), 0, N, d, F);
 }
 
 void ar_model_set_batch(ar_model *m, int B)
@@ -467,12 +462,13 @@ static double *chunk_logits(ar_model *m, int r0, int n)
     return m->loss_parts + (size_t)m->loss_slot * head_chunks(m) + r0 / chunk_rows(m);
 }
 
-/* dhn rows r0..r0+n = dlogits W and dW += dlogits^T hn_c, dlogits in probs_c */
+/* dhn rows r0..r0+n = dlogits W (each row from one chunk: no zeroing) and
+ * dW += dlogits^T hn_c, dlogits in probs_c */
 static void chunk_dlogits_back(ar_model *m, int r0, int n)
 {
     int d = m->d;
     m->be->matmul_bwd(m->dhn + (size_t)r0 * d, G(m->lm_head), m->probs_c, m->hn + (size_t)r0 * d, P(m->lm_head),
-                      n, d, m->V);
+                      1, n, d, m->V);
 }
 
 /* One chunk of n rows from row r0 of the head (model.h), its loss sum into
@@ -529,7 +525,6 @@ static double forward_head(ar_model *m, const int32_t *targets, double *sum_nats
     be->upload(m->tgt, targets, (size_t)N * sizeof(int32_t));
     int last = (N - 1) / rows * rows, nc = last / rows + 1;
     if (grad_scale > 0) {
-        be->zero(m->dhn, (size_t)N * d * sizeof(float));
         for (int r0 = last; r0 >= 0; r0 -= rows)
             head_chunk_grad(m, r0, imin(rows, N - r0), grad_scale);
         m->head_grad_done = 1;
@@ -586,7 +581,6 @@ void ar_model_backward_head(ar_model *m, float scale)
      * less, one pass less over it. */
     if (!m->head_grad_done) {
         int rows = chunk_rows(m);
-        be->zero(m->dhn, (size_t)N * d * sizeof(float));
         for (int r0 = (N - 1) / rows * rows; r0 >= 0; r0 -= rows) {
             int n = imin(rows, N - r0);
             if (r0 != m->head_kept)

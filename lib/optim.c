@@ -164,7 +164,7 @@ void ar_muon_ns(const ar_backend *be, float *x, int m, int n, int steps, float *
     for (int it = 0; it < steps; it++) {
         if (tall) {
             be->zero(A, (size_t)r * r * sizeof(float));
-            be->matmul_bwd(NULL, A, X, X, X, m, n, n); /* A += x^T x */
+            be->matmul_bwd(NULL, A, X, X, X, 0, m, n, n); /* A += x^T x */
         } else {
             be->matmul_fwd(A, X, X, m, n, m); /* A = X X^T */
         }
@@ -179,7 +179,7 @@ void ar_muon_ns(const ar_backend *be, float *x, int m, int n, int steps, float *
         } else {
             be->copy(Y, X, mn);
             be->scale(Y, (float)AR_NS_A, mn);
-            be->matmul_bwd(NULL, Y, BB, X, X, m, n, m); /* Y += B^T X */
+            be->matmul_bwd(NULL, Y, BB, X, X, 0, m, n, m); /* Y += B^T X */
         }
         float *t = X;
         X = Y;

@@ -242,14 +242,13 @@ static void mix_bwd(mixer_res *s, int m, const float *dh, int N)
             const float *dyn = s->qnorm ? x->un : x->u;
             be->zero(ddyn, nd);
             be->wsum_bwd(&ddyn, gp(s, x->gate_idx), s->dwq, &dyn, pp(s, x->gate_idx), 1, (size_t)N * d);
-            be->matmul_bwd(NULL, gp(s, x->q_idx), s->dwq, s->ones, pp(s, x->q_idx), N, 1, d);
+            be->matmul_bwd(NULL, gp(s, x->q_idx), s->dwq, s->ones, pp(s, x->q_idx), 0, N, 1, d);
         }
         if (s->qnorm) {
             be->zero(s->dgdump, (size_t)d * sizeof(float));
             be->rmsnorm_bwd(s->du, s->dgdump, s->dun, x->u, s->ones, x->urs, 1, N, d);
         }
-        be->zero(s->dqn, nd);
-        be->matmul_bwd(s->dqn, gp(s, x->W_idx), s->du, x->qn, pp(s, x->W_idx), N, d, d);
+        be->matmul_bwd(s->dqn, gp(s, x->W_idx), s->du, x->qn, pp(s, x->W_idx), 1, N, d, d);
         /* the query's RMSNorm has no gain: its gradient goes to a scratch row */
         be->zero(s->dgdump, (size_t)d * sizeof(float));
         be->rmsnorm_bwd(x->dsp[x->n - 1], s->dgdump, s->dqn, x->sp[x->n - 1], s->ones, x->qrs, 0, N,

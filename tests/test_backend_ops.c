@@ -360,9 +360,9 @@ Test(backend_ops, harness_detects_differences)
     tp *dout = rnd((size_t)N * outd, -1, 1), *dW = rnd((size_t)outd * in, -1, 1);
     double *bo, *bdx, *bdw;
     matmul_bounds(xi, W, dout, NULL, dW->h, N, in, outd, 0, &bo, &bdx, &bdw);
-    A->matmul_bwd(NULL, dW->a, dout->a, xi->a, W->a, N, in, outd);
+    A->matmul_bwd(NULL, dW->a, dout->a, xi->a, W->a, 0, N, in, outd);
     A->zero(dW->b, dW->n * sizeof(float));
-    A->matmul_bwd(NULL, dW->b, dout->b, xi->b, W->b, N, in, outd);
+    A->matmul_bwd(NULL, dW->b, dout->b, xi->b, W->b, 0, N, in, outd);
     cr_expect_gt(measure("dW", dW, 1, dW->n, 0, dW->n, bdw, msg, sizeof msg), 1.0,
                  "an overwriting backward went unnoticed");
     release();
@@ -611,7 +611,7 @@ static void matmul_bounds(tp *x, tp *W, tp *dout, const float *dx0, const float 
         h[i] = fabsf(dout->h[i]);
     A->upload(ad, h, no * sizeof(float));
     A->matmul_fwd(ao, ax, aw, N, in, outd);
-    A->matmul_bwd(adx, adw, ad, ax, aw, N, in, outd);
+    A->matmul_bwd(adx, adw, ad, ax, aw, 0, N, in, outd);
     *bo = bnew(no), *bx = bnew(nx), *bw = bnew(nw);
     double co = (2 * tu_gamma(in + 1) + rho) * (1 + tu_gamma(in));
     double cx = (2 * tu_gamma(outd + 1) + rho) * (1 + tu_gamma(outd));
@@ -648,11 +648,17 @@ static void matmul_case(int N, int in, int outd, int bf16)
         double q = measure("out", out, 1, out->n, 0, out->n, bo32, msg, sizeof msg);
         cr_expect_gt(q, 1.0, "%s: set_bf16(1) gives fp32 results", ctx);
     }
-    BOTH be->matmul_bwd(D(dx), D(dW), D(dout), D(x), D(W), N, in, outd);
+    BOTH be->matmul_bwd(D(dx), D(dW), D(dout), D(x), D(W), 0, N, in, outd);
     check("matmul_bwd dx", dx, bx);
     check("matmul_bwd dW", dW, bw);
-    BOTH be->matmul_bwd(NULL, D(dW2), D(dout), D(x), D(W), N, in, outd);
+    BOTH be->matmul_bwd(NULL, D(dW2), D(dout), D(x), D(W), 0, N, in, outd);
     check("matmul_bwd (dx NULL) dW", dW2, bw);
+    /* overwrite: dx = dout W from garbage, its bounds without a base */
+    double *bo0, *bx0, *bw0;
+    matmul_bounds(x, W, dout, NULL, NULL, N, in, outd, rho, &bo0, &bx0, &bw0);
+    tp *ox = junk((size_t)N * in);
+    BOTH be->matmul_bwd(D(ox), D(dW2), D(dout), D(x), D(W), 1, N, in, outd);
+    check("matmul_bwd (overwrite) dx", ox, bx0);
     release();
 }
 
@@ -677,7 +683,7 @@ static void wc_products(float *o, float *dx, float *dW, const float *x, const fl
     float *bo = B->alloc(no * sizeof(float)), *bx = B->alloc(nx * sizeof(float));
     float *bw = B->alloc(nw * sizeof(float));
     B->matmul_fwd(bo, x, W, N, in, outd);
-    B->matmul_bwd(bx, bw, dout, x, W, N, in, outd);
+    B->matmul_bwd(bx, bw, dout, x, W, 0, N, in, outd);
     B->download(o, bo, no * sizeof(float));
     B->download(dx, bx, nx * sizeof(float));
     B->download(dW, bw, nw * sizeof(float));

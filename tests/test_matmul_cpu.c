@@ -91,7 +91,7 @@ static void matmul_case(int N, int in, int outd)
         }
     expect_within("matmul_fwd out", out, ex, mag, no, in, N, in, outd);
 
-    be->matmul_bwd(dx, dW, dout, x, W, N, in, outd);
+    be->matmul_bwd(dx, dW, dout, x, W, 0, N, in, outd);
     for (int n = 0; n < N; n++)
         for (int i = 0; i < in; i++) {
             double s = dx0[(size_t)n * in + i], m = fabs(s);
@@ -114,9 +114,29 @@ static void matmul_case(int N, int in, int outd)
     expect_within("matmul_bwd dW", dW, ex, mag, nw, N, N, in, outd);
 
     /* dx NULL: dW alone, the same dW */
-    be->matmul_bwd(NULL, dW2, dout, x, W, N, in, outd);
+    be->matmul_bwd(NULL, dW2, dout, x, W, 0, N, in, outd);
     cr_expect(memcmp(dW2, dW, nw * sizeof(float)) == 0, "N=%d in=%d outd=%d: dW differs when dx is NULL",
               N, in, outd);
+
+    /* overwrite: dx = dout W, whatever dx held (NaN here: a kernel that
+     * reads it, even times zero, fails); dW still += */
+    float *dxo = rnd(nx), *dW3 = copy(dW0, nw);
+    for (size_t i = 0; i < nx; i++)
+        dxo[i] = NAN;
+    be->matmul_bwd(dxo, dW3, dout, x, W, 1, N, in, outd);
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < in; i++) {
+            double s = 0, m = 0;
+            for (int o = 0; o < outd; o++) {
+                double t = (double)dout[(size_t)n * outd + o] * W[(size_t)o * in + i];
+                s += t, m += fabs(t);
+            }
+            ex[(size_t)n * in + i] = s, mag[(size_t)n * in + i] = m;
+        }
+    expect_within("matmul_bwd (overwrite) dx", dxo, ex, mag, nx, outd, N, in, outd);
+    cr_expect(memcmp(dW3, dW, nw * sizeof(float)) == 0, "N=%d in=%d outd=%d: dW differs under overwrite", N, in,
+              outd);
+    be->free(dxo), be->free(dW3);
 
     be->free(x), be->free(W), be->free(dout), be->free(out), be->free(dx), be->free(dW);
     be->free(dx0), be->free(dW0), be->free(dW2);
@@ -142,7 +162,7 @@ static void run_on(int threads, int N, int in, int outd, const float *x, const f
     memset(dx, 0, (size_t)N * in * sizeof(float));
     memset(dW, 0, (size_t)outd * in * sizeof(float));
     be->matmul_fwd(out, x, W, N, in, outd);
-    be->matmul_bwd(dx, dW, dout, x, W, N, in, outd);
+    be->matmul_bwd(dx, dW, dout, x, W, 0, N, in, outd);
     be->set_threads(2);
 }
 
@@ -178,7 +198,7 @@ Test(matmul_cpu, libxsmm_is_the_path_taken)
     int N = 1024, in = 64, outd = 64;
     size_t nx = (size_t)N * in, nw = (size_t)outd * in, no = (size_t)N * outd;
     float *x = rnd(nx), *dout = rnd(no), *W = rnd(nw), *dW = rnd(nw), *ref = copy(dW, nw);
-    be->matmul_bwd(NULL, dW, dout, x, W, N, in, outd);
+    be->matmul_bwd(NULL, dW, dout, x, W, 0, N, in, outd);
     /* the same product through the CBLAS the backend links */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, outd, in, N, 1.0f, dout, outd, x, in, 1.0f, ref, in);
     cr_expect(memcmp(ref, dW, nw * sizeof(float)) != 0,

@@ -483,7 +483,7 @@ static void mm_check(int N, int in, int outd, int fd)
     check_bnd("matmul out", out, ref, bnd, no);
 
     float *dx = zeros(nx), *dW = zeros(nw);
-    be->matmul_bwd(dx, dW, R, x, W, N, in, outd);
+    be->matmul_bwd(dx, dW, R, x, W, 0, N, in, outd);
     /* reference backward */
     double *rdx = calloc(nx, sizeof(double)), *rdW = calloc(nw, sizeof(double));
     double *bdx = calloc(nx, sizeof(double)), *bdW = calloc(nw, sizeof(double));
@@ -505,13 +505,21 @@ static void mm_check(int N, int in, int outd, int fd)
     /* += onto nonzero buffers, and dx NULL */
     float *bx = rnd((size_t)N * in, -1, 1), *bW = rnd((size_t)outd * in, -1, 1);
     float *ax = dup(bx, (size_t)N * in), *aW = dup(bW, (size_t)outd * in);
-    be->matmul_bwd(ax, aW, R, x, W, N, in, outd);
+    be->matmul_bwd(ax, aW, R, x, W, 0, N, in, outd);
     /* |R|, |W|, |x| <= 1: the K terms' magnitudes add to at most K */
     check_accum("matmul dx", ax, bx, dx, nx, outd, outd);
     check_accum("matmul dW", aW, bW, dW, nw, N, N);
     memcpy(aW, bW, nw * sizeof(float));
-    be->matmul_bwd(NULL, aW, R, x, W, N, in, outd);
+    be->matmul_bwd(NULL, aW, R, x, W, 0, N, in, outd);
     check_accum("matmul dW (dx NULL)", aW, bW, dW, nw, N, N);
+    /* overwrite: dx = dout W from garbage, as from zeros above (the same
+     * sums: the overwrite starts where += starts from 0) */
+    float *ox = rnd((size_t)N * in, -1, 1);
+    memcpy(aW, bW, nw * sizeof(float));
+    be->matmul_bwd(ox, aW, R, x, W, 1, N, in, outd);
+    check_bnd("matmul dx (overwrite)", ox, rdx, bdx, nx);
+    check_accum("matmul dW (overwrite)", aW, bW, dW, nw, N, N);
+    free(ox);
     free(x), free(W), free(R), free(out), free(ref), free(dx), free(dW), free(rdx), free(rdW);
     free(bnd), free(bdx), free(bdW);
     free(bx), free(bW), free(ax), free(aW);

@@ -20,15 +20,15 @@ void cpu_matmul_fwd(float *out, const float *x, const float *W, int N, int in, i
                 out, outd);
 }
 
-/* dx += dout W   (skipped when dx is NULL);   dW += dout^T x */
+/* dx += dout W   (skipped when dx is NULL; overwrite: =);   dW += dout^T x */
 void cpu_matmul_bwd(float *dx, float *dW, const float *dout, const float *x,
-                    const float *W, int N, int in, int outd)
+                    const float *W, int overwrite, int N, int in, int outd)
 {
-    if (xsmm_matmul_bwd(dx, dW, dout, x, W, N, in, outd))
+    if (xsmm_matmul_bwd(dx, dW, dout, x, W, overwrite, N, in, outd))
         return;
     if (dx)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, outd, 1.0f, dout, outd, W,
-                    in, 1.0f, dx, in);
+                    in, overwrite ? 0.0f : 1.0f, dx, in);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, outd, in, N, 1.0f, dout, outd, x, in,
                 1.0f, dW, in);
 }

@@ -155,17 +155,17 @@ static void dw_run(const dw_kernels *p, float *dW, const float *dout, const floa
         }
 }
 
-/* dx += dout W, per tile of tokens:
+/* dx += dout W (overwrite: =), per tile of tokens:
  *   dx^T (in x n) += W^T (in x outd) dout^T (outd x n),
  * W^T being row-major W read column-major; then dW as above. */
-int xsmm_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, const float *W, int N,
-                    int in, int outd)
+int xsmm_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, const float *W, int overwrite,
+                    int N, int in, int outd)
 {
     tok_kernels t;
     dw_kernels p;
     if (!takes(N, in, outd) || !dw_plan(&p, N, in, outd))
         return 0;
-    if (dx && !tok_plan(&t, N, in, outd, in, outd, in, 1.0f))
+    if (dx && !tok_plan(&t, N, in, outd, in, outd, in, overwrite ? 0.0f : 1.0f))
         return 0;
     if (dx)
         tok_run(&t, N, W, dout, outd, dx, in);

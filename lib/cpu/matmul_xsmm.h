@@ -18,8 +18,8 @@ typedef void *xsmm_kern;
 /* The linear layers: 1 when the product is computed, 0 when the shape is
  * left to the CBLAS (nothing written then). */
 int xsmm_matmul_fwd(float *out, const float *x, const float *W, int N, int in, int outd);
-int xsmm_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, const float *W, int N,
-                    int in, int outd);
+int xsmm_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, const float *W, int overwrite,
+                    int N, int in, int outd);
 xsmm_kern xsmm_dispatch(int m, int n, int k, int lda, int ldb, int ldc, float beta, int trans_b);
 void xsmm_run(xsmm_kern f, const float *a, const float *b, float *c);
 /* the library, its version and the instruction set of its kernels here */
@@ -31,9 +31,9 @@ static inline int xsmm_matmul_fwd(float *out, const float *x, const float *W, in
     return 0;
 }
 static inline int xsmm_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, const float *W,
-                                  int N, int in, int outd)
+                                  int overwrite, int N, int in, int outd)
 {
-    (void)dx, (void)dW, (void)dout, (void)x, (void)W, (void)N, (void)in, (void)outd;
+    (void)dx, (void)dW, (void)dout, (void)x, (void)W, (void)overwrite, (void)N, (void)in, (void)outd;
     return 0;
 }
 static inline xsmm_kern xsmm_dispatch(int m, int n, int k, int lda, int ldb, int ldc, float beta, int trans_b)

@@ -190,23 +190,24 @@ void cuda_matmul_fwd(float *out, const float *x, const float *W, int N, int in, 
     ar_cu_gemm(0, 1, N, outd, in, 1.0f, x, in, W, in, 0.0f, out, outd);
 }
 
-/* dx += dout W   (skipped when dx is NULL);   dW += dout^T x
+/* dx += dout W   (skipped when dx is NULL; overwrite: =);   dW += dout^T x
  * With bf16 copies dout is rounded once for both products. */
 void cuda_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, const float *W,
-                     int N, int in, int outd)
+                     int overwrite, int N, int in, int outd)
 {
+    float bx = overwrite ? 0.0f : 1.0f;
     if (N > 0 && in > 0 && outd > 0 && by_copies(outd, in, N) && (!dx || by_copies(N, in, outd))) {
         const __nv_bfloat16 *d16 = bf16_operand(CU_WS_MM_A, dout, (size_t)N * outd);
         const __nv_bfloat16 *x16 = bf16_operand(CU_WS_MM_B, x, (size_t)N * in);
         if (dx) {
             const __nv_bfloat16 *w16 = bf16_operand(CU_WS_MM_C, W, (size_t)outd * in);
-            gemm_bf16(0, 0, N, in, outd, 1.0f, d16, outd, w16, in, 1.0f, dx, in);
+            gemm_bf16(0, 0, N, in, outd, 1.0f, d16, outd, w16, in, bx, dx, in);
         }
         gemm_bf16(1, 0, outd, in, N, 1.0f, d16, outd, x16, in, 1.0f, dW, in);
         return;
     }
     if (dx)
-        ar_cu_gemm(0, 0, N, in, outd, 1.0f, dout, outd, W, in, 1.0f, dx, in);
+        ar_cu_gemm(0, 0, N, in, outd, 1.0f, dout, outd, W, in, bx, dx, in);
     ar_cu_gemm(1, 0, outd, in, N, 1.0f, dout, outd, x, in, 1.0f, dW, in);
 }
 
