@@ -9,8 +9,9 @@
  * sources instead of C passes (forward) or 3C passes (backward).  The key
  * RMSNorm is fused into the logit: one sweep of a row gives both sum x^2 and
  * u.x, so logit = rstd * (u.x) needs no normalised copy.  Inside a token,
- * the kernels (dots, mix, inter_update) keep every running sum of a
- * VL-float column in registers while they sweep the rows (vec.h), and
+ * the kernels (dots and inter_update in depth_rows.h, mix below) keep
+ * every running sum of a VL-float column in registers while they sweep
+ * the rows (vec.h), and
  * prefetch the next token's rows, which are 4*d bytes apart in each of
  * several buffers: too many short streams for the hardware prefetcher.
  * That made phase 1 about 1.5x faster at the medium bench shape
@@ -29,81 +30,12 @@
 
 #include "../backend.h"
 #include "loops.h"
+#include "depth_rows.h"
 #include "rmsnorm_row.h"
 #include "vec.h"
 #include "workspace.h"
 
 #define RED_CHUNK 128
-
-/* out[c] = a[c].x for c < CC <= 4, and *xx = x.x (xx may be NULL): one
- * sweep of x with CC + 1 sums in registers (a single dot product is bound
- * by the latency of its one chain of adds, not by memory).  Inlined with a
- * constant CC, so the sums stay in registers.  pf: prefetch the next
- * token's row of x (see mix_n). */
-static inline __attribute__((always_inline)) void dots_n(const float *const *a, int CC,
-                                                          const float *x, int d, float *out,
-                                                          float *xx, int pf)
-{
-    /* four named sums, not an array: GCC keeps an array of vectors on the
-     * stack, and the loop then waits on store-to-load forwarding */
-    const float *a0 = a[0], *a1 = a[CC > 1], *a2 = a[CC > 2 ? 2 : 0], *a3 = a[CC > 3 ? 3 : 0];
-    vf s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, q = {0};
-    int j = 0;
-    for (; j + VL <= d; j += VL) {
-        vf xv = v_ld(x + j);
-        if (pf)
-            __builtin_prefetch(x + j + d, 0, 3);
-        q += xv * xv;
-        if (CC > 0)
-            s0 += v_ld(a0 + j) * xv;
-        if (CC > 1)
-            s1 += v_ld(a1 + j) * xv;
-        if (CC > 2)
-            s2 += v_ld(a2 + j) * xv;
-        if (CC > 3)
-            s3 += v_ld(a3 + j) * xv;
-    }
-    float qs = v_hsum(q), sc[4] = {v_hsum(s0), v_hsum(s1), v_hsum(s2), v_hsum(s3)};
-    for (; j < d; j++) {
-        qs += x[j] * x[j];
-        for (int c = 0; c < CC; c++)
-            sc[c] += a[c][j] * x[j];
-    }
-    for (int c = 0; c < CC; c++)
-        out[c] = sc[c];
-    if (xx)
-        *xx = qs;
-}
-
-/* out[c] = a[c].x for c < C, and *xx = x.x (xx may be NULL), four rows of
- * a per sweep of x (inlined: a constant NULL xx drops the sum of squares). */
-static inline __attribute__((always_inline)) void dots(const float *const *a, int C,
-                                                        const float *x, int d, float *out,
-                                                        float *xx, int pf)
-{
-    int c0 = 0;
-    do {
-        int cc = C - c0 < 4 ? C - c0 : 4;
-        float *q = c0 == 0 ? xx : NULL;
-        switch (cc) {
-        case 0:
-            dots_n(a, 0, x, d, out, q, pf && c0 == 0);
-            break;
-        case 1:
-            dots_n(a + c0, 1, x, d, out + c0, q, pf && c0 == 0);
-            break;
-        case 2:
-            dots_n(a + c0, 2, x, d, out + c0, q, pf && c0 == 0);
-            break;
-        case 3:
-            dots_n(a + c0, 3, x, d, out + c0, q, pf && c0 == 0);
-            break;
-        default:
-            dots_n(a + c0, 4, x, d, out + c0, q, pf && c0 == 0);
-        }
-        c0 += 4;
-    } while (c0 < C);
-}
 
 /* a.b, in the same order as every dot product of dots: where a mixer has
  * one source (h = x exactly) dh.x - dh.h must cancel to zero. */
@@ -610,35 +542,6 @@ void cpu_depth_bwd_intra(const ar_depth_intra *m, float *const *dintra, float *d
         }
 }
 
-/* One shared source's row in the backward, one sweep:
- *   dx  = (acc ? dx : 0) + sum_c (a_c dh_c + c1_c u_c) + cx x
- *   P_c += c1_c x                                        (c < C) */
-static void inter_update(float *dx, int acc, int C, const float *a, const float *const *dh,
-                         const float *c1, const float *const *u, float cx, const float *x,
-                         float *const *P, int d)
-{
-    int j = 0;
-    for (; j + VL <= d; j += VL) {
-        vf xv = v_ld(x + j), y = cx * xv;
-        __builtin_prefetch(dx + j + d, 1, 3); /* the next token's row */
-        if (acc)
-            y += v_ld(dx + j);
-        for (int c = 0; c < C; c++) {
-            y += a[c] * v_ld(dh[c] + j) + c1[c] * v_ld(u[c] + j);
-            v_st(P[c] + j, v_ld(P[c] + j) + c1[c] * xv);
-        }
-        v_st(dx + j, y);
-    }
-    for (; j < d; j++) {
-        float y = cx * x[j] + (acc ? dx[j] : 0.0f);
-        for (int c = 0; c < C; c++) {
-            y += a[c] * dh[c][j] + c1[c] * u[c][j];
-            P[c][j] += c1[c] * x[j];
-        }
-        dx[j] = y;
-    }
-}
-
 /* Backward of a chunk's shared sources, all C mixers at once (deferred until
  * the chunk's lowest mixer is done: no shared source is needed earlier):
  *   dl[c,s] = alpha_c[s] (dh_c.x_s - cdot_c)   (0 for a mixer of one source)
@@ -691,7 +594,7 @@ void cpu_depth_bwd_inter(const ar_depth_inter *chunk, float *const *dsrc, float 
                         norm += dl * (uxdot ? t[C + c] : key_dot_of(sigmoid, a[c], dl, lse[c][i], r));
                 }
                 inter_update(dsrc[s] + (size_t)i * d, !overwrite, C, a, dr, c1, ur,
-                             -norm * r * r * r / d, x, pc, d);
+                             -norm * r * r * r / d, x, pc, 1, 1, d);
             }
         }
     }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "../backend.h"
+#include "depth_rows.h"
 #include "loops.h"
 #include "vec.h"
 #include "workspace.h"
@@ -908,10 +909,90 @@ void cpu_depth_mix_bwd_chunk_simple(const ar_depth_mix_chunk *chunk, float *cons
     chunk_reduce(part, nch, C, pc, s0, ns, d, dw, dg, dtheta, hasq, keyn, hastheta);
 }
 
+/* One head (H = 1), the chunk's C mixers at once, per token and source:
+ * one sweep of the row for every dh_c.x (and u_c.x), then one for its
+ * gradient row, dx += sum_c (a_c dh_c + C_c u_c) - (sum_c c3_c) x and
+ * T_c += C_c x (the two-phase backward's kernels, depth_rows.h), where
+ * mixer by mixer took C of each.  The rest as cpu_depth_mix_bwd_chunk. */
+static void mix_bwd_chunk_one_head(const ar_depth_mix_chunk *chunk, float *const *dsrc, const float *u,
+                                   float *part, size_t pc, int wantT, const float *const *dh,
+                                   const float *const *cdot)
+{
+    const float *const *src = chunk->src, *const *alpha = chunk->alpha, *const *rstd = chunk->rstd;
+    const float *const *w = chunk->w, *const *g = chunk->g, *const *theta = chunk->theta;
+    const int *n = chunk->n;
+    int s0 = chunk->s0, s1 = chunk->s1, C = chunk->C, sigmoid = chunk->sigmoid, N = chunk->N, d = chunk->d;
+    const int hasq = w[0] && !theta[0], keyn = g[0] != NULL, hastheta = theta[0] != NULL;
+    const int nch = (N + MIX_CHUNK - 1) / MIX_CHUNK, ns = s1 - s0;
+    const size_t stride = (size_t)C * pc;
+#pragma omp parallel if (nch > 1 && (long)N * ns * C * d > PAR_MIN)
+    {
+        float T[MIX_CHUNK_MAX][d];
+        float *Tp[MIX_CHUNK_MAX], a[MIX_CHUNK_MAX], cv[MIX_CHUNK_MAX], t[2 * MIX_CHUNK_MAX];
+        const float *rows[2 * MIX_CHUNK_MAX], **gy = rows, **ur = rows + C;
+        for (int c = 0; c < C; c++) {
+            Tp[c] = T[c];
+            ur[c] = hasq ? u + (size_t)c * d : NULL;
+        }
+#pragma omp for schedule(static)
+        for (int ch = 0; ch < nch; ch++) {
+            float *pch = part + (size_t)ch * stride;
+            memset(pch, 0, stride * sizeof(float));
+            for (int c = 0; c < C; c++)
+                memset(T[c], 0, (size_t)d * sizeof(float));
+            int i1 = (ch + 1) * MIX_CHUNK < N ? (ch + 1) * MIX_CHUNK : N;
+            for (int i = ch * MIX_CHUNK; i < i1; i++) {
+                for (int c = 0; c < C; c++)
+                    gy[c] = dh[c] + (size_t)i * d;
+                for (int s = s0; s < s1; s++) {
+                    const float *x = src[s] + (size_t)i * d;
+                    float *dx = dsrc[s] ? dsrc[s] + (size_t)i * d : NULL;
+                    for (int c = 0; c < C; c++)
+                        a[c] = alpha[c][(size_t)i * n[c] + s];
+                    if (!hasq && !hastheta) { /* uniform: no logit, dx += sum_c a_c dh_c */
+                        if (dx)
+                            inter_update(dx, 1, C, a, gy, NULL, NULL, 0.0f, x, NULL, 0, 0, d);
+                        continue;
+                    }
+                    dots(rows, hasq ? 2 * C : C, x, d, t, NULL, 1);
+                    float c3 = 0;
+                    for (int c = 0; c < C; c++) {
+                        const float r = keyn ? rstd[c][(size_t)i * n[c] + s] : 1.0f;
+                        const float dl = chunk_dl(t[c], a[c], cdot[c][i], sigmoid);
+                        cv[c] = dl * r;
+                        if (hastheta)
+                            pch[(size_t)c * pc + 2 * d + (s - s0)] += dl;
+                        if (keyn && hasq) /* through rstd: only with key norm */
+                            c3 += dl * t[C + c] * r * r * r / d;
+                    }
+                    if (dx && hasq && wantT)
+                        inter_update(dx, 1, C, a, gy, cv, ur, -c3, x, Tp, 1, 1, d);
+                    else if (dx && hasq)
+                        inter_update(dx, 1, C, a, gy, cv, ur, -c3, x, NULL, 1, 0, d);
+                    else if (dx)
+                        inter_update(dx, 1, C, a, gy, NULL, NULL, -c3, x, NULL, 0, 0, d);
+                    else if (wantT) /* no gradient wanted for this source: T alone */
+                        for (int c = 0; c < C; c++)
+                            for (int j = 0; j < d; j++)
+                                T[c][j] += cv[c] * x[j];
+                }
+            }
+            for (int c = 0; c < C && wantT; c++) {
+                float *pw = pch + (size_t)c * pc, *pg = pw + d;
+                for (int j = 0; j < d; j++) {
+                    pw[j] = (keyn ? g[c][j] : 1.0f) * T[c][j];
+                    pg[j] = w[c][j] * T[c][j];
+                }
+            }
+        }
+    }
+}
+
 /* The fast path: per token and shared source, the row is swept once per
  * mixer while it sits in L1 (row_sweep2: dh.x and u.x), its gradient row
  * updated in place (bwd_row); the parameter gradients' partial is one row
- * T_c = sum dl r x per mixer and token chunk, times g or q at the end. */
+ * T_c = sum dl r x per mixer and token chunk, times g or q at the end.
+ * One head: mix_bwd_chunk_one_head, all mixers per sweep. */
 void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc, float *const *dw,
                              float *const *dg, float *const *dtheta, const float *const *dh,
                              const float *const *cdot)
@@ -940,6 +1021,11 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
     for (int c = 0; c < C && hasq; c++)
         for (int j = 0; j < d; j++)
             u[(size_t)c * d + j] = w[c][j] * (keyn ? g[c][j] : 1.0f);
+    if (H == 1) {
+        mix_bwd_chunk_one_head(chunk, dsrc, u, part, pc, wantT, dh, cdot);
+        chunk_reduce(part, nch, C, pc, s0, ns, d, dw, dg, dtheta, hasq, keyn, hastheta);
+        return;
+    }
     const vi idx = head_idx(e);
 #pragma omp parallel if (nch > 1 && (long)N * ns * C * d > PAR_MIN)
     {
