@@ -236,6 +236,17 @@ static void compare_checkpoints(const char *what, const char *da, const char *db
     ar_st_free(&fb);
 }
 
+/* A new temporary folder with a corpus and the paths of two runs in it,
+ * named na and nb */
+static void corpus_and_runs(char corpus[2048], char da[4200], const char *na, char db[4200], const char *nb)
+{
+    const char *dir = tu_tmpdir();
+    snprintf(corpus, 2048, "%s/corpus.txt", dir);
+    snprintf(da, 4200, "%s/%s", dir, na);
+    snprintf(db, 4200, "%s/%s", dir, nb);
+    tu_write_corpus_lines(corpus, 300, 1);
+}
+
 static void compare_runs(ar_res_kind kind, int bf16)
 {
     tu_need_backend_b(B, b_kind, why);
@@ -243,12 +254,8 @@ static void compare_runs(ar_res_kind kind, int bf16)
     int rc = B->set_bf16(bf16);
     cr_assert(rc == 0 || (bf16 && B == A), "set_bf16(%d) failed on '%s'", bf16, B->name);
     bounds bd = B == A ? (bounds){0, 0, 0, 0, 0, 0} : bf16 ? BF16 : FP32;
-    const char *dir = tu_tmpdir();
     char corpus[2048], ra[4200], rb[4200];
-    snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
-    snprintf(ra, sizeof ra, "%s/a", dir);
-    snprintf(rb, sizeof rb, "%s/b", dir);
-    tu_write_corpus_lines(corpus, 300, 1);
+    corpus_and_runs(corpus, ra, "a", rb, "b");
     ar_config c = tiny(corpus, kind);
     char name[160];
     snprintf(name, sizeof name, "%s%s%s%s", ar_res_kind_name(kind), extra_set ? " " : "", extra_set ? extra_set : "",
@@ -316,12 +323,8 @@ Test(backend_train, weight_copy_bit_identical, .timeout = 300)
     ar_backend plain = *B;
     b_real = B;
     plain.set_weight_copy = no_weight_copy;
-    const char *dir = tu_tmpdir();
     char corpus[2048], rc_[4200], rp[4200];
-    snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
-    snprintf(rc_, sizeof rc_, "%s/copy", dir);
-    snprintf(rp, sizeof rp, "%s/plain", dir);
-    tu_write_corpus_lines(corpus, 300, 1);
+    corpus_and_runs(corpus, rc_, "copy", rp, "plain");
     ar_config c = tiny(corpus, AR_RES_BLOCK);
     c.model.d_model = 64, c.model.n_head = 2, c.model.d_ff = 128, c.model.n_layer = 2;
     c.train.steps = 6;
