@@ -46,9 +46,18 @@
  * row and of its gradient row per chunk instead of per mixer.  The chunk's
  * dL/dh rows wait in one buffer per place in the chunk (dHc).
  *
+ * rescaled (uniform weights 1/n over Full's sources) takes none of this:
+ * h_m = S_m / m with S_m = v_0 + .. + v_{m-1} one running sum (an add and
+ * a scaled copy a mixer, where mixing read all m sources), and in the
+ * backward every v_s gets sum_{m > s} dL/dh_m / m, one running gradient
+ * R that each mixer adds its dL/dh_m / m into, as the baseline's dR (L
+ * passes where the chunked backward took about L^2 / 2C).  Its weights
+ * (1/n, the softmax of n zeros) are written once, for the diagnostics.
+ *
  * Memory is simple rather than lean: P, dP and the mixed inputs h of every
- * mixer are kept (3(L+1) buffers of N x d), plus per mixer its weights and
- * the input-dependent query's activations, and the chunk's dL/dh rows. */
+ * mixer are kept (3(L+1) buffers of N x d; rescaled: no dP, and S and R),
+ * plus per mixer its weights and the input-dependent query's activations,
+ * and the chunk's dL/dh rows. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +99,8 @@ typedef struct {
     int cmax;            /* most mixers in a backward chunk (1: none batched) */
     int *csize, *ck;     /* per lowest mixer m0: its chunk's size and shared sources */
     float **dHc;         /* cmax buffers N x d: dL/dh of each place in a chunk */
+    int uniform;         /* rescaled: running sums (the module comment) */
+    float *S, *R, *inv;  /* uniform: the running sum, its gradient; inv[m] = 1/n_m (device) */
     const ar_param_table *pt;
     float *params, *grads;
 } mixer_res;
@@ -122,9 +133,20 @@ static void mixer_bind(ar_residual *r, float *params, float *grads, float *const
     s->grads = grads;
     for (int l = 0; l <= r->L; l++) {
         s->P[l] = be->alloc(nd);
-        s->dP[l] = be->alloc(nd);
+        if (!s->uniform)
+            s->dP[l] = be->alloc(nd);
     }
     s->fgrad = be->alloc(nd);
+    if (s->uniform) {
+        s->S = be->alloc(nd);
+        s->R = be->alloc(nd);
+        float inv[r->L + 2];
+        inv[0] = 0.0f;
+        for (int m = 1; m <= r->L + 1; m++)
+            inv[m] = 1.0f / (float)s->mx[m].n;
+        s->inv = be->alloc((size_t)(r->L + 2) * sizeof(float));
+        be->upload(s->inv, inv, sizeof inv);
+    }
     for (int c = 0; c < s->cmax; c++)
         s->dHc[c] = be->alloc(nd);
     if (s->qinput) {
@@ -168,6 +190,14 @@ static void mixer_bind(ar_residual *r, float *params, float *grads, float *const
             x->sp[i] = s->P[x->src[i]];
             x->dsp[i] = s->dP[x->src[i]];
         }
+        if (s->uniform) { /* the weights, 1/n for every token, once */
+            size_t cnt = (size_t)r->maxN * x->n;
+            float *a = ar_xmalloc(cnt * sizeof(float));
+            for (size_t t = 0; t < cnt; t++)
+                a[t] = 1.0f / (float)x->n;
+            be->upload(x->alpha, a, cnt * sizeof(float));
+            free(a);
+        }
     }
 }
 
@@ -193,6 +223,16 @@ static const float *mix_fwd(mixer_res *s, int m, int N)
     const ar_backend *be = s->base.be;
     mixer *x = &s->mx[m];
     int d = s->base.d;
+    if (s->uniform) { /* S_m = S_{m-1} + v_{m-1};  h_m = S_m / m */
+        size_t nd = (size_t)N * d;
+        if (m == 1)
+            be->copy(s->S, s->P[0], nd);
+        else
+            be->add(s->S, s->P[m - 1], nd);
+        const float *S = s->S;
+        be->wsum_fwd(x->h, &S, s->inv + m, 1, 0, nd);
+        return x->h;
+    }
     const float *w = pp(s, x->q_idx);
     int wstride = 0;
     if (s->qinput) {
@@ -228,6 +268,10 @@ static void mix_bwd(mixer_res *s, int m, const float *dh, int N)
     mixer *x = &s->mx[m];
     int d = s->base.d;
     size_t nd = (size_t)N * d * sizeof(float);
+    if (s->uniform) { /* R = dh_out / (L+1) (the first), then R += dh_m / m */
+        be->wsum_fwd(s->R, &dh, s->inv + m, 1, m <= s->base.L, (size_t)N * d);
+        return;
+    }
     if (s->qinput) {
         /* dL/d dyn: g dw with the gate (and dq += sum_i dw_i, dg += dw . dyn),
          * else dw itself, written where dL/d dyn goes */
@@ -305,6 +349,8 @@ static const float *mixer_final_fwd(ar_residual *r, int N) { return mix_fwd(MR(r
 
 static void mixer_zero_grads(ar_residual *r, int N)
 {
+    if (MR(r)->uniform)
+        return; /* R is written by the final mixer */
     size_t nd = (size_t)N * r->d * sizeof(float);
     for (int l = 0; l <= r->L; l++)
         r->be->zero(MR(r)->dP[l], nd);
@@ -318,6 +364,8 @@ static void mixer_final_bwd(ar_residual *r, int N) { mix_bwd(MR(r), r->L + 1, MR
 static float *mixer_output_grad(ar_residual *r, int l, int N)
 {
     mixer_res *s = MR(r);
+    if (s->uniform) /* sum_{m > l} dh_m / m, complete: every mixer above l is done */
+        return s->R;
     if (!opens(s, l))
         r->be->add(s->dP[l - 1], s->dP[l], (size_t)N * r->d);
     return s->dP[l];
@@ -335,7 +383,7 @@ static float *mixer_input_grad_buf(ar_residual *r, int l, int N, float *spare)
     return s->dHc[s->mx[l].pos];
 }
 static void mixer_input_bwd(ar_residual *r, int l, int N) { mix_bwd(MR(r), l, mixer_input_grad_buf(r, l, N, NULL), N); }
-static float *mixer_embed_grad(ar_residual *r) { return MR(r)->dP[0]; }
+static float *mixer_embed_grad(ar_residual *r) { return MR(r)->uniform ? MR(r)->R : MR(r)->dP[0]; }
 static int mixer_n_sources(ar_residual *r, int l) { return MR(r)->mx[l].n; }
 
 /* averaged over tokens and heads */
@@ -373,9 +421,10 @@ static void mixer_destroy(ar_residual *r)
     const ar_backend *be = r->be;
     for (int l = 0; l <= r->L; l++) {
         be->free(s->P[l]);
-        be->free(s->dP[l]);
+        if (s->dP[l])
+            be->free(s->dP[l]);
     }
-    float *bufs[] = {s->fgrad, s->dwq, s->dqn, s->ones, s->dgdump, s->du, s->dun};
+    float *bufs[] = {s->fgrad, s->dwq, s->dqn, s->ones, s->dgdump, s->du, s->dun, s->S, s->R, s->inv};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i])
             be->free(bufs[i]);
@@ -477,6 +526,7 @@ ar_residual *ar_residual_mixer_create(const ar_model_cfg *cfg, const ar_backend 
     s->base.maxN = maxN;
     s->base.final_grad_overwrite = s->base.input_grad_overwrite = 1;
     s->kind = rc->kind;
+    s->uniform = rc->kind == AR_RES_RESCALED;
     if (rc->kind == AR_RES_BLOCK)
         ar_blocks_of_cfg(&s->blk, cfg);
     else

@@ -1098,19 +1098,18 @@ Test(variants, rescaled_gives_uniform_weights)
     ar_model_free(m);
 }
 
-/* Both run on the general mixer with the same sources, shapes and threads.
- * Static's weights are the softmax of its zero logits and rescaled's the
- * softmax of zeros (cpu_depth_mix_fwd: theta or 0, then the same scores),
- * and without a query the sources' gradient is alpha dh in both, whatever
- * the logits' gradient (static's alone, not compared): every compared
- * number comes out of the same operations on the same values, so the two
- * agree bit for bit. */
+/* Static's weights are the softmax of its zero logits, 1/n, rescaled's
+ * 1/n too; static mixes its sources with them (a weighted sum), rescaled
+ * keeps a running sum and scales it (lib/residual_mixer.c), and in the
+ * backward static adds alpha dh into each source where rescaled keeps one
+ * running gradient: the same mixing in two orders of rounding, within the
+ * bound two schedules of one mixing may differ by. */
 Test(variants, static_with_zero_logits_equals_rescaled)
 {
     ar_model_cfg s = tiny(AR_RES_STATIC), r = tiny(AR_RES_RESCALED);
     /* r's weights random, static's logits (only static has them) zero */
-    double d = compare(r, s, 0, 0, 0, NULL);
-    cr_expect_eq(d, 0.0, "static with zero logits differs from rescaled by %g", d);
+    double tol, d = compare(r, s, 0, 0, 0, &tol);
+    cr_expect_lt(d, tol, "static with zero logits differs from rescaled by %g (bound %g)", d, tol);
     /* s's weights random, its logits too */
     cr_expect_gt(compare(s, r, 0, 0, 0, NULL), 1e-2, "static with random logits should differ from rescaled");
 }
@@ -1314,3 +1313,37 @@ static void mixing_matches_forward(ar_model_cfg c)
 
 Test(variants, mhc_mixing_matrix_matches_forward) { mixing_matches_forward(tiny(AR_RES_MHC)); }
 Test(variants, denseformer_mixing_matrix_matches_forward) { mixing_matches_forward(tiny(AR_RES_DENSEFORMER)); }
+
+/* A second backward of the same batch gives the same gradients, bit for
+ * bit (the same code on the same values and threads): no scheme carries
+ * state from one backward into the next (a running gradient that the
+ * first mixer should overwrite, a buffer left unzeroed). */
+Test(variants, second_backward_equals_first)
+{
+    ar_res_kind kinds[] = {AR_RES_BASELINE, AR_RES_FULL,        AR_RES_BLOCK, AR_RES_STATIC,
+                           AR_RES_DENSEFORMER, AR_RES_SWA, AR_RES_MHC, AR_RES_RESCALED};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        ar_model_cfg c = tiny(kinds[k]);
+        if (kinds[k] == AR_RES_SWA)
+            c.residual.window = 2;
+        valid(&c);
+        ar_model *m;
+        ar_err e;
+        cr_assert_eq(ar_model_create(&m, &c, cpu(), 2, &e), 0, "%s", e.msg);
+        tu_model_randomize(m, 5);
+        int32_t in[64], tg[64];
+        tu_tokens(in, tg, 2 * m->T, 13);
+        size_t n = m->pt.total;
+        float *g1 = malloc(n * sizeof(float));
+        ar_model_zero_grad(m);
+        double l1 = ar_model_forward_backward(m, in, tg, 2, 1.0f, NULL);
+        memcpy(g1, m->grads, n * sizeof(float));
+        ar_model_zero_grad(m);
+        double l2 = ar_model_forward_backward(m, in, tg, 2, 1.0f, NULL);
+        cr_expect(l1 == l2, "%s: loss %.9g then %.9g", ar_res_kind_name(kinds[k]), l1, l2);
+        cr_expect(memcmp(g1, m->grads, n * sizeof(float)) == 0, "%s: the second backward's gradients differ",
+                  ar_res_kind_name(kinds[k]));
+        free(g1);
+        ar_model_free(m);
+    }
+}
