@@ -36,14 +36,15 @@
  *     it twice) compute type CUBLAS_COMPUTE_32F_FAST_16BF on the fp32
  *     buffers, cuBLAS rounding A and B inside.  Norms, softmaxes,
  *     cross-entropy and AdamW stay fp32.
- *   The weights' copies: an operand inside the range given to
+ *   The weights' copy: an operand inside the range given to
  *     set_weight_copy (the model's parameters) is read from one bf16 copy
  *     of the whole range, rounded when a product first needs it after
  *     anything wrote inside the range (the backend's table marks every
- *     op's float * arguments, uploads and memsets: see backend_cuda.cu), so a training step rounds the weights once, not
- *     once per product (the output layer's weight was rounded for each of
- *     its row chunks, forward and backward).  The same roundings, so the
- *     same products bit for bit. */
+ *     op's float * arguments, uploads and memsets: backend_cuda.cu), so a
+ *     training step rounds the weights once, not once per product (the
+ *     output layer's weight was rounded for each of its row chunks,
+ *     forward and backward).  The same roundings: the same products, bit
+ *     for bit. */
 #include "matmul_cuda.h"
 #include "ops_cuda.h"
 
