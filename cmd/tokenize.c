@@ -19,51 +19,12 @@
 #include "tokenize.h"
 
 static const char *usage =
-    "attnres tokenize [--vocab encoder.json --merges vocab.bpe] [--threads N] [--eot] "
+    "attnres tokenize [--vocab encoder.json --merges vocab.bpe] [--threads N] [--eot] [--read-mb N] "
     "(IN... -o OUT.bin | IN... -o DIR/ [--shard-tokens N] [--val-tokens N] | --decode IN.bin [-o OUT.txt])";
 
 #define LLMC_SHARD_TOKENS 100000000 /* llm.c's fineweb.py: 10^8 tokens a shard */
-
-/* The whole of a text file, gzip-compressed or not (zlib reads plain files
- * as they are); malloc'd, or NULL with e set. */
-static char *read_text(const char *path, size_t *len, ar_err *e)
-{
-    errno = 0;
-    gzFile g = gzopen(path, "rb");
-    if (!g) {
-        ar_fail(e, "cannot read '%s': %s", path, errno ? ar_strerror(errno) : "cannot open");
-        return NULL;
-    }
-    size_t cap = 1 << 20, n = 0;
-    char *s = ar_xmalloc(cap);
-    int k;
-    do {
-        if (cap - n < (1u << 20)) {
-            cap *= 2;
-            char *t = realloc(s, cap);
-            if (!t)
-                ar_xmalloc((size_t)-1); /* aborts with the out-of-memory message */
-            s = t;
-        }
-        k = gzread(g, s + n, 1u << 20);
-        if (k > 0)
-            n += (size_t)k;
-    } while (k > 0);
-    int code;
-    const char *msg = gzerror(g, &code);
-    if (k < 0 || (code != Z_OK && code != Z_STREAM_END)) {
-        if (code == Z_ERRNO)
-            ar_fail(e, "cannot read '%s': %s", path, ar_strerror(errno));
-        else
-            ar_fail(e, "'%s': corrupt gzip data: %s", path, msg);
-        gzclose(g);
-        free(s);
-        return NULL;
-    }
-    gzclose(g);
-    *len = n;
-    return s;
-}
+#define READ_MB 64                   /* text read and encoded at a time (--read-mb) */
+#define READ_MB_MAX 65536            /* 64 GiB */
 
 /* What to encode and where, from the command line. */
 typedef struct {
@@ -73,7 +34,57 @@ typedef struct {
     size_t shard_tokens, val_tokens; /* shards: -o names a directory */
     int threads;                     /* >= 1 */
     int eot;                         /* --eot: <|endoftext|> before each input */
+    size_t block;                    /* --read-mb: bytes of text read at a time */
 } encode_job;
+
+/* One input, gzip-compressed or not (zlib reads plain files as they are),
+ * encoded as it is read: block bytes at a time, each block encoded up to
+ * its last safe cut (tok_last_cut: the ids are those of the whole text)
+ * and the rest carried into the next, so memory holds about a block of
+ * text, not the file.  A block without a safe cut grows until one comes
+ * (a line longer than the block is read whole).  0, or -1 with e set. */
+static int encode_input(const ar_bpe *b, const char *path, const encode_job *j, tok_put_fn put, void *ud,
+                        tok_progress *p, ar_err *e)
+{
+    errno = 0;
+    gzFile g = gzopen(path, "rb");
+    if (!g)
+        return ar_fail(e, "cannot read '%s': %s", path, errno ? ar_strerror(errno) : "cannot open");
+    size_t cap = j->block, n = 0, base = 0;
+    char *buf = ar_xmalloc(cap);
+    int rc = 0, k = 1;
+    while (rc == 0) {
+        while (n < cap && (k = gzread(g, buf + n, (unsigned)(cap - n < (1u << 30) ? cap - n : 1u << 30))) > 0)
+            n += (size_t)k;
+        int code;
+        const char *msg = gzerror(g, &code);
+        if (k < 0 || (code != Z_OK && code != Z_STREAM_END)) {
+            if (code == Z_ERRNO)
+                rc = ar_fail(e, "cannot read '%s': %s", path, ar_strerror(errno));
+            else
+                rc = ar_fail(e, "'%s': corrupt gzip data: %s", path, msg);
+            break;
+        }
+        if (k == 0) { /* the end: the rest, whatever it holds */
+            rc = tok_encode(b, path, base, buf, n, j->threads, put, ud, p, e);
+            break;
+        }
+        size_t cut = tok_last_cut(buf, n);
+        if (cut == 0) { /* no safe cut yet: a longer block */
+            char *t = realloc(buf, cap * 2);
+            if (!t)
+                ar_xmalloc((size_t)-1); /* aborts with the out-of-memory message */
+            buf = t, cap *= 2;
+            continue;
+        }
+        rc = tok_encode(b, path, base, buf, cut, j->threads, put, ud, p, e);
+        memmove(buf, buf + cut, n - cut);
+        n -= cut, base += cut;
+    }
+    gzclose(g);
+    free(buf);
+    return rc;
+}
 
 /* The id of "<|endoftext|>" (GPT-2's 50256), or -1 where the vocabulary
  * has no such token. */
@@ -99,17 +110,12 @@ static int encode_inputs(const ar_bpe *b, const encode_job *j, tok_put_fn put, v
         return ar_fail(e, "'--eot': the vocabulary has no '<|endoftext|>' token to put between the documents");
     size_t text_ids = 0;
     for (int i = 0; i < j->nin; i++) {
-        size_t len;
-        char *text = read_text(j->in[i], &len, e);
-        if (!text)
-            return -1;
         int rc = 0;
         if (j->eot && (rc = put(ud, &eot, 1, e)) == 0)
             p->tokens++;
         size_t before = p->tokens;
         if (rc == 0)
-            rc = tok_encode(b, j->in[i], text, len, j->threads, put, ud, p, e);
-        free(text);
+            rc = encode_input(b, j->in[i], j, put, ud, p, e);
         if (rc != 0)
             return -1;
         text_ids += p->tokens - before;
@@ -325,13 +331,13 @@ static int check_modes(const encode_job *j, int decode, const char *shard_opt, c
 
 int cmd_tokenize(int argc, char **argv)
 {
-    const char *vocab = NULL, *merges = NULL, *shard_opt = NULL, *val_opt = NULL;
+    const char *vocab = NULL, *merges = NULL, *shard_opt = NULL, *val_opt = NULL, *read_opt = NULL;
     const char **in = ar_xcalloc((size_t)argc + 1, sizeof *in);
-    int decode = 0, rc = AR_EXIT_USAGE, shard = LLMC_SHARD_TOKENS, val = 0;
+    int decode = 0, rc = AR_EXIT_USAGE, shard = LLMC_SHARD_TOKENS, val = 0, read_mb = READ_MB;
     encode_job j = {.in = in};
     ar_err e = {{0}};
     ar_bpe *b = NULL;
-    static const char *const own[] = {"--vocab", "--merges", "-o", "--shard-tokens", "--val-tokens", NULL};
+    static const char *const own[] = {"--vocab", "--merges", "-o", "--shard-tokens", "--val-tokens", "--read-mb", NULL};
     cli_opts so;
     cli_opts_init(&so, usage, CLI_OUT | CLI_THREADS, own, argc, argv);
     for (const char *a, *v; (a = cli_opts_next(&so, &v));) {
@@ -353,6 +359,15 @@ int cmd_tokenize(int argc, char **argv)
             if (cli_parse_int(a, v, 0, &val) != 0)
                 goto done;
             val_opt = v;
+        } else if (!strcmp(a, "--read-mb")) {
+            if (cli_parse_int(a, v, 1, &read_mb) != 0)
+                goto done;
+            if (read_mb > READ_MB_MAX) {
+                cli_usage_error(usage, "'--read-mb' is at most %d (MiB of text read at a time), got %d",
+                                READ_MB_MAX, read_mb);
+                goto done;
+            }
+            read_opt = v;
         } else if (cli_opts_argument(&so, a, &in[j.nin]) != 0)
             goto done;
         else
@@ -380,8 +395,13 @@ int cmd_tokenize(int argc, char **argv)
     }
     if (check_modes(&j, decode, shard_opt, val_opt) != 0)
         goto done;
+    if (decode && read_opt) {
+        cli_usage_error(usage, "'--read-mb' is for encoding, not '--decode'");
+        goto done;
+    }
     j.shard_tokens = (size_t)shard;
     j.val_tokens = (size_t)val;
+    j.block = (size_t)read_mb << 20;
     /* 0, or none given: every processor (OMP_NUM_THREADS where it is set) */
     j.threads = so.threads > 0 ? so.threads : omp_get_max_threads();
     rc = AR_EXIT_FAIL;

@@ -33,12 +33,18 @@ void tok_progress_start(tok_progress *p);
  * (summary NULL: nothing, before an error). */
 void tok_progress_end(tok_progress *p, const char *summary);
 
-/* text[0..len), the file name's, encoded on `threads` threads and handed
- * to put in the text's order; p counts the bytes and ids.  The ids are
- * those of ar_bpe_encode on the whole text for any thread count
- * (tokenize_encode.c says why).  0, or -1 with e set. */
-int tok_encode(const ar_bpe *b, const char *name, const char *text, size_t len, int threads, tok_put_fn put,
-               void *ud, tok_progress *p, ar_err *e);
+/* text[0..len), the file name's from its byte base on, encoded on
+ * `threads` threads and handed to put in the text's order; p counts the
+ * bytes and ids.  The ids are those of ar_bpe_encode on the whole text for
+ * any thread count (tokenize_encode.c says why).  0, or -1 with e set
+ * (naming the file and the byte, counted from the file's start). */
+int tok_encode(const ar_bpe *b, const char *name, size_t base, const char *text, size_t len, int threads,
+               tok_put_fn put, void *ud, tok_progress *p, ar_err *e);
+
+/* The last safe place to cut text[0..len) (tokenize_encode.c's rule 1: the
+ * pieces on either side are those of the whole), 2 <= p < len, or 0 where
+ * there is none. */
+size_t tok_last_cut(const char *text, size_t len);
 
 /* ------------------------------------------------------------ shards */
 

@@ -31,6 +31,7 @@
  * A text with no safe place (one long line) is one chunk, on one thread.
  * The tests compare the chunked ids with ar_bpe_encode's on the whole text
  * and across --threads 1, 2 and 4. */
+#define _GNU_SOURCE /* memrchr */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +72,20 @@ static size_t next_cut(const char *text, size_t len, size_t from)
         p++;
     }
     return len;
+}
+
+size_t tok_last_cut(const char *text, size_t len)
+{
+    for (size_t q = len; q > 1;) { /* text[q - 1] == '\n' makes p = q a candidate */
+        const char *nl = memrchr(text, '\n', q - 1);
+        if (!nl)
+            break;
+        size_t p = (size_t)(nl - text) + 1;
+        if (p >= 2 && p < len && solid((unsigned char)text[p - 2]) && solid((unsigned char)text[p]))
+            return p;
+        q = p - 1;
+    }
+    return 0;
 }
 
 /* The chunks' starts, and len after the last: malloc'd, *n chunks. */
@@ -148,8 +163,8 @@ typedef struct {
     ar_err e;
 } chunk_out;
 
-int tok_encode(const ar_bpe *b, const char *name, const char *text, size_t len, int threads, tok_put_fn put,
-               void *ud, tok_progress *p, ar_err *e)
+int tok_encode(const ar_bpe *b, const char *name, size_t base, const char *text, size_t len, int threads,
+               tok_put_fn put, void *ud, tok_progress *p, ar_err *e)
 {
     size_t nchunks;
     size_t *at = cuts_of(text, len, &nchunks);
@@ -167,7 +182,7 @@ int tok_encode(const ar_bpe *b, const char *name, const char *text, size_t len, 
             c->n = 0;
             c->failed = ar_bpe_encode(b, text + s, end - s, &c->ids, &c->n, &c->e) != 0;
             if (c->failed)
-                ar_wrap(&c->e, "'%s', in the text from byte %zu", name, s);
+                ar_wrap(&c->e, "'%s', in the text from byte %zu", name, base + s);
         }
         p->encode_s += tok_now() - t0;
         for (long i = 0; i < m; i++) {

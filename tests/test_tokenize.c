@@ -690,6 +690,9 @@ Test(tokenize_cli, errors)
     EXPECT(2, 2, "one token file", "tokenize --decode a.bin b.bin");
     EXPECT(2, 2, "unknown option '--bogus'", "tokenize --bogus");
     EXPECT(2, 2, "'-o' needs a value", "tokenize '%s' -o", in);
+    EXPECT(2, 2, "'--read-mb'", "tokenize --read-mb 0 '%s' -o '%s'", in, out);
+    EXPECT(2, 2, "'--read-mb' is at most 65536", "tokenize --read-mb 65537 '%s' -o '%s'", in, out);
+    EXPECT(2, 2, "'--read-mb' is for encoding", "tokenize --read-mb 4 --decode '%s'", out);
 }
 
 /* The usage line is the man page's SYNOPSIS (tests/test_cli.c's rule), and
@@ -903,6 +906,53 @@ Test(tokenize_cli, threads_give_identical_files)
         cr_assert(same_file(one[0], one[i]), "--threads %d differs from --threads 1", threads[i]);
         cr_assert(same_file(shard[0], shard[i]), "--threads %d's shard 3 differs", threads[i]);
     }
+}
+
+/* --read-mb 1 reads and encodes a 2.6 MB text (plain and gzip-compressed)
+ * a MiB at a time, carrying what follows each block's last safe cut into
+ * the next, and growing a block that holds none (a 1.2 MB line): the ids
+ * of ar_bpe_encode on the whole text, one file or shards. */
+Test(tokenize_cli, read_in_blocks_gives_the_whole_texts_ids)
+{
+    size_t len, n;
+    char *book = book_text(1400000, 5, &len);
+    size_t line = 1200000, total = len + line + len;
+    char *text = malloc(total);
+    memcpy(text, book, len);
+    for (size_t k = 0; k < line; k++) /* one line of words, no newline */
+        text[len + k] = "ab cd, "[k % 7];
+    memcpy(text + len + line, book, len);
+    free(book);
+    const char *in = tu_path(dir, "long.txt"), *gz = tu_path(dir, "long.txt.gz");
+    tu_write_file(in, text, total);
+    gzFile g = gzopen(gz, "wb");
+    cr_assert(g && gzwrite(g, text, (unsigned)total) == (int)total && gzclose(g) == Z_OK);
+    ar_bpe *b = gpt2();
+    int32_t *want = encode(b, text, total, &n);
+    ar_bpe_free(b);
+    free(text);
+    char whole[4096], plain[4096], zipped[4096];
+    snprintf(whole, sizeof whole, "%s/whole.bin", dir);
+    snprintf(plain, sizeof plain, "%s/blocks.bin", dir);
+    snprintf(zipped, sizeof zipped, "%s/blocks-gz.bin", dir);
+    EXPECT(0, 0, NULL, "tokenize '%s' -o '%s'", in, whole);
+    EXPECT(0, 0, NULL, "tokenize --read-mb 1 --threads 2 '%s' -o '%s'", in, plain);
+    EXPECT(0, 0, NULL, "tokenize --read-mb 1 '%s' -o '%s'", gz, zipped);
+    EXPECT(0, 0, NULL, "tokenize --read-mb 1 '%s' -o '%s/sh/' --shard-tokens 100000", in, dir);
+    size_t m;
+    uint16_t *got = shard_ids(plain, &m);
+    size_t first = 0;
+    while (first < m && first < n && got[first] == want[first])
+        first++;
+    cr_assert(m == n && first == n, "%zu ids, ar_bpe_encode %zu; first difference at %zu", m, n, first);
+    free(got);
+    free(want);
+    cr_assert(same_file(whole, plain), "--read-mb 1 differs from reading the text whole");
+    cr_assert(same_file(plain, zipped), "the gzip-compressed text differs");
+    uint16_t *s1 = shard_ids(tu_path(dir, "sh/train_000001.bin"), &m), *all = shard_ids(plain, &n);
+    cr_assert(m == 100000 && memcmp(s1, all, m * 2) == 0, "the first shard is not the file's first ids");
+    free(s1);
+    free(all);
 }
 
 /* --eot puts <|endoftext|> (50256) before each input, as llm.c does, in
