@@ -872,6 +872,17 @@ Test(tokenize_cli, shards_concatenate_to_the_single_file)
     free(all);
 }
 
+/* The uint16 ids of the token file at path are want[0..n) */
+static void expect_ids(const char *path, const int32_t *want, size_t n)
+{
+    size_t m, first = 0;
+    uint16_t *got = shard_ids(path, &m);
+    while (first < m && first < n && got[first] == want[first])
+        first++;
+    cr_assert(m == n && first == n, "%zu ids, ar_bpe_encode %zu; first difference at %zu", m, n, first);
+    free(got);
+}
+
 /* --threads 1, 2 and 4 give the same bytes, one file or shards, and they
  * are ar_bpe_encode's ids for the whole text: a text of several chunks
  * whose line ends are mostly places no chunk may be cut at. */
@@ -894,13 +905,7 @@ Test(tokenize_cli, threads_give_identical_files)
         EXPECT(0, 0, NULL, "tokenize --threads %d '%s' -o '%s/s%d/' --shard-tokens 100000 --val-tokens 12345",
                threads[i], in, dir, threads[i]);
     }
-    size_t m;
-    uint16_t *got = shard_ids(one[0], &m);
-    size_t first = 0;
-    while (first < m && first < n && got[first] == want[first])
-        first++;
-    cr_assert(m == n && first == n, "%zu ids, ar_bpe_encode %zu; first difference at %zu", m, n, first);
-    free(got);
+    expect_ids(one[0], want, n);
     free(want);
     for (int i = 1; i < 3; i++) {
         cr_assert(same_file(one[0], one[i]), "--threads %d differs from --threads 1", threads[i]);
@@ -939,14 +944,9 @@ Test(tokenize_cli, read_in_blocks_gives_the_whole_texts_ids)
     EXPECT(0, 0, NULL, "tokenize --read-mb 1 --threads 2 '%s' -o '%s'", in, plain);
     EXPECT(0, 0, NULL, "tokenize --read-mb 1 '%s' -o '%s'", gz, zipped);
     EXPECT(0, 0, NULL, "tokenize --read-mb 1 '%s' -o '%s/sh/' --shard-tokens 100000", in, dir);
-    size_t m;
-    uint16_t *got = shard_ids(plain, &m);
-    size_t first = 0;
-    while (first < m && first < n && got[first] == want[first])
-        first++;
-    cr_assert(m == n && first == n, "%zu ids, ar_bpe_encode %zu; first difference at %zu", m, n, first);
-    free(got);
+    expect_ids(plain, want, n);
     free(want);
+    size_t m;
     cr_assert(same_file(whole, plain), "--read-mb 1 differs from reading the text whole");
     cr_assert(same_file(plain, zipped), "the gzip-compressed text differs");
     uint16_t *s1 = shard_ids(tu_path(dir, "sh/train_000001.bin"), &m), *all = shard_ids(plain, &n);

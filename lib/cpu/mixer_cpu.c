@@ -909,6 +909,18 @@ void cpu_depth_mix_bwd_chunk_simple(const ar_depth_mix_chunk *chunk, float *cons
     chunk_reduce(part, nch, C, pc, s0, ns, d, dw, dg, dtheta, hasq, keyn, hastheta);
 }
 
+/* Token chunk ch of a chunk backward begins: its partials (stride floats)
+ * and the C rows of T (d floats each, one after another) zeroed; returns
+ * the partials, *i1 the chunk's end. */
+static float *chunk_start(float *part, size_t stride, int ch, float *T, int C, int d, int N, int *i1)
+{
+    float *pch = part + (size_t)ch * stride;
+    memset(pch, 0, stride * sizeof(float));
+    memset(T, 0, (size_t)C * d * sizeof(float));
+    *i1 = (ch + 1) * MIX_CHUNK < N ? (ch + 1) * MIX_CHUNK : N;
+    return pch;
+}
+
 /* One head (H = 1), the chunk's C mixers at once, per token and source:
  * one sweep of the row for every dh_c.x (and u_c.x), then one for its
  * gradient row, dx += sum_c (a_c dh_c + C_c u_c) - (sum_c c3_c) x and
@@ -936,11 +948,8 @@ static void mix_bwd_chunk_one_head(const ar_depth_mix_chunk *chunk, float *const
         }
 #pragma omp for schedule(static)
         for (int ch = 0; ch < nch; ch++) {
-            float *pch = part + (size_t)ch * stride;
-            memset(pch, 0, stride * sizeof(float));
-            for (int c = 0; c < C; c++)
-                memset(T[c], 0, (size_t)d * sizeof(float));
-            int i1 = (ch + 1) * MIX_CHUNK < N ? (ch + 1) * MIX_CHUNK : N;
+            int i1;
+            float *pch = chunk_start(part, stride, ch, &T[0][0], C, d, N, &i1);
             for (int i = ch * MIX_CHUNK; i < i1; i++) {
                 for (int c = 0; c < C; c++)
                     gy[c] = dh[c] + (size_t)i * d;
@@ -1035,11 +1044,8 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
         memset(cv, 0, sizeof cv);
 #pragma omp for schedule(static)
         for (int ch = 0; ch < nch; ch++) {
-            float *pch = part + (size_t)ch * stride;
-            memset(pch, 0, stride * sizeof(float));
-            for (int c = 0; c < C; c++)
-                memset(T[c], 0, (size_t)d * sizeof(float));
-            int i1 = (ch + 1) * MIX_CHUNK < N ? (ch + 1) * MIX_CHUNK : N;
+            int i1;
+            float *pch = chunk_start(part, stride, ch, &T[0][0], C, d, N, &i1);
             for (int i = ch * MIX_CHUNK; i < i1; i++)
                 for (int s = s0; s < s1; s++) {
                     const float *x = src[s] + (size_t)i * d;
