@@ -69,6 +69,22 @@ static void expect_within(const char *what, const float *got, const double *exac
               what, N, in, outd, worst, got[worst], exact[worst], wq);
 }
 
+/* The exact dx = base + dout W (base NULL: none) into ex, and the
+ * magnitudes of its terms into mag, in double */
+static void dx_exact(const float *base, const float *dout, const float *W, int N, int in, int outd, double *ex,
+                     double *mag)
+{
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < in; i++) {
+            double s = base ? base[(size_t)n * in + i] : 0, m = fabs(s);
+            for (int o = 0; o < outd; o++) {
+                double t = (double)dout[(size_t)n * outd + o] * W[(size_t)o * in + i];
+                s += t, m += fabs(t);
+            }
+            ex[(size_t)n * in + i] = s, mag[(size_t)n * in + i] = m;
+        }
+}
+
 static void matmul_case(int N, int in, int outd)
 {
     size_t nx = (size_t)N * in, nw = (size_t)outd * in, no = (size_t)N * outd;
@@ -92,15 +108,7 @@ static void matmul_case(int N, int in, int outd)
     expect_within("matmul_fwd out", out, ex, mag, no, in, N, in, outd);
 
     be->matmul_bwd(dx, dW, dout, x, W, 0, N, in, outd);
-    for (int n = 0; n < N; n++)
-        for (int i = 0; i < in; i++) {
-            double s = dx0[(size_t)n * in + i], m = fabs(s);
-            for (int o = 0; o < outd; o++) {
-                double t = (double)dout[(size_t)n * outd + o] * W[(size_t)o * in + i];
-                s += t, m += fabs(t);
-            }
-            ex[(size_t)n * in + i] = s, mag[(size_t)n * in + i] = m;
-        }
+    dx_exact(dx0, dout, W, N, in, outd, ex, mag);
     expect_within("matmul_bwd dx", dx, ex, mag, nx, outd, N, in, outd);
     for (int o = 0; o < outd; o++)
         for (int i = 0; i < in; i++) {
@@ -124,15 +132,7 @@ static void matmul_case(int N, int in, int outd)
     for (size_t i = 0; i < nx; i++)
         dxo[i] = NAN;
     be->matmul_bwd(dxo, dW3, dout, x, W, 1, N, in, outd);
-    for (int n = 0; n < N; n++)
-        for (int i = 0; i < in; i++) {
-            double s = 0, m = 0;
-            for (int o = 0; o < outd; o++) {
-                double t = (double)dout[(size_t)n * outd + o] * W[(size_t)o * in + i];
-                s += t, m += fabs(t);
-            }
-            ex[(size_t)n * in + i] = s, mag[(size_t)n * in + i] = m;
-        }
+    dx_exact(NULL, dout, W, N, in, outd, ex, mag);
     expect_within("matmul_bwd (overwrite) dx", dxo, ex, mag, nx, outd, N, in, outd);
     cr_expect(memcmp(dW3, dW, nw * sizeof(float)) == 0, "N=%d in=%d outd=%d: dW differs under overwrite", N, in,
               outd);

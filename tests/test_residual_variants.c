@@ -482,7 +482,7 @@ Test(variant_ops, depth_mix_fast_equals_simple)
             mix_fast_case(n, N, d, H, 0, 1, 0, 0, v & 1, (v + 2) % 4);
             mix_fast_case(n, N, d, H, 1, 1, v & 1, 0, v >> 2 & 1, (v + 3) % 4);
             if (H == 1) {
-                /* static logits, uniform (rescaled), and logits with a key norm */
+                /* static logits, uniform weights, and logits with a key norm */
                 mix_fast_case(n, N, d, 1, 0, 0, 0, 1, 0, v % 4);
                 mix_fast_case(n, N, d, 1, 0, 0, 0, 0, 0, v % 4);
                 mix_fast_case(n, N, d, 1, 0, 1, 1, 1, v & 1, v % 4);
@@ -618,7 +618,7 @@ Test(variant_ops, depth_mix_chunk_equals_whole_backward)
                 mix_chunk_case(k, C, N, d, H, 1, 0, 0, 0, fast); /* no key norm */
                 if (H == 1) {
                     mix_chunk_case(k, C, N, d, 1, 0, 0, 1, 0, fast); /* static logits */
-                    mix_chunk_case(k, C, N, d, 1, 0, 0, 0, 0, fast); /* uniform (rescaled) */
+                    mix_chunk_case(k, C, N, d, 1, 0, 0, 0, 0, fast); /* uniform weights */
                 }
             }
     }
