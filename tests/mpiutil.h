@@ -17,6 +17,13 @@ void mu_need_mpi(void);
     "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "     \
     "mpirun --oversubscribe -x OMP_NUM_THREADS=1 -x ASAN_OPTIONS=detect_leaks=0 -np "
 
+/* mpirun for a job that is to fail: when a rank exits non-zero, mpirun
+ * aborts the job and waits odls_base_sigkill_timeout (1 s) for the other
+ * ranks before it kills them, even where every rank has already exited;
+ * 0 skips that wait (a second a refusal).  Not for jobs whose ranks are to
+ * end on a signal of their own (SIGINT, a killed rank): they get the wait. */
+#define MPIRUN_REFUSED "OMPI_MCA_odls_base_sigkill_timeout=0 " MPIRUN
+
 /* Runs a shell command in dir; returns its output (malloc'd). */
 char *mu_sh(const char *dir, int *st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -172,7 +172,7 @@ Test(dp, grad_accum_the_ranks_do_not_divide_is_refused, .timeout = 120)
     mu_need_mpi();
     const char *dir = mu_setup_dir();
     int st;
-    char *o = mu_sh(dir, &st, MPIRUN "2 '%s' train " TINY " --set train.grad_accum=3 --out odd 2>&1", mu_bin());
+    char *o = mu_sh(dir, &st, MPIRUN_REFUSED "2 '%s' train " TINY " --set train.grad_accum=3 --out odd 2>&1", mu_bin());
     cr_expect_neq(st, 0, "%s", o);
     cr_expect(strstr(o, "attnres: error: 'train.grad_accum' (3) is not a multiple of the 2 ranks"), "%s", o);
     /* said once, by rank 0 */
@@ -266,7 +266,7 @@ Test(dp, ablate_spreads_its_runs_and_other_commands_refuse_ranks, .timeout = 300
     *sep = 0;
     cr_expect_str_eq(o, sep + 3, "the variants' results differ between 1 process and 2 ranks");
     free(o);
-    o = mu_sh(dir, &st, MPIRUN "2 '%s' plot ab1/runs/baseline-seed1 2>&1", mu_bin());
+    o = mu_sh(dir, &st, MPIRUN_REFUSED "2 '%s' plot ab1/runs/baseline-seed1 2>&1", mu_bin());
     cr_expect_neq(st, 0);
     cr_expect(strstr(o, "attnres: error: 'attnres plot' runs in one process: start it without mpirun"), "%s", o);
     free(o);

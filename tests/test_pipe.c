@@ -219,7 +219,7 @@ Test(pipe, checkpoints_resume_across_layouts, .timeout = 600)
 static void refused(const char *dir, int ranks, const char *opts, const char *want)
 {
     int st;
-    char *o = ranks > 0 ? mu_sh(dir, &st, MPIRUN "%d '%s' train " PTINY " %s --out bad 2>&1", ranks, mu_bin(), opts)
+    char *o = ranks > 0 ? mu_sh(dir, &st, MPIRUN_REFUSED "%d '%s' train " PTINY " %s --out bad 2>&1", ranks, mu_bin(), opts)
                         : mu_sh(dir, &st, "'%s' train " PTINY " %s --out bad 2>&1", mu_bin(), opts);
     cr_expect_neq(st, 0, "%s: accepted\n%s", opts, o);
     const char *first = strstr(o, want);

@@ -166,13 +166,13 @@ Test(pipe_bench, errors_name_what_is_wrong, .timeout = 300)
 {
     mu_need_mpi();
     const char *dir = tu_tmpdir();
-    refused(dir, MPIRUN "2 ", "--pipeline 2 --virtual 2 --micro-batches 3", 2,
+    refused(dir, MPIRUN_REFUSED "2 ", "--pipeline 2 --virtual 2 --micro-batches 3", 2,
             "'--micro-batches' 3 does not fit the interleaved schedule of 2 stages");
-    refused(dir, MPIRUN "2 ", "--pipeline 2 --micro-batches 1", 2, "'--micro-batches' 1 is too few for 2 stages");
-    refused(dir, MPIRUN "2 ", "", 2, "'attnres bench' runs in one process: start it without mpirun");
-    refused(dir, MPIRUN "2 ", "--pipeline 4", 1, "'--pipeline' 4 does not divide the 2 ranks mpirun started");
+    refused(dir, MPIRUN_REFUSED "2 ", "--pipeline 2 --micro-batches 1", 2, "'--micro-batches' 1 is too few for 2 stages");
+    refused(dir, MPIRUN_REFUSED "2 ", "", 2, "'attnres bench' runs in one process: start it without mpirun");
+    refused(dir, MPIRUN_REFUSED "2 ", "--pipeline 4", 1, "'--pipeline' 4 does not divide the 2 ranks mpirun started");
     refused(dir, "", "--pipeline 2", 1, "'--pipeline' 2 does not divide the 1 rank of this process");
     refused(dir, "", "--virtual 2", 2, "'--virtual' goes with '--pipeline P'");
-    refused(dir, MPIRUN "2 ", "--pipeline 2 --variants baseline,block8x", 2, "unknown variant 'block8x'");
-    refused(dir, MPIRUN "2 ", "--pipeline 2 --repeat 3", 2, "'--repeat' is an option of the one-process bench");
+    refused(dir, MPIRUN_REFUSED "2 ", "--pipeline 2 --variants baseline,block8x", 2, "unknown variant 'block8x'");
+    refused(dir, MPIRUN_REFUSED "2 ", "--pipeline 2 --repeat 3", 2, "'--repeat' is an option of the one-process bench");
 }

@@ -84,6 +84,11 @@ static int fill(FILE *f, void *ud)
         tx[i].compression = is_ascii(j->text[i].text) ? PNG_TEXT_COMPRESSION_NONE : PNG_ITXT_COMPRESSION_NONE;
     }
     png_set_text(png, info, tx, j->ntext);
+    /* Figures are flat colours and thin lines: no row filter and zlib level
+     * 3 encode them several times faster than libpng's defaults (every
+     * filter tried on every row, then level 6), for 0-25% more bytes. */
+    png_set_filter(png, PNG_FILTER_TYPE_BASE, PNG_FILTER_NONE);
+    png_set_compression_level(png, 3);
     png_write_info(png, info);
     row = malloc((size_t)j->w * 3);
     if (!row)
