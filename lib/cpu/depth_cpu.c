@@ -2,11 +2,12 @@
  * Algorithm 1 and Appendix B; the math of each op is in lib/ops.def, the
  * schedule in lib/residual_depth.c).
  *
- * Why it is fast here: every op walks the tokens in the outer loop and, for
- * one token, visits all C mixers of a chunk and all their sources.  A
- * source row (d floats) is read from memory once and then served from L1
- * to every mixer that uses it, so a chunk costs one pass over its shared
- * sources instead of C passes (forward) or 3C passes (backward).  The key
+ * Why it is fast here: every op walks the tokens (or tiles of a few
+ * consecutive tokens) in the outer loop and, for one token, visits all C
+ * mixers of a chunk and all their sources.  A source row (d floats) is
+ * read from memory once and then served from L1 to every mixer that uses
+ * it, so a chunk costs one pass over its shared sources instead of C
+ * passes (forward) or 3C passes (backward).  The key
  * RMSNorm is fused into the logit: one sweep of a row gives both sum x^2 and
  * u.x, so logit = rstd * (u.x) needs no normalised copy.  Inside a token,
  * the kernels (dots and inter_update in depth_rows.h, mix below) keep
@@ -546,7 +547,8 @@ void cpu_depth_bwd_intra(const ar_depth_intra *m, float *const *dintra, float *d
  * the chunk's lowest mixer is done: no shared source is needed earlier):
  *   dl[c,s] = alpha_c[s] (dh_c.x_s - cdot_c)   (0 for a mixer of one source)
  *   dx_s   += sum_c (alpha_c[s] dh_c + dl rstd_s u_c) - (sum_c dl (u_c.x_s)) rstd_s^3 x_s / d
- *   P_c    += sum_s dl rstd_s x_s   (dw_c += g_c P_c, dg_c += w_c P_c) */
+ *   P_c    += sum_s dl rstd_s x_s   (dw_c += g_c P_c, dg_c += w_c P_c)
+ * Tokens in tiles of bwd_tile, source by source within a tile (depth_rows.h). */
 void cpu_depth_bwd_inter(const ar_depth_inter *chunk, float *const *dsrc, float *const *dw,
                          float *const *dg, const float *const *dh, const float *const *cdot,
                          int overwrite)
@@ -563,6 +565,7 @@ void cpu_depth_bwd_inter(const ar_depth_inter *chunk, float *const *dsrc, float 
     size_t stride = (size_t)C * d;
     float *part = cpu_ws(WS_B, (size_t)nch * stride * sizeof(float));
     memset(part, 0, (size_t)nch * stride * sizeof(float));
+    int tile = bwd_tile(C, d);
 #pragma omp parallel for schedule(static) if ((long)N * d * k * C > PAR_MIN)
     for (int ch = 0; ch < nch; ch++) {
         float *pp = part + (size_t)ch * stride;
@@ -575,27 +578,25 @@ void cpu_depth_bwd_inter(const ar_depth_inter *chunk, float *const *dsrc, float 
             ur[c] = u + (size_t)c * d;
             pc[c] = pp + (size_t)c * d;
         }
-        for (int i = ch * RED_CHUNK; i < i1; i++) {
-            for (int c = 0; c < C; c++) {
-                dr[c] = dh[c] + (size_t)i * d;
-                if (i + 1 < i1) /* the next token's dh rows */
-                    for (int q = 0; q < d; q += VL)
-                        __builtin_prefetch(dr[c] + d + q, 0, 3);
-            }
-            for (int s = 0; s < k; s++) {
-                const float *x = src[s] + (size_t)i * d;
-                float r = rs[s][i], norm = 0.0f;
-                dots(rows, uxdot ? 2 * C : C, x, d, t, NULL, 1);
-                for (int c = 0; c < C; c++) {
-                    a[c] = alpha[c][(size_t)i * n[c] + s];
-                    float dl = logit_grad(sigmoid, a[c], t[c], cdot[c][i], n[c]);
-                    c1[c] = dl * r;
-                    if (kn) /* u.x: 0 where dl is */
-                        norm += dl * (uxdot ? t[C + c] : key_dot_of(sigmoid, a[c], dl, lse[c][i], r));
+        for (int i0 = ch * RED_CHUNK; i0 < i1; i0 += tile) {
+            int t1 = i0 + tile < i1 ? i0 + tile : i1;
+            for (int s = 0; s < k; s++)
+                for (int i = i0; i < t1; i++) {
+                    const float *x = src[s] + (size_t)i * d;
+                    float r = rs[s][i], norm = 0.0f;
+                    for (int c = 0; c < C; c++)
+                        dr[c] = dh[c] + (size_t)i * d;
+                    dots(rows, uxdot ? 2 * C : C, x, d, t, NULL, 1);
+                    for (int c = 0; c < C; c++) {
+                        a[c] = alpha[c][(size_t)i * n[c] + s];
+                        float dl = logit_grad(sigmoid, a[c], t[c], cdot[c][i], n[c]);
+                        c1[c] = dl * r;
+                        if (kn) /* u.x: 0 where dl is */
+                            norm += dl * (uxdot ? t[C + c] : key_dot_of(sigmoid, a[c], dl, lse[c][i], r));
+                    }
+                    inter_update(dsrc[s] + (size_t)i * d, !overwrite, C, a, dr, c1, ur,
+                                 -norm * r * r * r / d, x, pc, 1, 1, d);
                 }
-                inter_update(dsrc[s] + (size_t)i * d, !overwrite, C, a, dr, c1, ur,
-                             -norm * r * r * r / d, x, pc, 1, 1, d);
-            }
         }
     }
     for (int c = 0; c < C; c++)

@@ -84,8 +84,9 @@ static inline __attribute__((always_inline)) void dots(const float *const *a, in
  *   dx  = (acc ? dx : 0) + sum_c (a_c dh_c + c1_c u_c) + cx x
  *   P_c += c1_c x                                        (c < C)
  * has_u 0: no u_c term (weights without a query); has_P 0: no P.
- * Inlined with constant flags, so the unused terms cost nothing. */
-static inline __attribute__((always_inline)) void inter_update(float *dx, int acc, int C, const float *a,
+ * Inlined with constant flags, so the unused terms cost nothing; through
+ * inter_update below with a constant C as well. */
+static inline __attribute__((always_inline)) void inter_update_n(float *dx, int acc, int C, const float *a,
                                                                 const float *const *dh, const float *c1,
                                                                 const float *const *u, float cx,
                                                                 const float *x, float *const *P,
@@ -93,10 +94,12 @@ static inline __attribute__((always_inline)) void inter_update(float *dx, int ac
 {
     int j = 0;
     for (; j + VL <= d; j += VL) {
-        vf xv = v_ld(x + j), y = cx * xv;
+        /* dx (or 0) first, then cx x: one form for both, so that the
+         * compiler contracts the same products into the same FMAs (adding
+         * onto zeros gives what overwriting gives, bit for bit) */
+        vf xv = v_ld(x + j), y = acc ? v_ld(dx + j) : (vf){0};
         __builtin_prefetch(dx + j + d, 1, 3); /* the next token's row */
-        if (acc)
-            y += v_ld(dx + j);
+        y += cx * xv;
         for (int c = 0; c < C; c++) {
             y += a[c] * v_ld(dh[c] + j);
             if (has_u)
@@ -107,7 +110,8 @@ static inline __attribute__((always_inline)) void inter_update(float *dx, int ac
         v_st(dx + j, y);
     }
     for (; j < d; j++) {
-        float y = cx * x[j] + (acc ? dx[j] : 0.0f);
+        float y = acc ? dx[j] : 0.0f;
+        y += cx * x[j];
         for (int c = 0; c < C; c++) {
             y += a[c] * dh[c][j];
             if (has_u)
@@ -117,6 +121,46 @@ static inline __attribute__((always_inline)) void inter_update(float *dx, int ac
         }
         dx[j] = y;
     }
+}
+
+/* inter_update_n with C a constant for chunks of up to four mixers: the
+ * loop over mixers unrolls, their weights stay broadcast in registers and
+ * their row pointers in registers (with C known only at run time the
+ * sweep reloaded both for every vector of the row). */
+static inline __attribute__((always_inline)) void inter_update(float *dx, int acc, int C, const float *a,
+                                                                const float *const *dh, const float *c1,
+                                                                const float *const *u, float cx,
+                                                                const float *x, float *const *P,
+                                                                int has_u, int has_P, int d)
+{
+    switch (C) {
+    case 1:
+        inter_update_n(dx, acc, 1, a, dh, c1, u, cx, x, P, has_u, has_P, d);
+        break;
+    case 2:
+        inter_update_n(dx, acc, 2, a, dh, c1, u, cx, x, P, has_u, has_P, d);
+        break;
+    case 3:
+        inter_update_n(dx, acc, 3, a, dh, c1, u, cx, x, P, has_u, has_P, d);
+        break;
+    case 4:
+        inter_update_n(dx, acc, 4, a, dh, c1, u, cx, x, P, has_u, has_P, d);
+        break;
+    default:
+        inter_update_n(dx, acc, C, a, dh, c1, u, cx, x, P, has_u, has_P, d);
+    }
+}
+
+/* Tokens a tile of a chunk's shared backward, which walks a tile's tokens
+ * source by source: each source's rows x_s and dx_s then come as one run
+ * of tile consecutive rows, which the prefetcher follows (token by token
+ * they were k streams of one row each, as phase 1 of the forward found),
+ * while the tile's C dh rows a token stay in L1 (at most 16 tokens, C d
+ * floats each in 16 KiB). */
+static inline int bwd_tile(int C, int d)
+{
+    int t = (16384 / (int)sizeof(float)) / (C * d);
+    return t < 1 ? 1 : t > 16 ? 16 : t;
 }
 
 #endif

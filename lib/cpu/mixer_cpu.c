@@ -925,7 +925,9 @@ static float *chunk_start(float *part, size_t stride, int ch, float *T, int C, i
  * one sweep of the row for every dh_c.x (and u_c.x), then one for its
  * gradient row, dx += sum_c (a_c dh_c + C_c u_c) - (sum_c c3_c) x and
  * T_c += C_c x (the two-phase backward's kernels, depth_rows.h), where
- * mixer by mixer took C of each.  The rest as cpu_depth_mix_bwd_chunk. */
+ * mixer by mixer took C of each.  Tokens in tiles of bwd_tile, source by
+ * source within a tile (depth_rows.h).  The rest as
+ * cpu_depth_mix_bwd_chunk. */
 static void mix_bwd_chunk_one_head(const ar_depth_mix_chunk *chunk, float *const *dsrc, const float *u,
                                    float *part, size_t pc, int wantT, const float *const *dh,
                                    const float *const *cdot)
@@ -937,6 +939,7 @@ static void mix_bwd_chunk_one_head(const ar_depth_mix_chunk *chunk, float *const
     const int hasq = w[0] && !theta[0], keyn = g[0] != NULL, hastheta = theta[0] != NULL;
     const int nch = (N + MIX_CHUNK - 1) / MIX_CHUNK, ns = s1 - s0;
     const size_t stride = (size_t)C * pc;
+    const int tile = bwd_tile(C, d);
 #pragma omp parallel if (nch > 1 && (long)N * ns * C * d > PAR_MIN)
     {
         float T[MIX_CHUNK_MAX][d];
@@ -950,41 +953,43 @@ static void mix_bwd_chunk_one_head(const ar_depth_mix_chunk *chunk, float *const
         for (int ch = 0; ch < nch; ch++) {
             int i1;
             float *pch = chunk_start(part, stride, ch, &T[0][0], C, d, N, &i1);
-            for (int i = ch * MIX_CHUNK; i < i1; i++) {
-                for (int c = 0; c < C; c++)
-                    gy[c] = dh[c] + (size_t)i * d;
-                for (int s = s0; s < s1; s++) {
-                    const float *x = src[s] + (size_t)i * d;
-                    float *dx = dsrc[s] ? dsrc[s] + (size_t)i * d : NULL;
-                    for (int c = 0; c < C; c++)
-                        a[c] = alpha[c][(size_t)i * n[c] + s];
-                    if (!hasq && !hastheta) { /* uniform: no logit, dx += sum_c a_c dh_c */
-                        if (dx)
-                            inter_update(dx, 1, C, a, gy, NULL, NULL, 0.0f, x, NULL, 0, 0, d);
-                        continue;
-                    }
-                    dots(rows, hasq ? 2 * C : C, x, d, t, NULL, 1);
-                    float c3 = 0;
-                    for (int c = 0; c < C; c++) {
-                        const float r = keyn ? rstd[c][(size_t)i * n[c] + s] : 1.0f;
-                        const float dl = chunk_dl(t[c], a[c], cdot[c][i], sigmoid);
-                        cv[c] = dl * r;
-                        if (hastheta)
-                            pch[(size_t)c * pc + 2 * d + (s - s0)] += dl;
-                        if (keyn && hasq) /* through rstd: only with key norm */
-                            c3 += dl * t[C + c] * r * r * r / d;
-                    }
-                    if (dx && hasq && wantT)
-                        inter_update(dx, 1, C, a, gy, cv, ur, -c3, x, Tp, 1, 1, d);
-                    else if (dx && hasq)
-                        inter_update(dx, 1, C, a, gy, cv, ur, -c3, x, NULL, 1, 0, d);
-                    else if (dx)
-                        inter_update(dx, 1, C, a, gy, NULL, NULL, -c3, x, NULL, 0, 0, d);
-                    else if (wantT) /* no gradient wanted for this source: T alone */
+            for (int i0 = ch * MIX_CHUNK; i0 < i1; i0 += tile) {
+                int t1 = i0 + tile < i1 ? i0 + tile : i1;
+                for (int s = s0; s < s1; s++)
+                    for (int i = i0; i < t1; i++) {
                         for (int c = 0; c < C; c++)
-                            for (int j = 0; j < d; j++)
-                                T[c][j] += cv[c] * x[j];
-                }
+                            gy[c] = dh[c] + (size_t)i * d;
+                        const float *x = src[s] + (size_t)i * d;
+                        float *dx = dsrc[s] ? dsrc[s] + (size_t)i * d : NULL;
+                        for (int c = 0; c < C; c++)
+                            a[c] = alpha[c][(size_t)i * n[c] + s];
+                        if (!hasq && !hastheta) { /* uniform: no logit, dx += sum_c a_c dh_c */
+                            if (dx)
+                                inter_update(dx, 1, C, a, gy, NULL, NULL, 0.0f, x, NULL, 0, 0, d);
+                            continue;
+                        }
+                        dots(rows, hasq ? 2 * C : C, x, d, t, NULL, 1);
+                        float c3 = 0;
+                        for (int c = 0; c < C; c++) {
+                            const float r = keyn ? rstd[c][(size_t)i * n[c] + s] : 1.0f;
+                            const float dl = chunk_dl(t[c], a[c], cdot[c][i], sigmoid);
+                            cv[c] = dl * r;
+                            if (hastheta)
+                                pch[(size_t)c * pc + 2 * d + (s - s0)] += dl;
+                            if (keyn && hasq) /* through rstd: only with key norm */
+                                c3 += dl * t[C + c] * r * r * r / d;
+                        }
+                        if (dx && hasq && wantT)
+                            inter_update(dx, 1, C, a, gy, cv, ur, -c3, x, Tp, 1, 1, d);
+                        else if (dx && hasq)
+                            inter_update(dx, 1, C, a, gy, cv, ur, -c3, x, NULL, 1, 0, d);
+                        else if (dx)
+                            inter_update(dx, 1, C, a, gy, NULL, NULL, -c3, x, NULL, 0, 0, d);
+                        else if (wantT) /* no gradient wanted for this source: T alone */
+                            for (int c = 0; c < C; c++)
+                                for (int j = 0; j < d; j++)
+                                    T[c][j] += cv[c] * x[j];
+                    }
             }
             for (int c = 0; c < C && wantT; c++) {
                 float *pw = pch + (size_t)c * pc, *pg = pw + d;
