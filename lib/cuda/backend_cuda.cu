@@ -33,6 +33,7 @@
 #include "../../core/error.h"
 #include "../backend.h"
 #include "cuda_util.h"
+#include "device_peak.h"
 #include "matmul_cuda.h"
 #include "ops_cuda.h"
 #include "workspace_cuda.h"
@@ -253,22 +254,6 @@ static double cu_peak_bf16_flops(void) { return g_peak; }
 /* the fused kernels' log-sum-exp per row, B x nh x T (attention_cuda.cu) */
 static size_t cu_attention_state(int B, int T, int nh) { return (size_t)B * nh * T; }
 
-/* Dense bf16 tensor-core FLOPs per clock per SM (one FMA = 2 FLOPs):
- * A100 (sm_80) 2048; GA10x / Ada (sm_86, sm_89) 512; H100 (sm_90) 4096;
- * B200 (sm_100) 8192; others unknown (0). */
-static int bf16_flops_per_clock_per_sm(int major, int minor)
-{
-    if (major == 8 && minor == 0)
-        return 2048;
-    if (major == 8 && (minor == 6 || minor == 9))
-        return 512;
-    if (major == 9 && minor == 0)
-        return 4096;
-    if (major == 10 && minor == 0)
-        return 8192;
-    return 0;
-}
-
 /* ------------------------------------------------------------------------ */
 /* the table                                                                 */
 
@@ -390,7 +375,7 @@ extern "C" __attribute__((visibility("default"))) const ar_backend *ar_cuda_modu
         g_cublas = h;
     }
     snprintf(g_name, sizeof g_name, "%s", prop.name);
-    g_peak = (double)sms * khz * 1e3 * bf16_flops_per_clock_per_sm(prop.major, prop.minor);
+    g_peak = ar_cuda_peak_bf16(prop.name, prop.major, prop.minor, sms, khz);
     fill_table(&cuda_backend);
     ready = 1;
     return &cuda_backend;
