@@ -14,7 +14,7 @@ static void note(int sig, const char *what)
 {
     if (!what)
         return;
-    const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+    const char *name = sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "SIGINT";
     (void)ar_write_all(STDERR_FILENO, "\nattnres: ", 10);
     (void)ar_write_all(STDERR_FILENO, name, strlen(name));
     (void)ar_write_all(STDERR_FILENO, what, strlen(what));
@@ -42,6 +42,10 @@ void cli_catch_signals(const char *first, const char *again)
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* Open MPI's mpirun passes SIGUSR1 on to every rank as it is; SIGINT
+     * and SIGTERM it turns into SIGTERM to every rank and SIGKILL a second
+     * later (odls_base_sigkill_timeout), before a longer step can end */
+    sigaction(SIGUSR1, &sa, NULL);
 }
 
 int cli_interrupt_status(void)

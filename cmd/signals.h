@@ -1,6 +1,7 @@
-/* SIGINT (Ctrl-C) and SIGTERM for the commands whose work can stop cleanly
- * (train, sweep, ablate): the first asks the work to stop, the second
- * stops the process at once. */
+/* SIGINT (Ctrl-C), SIGTERM and SIGUSR1 for the commands whose work can
+ * stop cleanly (train, sweep, ablate): the first asks the work to stop, the
+ * second stops the process at once.  SIGUSR1 is the one to send to mpirun,
+ * which passes it on to every rank unchanged. */
 #ifndef AR_CMD_SIGNALS_H
 #define AR_CMD_SIGNALS_H
 
@@ -10,11 +11,11 @@
  * (ar_train_opts.interrupt, ar_sweep_opts.interrupt). */
 extern volatile sig_atomic_t cli_interrupted;
 
-/* Catches SIGINT and SIGTERM from now on.  The first sets cli_interrupted;
- * the second ends the process at once with status 128 + its number.  With
- * notes, each is announced on stderr as "attnres: SIGINT<first>" and
- * "attnres: SIGINT<again>" (SIGTERM likewise); the strings must live as
- * long as the process. */
+/* Catches SIGINT, SIGTERM and SIGUSR1 from now on.  The first sets
+ * cli_interrupted; the second ends the process at once with status 128 +
+ * its number.  With notes, each is announced on stderr as
+ * "attnres: SIGINT<first>" and "attnres: SIGINT<again>" (SIGTERM and
+ * SIGUSR1 likewise); the strings must live as long as the process. */
 void cli_catch_signals(const char *first, const char *again);
 
 /* The exit status of work that stopped on the first signal: 128 + its
