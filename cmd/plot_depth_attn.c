@@ -84,9 +84,6 @@ static int load_run(run *r, const opts *o, ar_err *e)
     if (ar_ckpt_read_config(r->arg, &r->cfg, &r->step, e) != 0)
         return -1;
     int attn = ar_res_has_depth_attn(r->cfg.model.residual.kind);
-    if (r->cfg.model.residual.kind == AR_RES_SWA)
-        return ar_fail(e, "'%s' is a swa run: its sliding-window weights have no heatmap or mixing matrix "
-                          "in attnres yet", r->arg);
     if (!attn && !o->matrix)
         return ar_fail(e, "'%s' is a %s run: it has no depth attention to draw (--matrix draws its depth mixing "
                           "matrix)", r->arg, ar_res_kind_name(r->cfg.model.residual.kind));

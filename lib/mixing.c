@@ -29,19 +29,30 @@ void ar_depth_attn_free(ar_depth_attn *a)
 
 int ar_res_has_depth_attn(ar_res_kind k)
 {
-    /* static and rescaled weigh Full's sources (S = 1) */
-    return k == AR_RES_FULL || k == AR_RES_BLOCK || k == AR_RES_STATIC || k == AR_RES_RESCALED;
+    /* static and rescaled weigh Full's sources (S = 1), swa a window of them */
+    return k == AR_RES_FULL || k == AR_RES_BLOCK || k == AR_RES_STATIC || k == AR_RES_RESCALED ||
+           k == AR_RES_SWA;
 }
 
-int ar_mixer_sources(const ar_model_cfg *cfg, int l, ar_source *out)
+static int sources_in_window(const ar_model_cfg *cfg, int l, int window, ar_source *out)
 {
     if (!ar_res_has_depth_attn(cfg->residual.kind))
         return 0;
     ar_blocks b;
     ar_blocks_of_cfg(&b, cfg);
-    int n = ar_depth_sources(&b, 0, l, out);
+    int n = ar_depth_sources(&b, window, l, out);
     ar_blocks_free(&b);
     return n;
+}
+
+int ar_mixer_sources(const ar_model_cfg *cfg, int l, ar_source *out)
+{
+    return sources_in_window(cfg, l, cfg->residual.kind == AR_RES_SWA ? cfg->residual.window : 0, out);
+}
+
+int ar_mixer_columns(const ar_model_cfg *cfg)
+{
+    return sources_in_window(cfg, ar_cfg_sublayers(cfg) + 1, 0, NULL);
 }
 
 /* ------------------------------------------------------------ matrices */
@@ -62,7 +73,8 @@ static int baseline_M(const ar_model_cfg *cfg, const ar_model *m, const ar_depth
 }
 
 /* Depth attention: source s = v_first + ... + v_last with weight abar_s,
- * so each v_i in it gets abar_s. */
+ * so each v_i in it gets abar_s; a v_i that no source holds (swa: before
+ * the window) gets 0. */
 static int attnres_M(const ar_model_cfg *cfg, const ar_model *m, const ar_depth_attn *w, double *M, ar_err *e)
 {
     (void)m;
@@ -74,7 +86,7 @@ static int attnres_M(const ar_model_cfg *cfg, const ar_model *m, const ar_depth_
     for (int l = 1; l <= L + 1; l++) {
         double *row = M + (size_t)(l - 1) * (L + 1);
         for (int i = 0; i <= L; i++)
-            row[i] = NAN;
+            row[i] = i < l ? 0.0 : NAN;
         int n = ar_mixer_sources(cfg, l, src);
         if (n != w->n[l - 1]) {
             free(src);
@@ -213,9 +225,7 @@ static int dense_M(const ar_model_cfg *cfg, const ar_model *m, const ar_depth_at
     return rc;
 }
 
-/* One entry per residual kind; a new scheme adds its M here.  swa has none
- * yet (its sources slide, which the block layout of ar_mixer_sources does
- * not describe). */
+/* One entry per residual kind; a new scheme adds its M here. */
 static const struct {
     ar_res_kind kind;
     int needs_weights;
@@ -226,6 +236,7 @@ static const struct {
     {AR_RES_BLOCK, 1, attnres_M},
     {AR_RES_STATIC, 1, attnres_M},
     {AR_RES_RESCALED, 1, attnres_M},
+    {AR_RES_SWA, 1, attnres_M},
     {AR_RES_MHC, 0, mhc_M},
     {AR_RES_DENSEFORMER, 0, dense_M},
 };

@@ -35,17 +35,21 @@ static inline double *ar_depth_attn_row(const ar_depth_attn *a, int l)
 
 /* Whether a residual kind mixes its sources with per-token weights that
  * can be averaged and drawn over Full's or Block's source lists: full,
- * block (with any flags), static and rescaled (swa's sliding sources are
- * not drawn yet). */
+ * block (with any flags), static, rescaled and swa (a window of Full's). */
 int ar_res_has_depth_attn(ar_res_kind k);
 
 /* The sources of mixer l (1..L+1) under cfg's AttnRes scheme: those of
  * ar_depth_sources (depth_sources.h) with the block layout of cfg
  * (ar_blocks_of_cfg: S = ar_cfg_block_size, or block_sizes; Full: S = 1)
- * and no window.  Returns their number
+ * and swa's window (no window for the other kinds).  Returns their number
  * (0 for kinds without depth attention) and fills out[0..n) when out is
  * non-NULL (at most L+1 entries). */
 int ar_mixer_sources(const ar_model_cfg *cfg, int l, ar_source *out);
+
+/* The columns of a figure over cfg's sources: the sources h_out would have
+ * without a window (every block b_n, or every v_i), so that each source's
+ * .block is a column (0 for kinds without depth attention). */
+int ar_mixer_columns(const ar_model_cfg *cfg);
 
 /* Fills M ((L+1) x (L+1), row l-1 = mixer l, column i = v_i; NaN for
  * i >= l, where v_i does not exist yet) for the scheme of cfg:
@@ -54,6 +58,7 @@ int ar_mixer_sources(const ar_model_cfg *cfg, int l, ar_source *out);
  *                   a block's weight goes to each of its member sublayers,
  *                   since h_l = sum_s abar_s b_s = sum_s abar_s sum_{i in s} v_i
  *     static, rescaled   as full (their weights are measured too)
+ *     swa           as full, and 0 for the v_i before the window
  *     mhc           M[l][i] = p_l^T R_{l-1} .. R_{i+1} q_i from its parameters
  *     denseformer   from its DWA coefficients (lib/residual_denseformer.c)
  * w holds the token-averaged weights (ar_depth_attn above) for the kinds that

@@ -809,17 +809,18 @@ Test(cli, eval_threads_is_validated)
 
 /* A tiny run directory holding a checkpoint of the given kind (no
  * training: the weights are the initial ones). */
-static const char *tiny_run_dir(ar_res_kind kind)
+static const char *tiny_run_dir_window(ar_res_kind kind, int n_layer, int window)
 {
     const char *dir = tu_tmpdir();
     ar_config c;
     ar_config_defaults(&c);
     c.model.d_model = 8;
-    c.model.n_layer = 1;
+    c.model.n_layer = n_layer;
     c.model.n_head = 2;
     c.model.d_ff = 8;
     c.model.seq_len = 4;
     c.model.residual.kind = kind;
+    c.model.residual.window = window;
     ar_model *m;
     ar_err e;
     cr_assert_eq(ar_model_create(&m, &c.model, ar_backend_cpu(), 1, &e), 0, "%s", e.msg);
@@ -827,6 +828,49 @@ static const char *tiny_run_dir(ar_res_kind kind)
     cr_assert_eq(ar_ckpt_save(dir, &c, m, NULL, 3, &e), 0, "%s", e.msg);
     ar_model_free(m);
     return dir;
+}
+
+static const char *tiny_run_dir(ar_res_kind kind) { return tiny_run_dir_window(kind, 1, 0); }
+
+/* swa's weights are drawn over Full's columns, and its matrix has 0 for
+ * the outputs before each mixer's window (L = 4, window 1: h_4 reads v_0
+ * and v_3, so v_1 and v_2 get 0, and v_0 and v_3 weights that sum to 1). */
+Test(cli, plot_depth_attn_of_a_swa_run)
+{
+    char dir[4096], data[4200], want[4300], path[4300];
+    snprintf(dir, sizeof dir, "%s", tiny_run_dir_window(AR_RES_SWA, 2, 1));
+    snprintf(data, sizeof data, "%s/d.txt", dir);
+    write_text(data, "and god said, let there be light: and there was light.\n");
+    int st;
+    char *out = RUN(0, &st, "plot-depth-attn '%s' --data '%s'", dir, data);
+    snprintf(want, sizeof want, "wrote '%s/depth_attn.png'", dir);
+    expect(out, st, 0, want);
+    out = RUN(0, &st, "plot-depth-attn '%s' --data '%s' --stats", dir, data);
+    cr_expect_eq(st, 0, "--stats: %s", out);
+    out = RUN(0, &st, "plot-depth-attn '%s' --data '%s' --matrix --csv '%s/m.csv'", dir, data, dir);
+    snprintf(want, sizeof want, "wrote '%s/depth_matrix.png'", dir);
+    expect(out, st, 0, want);
+    snprintf(path, sizeof path, "%s/m.csv", dir);
+    char *csv = tu_read_file(path, NULL);
+    cr_assert(csv != NULL);
+    /* columns run,step,kind,mixer,role,source,m: mixer 4's row */
+    double h4[4] = {NAN, NAN, NAN, NAN};
+    char *save = NULL;
+    strtok_r(csv, "\n", &save); /* the header */
+    for (char *line = strtok_r(NULL, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *field[7], *fs = NULL;
+        int nf = 0;
+        for (char *t = strtok_r(line, ",", &fs); t && nf < 7; t = strtok_r(NULL, ",", &fs))
+            field[nf++] = t;
+        cr_assert_eq(nf, 7, "a matrix CSV line of %d fields", nf);
+        int mixer = atoi(field[3]), source = atoi(field[5]);
+        if (mixer == 4 && source < 4)
+            h4[source] = atof(field[6]);
+    }
+    cr_expect_eq(h4[1], 0.0, "v_1 is before h_4's window: %g", h4[1]);
+    cr_expect_eq(h4[2], 0.0, "v_2 is before h_4's window: %g", h4[2]);
+    cr_expect(h4[0] > 0 && h4[3] > 0 && fabs(h4[0] + h4[3] - 1) < 1e-6, "h_4: v_0 %g, v_3 %g", h4[0], h4[3]);
+    free(csv);
 }
 
 Test(cli, plot_depth_attn_of_a_baseline_run)

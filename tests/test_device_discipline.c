@@ -86,7 +86,7 @@ static void evaluate(const char *run, const char *tmp)
         cr_assert_eq(ar_depth_attn_measure(m, &ds.eval, 4, &w, NULL, &e), 0, "%s", e.msg);
         measured = 1;
     }
-    if (k != AR_RES_SWA && (measured || !ar_mixing_needs_weights(k))) {
+    if (measured || !ar_mixing_needs_weights(k)) {
         int L1 = m->L + 1;
         double *M = calloc((size_t)L1 * L1, sizeof *M);
         cr_assert_eq(ar_mixing_matrix(&cfg.model, m, measured ? &w : NULL, M, &e), 0, "%s", e.msg);

@@ -320,6 +320,51 @@ Test(figures, mixer_sources_match_the_model_and_cover_every_output_once)
     cr_assert_eq(ar_mixer_sources(&b.model, 2, NULL), 0);
 }
 
+/* swa: v_0 and the last `window` outputs before the mixer, each its own
+ * column of Full's; the matrix gives them their weights and the outputs
+ * before the window 0. */
+Test(figures, swa_sources_slide_and_its_matrix_is_zero_before_the_window)
+{
+    ar_config c = tiny_cfg(AR_RES_SWA, 3, 0);
+    c.model.residual.window = 2;
+    ar_model *m = tiny_model(&c, 1);
+    int L = m->L;
+    cr_assert_eq(ar_mixer_columns(&c.model), L + 1);
+    ar_source src[32];
+    ar_depth_attn w;
+    ar_depth_attn_alloc(&w, L);
+    for (int l = 1; l <= L + 1; l++) {
+        int n = ar_mixer_sources(&c.model, l, src);
+        cr_assert_eq(n, m->res->vt->n_sources(m->res, l), "mixer %d: %d sources, the model has %d", l, n,
+                     m->res->vt->n_sources(m->res, l));
+        int last = l == L + 1 ? L : l - 1, want = 1 + (last < 2 ? last : 2);
+        cr_assert_eq(n, want, "mixer %d: %d sources, want v_0 and %d", l, n, want - 1);
+        cr_assert_eq(src[0].block, 0);
+        for (int s = 1; s < n; s++) {
+            int v = last - (n - 1 - s); /* the window ends at v_last */
+            cr_assert(src[s].first == v && src[s].last == v && src[s].block == v,
+                      "mixer %d, source %d: v_%d..v_%d in column %d, want v_%d", l, s, src[s].first, src[s].last,
+                      src[s].block, v);
+        }
+        w.n[l - 1] = n;
+        for (int s = 0; s < n; s++)
+            ar_depth_attn_row(&w, l)[s] = 0.1 * l + 0.01 * s;
+    }
+    double M[64];
+    ar_err e = {{0}};
+    cr_assert_eq(ar_mixing_matrix(&c.model, NULL, &w, M, &e), 0, "%s", e.msg);
+    /* h_5 (L = 6) reads [v_0, v_3, v_4]: v_1 and v_2 get 0; v_5 does not exist yet */
+    const double *h5 = M + 4 * (L + 1), *a5 = ar_depth_attn_row(&w, 5);
+    cr_expect_eq(h5[0], a5[0]);
+    cr_expect_eq(h5[1], 0.0);
+    cr_expect_eq(h5[2], 0.0);
+    cr_expect_eq(h5[3], a5[1]);
+    cr_expect_eq(h5[4], a5[2]);
+    cr_expect(isnan(h5[5]) && isnan(h5[6]));
+    ar_depth_attn_free(&w);
+    ar_model_free(m);
+}
+
 Test(figures, mixing_matrices)
 {
     ar_err e = {{0}};

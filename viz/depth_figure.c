@@ -131,7 +131,8 @@ static ar_fig_meta metadata(const ar_depth_run *runs, int nr, const ar_fig_meta 
 static void fill_weights(pbuf *b, const ar_depth_run *r, int mlp)
 {
     int L = ar_cfg_sublayers(&r->cfg), nl = L / 2;
-    int cols = ar_mixer_sources(&r->cfg, L + 1, NULL), full = r->cfg.residual.kind == AR_RES_FULL;
+    int cols = ar_mixer_columns(&r->cfg),
+        full = r->cfg.residual.kind == AR_RES_FULL || r->cfg.residual.kind == AR_RES_SWA;
     pbuf_init(b, mlp ? nl : nl + 1, cols);
     ar_source *src = ar_xcalloc((size_t)L + 2, sizeof *src);
     int any_partial = 0;
@@ -213,7 +214,7 @@ static void mixer_label(char *buf, int l, int L)
 static void fill_stats(pbuf *b, const ar_depth_run *r, int shares)
 {
     int L = ar_cfg_sublayers(&r->cfg), full = r->cfg.residual.kind != AR_RES_BLOCK;
-    int cols = shares ? ar_mixer_sources(&r->cfg, L + 1, NULL) : 2;
+    int cols = shares ? ar_mixer_columns(&r->cfg) : 2;
     pbuf_init(b, L + 1, cols);
     ar_source *src = ar_xcalloc((size_t)L + 2, sizeof *src);
     double *share = ar_xcalloc((size_t)L + 2, sizeof(double));
