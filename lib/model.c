@@ -179,8 +179,16 @@ static void alloc_activations(ar_model *m, const unsigned char *runs, const ar_m
 
 /* The backend's bf16 products read this model's weights from one copy a
  * step (lib/backend.h, set_weight_copy), which follows the model whose
- * products run: several models (bench's variants) take turns. */
-static void use_weight_copy(const ar_model *m) { m->be->set_weight_copy(m->params, m->pt.total); }
+ * products run: several models (bench's variants) take turns.  The token
+ * embedding, first in the arena, is left out: no product reads it (the
+ * lookup reads its fp32 rows), and at GPT-2's vocabulary its copy would
+ * be 77 MB. */
+static void use_weight_copy(const ar_model *m)
+{
+    const ar_param *emb = &m->pt.p[m->embed];
+    size_t skip = emb->offset == 0 ? emb->numel : 0;
+    m->be->set_weight_copy(m->params + skip, m->pt.total - skip);
+}
 
 int ar_model_create(ar_model **out, const ar_model_cfg *cfg, const ar_backend *be, int max_batch,
                     ar_err *e)

@@ -321,3 +321,35 @@ Test(kinds, one_block_mixes_embedding_and_running_sum)
     ar_model_free(ma);
     ar_model_free(mb);
 }
+
+/* The range the model names for the bf16 products' copy of its weights
+ * (lib/backend.h, set_weight_copy): every parameter but the token
+ * embedding, which no product reads. */
+static const float *copy_p;
+static size_t copy_n;
+static void record_weight_copy(const float *p, size_t n)
+{
+    copy_p = p;
+    copy_n = n;
+}
+
+Test(model, weight_copy_names_every_parameter_but_the_embedding)
+{
+    ar_backend rec = *cpu();
+    rec.set_weight_copy = record_weight_copy;
+    ar_model_cfg cfg = tiny(AR_RES_BLOCK, 2, 0);
+    ar_model *m;
+    ar_err e;
+    cr_assert_eq(ar_model_create(&m, &cfg, &rec, 2, &e), 0, "%s", e.msg);
+    ar_model_init(m, 1);
+    int32_t in[64], tg[64];
+    tu_tokens(in, tg, 2 * m->T, 9);
+    copy_p = NULL;
+    ar_model_forward(m, in, tg, 2, NULL);
+    const ar_param *emb = &m->pt.p[m->embed];
+    cr_assert_eq(emb->offset, 0, "the embedding is no longer first in the arena");
+    cr_expect(copy_p == m->params + emb->numel && copy_n == m->pt.total - emb->numel,
+              "the copy covers floats [%td, %td), want [%zu, %zu)", copy_p - m->params,
+              copy_p - m->params + (ptrdiff_t)copy_n, emb->numel, m->pt.total);
+    ar_model_free(m);
+}
