@@ -213,40 +213,46 @@ static void resumes(const char *dir, const char *run, const char *launcher)
     free(o);
 }
 
+/* A job stopped by `signal` (a shell command) once `ready` appears in its
+ * run directory: it must end within 60 s; returns its output. */
+static char *job_ends(const char *dir, const char *run, const char *mca, const char *extra, const char *ready,
+                      const char *signal)
+{
+    char *o = signalled_run(dir, run, mca, extra, ready, signal);
+    cr_expect(strncmp(o, "ended", 5) == 0, "the job did not end within 60 s of '%s':\n%s", signal, o);
+    return o;
+}
+
 /* A rank killed mid-run: mpirun ends the job within seconds, naming the
  * rank; the checkpoint already saved is intact and the run resumes. */
 Test(dp, a_killed_rank_ends_the_job_and_the_run_resumes, .timeout = 300)
 {
     mu_need_mpi();
     const char *dir = mu_setup_dir();
-    char *o = signalled_run(dir, "k", "", "--set train.save_every=2", "model.safetensors",
-                            "kill -9 $(pgrep -f -n \"^[^ ]*attnres train .* --out k$\")");
-    cr_expect(strncmp(o, "ended", 5) == 0, "the job did not end within 60 s of the kill:\n%s", o);
+    char *o = job_ends(dir, "k", "", "--set train.save_every=2", "model.safetensors",
+                       "kill -9 $(pgrep -f -n \"^[^ ]*attnres train .* --out k$\")");
     cr_expect(strstr(o, "rank") && (strstr(o, "signal 9") || strstr(o, "Killed")),
               "mpirun does not say which rank died:\n%s", o);
     free(o);
     resumes(dir, "k", "OMP_NUM_THREADS=1");
 }
 
-/* SIGUSR1 to mpirun, which passes it on to every rank unchanged: every
- * rank stops after the same step, rank 0 saves once, and the run resumes
- * from that checkpoint. */
-static void sigusr1_to_mpirun_saves_once(const char *run, const char *mca)
+/* SIGUSR1 to mpirun, which passes it on to every rank unchanged (and
+ * kills nobody: here even with no wait before its kills): every rank
+ * stops after the same step, rank 0 saves once, and the run resumes from
+ * that checkpoint. */
+Test(dp, sigusr1_to_mpirun_saves_once_and_stops_every_rank, .timeout = 300)
 {
     mu_need_mpi();
     const char *dir = mu_setup_dir();
-    char kill_cmd[128];
-    snprintf(kill_cmd, sizeof kill_cmd, "kill -USR1 $(pgrep -f -n \"^mpirun .* --out %s$\")", run);
-    char *o = signalled_run(dir, run, mca, "--set train.save_every=0 --set train.eval_every=0", "metrics.jsonl",
-                            kill_cmd);
-    cr_expect(strncmp(o, "ended", 5) == 0, "the job did not stop within 60 s:\n%s", o);
-    char want[128];
-    snprintf(want, sizeof want, "checkpoint saved; continue with: attnres train --resume %s", run);
-    cr_expect(strstr(o, want), "%s", o);
+    char *o = job_ends(dir, "u", "OMPI_MCA_odls_base_sigkill_timeout=0",
+                       "--set train.save_every=0 --set train.eval_every=0", "metrics.jsonl",
+                       "kill -USR1 $(pgrep -f -n \"^mpirun .* --out u$\")");
+    cr_expect(strstr(o, "checkpoint saved; continue with: attnres train --resume u"), "%s", o);
     const char *first = strstr(o, "interrupted at step");
     cr_expect(first && !strstr(first + 1, "interrupted at step"), "not said once, by rank 0:\n%s", o);
     free(o);
-    resumes(dir, run, MPIRUN "2");
+    resumes(dir, "u", MPIRUN "2");
 }
 
 /* Ctrl-C (SIGINT) to mpirun is Open MPI's abort: SIGTERM to every rank,
@@ -258,18 +264,9 @@ Test(dp, sigint_to_mpirun_ends_the_job_and_the_run_resumes, .timeout = 300)
 {
     mu_need_mpi();
     const char *dir = mu_setup_dir();
-    char *o = signalled_run(dir, "s", "", "--set train.save_every=2 --set train.eval_every=0", "model.safetensors",
-                            "kill -INT $(pgrep -f -n \"^mpirun .* --out s$\")");
-    cr_expect(strncmp(o, "ended", 5) == 0, "the job did not stop within 60 s:\n%s", o);
-    free(o);
+    free(job_ends(dir, "s", "", "--set train.save_every=2 --set train.eval_every=0", "model.safetensors",
+                  "kill -INT $(pgrep -f -n \"^mpirun .* --out s$\")"));
     resumes(dir, "s", MPIRUN "2");
-}
-
-/* SIGUSR1 reaches the ranks as it is, and mpirun kills nobody: the ranks
- * save even where mpirun's kill wait is 0. */
-Test(dp, sigusr1_to_mpirun_saves_once_and_stops_every_rank, .timeout = 300)
-{
-    sigusr1_to_mpirun_saves_once("u", "OMPI_MCA_odls_base_sigkill_timeout=0");
 }
 
 /* ablate under mpirun: the runs are spread over the ranks, each trained

@@ -133,22 +133,15 @@ static inline __attribute__((always_inline)) void inter_update(float *dx, int ac
                                                                 const float *x, float *const *P,
                                                                 int has_u, int has_P, int d)
 {
+#define INTER_UPDATE_C(CC) inter_update_n(dx, acc, CC, a, dh, c1, u, cx, x, P, has_u, has_P, d)
     switch (C) {
-    case 1:
-        inter_update_n(dx, acc, 1, a, dh, c1, u, cx, x, P, has_u, has_P, d);
-        break;
-    case 2:
-        inter_update_n(dx, acc, 2, a, dh, c1, u, cx, x, P, has_u, has_P, d);
-        break;
-    case 3:
-        inter_update_n(dx, acc, 3, a, dh, c1, u, cx, x, P, has_u, has_P, d);
-        break;
-    case 4:
-        inter_update_n(dx, acc, 4, a, dh, c1, u, cx, x, P, has_u, has_P, d);
-        break;
-    default:
-        inter_update_n(dx, acc, C, a, dh, c1, u, cx, x, P, has_u, has_P, d);
+    case 1: INTER_UPDATE_C(1); break;
+    case 2: INTER_UPDATE_C(2); break;
+    case 3: INTER_UPDATE_C(3); break;
+    case 4: INTER_UPDATE_C(4); break;
+    default: INTER_UPDATE_C(C);
     }
+#undef INTER_UPDATE_C
 }
 
 /* Tokens a tile of a chunk's shared backward, which walks a tile's tokens
