@@ -1006,7 +1006,9 @@ static void mix_bwd_chunk_one_head(const ar_depth_mix_chunk *chunk, float *const
  * mixer while it sits in L1 (row_sweep2: dh.x and u.x), its gradient row
  * updated in place (bwd_row); the parameter gradients' partial is one row
  * T_c = sum dl r x per mixer and token chunk, times g or q at the end.
- * One head: mix_bwd_chunk_one_head, all mixers per sweep. */
+ * Tokens in tiles of bwd_tile, source by source within a tile
+ * (depth_rows.h).  One head: mix_bwd_chunk_one_head, all mixers per
+ * sweep. */
 void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc, float *const *dw,
                              float *const *dg, float *const *dtheta, const float *const *dh,
                              const float *const *cdot)
@@ -1041,6 +1043,7 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
         return;
     }
     const vi idx = head_idx(e);
+    const int tile = bwd_tile(C, d);
 #pragma omp parallel if (nch > 1 && (long)N * ns * C * d > PAR_MIN)
     {
         float T[MIX_CHUNK_MAX][d], pr[H > 1 ? d : 1], pr2[H > 1 ? d : 1];
@@ -1051,52 +1054,53 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
         for (int ch = 0; ch < nch; ch++) {
             int i1;
             float *pch = chunk_start(part, stride, ch, &T[0][0], C, d, N, &i1);
-            for (int i = ch * MIX_CHUNK; i < i1; i++)
-                for (int s = s0; s < s1; s++) {
-                    const float *x = src[s] + (size_t)i * d;
-                    float *dx = dsrc[s] ? dsrc[s] + (size_t)i * d : NULL;
-                    for (int c = 0; c < C; c++) {
-                        const float *gy = dh[c] + (size_t)i * d, *uc = hasq ? u + (size_t)c * d : NULL;
-                        const float *a = alpha[c] + (size_t)i * H * n[c], *cd = cdot[c] + (size_t)i * H;
-                        /* sweep 1: da = dh.x and dot = u.x, per head (uniform
-                         * weights: no logit to differentiate, dx += dh / n only) */
-                        if (!hasq && !hastheta) {
-                            for (int hh = 0; hh < H; hh++)
-                                av[hh] = a[hh * n[c] + s];
-                            if (dx)
-                                bwd_row(dx, T[c], x, gy, NULL, av, cv, 0.0f, e, idx, 0, 0, d);
-                            continue;
+            for (int i0 = ch * MIX_CHUNK; i0 < i1; i0 += tile)
+                for (int s = s0; s < s1; s++)
+                    for (int i = i0; i < (i0 + tile < i1 ? i0 + tile : i1); i++) {
+                        const float *x = src[s] + (size_t)i * d;
+                        float *dx = dsrc[s] ? dsrc[s] + (size_t)i * d : NULL;
+                        for (int c = 0; c < C; c++) {
+                            const float *gy = dh[c] + (size_t)i * d, *uc = hasq ? u + (size_t)c * d : NULL;
+                            const float *a = alpha[c] + (size_t)i * H * n[c], *cd = cdot[c] + (size_t)i * H;
+                            /* sweep 1: da = dh.x and dot = u.x, per head (uniform
+                             * weights: no logit to differentiate, dx += dh / n only) */
+                            if (!hasq && !hastheta) {
+                                for (int hh = 0; hh < H; hh++)
+                                    av[hh] = a[hh * n[c] + s];
+                                if (dx)
+                                    bwd_row(dx, T[c], x, gy, NULL, av, cv, 0.0f, e, idx, 0, 0, d);
+                                continue;
+                            }
+                            if (H == 1) {
+                                row_sweep2(gy, uc, x, d, 1, &da[0], &dot[0], NULL, NULL);
+                            } else {
+                                row_sweep2(gy, uc, x, d, 0, NULL, NULL, pr, pr2);
+                                head_sums(pr, H, e, d, 1.0f, da);
+                                if (uc)
+                                    head_sums(pr2, H, e, d, 1.0f, dot);
+                            }
+                            const float r = keyn ? rstd[c][(size_t)i * n[c] + s] : 1.0f;
+                            float cross = 0, sdl = 0;
+                            for (int hh = 0; hh < H; hh++) {
+                                const float as = a[hh * n[c] + s], dl = chunk_dl(da[hh], as, cd[hh], sigmoid);
+                                av[hh] = as;
+                                cv[hh] = dl * r;
+                                cross += uc ? dl * dot[hh] : 0.0f;
+                                sdl += dl;
+                            }
+                            if (hastheta)
+                                pch[(size_t)c * pc + 2 * d + (s - s0)] += sdl;
+                            /* through rstd: only with key norm */
+                            const float c3 = keyn ? cross * r * r * r / d : 0.0f;
+                            /* sweep 2: dx += A dh + C u - c3 x, T += C x */
+                            if (hasq && wantT)
+                                bwd_row(dx, T[c], x, gy, uc, av, cv, c3, e, idx, 1, 1, d);
+                            else if (hasq && dx)
+                                bwd_row(dx, T[c], x, gy, uc, av, cv, c3, e, idx, 1, 0, d);
+                            else if (dx)
+                                bwd_row(dx, T[c], x, gy, uc, av, cv, c3, e, idx, 0, 0, d);
                         }
-                        if (H == 1) {
-                            row_sweep2(gy, uc, x, d, 1, &da[0], &dot[0], NULL, NULL);
-                        } else {
-                            row_sweep2(gy, uc, x, d, 0, NULL, NULL, pr, pr2);
-                            head_sums(pr, H, e, d, 1.0f, da);
-                            if (uc)
-                                head_sums(pr2, H, e, d, 1.0f, dot);
-                        }
-                        const float r = keyn ? rstd[c][(size_t)i * n[c] + s] : 1.0f;
-                        float cross = 0, sdl = 0;
-                        for (int hh = 0; hh < H; hh++) {
-                            const float as = a[hh * n[c] + s], dl = chunk_dl(da[hh], as, cd[hh], sigmoid);
-                            av[hh] = as;
-                            cv[hh] = dl * r;
-                            cross += uc ? dl * dot[hh] : 0.0f;
-                            sdl += dl;
-                        }
-                        if (hastheta)
-                            pch[(size_t)c * pc + 2 * d + (s - s0)] += sdl;
-                        /* through rstd: only with key norm */
-                        const float c3 = keyn ? cross * r * r * r / d : 0.0f;
-                        /* sweep 2: dx += A dh + C u - c3 x, T += C x */
-                        if (hasq && wantT)
-                            bwd_row(dx, T[c], x, gy, uc, av, cv, c3, e, idx, 1, 1, d);
-                        else if (hasq && dx)
-                            bwd_row(dx, T[c], x, gy, uc, av, cv, c3, e, idx, 1, 0, d);
-                        else if (dx)
-                            bwd_row(dx, T[c], x, gy, uc, av, cv, c3, e, idx, 0, 0, d);
                     }
-                }
             for (int c = 0; c < C && wantT; c++) {
                 float *pw = pch + (size_t)c * pc, *pg = pw + d;
                 for (int j = 0; j < d; j++) {
