@@ -13,13 +13,7 @@
 
 #include "lib/model.h"
 #include "lib/optim.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "core/clock.h"
 
 /* Best of 5 square sgemm of size n: the machine's matrix-multiply ceiling. */
 static double sgemm_gflops(int n)
@@ -32,9 +26,9 @@ static double sgemm_gflops(int n)
     }
     double best = 0;
     for (int r = 0; r < 5; r++) {
-        double t = now_s();
+        double t = ar_now_s();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-        double g = 2.0 * n * n * (double)n / (now_s() - t) / 1e9;
+        double g = 2.0 * n * n * (double)n / (ar_now_s() - t) / 1e9;
         best = g > best ? g : best;
     }
     free(a);
@@ -92,13 +86,13 @@ int main(int argc, char **argv)
         double t0 = 0;
         for (int s = -2; s < steps; s++) { /* two warm-up steps */
             if (s == 0)
-                t0 = now_s();
+                t0 = ar_now_s();
             ar_model_zero_grad(m);
             ar_model_forward(m, in, tg, B, NULL);
             ar_model_backward(m, 1.0f / N);
             ar_adamw_step(&o, m, &c.train, 1e-3, ar_grad_norm(m));
         }
-        double dt = (now_s() - t0) / steps, tps = N / dt;
+        double dt = (ar_now_s() - t0) / steps, tps = N / dt;
         double gf = tps * ar_model_flops_per_token(m) / 1e9;
         if (v == 0)
             base_tps = tps;

@@ -33,13 +33,7 @@
 #include "lib/model.h"
 #include "lib/residual.h"
 #include "experiments/bench.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "core/clock.h"
 
 /* The CPU backend with the linear layers timed (matmul_fwd, and
  * matvec_fwd of one-token steps): their products are the same work in
@@ -48,15 +42,15 @@ static double now_s(void)
 static double mm_s;
 static void timed_matmul_fwd(float *out, const float *x, const float *W, int N, int in, int outd)
 {
-    double t0 = now_s();
+    double t0 = ar_now_s();
     ar_backend_cpu()->matmul_fwd(out, x, W, N, in, outd);
-    mm_s += now_s() - t0;
+    mm_s += ar_now_s() - t0;
 }
 static void timed_matvec_fwd(float *out, const float *x, const float *W, int in, int outd)
 {
-    double t0 = now_s();
+    double t0 = ar_now_s();
     ar_backend_cpu()->matvec_fwd(out, x, W, in, outd);
-    mm_s += now_s() - t0;
+    mm_s += ar_now_s() - t0;
 }
 
 typedef struct {
@@ -71,7 +65,7 @@ typedef struct {
 static double prefill_rate(variant *v, const int32_t *tok, int T, int passes, double *mm)
 {
     ar_err e;
-    double m0 = mm_s, t0 = now_s();
+    double m0 = mm_s, t0 = ar_now_s();
     for (int p = 0; p < passes; p++) {
         ar_decoder_reset(v->dec);
         if (ar_decoder_feed(v->dec, tok, T, v->logits, &e) != 0) {
@@ -79,7 +73,7 @@ static double prefill_rate(variant *v, const int32_t *tok, int T, int passes, do
             exit(1);
         }
     }
-    double dt = now_s() - t0;
+    double dt = ar_now_s() - t0;
     if (mm)
         *mm = (mm_s - m0) / dt;
     return (double)T * passes / dt;
@@ -97,10 +91,10 @@ static double decode_rate(variant *v, const int32_t *tok, int P, int T, int pass
             fprintf(stderr, "bench_decode: %s\n", e.msg);
             exit(1);
         }
-        double m0 = mm_s, t0 = now_s();
+        double m0 = mm_s, t0 = ar_now_s();
         for (int i = P; i < T; i++)
             ar_decoder_step(v->dec, tok + i, 1, v->logits, 0, &e);
-        dt += now_s() - t0;
+        dt += ar_now_s() - t0;
         m += mm_s - m0;
     }
     if (mm)
@@ -120,7 +114,7 @@ static double residual_us(variant *v, int iters)
     ar_residual *r = m->res;
     const ar_backend *be = m->be;
     float *xn = be->alloc((size_t)m->d * sizeof(float)), *rs = be->alloc(sizeof(float));
-    double t0 = now_s();
+    double t0 = ar_now_s();
     for (int it = 0; it < iters; it++) {
         r->vt->embed_out(r);
         for (int l = 1; l <= m->L; l++) {
@@ -134,7 +128,7 @@ static double residual_us(variant *v, int iters)
         }
         r->vt->final_fwd(r, 1);
     }
-    double us = (now_s() - t0) * 1e6 / iters;
+    double us = (ar_now_s() - t0) * 1e6 / iters;
     be->free(xn);
     be->free(rs);
     return us;

@@ -10,15 +10,11 @@
 #include "lib/model.h"
 #include "lib/optim.h"
 #include "experiments/op_timer.h"
+#include "core/clock.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
 static ar_op_tally T;
 
 int main(int argc, char **argv) {
@@ -63,11 +59,11 @@ int main(int argc, char **argv) {
             memset(&T, 0, sizeof T);
             tot = 0;
         }
-        double t0 = now_s();
+        double t0 = ar_now_s();
         ar_model_zero_grad(m);
         ar_model_forward(m, in, tg, B, NULL);
         ar_model_backward(m, 1.0f / N);
-        tot += now_s() - t0;
+        tot += ar_now_s() - t0;
     }
     /* the depth ops that ran (every depth_* op of lib/ops.def, so a new
      * one is timed too), then zero/add and the RMSNorms */

@@ -26,18 +26,12 @@
 #include <time.h>
 
 #include "lib/backend.h"
+#include "core/clock.h"
 
 #define REPS 5
 
 typedef void (*cblas_sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int,
                                float, float *, int);
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static float *rnd(size_t n, unsigned seed)
 {
@@ -89,10 +83,10 @@ static double rate(cblas_sgemm_fn f, const ar_backend *be, const shape *s, int w
     int it = (int)(2e10 / 200 / fl) + 1;
     double best = 0;
     for (int r = 0; r <= REPS; r++) { /* r = 0: warm-up */
-        double t = now_s();
+        double t = ar_now_s();
         for (int i = 0; i < it; i++)
             f ? cblas_run(f, s, which) : backend_run(be, s, which);
-        double dt = (now_s() - t) / it - sub;
+        double dt = (ar_now_s() - t) / it - sub;
         double g = fl / (dt > 1e-9 ? dt : 1e-9) / 1e9;
         if (r > 0 && g > best)
             best = g;

@@ -35,17 +35,11 @@
 
 #include "lib/backend.h"
 #include "experiments/bench.h"
+#include "core/clock.h"
 
 #define REPS 9
 
 static const ar_backend *be;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static float *rnd(size_t n, unsigned seed)
 {
@@ -62,13 +56,13 @@ static void time_product(int N, int in, int outd, double *fwd, double *bwd)
     float *dx = rnd((size_t)N * in, 4), *dW = rnd((size_t)outd * in, 5);
     *fwd = *bwd = 1e30;
     for (int r = 0; r < REPS; r++) {
-        double t = now_s();
+        double t = ar_now_s();
         be->matmul_fwd(y, x, W, N, in, outd);
-        t = now_s() - t;
+        t = ar_now_s() - t;
         *fwd = t < *fwd ? t : *fwd;
-        t = now_s();
+        t = ar_now_s();
         be->matmul_bwd(dx, dW, y, x, W, 0, N, in, outd);
-        t = now_s() - t;
+        t = ar_now_s() - t;
         *bwd = t < *bwd ? t : *bwd;
     }
     be->free(x), be->free(W), be->free(y), be->free(dx), be->free(dW);

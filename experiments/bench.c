@@ -14,6 +14,7 @@
 #include "../lib/model.h"
 #include "../lib/optim.h"
 #include "ablate.h"
+#include "../core/clock.h"
 
 const ar_bench_variant_def ar_bench_variants[] = {
     {"baseline", "baseline", AR_RES_BASELINE, 0, 0, 0},
@@ -60,13 +61,6 @@ void ar_bench_apply_variant(ar_config *c, const ar_bench_variant_def *v)
         r->num_blocks = v->num_blocks > L ? L : v->num_blocks;
         r->block_size = v->block_size > L ? L : v->block_size;
     }
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -155,11 +149,11 @@ static double time_steps(bench_ctx *c, void (*step)(bench_ctx *), int steps)
 {
     const ar_backend *be = c->m->be;
     be->sync();
-    double t0 = now_s();
+    double t0 = ar_now_s();
     for (int s = 0; s < steps; s++)
         step(c);
     be->sync();
-    double dt = now_s() - t0;
+    double dt = ar_now_s() - t0;
     return (double)c->B * c->m->T * steps / (dt > 1e-9 ? dt : 1e-9);
 }
 
@@ -320,9 +314,9 @@ double ar_bench_sgemm_gflops(int n, int reps)
     }
     double best = 0;
     for (int r = 0; r < reps; r++) {
-        double t = now_s();
+        double t = ar_now_s();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-        double dt = now_s() - t;
+        double dt = ar_now_s() - t;
         double g = 2.0 * n * n * (double)n / (dt > 1e-9 ? dt : 1e-9) / 1e9;
         best = g > best ? g : best;
     }

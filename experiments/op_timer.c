@@ -3,24 +3,17 @@
  * and the same after, while a tally is set. */
 #include "op_timer.h"
 
-#include <time.h>
+#include "../core/clock.h"
 
 static const ar_backend *inner;
 static ar_backend table;
 static ar_op_tally *tally;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void count(int op, double t0, double flops)
 {
     if (!tally)
         return;
-    tally->seconds[op] += now_s() - t0;
+    tally->seconds[op] += ar_now_s() - t0;
     tally->flops[op] += flops;
     tally->calls[op]++;
 }
@@ -58,7 +51,7 @@ static void count(int op, double t0, double flops)
         const int op = AR_OP_##name;                                                               \
         double flops = 0;                                                                          \
         uses inner->sync();                                                                        \
-        double t0 = now_s();                                                                       \
+        double t0 = ar_now_s();                                                                    \
         CALL_##ret(inner->name args)                                                               \
     }
 #include "../lib/ops.def"
@@ -72,7 +65,7 @@ static void w_zero(void *p, size_t b)
         return;
     }
     inner->sync();
-    double t0 = now_s();
+    double t0 = ar_now_s();
     inner->zero(p, b);
     inner->sync();
     count(AR_OP_zero, t0, 0);

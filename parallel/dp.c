@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "watchdog.h"
+#include "../core/clock.h"
 
 /* One gradient bucket's reduction.  Its floats are cut into P parts at
  * AR_NORM_CHUNK boundaries (so the norm's chunks are whole on one rank),
@@ -367,13 +368,6 @@ int ar_dp_end(ar_dp *d, int i, ar_err *e)
     return 0;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int ar_dp_finish(ar_dp *d, ar_err *e)
 {
     d->m->grad_ready = NULL;
@@ -381,13 +375,13 @@ int ar_dp_finish(ar_dp *d, ar_err *e)
         *e = d->err;
         return -1;
     }
-    double t0 = now_s();
+    double t0 = ar_now_s();
     ar_watchdog_arm("the gradient's exchange");
     int rc = progress(d, 1, e);
     if (rc == 0)
         rc = comm_sync(d, e);
     ar_watchdog_disarm();
-    d->wait_s = now_s() - t0;
+    d->wait_s = ar_now_s() - t0;
     return rc;
 }
 
@@ -397,9 +391,9 @@ int ar_dp_measure(ar_dp *d, ar_err *e)
         return 0;
     /* the same exchanges as a step's, on a scratch copy of the gradient */
     float *x = d->be->alloc(d->m->pt.total * sizeof(float));
-    double t0 = now_s();
+    double t0 = ar_now_s();
     int rc = exchange_all(d, x, 0, 2 * d->L2, e);
-    d->reduce_s = now_s() - t0;
+    d->reduce_s = ar_now_s() - t0;
     d->be->free(x);
     return rc;
 }

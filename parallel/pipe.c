@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "../lib/chunks.h"
+#include "../core/clock.h"
 
 /* A message in flight: its request and its packed rows. */
 typedef struct {
@@ -37,13 +38,6 @@ struct ar_pipe {
     size_t max_rows;
     double fwd_bytes, bwd_bytes, step_s, wait_s;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int ar_pipe_nchunks(const ar_config *cfg)
 {
@@ -307,9 +301,9 @@ static int wait_recv(ar_pipe *p, int i, ar_err *e)
 {
     for (int b = 0; b < 2; b++)
         if (p->rx_op[b] == i) {
-            double t0 = now_s();
+            double t0 = ar_now_s();
             int rc = ar_comm_waitall(p->pc, &p->rx[b].req, 1, e);
-            p->wait_s += now_s() - t0;
+            p->wait_s += ar_now_s() - t0;
             return rc == 0 ? b : -1;
         }
     return ar_fail(e, "internal: stage %d never posted the receive of op %d", p->stage, i);
@@ -468,7 +462,7 @@ static int run_backward(ar_pipe *p, const ar_pipe_op *o, int i, ar_err *e)
 int ar_pipe_step(ar_pipe *p, ar_pipe_sample_fn sample, void *ud, double *loss, ar_err *e)
 {
     const ar_pipe_plan *pl = &p->plan;
-    double t0 = now_s();
+    double t0 = ar_now_s();
     p->fwd_bytes = p->bwd_bytes = p->wait_s = 0;
     ar_model_zero_grad(p->m);
     for (int j = 0; j < p->M; j++)
@@ -482,9 +476,9 @@ int ar_pipe_step(ar_pipe *p, ar_pipe_sample_fn sample, void *ud, double *loss, a
             rc = reap_sends(p, 0, e);
     }
     if (rc == 0) {
-        double tw = now_s();
+        double tw = ar_now_s();
         rc = reap_sends(p, 1, e);
-        p->wait_s += now_s() - tw;
+        p->wait_s += ar_now_s() - tw;
     }
     /* the stage's replicas sum their gradient */
     for (int k = 0; rc == 0 && p->D > 1 && k < p->nr[p->stage]; k++)
@@ -493,7 +487,7 @@ int ar_pipe_step(ar_pipe *p, ar_pipe_sample_fn sample, void *ud, double *loss, a
     /* each loss is non-zero on one rank: the sum is exact */
     if (rc == 0)
         rc = p->world->ops->sum_doubles(p->world, loss, (size_t)p->A, e);
-    p->step_s = now_s() - t0;
+    p->step_s = ar_now_s() - t0;
     return rc;
 }
 

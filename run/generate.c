@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "checkpoint.h"
+#include "../core/clock.h"
 
 int ar_gen_load(const char *path, const ar_backend *be, int chunk, ar_config *cfg, ar_model **m,
                 long *step, ar_err *e)
@@ -155,13 +156,6 @@ int32_t ar_sample(ar_sampler *s, const float *z)
 
 /* ---- the generation loop ---- */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int ar_generate(ar_decoder *dec, ar_sampler *s, const int32_t *prompt, long np, long n_new,
                 void (*emit)(int32_t tok, void *ud), void *ud, ar_gen_stats *st, ar_err *e)
 {
@@ -173,11 +167,11 @@ int ar_generate(ar_decoder *dec, ar_sampler *s, const int32_t *prompt, long np, 
     float *logits = ar_xcalloc((size_t)V, sizeof *logits);
     memcpy(hist, prompt, (size_t)np * sizeof *hist);
     int nh = (int)np, rc = 0;
-    double t0 = now_s();
+    double t0 = ar_now_s();
     ar_decoder_reset(dec);
     if (ar_decoder_feed(dec, hist, nh, logits, e) != 0)
         rc = -1;
-    double t1 = now_s();
+    double t1 = ar_now_s();
     st->prefill_s = t1 - t0;
     for (long i = 0; rc == 0 && i < n_new; i++) {
         int32_t tok = ar_sample(s, logits);
@@ -198,7 +192,7 @@ int ar_generate(ar_decoder *dec, ar_sampler *s, const int32_t *prompt, long np, 
         ar_decoder_reset(dec);
         rc = ar_decoder_feed(dec, hist, nh, logits, e);
     }
-    st->decode_s = now_s() - t1;
+    st->decode_s = ar_now_s() - t1;
     free(hist);
     free(logits);
     return rc;

@@ -31,13 +31,7 @@
 #include "eval.h"
 #include "../parallel/parallel.h"
 #include "run_figures.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "../core/clock.h"
 
 /* splitmix64: turns (seed, micro-batch counter) into an independent RNG seed,
  * so the batch of any step is known without replaying earlier steps (which
@@ -690,7 +684,7 @@ static int log_step(trainer *t, long step, long tok_per_step, double loss, doubl
     ar_jw_key(&w, "tok_per_s");
     ar_jw_num(&w, tok_per_step / dt);
     ar_jw_key(&w, "elapsed_s");
-    ar_jw_num(&w, now_s() - t0);
+    ar_jw_num(&w, ar_now_s() - t0);
     if (t->par->ops->metrics(t->par, &w, tok_per_step, e) != 0) {
         ar_jw_free(&w);
         return -1;
@@ -727,14 +721,14 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
     int rc = setup(&t, &start, e);
     int failed_at_start = rc != 0;
     long tok_per_step = (long)tc->batch_size * tc->grad_accum * cfg->model.seq_len;
-    double t0 = now_s(), train_time = 0;
+    double t0 = ar_now_s(), train_time = 0;
     long step = start;
     char kept[AR_PATH_MAX + 128];
     while (rc == 0 && step < tc->steps) {
         /* a device runs ahead of the host: its queue is drained before each
          * clock read, so a step's time is its own */
         t.m->be->sync();
-        double lr = ar_lr_at(tc, step), ts = now_s();
+        double lr = ar_lr_at(tc, step), ts = ar_now_s();
         double loss, gnorm;
         ar_step_rec rec = {.loss = NAN, .gnorm = NAN};
         rc = forward_backward(&t, &loss, e);
@@ -762,7 +756,7 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
             t.bad = 0;
         }
         t.m->be->sync();
-        double dt = now_s() - ts;
+        double dt = ar_now_s() - ts;
         train_time += dt;
         step++;
         if (rc != 0)
@@ -788,7 +782,7 @@ int ar_train(const ar_config *cfg, const ar_train_opts *o, ar_train_result *res,
         if (rc == 0 && do_save)
             rc = save(&t, step, e);
         if (rc == 0 && o->progress && t.lead && (do_log || step == start + 1)) {
-            double el = now_s() - t0;
+            double el = ar_now_s() - t0;
             ar_progress p = {.step = step, .steps = tc->steps, .tokens = step * tok_per_step,
                              .loss = loss, .lr = lr, .grad_norm = gnorm,
                              .tok_per_s = (double)(step - start) * tok_per_step / train_time,

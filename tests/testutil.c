@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/module.h"
 #include "formats/safetensors.h"
 #include "lib/backend.h"
@@ -265,9 +266,4 @@ const ar_backend *tu_backend_b(char *kind, char *why, size_t n)
     return b;
 }
 
-double tu_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+double tu_now_s(void) { return ar_now_s(); }
