@@ -6,18 +6,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../core/clock.h"
 #include "../formats/token_set.h"
 #include "cmds.h"
 #include "options.h"
 
 static const char *usage = "attnres data check SET [--vocab N]";
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 typedef struct {
     int tty;       /* stderr is a terminal: the line is redrawn */
@@ -29,7 +23,7 @@ typedef struct {
 static void on_progress(void *ud, size_t done, size_t total)
 {
     progress_line *p = ud;
-    double t = now();
+    double t = ar_now_s();
     if (!p->tty || (t - p->last < 0.1 && done < total))
         return;
     p->last = t;
@@ -60,12 +54,12 @@ static int check(const char *spec, int32_t vocab, ar_err *e)
                ar_token_set_shard_first(ts, i + 1) - ar_token_set_shard_first(ts, i));
     fflush(stdout);
 
-    progress_line p = {.tty = isatty(STDERR_FILENO), .start = now()};
+    progress_line p = {.tty = isatty(STDERR_FILENO), .start = ar_now_s()};
     int32_t max_id = -1;
     int rc = ar_token_set_check(ts, vocab, &max_id, on_progress, &p, e);
     end_line(&p);
     if (rc == 0) {
-        double secs = now() - p.start;
+        double secs = ar_now_s() - p.start;
         fprintf(stderr, "checked %zu tokens in %.2f s (%.1f M tokens/s)\n", total, secs,
                 secs > 0 ? 1e-6 * (double)total / secs : 0.0);
         printf("tokens      %zu\n", total);

@@ -141,7 +141,7 @@ static void summary(const tok_progress *p, const encode_job *j, const char *wher
         t[k++] = c[i];
     }
     t[k] = 0;
-    double s = tok_now() - p->start;
+    double s = ar_now_s() - p->start;
     if (s <= 0)
         s = 1e-9;
     snprintf(out, cap, "%s tokens from %d file%s (%.1f MB) %s in %.3f s (%.1f MB/s, %.2f M tokens/s) on %d thread%s", t,

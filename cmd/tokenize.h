@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../core/clock.h"
 #include "../core/error.h"
 #include "../formats/bpe.h"
 
@@ -21,13 +22,12 @@ typedef int (*tok_put_fn)(void *ud, const int32_t *ids, size_t n, ar_err *e);
  * stderr is a terminal, and one summary line at the end in any case. */
 typedef struct {
     int tty;
-    double start, shown; /* tok_now() at the start and at the last line */
+    double start, shown; /* ar_now_s() at the start and at the last line */
     size_t bytes;        /* text bytes encoded so far */
     size_t tokens;       /* ids handed on so far (--eot's included) */
     double encode_s;     /* time spent encoding alone */
 } tok_progress;
 
-double tok_now(void);
 void tok_progress_start(tok_progress *p);
 /* Clears the in-place line (if any) and prints "tokenize: <summary>"
  * (summary NULL: nothing, before an error). */

@@ -44,13 +44,6 @@
 #define CHUNK (256u << 10)   /* 256 KiB of text, about 4 ms of one core's encoding */
 #define ROUND_PER_THREAD 16 /* chunks a thread encodes between two hand-overs */
 
-double tok_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* ------------------------------------------------------------ cuts */
 
 static int solid(unsigned char c)
@@ -113,7 +106,7 @@ static size_t *cuts_of(const char *text, size_t len, size_t *n)
 
 void tok_progress_start(tok_progress *p)
 {
-    *p = (tok_progress){.tty = isatty(STDERR_FILENO), .start = tok_now()};
+    *p = (tok_progress){.tty = isatty(STDERR_FILENO), .start = ar_now_s()};
     p->shown = p->start;
 }
 
@@ -134,7 +127,7 @@ static const char *commas(size_t v, char *out)
 /* At most 4 times a second, and only on a terminal. */
 static void progress_tick(tok_progress *p)
 {
-    double t = tok_now();
+    double t = ar_now_s();
     if (!p->tty || t - p->shown < 0.25)
         return;
     p->shown = t;
@@ -173,7 +166,7 @@ int tok_encode(const ar_bpe *b, const char *name, size_t base, const char *text,
     int rc = 0;
     for (size_t r0 = 0; r0 < nchunks && rc == 0; r0 += round) {
         long m = (long)(nchunks - r0 < round ? nchunks - r0 : round);
-        double t0 = tok_now();
+        double t0 = ar_now_s();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
         for (long i = 0; i < m; i++) {
             chunk_out *c = &out[i];
@@ -184,7 +177,7 @@ int tok_encode(const ar_bpe *b, const char *name, size_t base, const char *text,
             if (c->failed)
                 ar_wrap(&c->e, "'%s', in the text from byte %zu", name, base + s);
         }
-        p->encode_s += tok_now() - t0;
+        p->encode_s += ar_now_s() - t0;
         for (long i = 0; i < m; i++) {
             chunk_out *c = &out[i];
             if (rc == 0 && c->failed) {

@@ -7,17 +7,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../core/clock.h"
+
 static _Atomic long long g_since_ms; /* when the outermost wait began; 0: none */
 static _Atomic(const char *) g_what;
 static _Atomic long long g_timeout_ms;
 static int g_depth, g_rank, g_started;
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+static long long now_ms(void) { return (long long)(ar_now_s() * 1e3); }
 
 /* Looks four times a second; past the timeout it reports and ends the
  * process at once (_exit: the main thread is inside MPI, which nothing may
