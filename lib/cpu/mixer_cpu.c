@@ -1054,9 +1054,10 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
         for (int ch = 0; ch < nch; ch++) {
             int i1;
             float *pch = chunk_start(part, stride, ch, &T[0][0], C, d, N, &i1);
-            for (int i0 = ch * MIX_CHUNK; i0 < i1; i0 += tile)
+            for (int i0 = ch * MIX_CHUNK; i0 < i1; i0 += tile) {
+                int t1 = i0 + tile < i1 ? i0 + tile : i1;
                 for (int s = s0; s < s1; s++)
-                    for (int i = i0; i < (i0 + tile < i1 ? i0 + tile : i1); i++) {
+                    for (int i = i0; i < t1; i++) {
                         const float *x = src[s] + (size_t)i * d;
                         float *dx = dsrc[s] ? dsrc[s] + (size_t)i * d : NULL;
                         for (int c = 0; c < C; c++) {
@@ -1101,6 +1102,7 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
                                 bwd_row(dx, T[c], x, gy, uc, av, cv, c3, e, idx, 0, 0, d);
                         }
                     }
+            }
             for (int c = 0; c < C && wantT; c++) {
                 float *pw = pch + (size_t)c * pc, *pg = pw + d;
                 for (int j = 0; j < d; j++) {
