@@ -11,6 +11,14 @@
 char *openblas_get_config(void);
 char *openblas_get_corename(void);
 #endif
+#ifdef AR_BLAS_BLIS
+/* BLIS's own (blis.h; arch_t is an enum): its version, and the kernel set
+ * ("zen3", "haswell") it chose for this CPU at load time (BLIS_ARCH_TYPE
+ * overrides it) */
+char *bli_info_get_version_str(void);
+int bli_arch_query_id(void);
+char *bli_arch_string(int id);
+#endif
 
 /* s[0..len) with the blanks at both ends left out, into buf[n]. */
 static void copy_trimmed(char *buf, size_t n, const char *s, size_t len)
@@ -50,6 +58,11 @@ void ar_machine_cpu(const char *cpuinfo, char *buf, size_t n)
 
 const char *ar_machine_blas_core(void)
 {
+#ifdef AR_BLAS_BLIS
+    const char *arch = bli_arch_string(bli_arch_query_id());
+    if (arch && arch[0])
+        return arch;
+#endif
 #ifdef AR_HAVE_OPENBLAS_INFO
     const char *core = openblas_get_corename();
     if (core && core[0])
@@ -63,6 +76,10 @@ void ar_machine_blas(char *buf, size_t n)
     if (!n)
         return;
     snprintf(buf, n, "unknown BLAS");
+#ifdef AR_BLAS_BLIS
+    const char *core = ar_machine_blas_core();
+    snprintf(buf, n, "BLIS %s%s%s", bli_info_get_version_str(), core ? " " : "", core ? core : "");
+#endif
 #ifdef AR_HAVE_OPENBLAS_INFO
     /* "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ...": the first two words */
     const char *cfg = openblas_get_config();

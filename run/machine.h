@@ -31,8 +31,9 @@ void ar_machine_cpu(const char *cpuinfo, char *buf, size_t n);
 /* The BLAS library, its version and the kernels it runs, into buf[n]:
  * "OpenBLAS 0.3.21 Cooperlake" (openblas_get_config's name and version,
  * then openblas_get_corename: the kernels chosen at load time, so
- * OPENBLAS_CORETYPE shows here); "unknown BLAS" for a build against
- * another CBLAS. */
+ * OPENBLAS_CORETYPE shows here); "BLIS 0.9.0 zen3" in a build with
+ * -Dblas=blis (its version, then the kernel set it chose); "unknown BLAS"
+ * for a build against another CBLAS. */
 void ar_machine_blas(char *buf, size_t n);
 
 /* The instruction set this build compiled its own loops for, from the

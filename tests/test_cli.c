@@ -1184,7 +1184,7 @@ Test(cli, bench_ops_splits_the_step_by_op)
     const char *slash = strrchr(bin(), '/');
     snprintf(emu, sizeof emu, "%.*s/tests/libattnres-cuda-emu.so", slash ? (int)(slash - bin()) : 1,
              slash ? bin() : ".");
-    if (access(emu, R_OK) == 0) {
+    if (ar_cuda_built() && access(emu, R_OK) == 0) { /* -Dcuda=disabled refuses --device cuda */
         setenv("ATTNRES_CUDA_MODULE", emu, 1);
         out = run_in(dir, 1, &st, "bench --ops --device cuda --variants baseline,block " BENCH_TINY);
         unsetenv("ATTNRES_CUDA_MODULE");

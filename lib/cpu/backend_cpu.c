@@ -27,6 +27,10 @@
 #include "ops_cpu.h"
 
 #include <cblas.h>
+#ifdef AR_BLAS_BLIS
+/* BLIS's own (blis.h): the threads of its products; dim_t is a 64-bit int */
+void bli_thread_set_num_threads(long n);
+#endif
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,7 +110,11 @@ static void cpu_set_threads(int n)
     if (n <= 0)
         n = initial;
     omp_set_num_threads(n);
+#ifdef AR_BLAS_BLIS
+    bli_thread_set_num_threads(n);
+#else
     openblas_set_num_threads(n);
+#endif
     flush_subnormals();
 }
 
