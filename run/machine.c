@@ -13,8 +13,7 @@ char *openblas_get_corename(void);
 #endif
 #ifdef AR_BLAS_BLIS
 /* BLIS's own (blis.h; arch_t is an enum): its version, and the kernel set
- * ("zen3", "haswell") it chose for this CPU at load time (BLIS_ARCH_TYPE
- * overrides it) */
+ * ("zen3", "haswell") it chose for this CPU at load time */
 char *bli_info_get_version_str(void);
 int bli_arch_query_id(void);
 char *bli_arch_string(int id);
