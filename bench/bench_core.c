@@ -9,7 +9,6 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "lib/model.h"
 #include "lib/optim.h"

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 static ar_op_tally T;
 
 int main(int argc, char **argv) {

@@ -31,7 +31,6 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "lib/backend.h"
 #include "experiments/bench.h"

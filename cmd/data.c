@@ -3,7 +3,6 @@
  * --vocab the first id outside a vocabulary. */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../core/clock.h"

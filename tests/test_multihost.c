@@ -16,6 +16,7 @@
 #include "formats/safetensors.h"
 #include "run/checkpoint.h"
 #include "mpiutil.h"
+#include "core/clock.h"
 #include "testutil.h"
 
 #define TINY                                                                                             \
@@ -224,7 +225,7 @@ static void start_on_hosts(const char *dir, const char *args, const char *name)
 /* Waits up to secs from t0 for path to exist, or for stop (may be NULL). */
 static int wait_for(const char *path, const char *stop, double t0, double secs)
 {
-    while (!exists(path) && !(stop && exists(stop)) && tu_now_s() - t0 < secs)
+    while (!exists(path) && !(stop && exists(stop)) && ar_now_s() - t0 < secs)
         usleep(100000);
     return exists(path);
 }
@@ -243,7 +244,7 @@ static void fault_ends_the_job(const char *fault, const char *repair, const char
                    "--set parallel.timeout_s=3",
                    "cut");
     const char *ck = tu_path(dir, "cut/model.safetensors"), *rcf = tu_path(dir, "cut.rc");
-    cr_assert(wait_for(ck, rcf, tu_now_s(), 120) && !exists(rcf),
+    cr_assert(wait_for(ck, rcf, ar_now_s(), 120) && !exists(rcf),
               "no checkpoint within 120 s, or the run ended first:\n%s", tu_read_file(tu_path(dir, "cut.log"), NULL));
     int st;
     char cmd[1024];
@@ -251,9 +252,9 @@ static void fault_ends_the_job(const char *fault, const char *repair, const char
     char *o = tu_run(cmd, &st);
     cr_assert_eq(st, 0, "%s: %s", fault, o);
     free(o);
-    double tcut = tu_now_s();
+    double tcut = ar_now_s();
     wait_for(rcf, NULL, tcut, 90);
-    double took = tu_now_s() - tcut;
+    double took = ar_now_s() - tcut;
     char *log = tu_read_file(tu_path(dir, "cut.log"), NULL);
     cr_assert(exists(rcf), "the job did not end within 90 s of '%s':\n%s", fault, log);
     char *rc = tu_read_file(rcf, NULL);
@@ -310,18 +311,18 @@ Test(multihost, a_partition_that_heals_is_ridden_out, .timeout = 300)
     free(o);
     start_on_hosts(dir, run, "two");
     const char *mf = tu_path(dir, "two/metrics.jsonl"), *rcf = tu_path(dir, "two.rc");
-    double t0 = tu_now_s();
+    double t0 = ar_now_s();
     /* training under way (step 5 logged), not still starting: the start's
      * broadcasts would wait the partition out unseen by any step's time */
     for (;;) {
         char *m = exists(mf) ? tu_read_file(mf, NULL) : NULL;
         int going = m && strstr(m, "\"step\":5,");
         free(m);
-        if (going || exists(rcf) || tu_now_s() - t0 > 120)
+        if (going || exists(rcf) || ar_now_s() - t0 > 120)
             break;
         usleep(50000);
     }
-    cr_assert(!exists(rcf) && tu_now_s() - t0 <= 120, "the run did not reach step 5 within 120 s, or ended first");
+    cr_assert(!exists(rcf) && ar_now_s() - t0 <= 120, "the run did not reach step 5 within 120 s, or ended first");
     free(harness(&st, "link 2 down && sleep 5 && %s '%s/tools/netns-hosts.sh' link 2 up", env, tu_source_dir()));
     cr_assert_eq(st, 0, "the partition");
     wait_for(rcf, NULL, t0, 180);

@@ -36,6 +36,7 @@
 #include "run/machine.h"
 #include "run/train.h"
 #include "lib/backend.h"
+#include "core/clock.h"
 #include "testutil.h"
 
 #ifndef AR_BLAS_BLIS
@@ -237,8 +238,8 @@ static char *output(const char *dir, const char *which)
 /* Polls until file holds at least `lines` newlines (or `timeout` s pass). */
 static int wait_lines(const char *file, int lines, double timeout)
 {
-    double t0 = tu_now_s();
-    while (tu_now_s() - t0 < timeout) {
+    double t0 = ar_now_s();
+    while (ar_now_s() - t0 < timeout) {
         size_t n = 0;
         char *b = tu_read_file(file, &n);
         int k = 0;
@@ -971,9 +972,9 @@ Test(reliability, sigkill_at_random_moments_then_resume_is_bit_exact, .timeout =
     const char *dir = fresh_dir();
     const long steps = 8;
     const char *cfg = tiny_yaml(dir, steps, 1);
-    double t0 = tu_now_s();
+    double t0 = ar_now_s();
     cr_assert_eq(RUN(dir, cfg, "--out", "ref"), 0);
-    double step_s = (tu_now_s() - t0) / (double)steps;
+    double step_s = (ar_now_s() - t0) / (double)steps;
     char ref[4200];
     snprintf(ref, sizeof ref, "%s/ref", dir);
 

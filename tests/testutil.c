@@ -10,10 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "core/clock.h"
 #include "core/module.h"
 #include "formats/safetensors.h"
 #include "lib/backend.h"
@@ -265,5 +263,3 @@ const ar_backend *tu_backend_b(char *kind, char *why, size_t n)
         snprintf(why, n, "%s", e.msg);
     return b;
 }
-
-double tu_now_s(void) { return ar_now_s(); }

@@ -48,8 +48,6 @@ double tu_rel_err(const float *a, const float *b, size_t n);
 /* The golden folder ($AR_GOLDEN_DIR, default ../shared/golden) or NULL if
  * it is absent (tests then skip). */
 const char *tu_golden_dir(void);
-/* Seconds on the monotonic clock. */
-double tu_now_s(void);
 /* Path of the attnres binary ($AR_BIN) or NULL. */
 const char *tu_bin(void);
 /* Source tree root ($AR_SOURCE_DIR) or NULL. */
