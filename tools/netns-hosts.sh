@@ -20,11 +20,21 @@
 # hosts apart from a longer prefix's) and AR_NETNS_NET (default 10.87.0:
 # host i is NET.(10+i), mpirun's namespace NET.10).  Root (CAP_NET_ADMIN)
 # is needed.
+#
+# Each host, and mpirun's namespace, gets a temporary directory of its own
+# (TMPDIR, where Open MPI makes its session directory), as separate hosts
+# would: the namespaces share one /tmp and one host name, and every
+# daemon of a job creating and removing its part of one session tree at
+# once has failed a launch ("mkdir ... File exists", in about one launch
+# of 30).
 set -eu
 P=${AR_NETNS:-ar}
 NET=${AR_NETNS_NET:-10.87.0}
 BR=${P}br
 self=$(readlink -f "$0")
+# the temporary directories' parent: the caller's, also for the agent,
+# whose TMPDIR mpirun's namespace set
+TMPBASE=${AR_NETNS_TMP:-${TMPDIR:-/tmp}}
 
 die() {
     echo "netns-hosts.sh: $*" >&2
@@ -40,6 +50,7 @@ down() {
         ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
         ip netns del "$ns" 2>/dev/null || true
         ip link del "${ns}p" 2>/dev/null || true
+        rm -rf "$TMPBASE/$ns.tmp"
     done
     ip link del "$BR" 2>/dev/null || true
 }
@@ -119,7 +130,9 @@ agent)
     shift 2
     i=$(echo "$addr" | sed -n "s/^$(echo "$NET" | sed 's/\./\\./g')\.\([0-9]*\)\$/\1/p")
     [ -n "$i" ] && [ "$i" -ge 11 ] || die "agent: '$addr' is not a host of $NET.0/24"
-    exec ip netns exec "${P}h$((i - 10))" sh -c "$*"
+    ns=${P}h$((i - 10))
+    mkdir -p "$TMPBASE/$ns.tmp"
+    TMPDIR=$TMPBASE/$ns.tmp exec ip netns exec "$ns" sh -c "$*"
     ;;
 link)
     ip -n "${P}h${2:?usage: link I up|down}" link set "${P}h${2}v" "${3:?usage: link I up|down}"
@@ -140,11 +153,12 @@ mpirun)
         i=$((i + 1))
     done
     # the agent, started by mpirun, finds the namespaces by these
-    export AR_NETNS="$P" AR_NETNS_NET="$NET"
+    export AR_NETNS="$P" AR_NETNS_NET="$NET" AR_NETNS_TMP="$TMPBASE"
+    mkdir -p "$TMPBASE/${P}h0.tmp"
     # rtc_hwloc_vmhole none: every host's orted shares this machine's
     # /dev/shm, and Open MPI 4.1's shared-memory topology
     # (hwloc_shmem_topology_write) then segfaulted in about one launch of 20
-    exec ip netns exec "${P}h0" mpirun -np "$n" --host "$hl" --mca plm_rsh_agent "$self agent" \
+    TMPDIR=$TMPBASE/${P}h0.tmp exec ip netns exec "${P}h0" mpirun -np "$n" --host "$hl" --mca plm_rsh_agent "$self agent" \
         --mca rtc_hwloc_vmhole none \
         --mca oob_tcp_if_include "$NET.0/24" --mca btl tcp,self --mca btl_tcp_if_include "$NET.0/24" "$@"
     ;;

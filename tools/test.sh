@@ -83,6 +83,16 @@ grep -h 'Synthesis: Tested' build-test/meson-logs/testlog.txt |
     sed -E 's/.*Passing: ([0-9]+) \| Failing: ([0-9]+) \| Crashing: ([0-9]+).*/\1 \2 \3/' |
     awk '{p += $1; f += $2 + $3} END {printf "tests: %d passed, %d failed\n", p, f}'
 if [ -n "$failed" ]; then
+    # what failed, by name, where the end of a long log shows it: each
+    # test program whose status was not 0 (or 77, skipped) and each
+    # Criterion case that failed or crashed
+    for d in build-test build-asan; do
+        log=$d/meson-logs/testlog.txt
+        [ -f "$log" ] || continue
+        awk -v d="$d" '/^test: / {sub(/^test: +/, ""); t = $0}
+            /^result: / && !/exit status (0|77)$/ {sub(/^result: +/, ""); print "tools/test.sh: " d ": " t ": " $0}' "$log" >&2
+        grep -h -E '^\[(FAIL|CRASH)\]|Assertion Failed' "$log" | sed "s|^|tools/test.sh: $d: |" | head -40 >&2
+    done
     echo "tools/test.sh: these runs failed:$failed (their logs: build-test/meson-logs, build-asan/meson-logs)" >&2
     exit 1
 fi
