@@ -15,13 +15,19 @@
  * file once more under LIBXSMM_TARGET=hsw, the AVX2 kernels that AVX2-only
  * CPUs run, whatever this machine has.
  *
- * Covers: lib/cpu/matmul_cpu.c, lib/cpu/matmul_xsmm.c. */
-#include <cblas.h>
-#include <criterion/criterion.h>
+ * Covers: lib/cpu/matmul_cpu.c, lib/cpu/matmul_xsmm.c, lib/cpu/blis_setup.c. */
+/* the C library's headers before BLIS's cblas.h, which defines
+ * _POSIX_C_SOURCE and so would hide MAP_ANONYMOUS */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cblas.h>
+#include <criterion/criterion.h>
 
 #include "lib/backend.h"
 #include "testutil.h"
@@ -204,4 +210,107 @@ Test(matmul_cpu, libxsmm_is_the_path_taken)
     cr_expect(memcmp(ref, dW, nw * sizeof(float)) != 0,
               "dW equals OpenBLAS's bit for bit: the libxsmm path was not taken");
     be->free(x), be->free(dout), be->free(W), be->free(dW), be->free(ref);
+}
+
+/* ---- no read past an operand ---- */
+
+/* n floats ending flush against a page no access reaches (a read past the
+ * last float faults); *map and *len for munmap */
+static float *fenced(size_t n, char **map, size_t *len)
+{
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), bytes = (n ? n : 1) * sizeof(float);
+    size_t pages = (bytes + pg - 1) / pg + 1;
+    *len = pages * pg;
+    *map = mmap(NULL, *len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cr_assert(*map != MAP_FAILED, "mmap of %zu bytes", *len);
+    cr_assert_eq(mprotect(*map + (pages - 1) * pg, pg, PROT_NONE), 0, "mprotect");
+    float *p = (float *)(*map + (pages - 1) * pg - bytes);
+    tu_fill_uniform(p, n ? n : 1, -1, 1, seed++);
+    return p;
+}
+
+/* the product under way, for the fault's message */
+static volatile int cur_op, cur_N, cur_in, cur_outd;
+
+static void put_int(char **s, int v)
+{
+    char d[12];
+    int k = 0;
+    do
+        d[k++] = (char)('0' + v % 10), v /= 10;
+    while (v);
+    while (k)
+        *(*s)++ = d[--k];
+}
+
+/* async-signal-safe: the shape, then the default action (the test crashes) */
+static void on_fault(int sig)
+{
+    static const char *ops[] = {"matmul_fwd", "matmul_bwd with dx", "matmul_bwd overwriting dx",
+                                "matmul_bwd without dx"};
+    char msg[160], *s = msg;
+    const char *h = "a product read past an operand: ", *o = ops[cur_op];
+    while (*h)
+        *s++ = *h++;
+    while (*o)
+        *s++ = *o++;
+    *s++ = ' ', *s++ = 'N', *s++ = ' ';
+    put_int(&s, cur_N);
+    *s++ = ' ', *s++ = 'i', *s++ = 'n', *s++ = ' ';
+    put_int(&s, cur_in);
+    *s++ = ' ', *s++ = 'o', *s++ = 'u', *s++ = 't', *s++ = ' ';
+    put_int(&s, cur_outd);
+    *s++ = '\n';
+    (void)!write(STDERR_FILENO, msg, (size_t)(s - msg));
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Every operand of matmul_fwd and matmul_bwd ends at a page that faults
+ * when read: no library under the products (OpenBLAS, BLIS, libxsmm) may
+ * read past one, as Debian 12's BLIS 0.9.0 did on its small-product path
+ * (lib/cpu/blis_setup.c).  Shapes with every small remainder of the
+ * libraries' register tiles (up to 6-16 rows and 16-32 columns), and a few
+ * larger ones of either library's path, on 2 threads. */
+Test(matmul_cpu, products_read_nothing_past_their_operands)
+{
+    static const int Ns[] = {1, 2, 3, 4, 5, 7, 8, 13, 16, 31, 33, 70};
+    static const int ins[] = {1, 2, 3, 5, 8, 16, 17, 33, 64};
+    static const int outds[] = {1, 2, 4, 7, 16, 17, 33, 64};
+    static const int large[][3] = {{1000, 300, 200}, {257, 176, 64}, {600, 256, 688}, {70, 24, 1030}};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fault;
+    sigaction(SIGSEGV, &sa, NULL);
+    sigaction(SIGBUS, &sa, NULL);
+    int nsmall = (int)(sizeof Ns / sizeof Ns[0] * sizeof ins / sizeof ins[0] * sizeof outds / sizeof outds[0]);
+    int nlarge = (int)(sizeof large / sizeof large[0]);
+    for (int c = 0; c < nsmall + nlarge; c++) {
+        int N, in, outd;
+        if (c < nsmall) {
+            int ni = (int)(sizeof ins / sizeof ins[0]), no = (int)(sizeof outds / sizeof outds[0]);
+            N = Ns[c / (ni * no)], in = ins[c / no % ni], outd = outds[c % no];
+        } else {
+            N = large[c - nsmall][0], in = large[c - nsmall][1], outd = large[c - nsmall][2];
+        }
+        size_t nx = (size_t)N * in, nw = (size_t)outd * in, no = (size_t)N * outd;
+        char *m[6];
+        size_t l[6];
+        float *x = fenced(nx, &m[0], &l[0]), *W = fenced(nw, &m[1], &l[1]), *dout = fenced(no, &m[2], &l[2]);
+        float *out = fenced(no, &m[3], &l[3]), *dx = fenced(nx, &m[4], &l[4]), *dW = fenced(nw, &m[5], &l[5]);
+        cur_N = N, cur_in = in, cur_outd = outd;
+        cur_op = 0;
+        be->matmul_fwd(out, x, W, N, in, outd);
+        cur_op = 1;
+        be->matmul_bwd(dx, dW, dout, x, W, 0, N, in, outd);
+        cur_op = 2;
+        be->matmul_bwd(dx, dW, dout, x, W, 1, N, in, outd);
+        cur_op = 3;
+        be->matmul_bwd(NULL, dW, dout, x, W, 0, N, in, outd);
+        for (int i = 0; i < 6; i++)
+            munmap(m[i], l[i]);
+    }
+    signal(SIGSEGV, SIG_DFL);
+    signal(SIGBUS, SIG_DFL);
+    cr_log_info("%d shapes, every operand against a fence", nsmall + nlarge);
 }

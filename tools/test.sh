@@ -8,7 +8,9 @@
 # OpenBLAS's Sandybridge kernel (AVX without FMA), so that one machine
 # checks the suite's bounds under a second build, both product libraries
 # and a second BLAS kernel (all but the suite 'network', test_multihost,
-# whose subject is the network between hosts, not memory); then a
+# whose subject is the network between hosts, not memory); then the
+# tests whose results go through the CBLAS once more on a build with
+# BLIS under every product (-Dblas=blis -Dcpu_gemm=openblas); then a
 # short bounded fuzz run of every fuzz harness (tools/fuzz.sh, clang and
 # libFuzzer, 7 seconds each, one a core); then the README's first command,
 # tools/quickstart.sh, shortened to 60 steps, on the test build, into build-test/quickstart,
@@ -57,6 +59,24 @@ OPENBLAS_CORETYPE=Sandybridge \
     LSAN_OPTIONS="suppressions=$(pwd)/tools/lsan.supp:print_suppressions=0" \
     meson test -C build-asan --print-errorlogs --num-processes 2 --no-suite network || failed="$failed sanitizers"
 took "the sanitizer tests"
+# The products' other CBLAS (-Dblas=blis), every product on it
+# (-Dcpu_gemm=openblas leaves libxsmm out): the tests of the products,
+# of the model and training on them, of GSL's fits (its cblas), of the
+# guard backend (nothing read outside an op's buffers) and of bench's
+# naming of the library; the rest of the suite runs the same paths at
+# other shapes, and compiling only these keeps the stage short.  One test
+# at a time: BLIS's threads spin at
+# their barriers, and two tests of two threads each on two cores took
+# minutes instead of seconds.
+blis_tests="matmul_cpu ops depth_cpu model train optim_muon scaling residual_variants model_head device_discipline bench"
+blis_opts="-Dblas=blis -Dcpu_gemm=openblas -Dcuda=disabled"
+# shellcheck disable=SC2086
+meson setup build-blis $blis_opts --reconfigure >/dev/null 2>&1 || meson setup build-blis $blis_opts >/dev/null
+# shellcheck disable=SC2086
+meson compile -C build-blis attnres $(for t in $blis_tests; do echo "test_$t"; done)
+# shellcheck disable=SC2086
+meson test -C build-blis --no-rebuild --print-errorlogs --num-processes 1 $blis_tests || failed="$failed blis"
+took "the BLIS build and its tests"
 tools/fuzz.sh 7 || failed="$failed fuzzers"
 took "the fuzzers"
 # The README's first command, as a user runs it but shorter.
@@ -86,13 +106,13 @@ if [ -n "$failed" ]; then
     # what failed, by name, where the end of a long log shows it: each
     # test program whose status was not 0 (or 77, skipped) and each
     # Criterion case that failed or crashed
-    for d in build-test build-asan; do
+    for d in build-test build-asan build-blis; do
         log=$d/meson-logs/testlog.txt
         [ -f "$log" ] || continue
         awk -v d="$d" '/^test: / {sub(/^test: +/, ""); t = $0}
             /^result: / && !/exit status (0|77)$/ {sub(/^result: +/, ""); print "tools/test.sh: " d ": " t ": " $0}' "$log" >&2
         grep -h -E '^\[(FAIL|CRASH)\]|Assertion Failed' "$log" | sed "s|^|tools/test.sh: $d: |" | head -40 >&2
     done
-    echo "tools/test.sh: these runs failed:$failed (their logs: build-test/meson-logs, build-asan/meson-logs)" >&2
+    echo "tools/test.sh: these runs failed:$failed (their logs: build-test/meson-logs, build-asan/meson-logs, build-blis/meson-logs)" >&2
     exit 1
 fi

@@ -28,8 +28,7 @@
 
 #include <cblas.h>
 #ifdef AR_BLAS_BLIS
-/* BLIS's own (blis.h): the threads of its products; dim_t is a 64-bit int */
-void bli_thread_set_num_threads(long n);
+#include "blis_setup.h"
 #endif
 #include <omp.h>
 #include <stdlib.h>
@@ -111,7 +110,7 @@ static void cpu_set_threads(int n)
         n = initial;
     omp_set_num_threads(n);
 #ifdef AR_BLAS_BLIS
-    bli_thread_set_num_threads(n);
+    ar_blis_set_threads(n);
 #else
     openblas_set_num_threads(n);
 #endif
