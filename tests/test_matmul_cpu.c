@@ -229,39 +229,21 @@ static float *fenced(size_t n, char **map, size_t *len)
     return p;
 }
 
-/* the product under way, for the fault's message */
-static volatile int cur_op, cur_N, cur_in, cur_outd;
+/* the product under way, said by the fault's handler */
+static char under_way[160];
+static volatile size_t under_way_len;
 
-static void put_int(char **s, int v)
+static void now_running(const char *op, int N, int in, int outd)
 {
-    char d[12];
-    int k = 0;
-    do
-        d[k++] = (char)('0' + v % 10), v /= 10;
-    while (v);
-    while (k)
-        *(*s)++ = d[--k];
+    int n = snprintf(under_way, sizeof under_way, "a product read past an operand: %s N %d in %d out %d\n", op, N,
+                     in, outd);
+    under_way_len = n > 0 && (size_t)n < sizeof under_way ? (size_t)n : 0;
 }
 
-/* async-signal-safe: the shape, then the default action (the test crashes) */
+/* async-signal-safe: what ran, then the default action (the test crashes) */
 static void on_fault(int sig)
 {
-    static const char *ops[] = {"matmul_fwd", "matmul_bwd with dx", "matmul_bwd overwriting dx",
-                                "matmul_bwd without dx"};
-    char msg[160], *s = msg;
-    const char *h = "a product read past an operand: ", *o = ops[cur_op];
-    while (*h)
-        *s++ = *h++;
-    while (*o)
-        *s++ = *o++;
-    *s++ = ' ', *s++ = 'N', *s++ = ' ';
-    put_int(&s, cur_N);
-    *s++ = ' ', *s++ = 'i', *s++ = 'n', *s++ = ' ';
-    put_int(&s, cur_in);
-    *s++ = ' ', *s++ = 'o', *s++ = 'u', *s++ = 't', *s++ = ' ';
-    put_int(&s, cur_outd);
-    *s++ = '\n';
-    (void)!write(STDERR_FILENO, msg, (size_t)(s - msg));
+    (void)!write(STDERR_FILENO, under_way, under_way_len);
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -298,14 +280,13 @@ Test(matmul_cpu, products_read_nothing_past_their_operands)
         size_t l[6];
         float *x = fenced(nx, &m[0], &l[0]), *W = fenced(nw, &m[1], &l[1]), *dout = fenced(no, &m[2], &l[2]);
         float *out = fenced(no, &m[3], &l[3]), *dx = fenced(nx, &m[4], &l[4]), *dW = fenced(nw, &m[5], &l[5]);
-        cur_N = N, cur_in = in, cur_outd = outd;
-        cur_op = 0;
+        now_running("matmul_fwd", N, in, outd);
         be->matmul_fwd(out, x, W, N, in, outd);
-        cur_op = 1;
+        now_running("matmul_bwd with dx", N, in, outd);
         be->matmul_bwd(dx, dW, dout, x, W, 0, N, in, outd);
-        cur_op = 2;
+        now_running("matmul_bwd overwriting dx", N, in, outd);
         be->matmul_bwd(dx, dW, dout, x, W, 1, N, in, outd);
-        cur_op = 3;
+        now_running("matmul_bwd without dx", N, in, outd);
         be->matmul_bwd(NULL, dW, dout, x, W, 0, N, in, outd);
         for (int i = 0; i < 6; i++)
             munmap(m[i], l[i]);

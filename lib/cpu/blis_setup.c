@@ -4,8 +4,9 @@
  * BLIS 0.9.0 (Debian 12's) sends any product with a dimension below its
  * "small/unpacked" thresholds (on Zen 3: m < 512, n < 200 or k < 240 in
  * fp32, which takes every weight gradient of a d_model 256 layer) to
- * assembly kernels that read up to 32 bytes past the end of an operand:
- * a product whose operand ends at the end of a mapped page faults
+ * assembly kernels that read past the end of an operand (by 32 bytes to
+ * a kilobyte): a product whose operand ends at the end of a mapped page
+ * faults
  * (tests/test_matmul_cpu.c, products_read_nothing_past_their_operands:
  * from one row and two columns up; OpenBLAS and BLIS's packed path read
  * nothing past one).  Thresholds of 1 send every product, fp32 and
