@@ -53,6 +53,19 @@ typedef struct ar_backend {
     /* ---- memory ---- */
     void *(*alloc)(size_t bytes); /* zero-filled, 64-byte aligned */
     void (*free)(void *p);
+    /* Memory for n values of an activation (an op's output that later ops
+     * read), in the backend's storage precision when it is called: under
+     * bf16 products (set_bf16(1)) the CUDA backend stores them in bf16, 2 n
+     * bytes, half the memory and traffic of fp32.  Only the ops lib/ops.def
+     * marks "bf16 storage" take such a buffer, where it says; they read it
+     * as bf16 and round what they write into it to bf16 (to nearest, ties
+     * to even), and do their arithmetic in fp32.  The CUDA backend stops
+     * with an error naming the op where any other op is given one.  Its
+     * bytes are the host's to move whole (upload, download), never to
+     * offset as floats.  Freed with free.  NULL where every activation is
+     * fp32 (the CPU backend): callers alloc n floats instead
+     * (ar_alloc_act). */
+    float *(*alloc_act)(size_t n);
     void (*upload)(void *dst, const void *src, size_t bytes);   /* host -> device */
     void (*download)(void *dst, const void *src, size_t bytes); /* device -> host */
     void (*zero)(void *p, size_t bytes);
@@ -102,6 +115,13 @@ typedef struct ar_backend {
 #include "ops.def"
 #undef AR_OP
 } ar_backend;
+
+/* n values of an activation: be->alloc_act(n) where the backend has it,
+ * else n floats of be->alloc. */
+static inline float *ar_alloc_act(const ar_backend *be, size_t n)
+{
+    return be->alloc_act ? be->alloc_act(n) : (float *)be->alloc(n * sizeof(float));
+}
 
 /* The CPU backend (always built). */
 const ar_backend *ar_backend_cpu(void);

@@ -121,9 +121,9 @@ static void alloc_activations(ar_model *m, const unsigned char *runs, const ar_m
         in->v = falloc(be, N * d);
         in->att = falloc(be, att);
         in->y = falloc(be, N * d);
-        in->gate = falloc(be, N * F);
-        in->up = falloc(be, N * F);
-        in->act = falloc(be, N * F);
+        in->gate = ar_alloc_act(be, N * F);
+        in->up = ar_alloc_act(be, N * F);
+        in->act = ar_alloc_act(be, N * F);
     }
     for (int k = 0; k < m->cfg.n_layer; k++) {
         if (runs && !runs[2 * k + 1] && !runs[2 * k + 2])
@@ -138,9 +138,9 @@ static void alloc_activations(ar_model *m, const unsigned char *runs, const ar_m
         a->v = rc ? in->v : falloc(be, N * d);
         a->att = rc ? in->att : falloc(be, att);
         a->y = rc ? in->y : falloc(be, N * d);
-        a->gate = rc ? in->gate : falloc(be, N * F);
-        a->up = rc ? in->up : falloc(be, N * F);
-        a->act = rc ? in->act : falloc(be, N * F);
+        a->gate = rc ? in->gate : ar_alloc_act(be, N * F);
+        a->up = rc ? in->up : ar_alloc_act(be, N * F);
+        a->act = rc ? in->act : ar_alloc_act(be, N * F);
     }
     if (!runs || runs[L + 1]) {
         m->head_rows = ar_head_rows_within(m->V, (int)N, be->head_floats());

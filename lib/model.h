@@ -18,6 +18,10 @@ typedef struct {
     int attn_norm, q, k, v, o, mlp_norm, gate, up, down; /* parameter indices */
 } ar_block_idx;
 
+/* gate, up and act are in the backend's storage precision (ar_alloc_act,
+ * lib/backend.h: bf16 on the CUDA backend under bf16 products, half of a
+ * block's 3 N d_ff floats), read and written only by the ops that take it
+ * (matmul, SwiGLU); everything else is fp32. */
 typedef struct {
     float *xn, *rstd, *q, *k, *v, *att, *y; /* attention sublayer (att: be->attention_state floats) */
     float *mxn, *mrstd, *gate, *up, *act;   /* MLP sublayer */

@@ -52,6 +52,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "lib/backend.h"
@@ -83,6 +85,7 @@ typedef struct {
     size_t n;
     float *h;
     float *a, *b;
+    int b16; /* b is bf16 storage (B's alloc_act under bf16): n bf16 values */
 } tp;
 
 #define MAXT 1024
@@ -146,6 +149,53 @@ static tp *ints(size_t n, int V)
     return t;
 }
 
+/* x rounded to bf16 (to nearest, ties to even), as a float, and its bits */
+static uint16_t bf16_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float bf16_value(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* B's values of t into dst (n floats; widened from bf16 storage) */
+static void b_get(const tp *t, float *dst)
+{
+    if (!t->b16) {
+        B->download(dst, t->b, t->n * sizeof(float));
+        return;
+    }
+    uint16_t *h = malloc((t->n ? t->n : 1) * sizeof *h);
+    B->download(h, t->b, t->n * sizeof *h);
+    for (size_t i = 0; i < t->n; i++)
+        dst[i] = bf16_value(h[i]);
+    free(h);
+}
+
+/* t's host values onto B (as bf16 into bf16 storage: they must be bf16
+ * values already) */
+static void b_put(tp *t)
+{
+    if (!t->b16) {
+        B->upload(t->b, t->h, t->n * sizeof(float));
+        return;
+    }
+    uint16_t *h = malloc((t->n ? t->n : 1) * sizeof *h);
+    for (size_t i = 0; i < t->n; i++) {
+        h[i] = bf16_bits(t->h[i]);
+        cr_assert(bf16_value(h[i]) == t->h[i], "%s: %g is not a bf16 value", ctx, t->h[i]);
+    }
+    B->upload(t->b, h, t->n * sizeof *h);
+    free(h);
+}
+
 /* a copy of t's host values (its initial values, or A's result after take()) */
 static tp *dup_tp(const tp *t) { return from_host(t->h, t->n); }
 
@@ -153,7 +203,7 @@ static tp *dup_tp(const tp *t) { return from_host(t->h, t->n); }
 static void take(tp *t)
 {
     A->download(t->h, t->a, t->n * sizeof(float));
-    B->upload(t->b, t->h, t->n * sizeof(float));
+    b_put(t);
 }
 
 static void release(void)
@@ -270,7 +320,7 @@ static double measure(const char *what, tp *t, size_t rows, size_t ld, size_t co
 {
     float *ra = malloc(t->n * sizeof(float)), *rb = malloc(t->n * sizeof(float));
     A->download(ra, t->a, t->n * sizeof(float));
-    B->download(rb, t->b, t->n * sizeof(float));
+    b_get(t, rb);
     if (b_is_cpu && bnd)
         for (size_t r = 0; r < rows; r++)
             for (size_t c = col0; c < col0 + cols; c++) {
@@ -1152,6 +1202,164 @@ Test(backend_ops, swiglu)
     swiglu_case(37 * 72);
     swiglu_case(1024 * 512 + 3);
 }
+
+/* ---- bf16 storage (lib/backend.h, alloc_act) -------------------------
+ * Under set_bf16(1) B's alloc_act holds bf16 values (the CUDA backend);
+ * A's buffers are floats, and so are B's where B has no alloc_act (the
+ * CPU backend: the same code on both sides, equal results).  An input in
+ * bf16 storage holds bf16 values on both backends (rounded on the host),
+ * so both read the same numbers; an output in it is B's fp32 result
+ * rounded once to bf16, within 2^-8 of it relative (to nearest with 8
+ * significant bits: half of the spacing 2^-7 |x|, at most), so against
+ * A's fp32 value a
+ *     |a - b| <= bnd + 2^-8 (|a| + bnd)
+ * with bnd the bound of the fp32 result.  The MLP's chain, as the model
+ * runs it with its gate, up and act in bf16 storage: gate = x Wg^T and up
+ * = x Wu^T into storage, act = swiglu(gate, up) from and into storage,
+ * out = act Wd^T and its backward from act in storage, swiglu's backward
+ * from gate and up in storage; each op on A's rounded result of the one
+ * before (take16), so each is compared on its own. */
+static int b_stores; /* B's alloc_act gives bf16 storage */
+
+/* n values in bf16 storage on B (floats on A), host values uniform in
+ * [lo, hi) rounded to bf16 */
+static tp *stored(size_t n, float lo, float hi)
+{
+    cr_assert(nreg < MAXT);
+    tp *t = calloc(1, sizeof *t);
+    t->n = n;
+    t->h = malloc((n ? n : 1) * sizeof(float));
+    tu_fill_uniform(t->h, n, lo, hi, seed++);
+    for (size_t i = 0; i < n; i++)
+        t->h[i] = bf16_value(bf16_bits(t->h[i]));
+    t->a = A->alloc((n ? n : 1) * sizeof(float));
+    t->b = ar_alloc_act(B, n ? n : 1);
+    t->b16 = b_stores;
+    A->upload(t->a, t->h, n * sizeof(float));
+    b_put(t);
+    reg[nreg++] = t;
+    return t;
+}
+
+/* Both backends go on from A's result rounded to bf16 (as B's storage
+ * holds it), so the next op reads the same values on both. */
+static void take16(tp *t)
+{
+    A->download(t->h, t->a, t->n * sizeof(float));
+    for (size_t i = 0; i < t->n; i++)
+        t->h[i] = bf16_value(bf16_bits(t->h[i]));
+    A->upload(t->a, t->h, t->n * sizeof(float));
+    b_put(t);
+}
+
+/* bnd of an fp32 result widened by its rounding into bf16 storage (above),
+ * where B stores bf16 */
+static double *rounded_bounds(const tp *t, const double *bnd)
+{
+    double *r = bnew(t->n);
+    const float *a = res_a(t);
+    for (size_t i = 0; i < t->n; i++)
+        r[i] = bnd[i] + (t->b16 ? 0x1p-8 * (fabs(a[i]) + bnd[i]) : 0);
+    return r;
+}
+
+static void bf16_storage_case(int N, int d, int F)
+{
+    at("bf16 storage N=%d d=%d F=%d", N, d, F);
+    size_t nf = (size_t)N * F, nd = (size_t)N * d;
+    tp *x = rnd(nd, -1, 1), *Wg = rnd((size_t)F * d, -1, 1), *Wu = rnd((size_t)F * d, -1, 1);
+    tp *Wd = rnd((size_t)d * F, -1, 1), *dout = rnd(nd, -1, 1), *dact0 = rnd(nf, -1, 1);
+    tp *gate = stored(nf, -7, 7), *up = stored(nf, -7, 7), *act = stored(nf, -7, 7); /* garbage */
+    double *bo, *bx, *bw;
+    /* gate, up = x W^T into storage */
+    matmul_bounds(x, Wg, dact0, NULL, NULL, N, d, F, RHO_BF16, &bo, &bx, &bw);
+    BOTH be->matmul_fwd(D(gate), D(x), D(Wg), N, d, F);
+    check("matmul_fwd into bf16 storage: gate", gate, rounded_bounds(gate, bo));
+    matmul_bounds(x, Wu, dact0, NULL, NULL, N, d, F, RHO_BF16, &bo, &bx, &bw);
+    BOTH be->matmul_fwd(D(up), D(x), D(Wu), N, d, F);
+    check("matmul_fwd into bf16 storage: up", up, rounded_bounds(up, bo));
+    take16(gate), take16(up);
+    /* act = swiglu(gate, up), from and into storage (swiglu_case's bounds) */
+    double *bs = bnew(nf), *bg = bnew(nf), *bu = bnew(nf);
+    for (size_t i = 0; i < nf; i++) {
+        double a = gate->h[i], sg = 1 / (1 + exp(-a)), go = fabs(dact0->h[i]), u = fabs(up->h[i]);
+        bs[i] = 2 * (U_EXP + tu_gamma(5)) * fabs(a * sg) * u;
+        bu[i] = 2 * (U_EXP + tu_gamma(5)) * go * fabs(a * sg);
+        bg[i] = 2 * (2 * U_EXP + tu_gamma(9)) * go * u * sg * (1 + fabs(a));
+    }
+    BOTH be->swiglu_fwd(D(act), D(gate), D(up), nf);
+    check("swiglu_fwd in bf16 storage: act", act, rounded_bounds(act, bs));
+    take16(act);
+    /* out = act Wd^T from storage, and its backward (dx: dact) */
+    tp *out = junk(nd), *dact = rnd(nf, -1, 1), *dWd = rnd((size_t)d * F, -1, 1);
+    matmul_bounds(act, Wd, dout, dact->h, dWd->h, N, F, d, RHO_BF16, &bo, &bx, &bw);
+    BOTH be->matmul_fwd(D(out), D(act), D(Wd), N, F, d);
+    check("matmul_fwd from bf16 storage: out", out, bo);
+    BOTH be->matmul_bwd(D(dact), D(dWd), D(dout), D(act), D(Wd), 0, N, F, d);
+    check("matmul_bwd from bf16 storage: dact", dact, bx);
+    check("matmul_bwd from bf16 storage: dWd", dWd, bw);
+    /* swiglu's backward from gate and up in storage */
+    tp *dgate = junk(nf), *dup = junk(nf);
+    BOTH be->swiglu_bwd(D(dgate), D(dup), D(dact0), D(gate), D(up), nf);
+    check("swiglu_bwd from bf16 storage: dgate", dgate, bg);
+    check("swiglu_bwd from bf16 storage: dup", dup, bu);
+    release();
+}
+
+Test(backend_ops, bf16_storage)
+{
+    NEED_B();
+    int rc = B->set_bf16(1);
+    cr_assert(rc == 0 || b_is_cpu, "set_bf16(1) failed on '%s'", B->name);
+    cr_assert(b_is_cpu || B->alloc_act, "'%s' has bf16 products and no bf16 storage", B->name);
+    b_stores = rc == 0 && B->alloc_act != NULL;
+    bf16_storage_case(13, 72, 37);  /* sides under 64: no bf16 copies otherwise */
+    bf16_storage_case(1, 5, 3);
+    bf16_storage_case(67, 65, 66);  /* the copies' shapes, tails past the last float4 */
+    bf16_storage_case(256, 128, 344);
+    b_stores = 0;
+    cr_assert_eq(B->set_bf16(0), 0);
+    /* storage follows the setting when it is made: fp32 again */
+    if (!b_is_cpu) {
+        float *p = ar_alloc_act(B, 100), h[100], back[100];
+        tu_fill_uniform(h, 100, -1, 1, 77);
+        B->upload(p, h, sizeof h);
+        B->copy(p, p, 100); /* an op that takes no bf16 storage: p is fp32 now */
+        B->download(back, p, sizeof back);
+        cr_expect(memcmp(h, back, sizeof h) == 0, "alloc_act after set_bf16(0) is not fp32");
+        B->free(p);
+    }
+}
+
+/* Any op not marked "bf16 storage" in lib/ops.def stops, naming itself,
+ * when given such a buffer, rather than read bf16 bytes as floats: a child
+ * process gives it one and must exit with status 1. */
+static void refused(void (*give)(float *stored_buf, float *plain, size_t n))
+{
+    NEED_B();
+    if (b_is_cpu || B->set_bf16(1) != 0 || !B->alloc_act)
+        cr_skip_test("'%s' has no bf16 storage", B->name);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert(pid >= 0, "fork failed");
+    if (pid == 0) {
+        size_t n = 256;
+        float *s16 = B->alloc_act(n), *p = B->alloc(n * sizeof(float));
+        give(s16, p, n);
+        B->sync();
+        _exit(0);
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "the op took a buffer of bf16 storage (status %d)", st);
+    B->set_bf16(0);
+}
+static void give_add(float *s16, float *p, size_t n) { B->add(p, s16, n); }
+static void give_weight(float *s16, float *p, size_t n) { B->matmul_fwd(p, p, s16, 16, 16, (int)(n / 16)); }
+static void give_mixed_swiglu(float *s16, float *p, size_t n) { B->swiglu_fwd(p, s16, s16, n); }
+Test(backend_ops, bf16_storage_refused_by_add) { refused(give_add); }
+Test(backend_ops, bf16_storage_refused_as_a_weight) { refused(give_weight); }
+Test(backend_ops, bf16_storage_refused_mixed_in_swiglu) { refused(give_mixed_swiglu); }
 
 /* ---- cross-entropy --------------------------------------------------- */
 

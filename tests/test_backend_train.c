@@ -35,6 +35,7 @@
  * across backends. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,6 +302,61 @@ Test(backend_train, block_sizes_uneven, .timeout = 300)
     extra_set = "model.residual.block_sizes=[1, 3, 2]";
     compare_runs(AR_RES_BLOCK, 0);
 }
+
+/* Under bf16 products the model keeps its MLP's gate, up and act in bf16
+ * storage (lib/backend.h, alloc_act; lib/model.c): after one forward from
+ * the same weights and tokens, B's bytes of each, read as bf16, are A's
+ * fp32 values to within the bf16 run's error, ||a - b|| <= 2e-2 ||a||
+ * (every product's inputs and these values rounded to 2^-8; a buffer
+ * still in fp32, read as bf16, gives values of no relation to A's), and
+ * the recomputing model (cfg.recompute sublayer) keeps its one set so
+ * too. */
+static void mlp_storage_case(int recompute)
+{
+    tu_need_backend_b(B, b_kind, why);
+    if (B == A || B->set_bf16(1) != 0 || !B->alloc_act)
+        cr_skip_test("'%s' has no bf16 storage", B->name);
+    ar_config c = tiny("unused", AR_RES_BLOCK);
+    c.model.recompute = recompute ? AR_RECOMPUTE_SUBLAYER : AR_RECOMPUTE_NONE;
+    int nb = 2, N = nb * c.model.seq_len, F = c.model.d_ff;
+    int32_t tok[64], tgt[64];
+    for (int i = 0; i < N; i++)
+        tok[i] = (i * 7 + 3) % c.model.vocab, tgt[i] = (i * 5 + 1) % c.model.vocab;
+    ar_model *ma, *mb;
+    ar_err e = {{0}};
+    cr_assert_eq(ar_model_create(&ma, &c.model, A, nb, &e), 0, "%s", e.msg);
+    cr_assert_eq(ar_model_create(&mb, &c.model, B, nb, &e), 0, "%s", e.msg);
+    ar_model_init(ma, 5), ar_model_init(mb, 5);
+    /* the last block's forward leaves the (shared, under recompute) set holding its values */
+    ar_model_forward(ma, tok, tgt, nb, NULL);
+    ar_model_forward(mb, tok, tgt, nb, NULL);
+    size_t n = (size_t)N * F;
+    float *a = malloc(n * sizeof *a);
+    uint16_t *h = malloc(n * sizeof *h);
+    int k = c.model.n_layer - 1;
+    const char *names[] = {"gate", "up", "act"};
+    float *bufa[] = {ma->act[k].gate, ma->act[k].up, ma->act[k].act};
+    float *bufb[] = {mb->act[k].gate, mb->act[k].up, mb->act[k].act};
+    for (int t = 0; t < 3; t++) {
+        A->download(a, bufa[t], n * sizeof *a);
+        B->download(h, bufb[t], n * sizeof *h);
+        double d2 = 0, a2 = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)h[i] << 16;
+            float b;
+            memcpy(&b, &u, sizeof b);
+            d2 += ((double)a[i] - b) * ((double)a[i] - b), a2 += (double)a[i] * a[i];
+        }
+        cr_expect(a2 > 0 && sqrt(d2) <= 2e-2 * sqrt(a2), "block %d's %s%s: ||a - b|| = %.3g of ||a|| = %.3g", k,
+                  names[t], recompute ? " (recompute)" : "", sqrt(d2), sqrt(a2));
+    }
+    free(a), free(h);
+    ar_model_free(ma), ar_model_free(mb);
+    B->set_bf16(0);
+}
+
+Test(backend_train, mlp_in_bf16_storage) { mlp_storage_case(0); }
+Test(backend_train, mlp_in_bf16_storage_recomputed) { mlp_storage_case(1); }
 
 /* The weights' bf16 copy (lib/backend.h, set_weight_copy): training in bf16
  * on B with it and with every product rounding its own operands gives the

@@ -302,8 +302,9 @@ Test(cuda_emu, gemm_fast_16bf_rounds_the_operands)
 }
 
 /* bf16 operands (both) with fp32 output and compute type: exact products
- * of the bf16 values, checked on their 2-byte elements; with FAST_16BF, or
- * with a bf16 output, not supported */
+ * of the bf16 values, checked on their 2-byte elements; with FAST_16BF,
+ * or a bf16 output from fp32 operands, not supported; a bf16 output from
+ * bf16 operands is the fp32 result rounded to nearest, ties to even */
 Test(cuda_emu, gemm_takes_bf16_operands)
 {
     __nv_bfloat16 a[2] = {__float2bfloat16(1.5f), __float2bfloat16(-2.0f)},
@@ -326,9 +327,22 @@ Test(cuda_emu, gemm_takes_bf16_operands)
     cr_expect_eq(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &al, dA, CUDA_R_16BF, 1, dB, CUDA_R_16BF, 2, &be,
                               dC, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT),
                  CUBLAS_STATUS_NOT_SUPPORTED);
-    cr_expect_eq(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &al, dA, CUDA_R_16BF, 1, dB, CUDA_R_16BF, 2, &be,
+    cr_expect_eq(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &al, dC, CUDA_R_32F, 1, dC, CUDA_R_32F, 2, &be,
                               dC, CUDA_R_16BF, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  CUBLAS_STATUS_NOT_SUPPORTED);
+    /* 1 + 3 2^-8 lies halfway between 1 + 2^-7 (odd) and 1 + 2^-6 (even):
+     * to nearest even gives the latter, truncation the former */
+    __nv_bfloat16 a2[2] = {__float2bfloat16(1.0f), __float2bfloat16(0x3p-8f)},
+                  b2[2] = {__float2bfloat16(1.0f), __float2bfloat16(1.0f)}, c16;
+    cudaMemcpyAsync(dA, a2, sizeof a2, cudaMemcpyHostToDevice);
+    cudaMemcpyAsync(dB, b2, sizeof b2, cudaMemcpyHostToDevice);
+    __nv_bfloat16 *dC16;
+    cudaMalloc((void **)&dC16, sizeof c16);
+    cr_expect_eq(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &al, dA, CUDA_R_16BF, 1, dB, CUDA_R_16BF, 2, &be,
+                              dC16, CUDA_R_16BF, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 CUBLAS_STATUS_SUCCESS);
+    cudaMemcpyAsync(&c16, dC16, sizeof c16, cudaMemcpyDeviceToHost);
+    cr_expect_eq(__bfloat162float(c16), 1.0f + 0x1p-6f, "bf16 output %.9g, not 1 + 2^-6", __bfloat162float(c16));
     cublasDestroy(h);
 }
 

@@ -135,6 +135,7 @@ static size_t cpu_attention_state(int B, int T, int nh) { return (size_t)B * nh 
 static const ar_backend cpu_backend = {
     .name = "cpu",
     .alloc = cpu_alloc,
+    .alloc_act = NULL, /* every activation in fp32 */
     .free = cpu_free,
     .upload = cpu_upload,
     .download = cpu_download,

@@ -146,6 +146,46 @@ static void *cu_alloc(size_t bytes)
     return p;
 }
 
+/* The buffers of bf16 storage (alloc_act under bf16 products): a model's
+ * few per block, looked up by every op's pointer arguments. */
+static held_buf *g_b16;
+static size_t g_nb16, g_b16_cap;
+
+extern "C" int ar_cu_bf16_stored(const void *p)
+{
+    for (size_t i = 0; i < g_nb16; i++)
+        if ((const char *)p >= (const char *)g_b16[i].p && (const char *)p < (const char *)g_b16[i].p + g_b16[i].n)
+            return 1;
+    return 0;
+}
+
+extern "C" void ar_cu_no_bf16_storage(const char *op, const char *arg, const void *p)
+{
+    if (p && g_nb16 && ar_cu_bf16_stored(p)) {
+        char detail[200];
+        snprintf(detail, sizeof detail, "%s is a buffer of bf16 storage (alloc_act), which this op does not take",
+                 arg);
+        ar_cuda_die(op, detail, __FILE__, __LINE__);
+    }
+}
+
+/* n values: bf16 under bf16 products, else fp32 (lib/backend.h) */
+static float *cu_alloc_act(size_t n)
+{
+    if (!g_bf16)
+        return (float *)cu_alloc(n * sizeof(float));
+    void *p = cu_alloc(n * 2);
+    if (g_nb16 == g_b16_cap) {
+        size_t cap = g_b16_cap ? 2 * g_b16_cap : 64;
+        held_buf *h = (held_buf *)realloc(g_b16, cap * sizeof *h);
+        if (!h)
+            ar_cuda_die("realloc", "out of host memory for the list of bf16 buffers", __FILE__, __LINE__);
+        g_b16 = h, g_b16_cap = cap;
+    }
+    g_b16[g_nb16++] = held_buf{p, n * 2};
+    return (float *)p;
+}
+
 /* Waits for the stream first: queued ops may still use p. */
 static void cu_free(void *p)
 {
@@ -154,6 +194,11 @@ static void cu_free(void *p)
     AR_CUDA_CHECK(cudaStreamSynchronize(ar_cuda_stream()));
     AR_CUDA_CHECK(cudaFree(p));
     release(p);
+    for (size_t i = 0; i < g_nb16; i++)
+        if (g_b16[i].p == p) {
+            g_b16[i] = g_b16[--g_nb16];
+            break;
+        }
     ar_cu_weights_freed(p);
 }
 
@@ -279,9 +324,29 @@ template <typename R, typename... P, typename... A> static inline R marking_writ
     }
 }
 
+/* bf16 storage (alloc_act): the ops that take it check their own
+ * arguments (which of them may be bf16); every other op stops where any
+ * pointer argument is such a buffer, rather than read its bytes as
+ * floats. */
+static constexpr bool same(const char *a, const char *b) { return *a == *b && (!*a || same(a + 1, b + 1)); }
+static constexpr bool takes_bf16_storage(const char *op)
+{
+    return same(op, "matmul_fwd") || same(op, "matmul_bwd") || same(op, "swiglu_fwd") || same(op, "swiglu_bwd");
+}
+template <typename T> static inline void no_storage(const char *, T) {}
+static inline void no_storage(const char *op, const float *p) { ar_cu_no_bf16_storage(op, "an argument", p); }
+static inline void no_storage(const char *op, float *p) { ar_cu_no_bf16_storage(op, "an argument", p); }
+template <typename... A> static inline void refuse_bf16_storage(const char *op, A... a) { (no_storage(op, a), ...); }
+
 #define AR_UNPACK(...) __VA_ARGS__
 #define AR_OP(ret, name, params, args, uses)                                                                 \
-    static ret op_##name params { return marking_writes(cuda_##name, AR_UNPACK args); }
+    static ret op_##name params                                                                              \
+    {                                                                                                        \
+        if constexpr (!takes_bf16_storage(#name))                                                            \
+            if (g_nb16)                                                                                      \
+                refuse_bf16_storage(#name, AR_UNPACK args);                                                  \
+        return marking_writes(cuda_##name, AR_UNPACK args);                                                  \
+    }
 #include "../ops.def"
 #undef AR_OP
 #undef AR_UNPACK
@@ -292,6 +357,7 @@ static void fill_table(ar_backend *b)
 {
     b->name = "cuda";
     b->alloc = cu_alloc;
+    b->alloc_act = cu_alloc_act;
     b->free = cu_free;
     b->upload = cu_upload;
     b->download = cu_download;

@@ -24,6 +24,12 @@ cublasHandle_t ar_cuda_cublas(void);
 /* Non-zero when matrix products run in bf16 (set_bf16). */
 int ar_cuda_bf16(void);
 
+/* Non-zero when p lies inside a buffer of bf16 storage (the backend's
+ * alloc_act under bf16 products, lib/backend.h): its values are bf16. */
+int ar_cu_bf16_stored(const void *p);
+/* Stops with an error where p is bf16 storage: op takes none there. */
+void ar_cu_no_bf16_storage(const char *op, const char *arg, const void *p);
+
 /* Reports a failed call and exits (see above). */
 void ar_cuda_die(const char *what, const char *detail, const char *file, int line);
 

@@ -19,6 +19,7 @@
 #include "workspace_cuda.h"
 
 #include <cub/device/device_radix_sort.cuh>
+#include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -478,34 +479,59 @@ void cuda_rope_bwd(float *dx, int B, int T, int nh, int hd)
 /* SwiGLU gate                                                               */
 
 /* out = silu(gate) * up,  silu(a) = a*sigmoid(a)     (=) */
-__global__ static void swiglu_fwd_kernel(float *out, const float *gate, const float *up, size_t n)
+/* gate, up and out fp32 (S = float) or all bf16 storage (S = bf16: read
+ * as bf16, the product in fp32, out rounded to bf16) */
+__device__ static inline float stored_value(float x) { return x; }
+__device__ static inline float stored_value(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ static inline void store_value(float *p, float x) { *p = x; }
+__device__ static inline void store_value(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); }
+
+template <typename S> __global__ static void swiglu_fwd_kernel(S *out, const S *gate, const S *up, size_t n)
 {
     GRID_STRIDE(i, n)
     {
-        float a = gate[i];
+        float a = stored_value(gate[i]);
         float sg = 1.0f / (1.0f + expf(-a));
-        out[i] = a * sg * up[i];
+        store_value(out + i, a * sg * stored_value(up[i]));
     }
 }
 
-/* (=) dgate = dout*up*sigmoid(a)*(1 + a*(1-sigmoid(a))),  dup = dout*silu(a) */
-__global__ static void swiglu_bwd_kernel(float *dgate, float *dup, const float *dout,
-                                         const float *gate, const float *up, size_t n)
+/* (=) dgate = dout*up*sigmoid(a)*(1 + a*(1-sigmoid(a))),  dup = dout*silu(a)
+ * (gate and up fp32 or bf16 storage; the gradients fp32) */
+template <typename S>
+__global__ static void swiglu_bwd_kernel(float *dgate, float *dup, const float *dout, const S *gate, const S *up,
+                                         size_t n)
 {
     GRID_STRIDE(i, n)
     {
-        float a = gate[i], u = up[i], go = dout[i];
+        float a = stored_value(gate[i]), u = stored_value(up[i]), go = dout[i];
         float sg = 1.0f / (1.0f + expf(-a));
         dgate[i] = go * u * sg * (1.0f + a * (1.0f - sg));
         dup[i] = go * a * sg;
     }
 }
 
+/* Where gate and up are bf16 storage (lib/backend.h alloc_act), and out
+ * in the forward too: all of them, or none. */
+static int swiglu_storage(const char *op, const void *gate, const void *up, const void *out)
+{
+    int g = ar_cu_bf16_stored(gate), u = ar_cu_bf16_stored(up), o = out ? ar_cu_bf16_stored(out) : g;
+    if (g != u || g != o)
+        ar_cuda_die(op, out ? "'out', 'gate' and 'up' must all be bf16 storage (alloc_act) or none of them"
+                            : "'gate' and 'up' must both be bf16 storage (alloc_act) or neither",
+                    __FILE__, __LINE__);
+    return g;
+}
+
 void cuda_swiglu_fwd(float *out, const float *gate, const float *up, size_t n)
 {
     if (!n)
         return;
-    swiglu_fwd_kernel<<<flat_blocks(n), BS, 0, ar_cuda_stream()>>>(out, gate, up, n);
+    if (swiglu_storage("swiglu_fwd", gate, up, out))
+        swiglu_fwd_kernel<__nv_bfloat16><<<flat_blocks(n), BS, 0, ar_cuda_stream()>>>(
+            (__nv_bfloat16 *)out, (const __nv_bfloat16 *)gate, (const __nv_bfloat16 *)up, n);
+    else
+        swiglu_fwd_kernel<float><<<flat_blocks(n), BS, 0, ar_cuda_stream()>>>(out, gate, up, n);
     AR_CUDA_LAUNCHED();
 }
 
@@ -514,7 +540,14 @@ void cuda_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *g
 {
     if (!n)
         return;
-    swiglu_bwd_kernel<<<flat_blocks(n), BS, 0, ar_cuda_stream()>>>(dgate, dup, dout, gate, up, n);
+    ar_cu_no_bf16_storage("swiglu_bwd", "'dgate'", dgate);
+    ar_cu_no_bf16_storage("swiglu_bwd", "'dup'", dup);
+    ar_cu_no_bf16_storage("swiglu_bwd", "'dout'", dout);
+    if (swiglu_storage("swiglu_bwd", gate, up, NULL))
+        swiglu_bwd_kernel<__nv_bfloat16><<<flat_blocks(n), BS, 0, ar_cuda_stream()>>>(
+            dgate, dup, dout, (const __nv_bfloat16 *)gate, (const __nv_bfloat16 *)up, n);
+    else
+        swiglu_bwd_kernel<float><<<flat_blocks(n), BS, 0, ar_cuda_stream()>>>(dgate, dup, dout, gate, up, n);
     AR_CUDA_LAUNCHED();
 }
 

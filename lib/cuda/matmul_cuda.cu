@@ -18,8 +18,12 @@
  * head h of q (B x T x nh*hd) is the T x hd matrix at q + b*T*C + h*hd with
  * leading dimension C = nh*hd, so consecutive heads are hd floats apart.
  *
- * Precision.  Buffers are always fp32 (parameters are the fp32 master
- * weights; the optimizer state and every reduction stay fp32 or double).
+ * Precision.  Buffers are fp32 (parameters are the fp32 master weights;
+ * the optimizer state and every reduction stay fp32 or double), but for
+ * the activations a model keeps in bf16 storage under bf16 (lib/backend.h,
+ * alloc_act: the MLP's gate, up and act), which the linear layers read as
+ * bf16 operands as they are and write as cuBLAS's bf16 output (the fp32
+ * sum rounded once, to nearest even).
  *   fp32 (default): compute type CUBLAS_COMPUTE_32F under
  *     CUBLAS_DEFAULT_MATH, i.e. true fp32 FMA products, no TF32: results
  *     agree with the CPU backend to ~1e-5 relative (summation order only).
@@ -148,13 +152,22 @@ static size_t span(int rows, int cols, int ld) { return rows && cols ? (size_t)(
 /* an M x N product with a K-long sum takes bf16 copies of its operands */
 static int by_copies(int M, int N, int K) { return ar_cuda_bf16() && M >= BF16_COPY && N >= BF16_COPY && K > 0; }
 
-/* ar_cu_gemm's product on bf16 operands (cuBLAS bf16 x bf16, fp32 C) */
+/* ar_cu_gemm's product on bf16 operands (cuBLAS bf16 x bf16, fp32 sums),
+ * into fp32 C, or into bf16 C where c16 (bf16 storage: the sum rounded
+ * once, to nearest even) */
 static void gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const __nv_bfloat16 *A, int lda,
-                      const __nv_bfloat16 *B, int ldb, float beta, float *C, int ldc)
+                      const __nv_bfloat16 *B, int ldb, float beta, void *C, int ldc, int c16 = 0)
 {
     AR_CUBLAS_CHECK(cublasGemmEx(ar_cuda_cublas(), op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_16BF, ldb, A,
-                                 CUDA_R_16BF, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                                 CUBLAS_GEMM_DEFAULT));
+                                 CUDA_R_16BF, lda, &beta, C, c16 ? CUDA_R_16BF : CUDA_R_32F, ldc,
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+/* an activation operand in bf16: the buffer itself where it is bf16
+ * storage (lib/backend.h, alloc_act), else as bf16_operand */
+static const __nv_bfloat16 *bf16_input(int slot, const float *x, size_t n)
+{
+    return ar_cu_bf16_stored(x) ? (const __nv_bfloat16 *)x : bf16_operand(slot, x, n);
 }
 
 void ar_cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
@@ -185,21 +198,40 @@ void ar_cu_gemm_batched(int ta, int tb, int M, int N, int K, float alpha, const 
                                                compute_type(), CUBLAS_GEMM_DEFAULT));
 }
 
-/* out = x W^T     x: N x in, W: outd x in, out: N x outd   (=) */
+/* out = x W^T     x: N x in, W: outd x in, out: N x outd   (=)
+ * x and out may be bf16 storage: then the product is bf16 (W rounded as
+ * under set_bf16(1)) whatever its shape, and out the sum rounded to
+ * bf16. */
 void cuda_matmul_fwd(float *out, const float *x, const float *W, int N, int in, int outd)
 {
+    ar_cu_no_bf16_storage("matmul_fwd", "'W'", W);
+    int x16 = ar_cu_bf16_stored(x), o16 = ar_cu_bf16_stored(out);
+    if (x16 || o16) {
+        if (N <= 0 || outd <= 0)
+            return;
+        const __nv_bfloat16 *a = bf16_input(CU_WS_MM_A, x, (size_t)N * in);
+        const __nv_bfloat16 *b = bf16_operand(CU_WS_MM_B, W, (size_t)outd * in);
+        gemm_bf16(0, 1, N, outd, in, 1.0f, a, in, b, in, 0.0f, out, outd, o16);
+        return;
+    }
     ar_cu_gemm(0, 1, N, outd, in, 1.0f, x, in, W, in, 0.0f, out, outd);
 }
 
 /* dx += dout W   (skipped when dx is NULL; overwrite: =);   dW += dout^T x
- * With bf16 copies dout is rounded once for both products. */
+ * With bf16 copies dout is rounded once for both products.  x may be bf16
+ * storage: then both products are bf16, whatever their shapes. */
 void cuda_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, const float *W,
                      int overwrite, int N, int in, int outd)
 {
+    ar_cu_no_bf16_storage("matmul_bwd", "'dx'", dx);
+    ar_cu_no_bf16_storage("matmul_bwd", "'dW'", dW);
+    ar_cu_no_bf16_storage("matmul_bwd", "'dout'", dout);
+    ar_cu_no_bf16_storage("matmul_bwd", "'W'", W);
     float bx = overwrite ? 0.0f : 1.0f;
-    if (N > 0 && in > 0 && outd > 0 && by_copies(outd, in, N) && (!dx || by_copies(N, in, outd))) {
+    int xs = ar_cu_bf16_stored(x);
+    if (N > 0 && in > 0 && outd > 0 && (xs || (by_copies(outd, in, N) && (!dx || by_copies(N, in, outd))))) {
         const __nv_bfloat16 *d16 = bf16_operand(CU_WS_MM_A, dout, (size_t)N * outd);
-        const __nv_bfloat16 *x16 = bf16_operand(CU_WS_MM_B, x, (size_t)N * in);
+        const __nv_bfloat16 *x16 = bf16_input(CU_WS_MM_B, x, (size_t)N * in);
         if (dx) {
             const __nv_bfloat16 *w16 = bf16_operand(CU_WS_MM_C, W, (size_t)outd * in);
             gemm_bf16(0, 0, N, in, outd, 1.0f, d16, outd, w16, in, bx, dx, in);

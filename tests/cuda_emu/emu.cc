@@ -722,10 +722,11 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
     int br = tb == CUBLAS_OP_N ? k : n, bc = tb == CUBLAS_OP_N ? n : k;
     if (lda < std::max(1, ar) || ldb < std::max(1, br) || ldc < std::max(1, m))
         return CUBLAS_STATUS_INVALID_VALUE;
-    /* fp32 operands, or bf16 ones (A and B both) with fp32 C and an fp32
-     * compute type: the two combinations the backend uses */
-    bool in16 = At == CUDA_R_16BF && Bt == CUDA_R_16BF;
-    if ((!in16 && (At != CUDA_R_32F || Bt != CUDA_R_32F)) || Ct != CUDA_R_32F)
+    /* fp32 operands and C, or bf16 ones (A and B both) with fp32 or bf16 C
+     * and an fp32 compute type: the combinations the backend uses (bf16 C:
+     * the fp32 result rounded to nearest even, as cuBLAS's epilogue) */
+    bool in16 = At == CUDA_R_16BF && Bt == CUDA_R_16BF, c16 = Ct == CUDA_R_16BF;
+    if ((!in16 && (At != CUDA_R_32F || Bt != CUDA_R_32F)) || (Ct != CUDA_R_32F && !c16) || (c16 && !in16))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     bool bf16 = ct == CUBLAS_COMPUTE_32F_FAST_16BF;
     if ((ct != CUBLAS_COMPUTE_32F && !bf16) || (in16 && bf16))
@@ -736,19 +737,27 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
         return CUBLAS_STATUS_INVALID_VALUE;
     float al = *(const float *)alpha, be = *(const float *)beta;
     size_t na = span(ar, ac, lda), nb = span(br, bc, ldb), nc = span(m, n, ldc);
-    std::vector<float> ra, rb;
-    size_t esz = in16 ? 2 : 4;
+    std::vector<float> ra, rb, rc;
+    size_t esz = in16 ? 2 : 4, csz = c16 ? 2 : 4;
     for (int i = 0; i < batch; i++) {
         const void *a0 = (const char *)A + i * sA * esz, *b0 = (const char *)B + i * sB * esz;
         const float *a = (const float *)a0, *b = (const float *)b0;
-        float *c = (float *)C + i * sC;
+        void *c0 = (char *)C + i * sC * csz;
+        float *c = (float *)c0;
         if ((k && ((na && !on_device(a0, na * esz)) || (nb && !on_device(b0, nb * esz)))) ||
-            (nc && !on_device(c, nc * 4)))
+            (nc && !on_device(c0, nc * csz)))
             fail("cublas: gemm %c%c m %d n %d k %d lda %d ldb %d ldc %d, batch %d of %d: an operand leaves "
                  "its device buffer",
                  ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, lda, ldb, ldc, i, batch);
         if (!m || !n)
             continue;
+        if (c16) { /* the product into fp32, rounded into C at the end */
+            const __nv_bfloat16 *h = (const __nv_bfloat16 *)c0;
+            rc.resize(nc);
+            for (size_t j = 0; j < nc; j++)
+                rc[j] = __bfloat162float(h[j]);
+            c = rc.data();
+        }
         if (in16 && k) { /* bf16 operands: exact in float */
             const __nv_bfloat16 *ha = (const __nv_bfloat16 *)a0, *hb = (const __nv_bfloat16 *)b0;
             ra.resize(na), rb.resize(nb);
@@ -772,10 +781,16 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
             for (int j = 0; j < n; j++)
                 for (int r = 0; r < m; r++)
                     c[(size_t)j * ldc + r] = be == 0.0f ? 0.0f : be * c[(size_t)j * ldc + r];
-            continue;
+        } else {
+            cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, al,
+                        a, lda, b, ldb, be, c, ldc);
         }
-        cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, al, a,
-                    lda, b, ldb, be, c, ldc);
+        if (c16) { /* only C's m x n entries: the rest of its rows are not C's */
+            __nv_bfloat16 *h = (__nv_bfloat16 *)c0;
+            for (int j = 0; j < n; j++)
+                for (int r = 0; r < m; r++)
+                    h[(size_t)j * ldc + r] = __float2bfloat16(rc[(size_t)j * ldc + r]);
+        }
     }
     return CUBLAS_STATUS_SUCCESS;
 }
