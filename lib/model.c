@@ -116,11 +116,11 @@ static void alloc_activations(ar_model *m, const unsigned char *runs, const ar_m
     int rc = m->cfg.recompute == AR_RECOMPUTE_SUBLAYER;
     ar_block_act *in = &m->internals;
     if (rc) {
-        in->q = falloc(be, N * d);
-        in->k = falloc(be, N * d);
-        in->v = falloc(be, N * d);
+        in->q = ar_alloc_act(be, N * d);
+        in->k = ar_alloc_act(be, N * d);
+        in->v = ar_alloc_act(be, N * d);
         in->att = falloc(be, att);
-        in->y = falloc(be, N * d);
+        in->y = ar_alloc_act(be, N * d);
         in->gate = ar_alloc_act(be, N * F);
         in->up = ar_alloc_act(be, N * F);
         in->act = ar_alloc_act(be, N * F);
@@ -133,11 +133,11 @@ static void alloc_activations(ar_model *m, const unsigned char *runs, const ar_m
         a->rstd = falloc(be, N);
         a->mxn = falloc(be, N * d);
         a->mrstd = falloc(be, N);
-        a->q = rc ? in->q : falloc(be, N * d);
-        a->k = rc ? in->k : falloc(be, N * d);
-        a->v = rc ? in->v : falloc(be, N * d);
+        a->q = rc ? in->q : ar_alloc_act(be, N * d);
+        a->k = rc ? in->k : ar_alloc_act(be, N * d);
+        a->v = rc ? in->v : ar_alloc_act(be, N * d);
         a->att = rc ? in->att : falloc(be, att);
-        a->y = rc ? in->y : falloc(be, N * d);
+        a->y = rc ? in->y : ar_alloc_act(be, N * d);
         a->gate = rc ? in->gate : ar_alloc_act(be, N * F);
         a->up = rc ? in->up : ar_alloc_act(be, N * F);
         a->act = rc ? in->act : ar_alloc_act(be, N * F);

@@ -1306,6 +1306,46 @@ static void bf16_storage_case(int N, int d, int F)
     release();
 }
 
+/* The attention sublayer's chain with q, k, v and y in bf16 storage, as
+ * the model runs it: q, k rotated in place (rope_fwd), the fused forward
+ * into y, its backward from q, k, v and y, on inputs bf16 holds exactly
+ * (attention_case's bf16 == 2 bounds) */
+static void bf16_storage_attention_case(int Bn, int T, int nh, int hd)
+{
+    at("bf16 storage attention B=%d T=%d nh=%d hd=%d", Bn, T, nh, hd);
+    size_t n = (size_t)Bn * T * nh * hd, sa = A->attention_state(Bn, T, nh), sb = B->attention_state(Bn, T, nh);
+    int fused = B->attention_state(1, 2, 1) != A->attention_state(1, 2, 1);
+    tp *q = stored(n, -1.5f, 1.5f), *k = stored(n, -1.5f, 1.5f), *v = stored(n, -1, 1);
+    tp *y = stored(n, -7, 7), *att = junk(sa);
+    tp *rot[] = {q, k};
+    for (int i = 0; i < 2; i++) {
+        double *bx = rope_bounds(rot[i]->h, Bn * T, nh, hd, T, 0);
+        BOTH be->rope_fwd(D(rot[i]), Bn, T, nh, hd);
+        check(i ? "rope_fwd in bf16 storage: k" : "rope_fwd in bf16 storage: q", rot[i], rounded_bounds(rot[i], bx));
+        take16(rot[i]);
+    }
+    att_bnd bf, bb;
+    attention_bounds(&bf, q->h, k->h, v->h, NULL, NULL, Bn, T, 0, nh, hd, 0x1p-9, fused);
+    BOTH be->attention_fwd(&(ar_attention){D(q), D(k), D(v), D(att), Bn, T, nh, hd}, D(y));
+    check("attention_fwd into bf16 storage: y", y, rounded_bounds(y, bf.y));
+    if (fused) {
+        check_lse(att, &bf, sb);
+    } else {
+        check("attention_fwd att", att, bf.att);
+        take(att);
+    }
+    take16(y); /* the backward's D = dy.y reads it */
+    tp *dy = rnd(n, -1, 1), *dq = junk(n), *dk = junk(n), *dv = junk(n), *datt = junk(sa);
+    round_bf16(dy);
+    attention_bounds(&bb, q->h, k->h, v->h, dy->h, res_a(att), Bn, T, 0, nh, hd, 0x1p-9, fused);
+    BOTH be->attention_bwd(&(ar_attention){D(q), D(k), D(v), D(att), Bn, T, nh, hd}, D(y), D(dy), D(dq), D(dk),
+                           D(dv), D(datt));
+    check("attention_bwd from bf16 storage: dq", dq, bb.dq);
+    check("attention_bwd from bf16 storage: dk", dk, bb.dk);
+    check("attention_bwd from bf16 storage: dv", dv, bb.dv);
+    release();
+}
+
 Test(backend_ops, bf16_storage)
 {
     NEED_B();
@@ -1317,6 +1357,12 @@ Test(backend_ops, bf16_storage)
     bf16_storage_case(1, 5, 3);
     bf16_storage_case(67, 65, 66);  /* the copies' shapes, tails past the last float4 */
     bf16_storage_case(256, 128, 344);
+    bf16_storage_attention_case(2, 13, 3, 16);  /* the register kernels, tiles cut short */
+    bf16_storage_attention_case(1, 70, 2, 32);
+    bf16_storage_attention_case(1, 100, 1, 128); /* forward on registers, backward on shared memory */
+    bf16_storage_attention_case(1, 37, 2, 24);   /* hd not a multiple of 16: fp32 tiles from bf16 */
+    bf16_storage_attention_case(1, 37, 3, 6);    /* hd not a multiple of 4: loaded a value at a time */
+    bf16_storage_attention_case(2, 200, 2, 64);
     b_stores = 0;
     cr_assert_eq(B->set_bf16(0), 0);
     /* storage follows the setting when it is made: fp32 again */

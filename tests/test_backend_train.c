@@ -303,22 +303,23 @@ Test(backend_train, block_sizes_uneven, .timeout = 300)
     compare_runs(AR_RES_BLOCK, 0);
 }
 
-/* Under bf16 products the model keeps its MLP's gate, up and act in bf16
- * storage (lib/backend.h, alloc_act; lib/model.c): after one forward from
- * the same weights and tokens, B's bytes of each, read as bf16, are A's
+/* Under bf16 products the model keeps its sublayers' inner activations
+ * (q, k, v, y; gate, up, act) in bf16 storage (lib/backend.h, alloc_act;
+ * lib/model.c): after one forward from the same weights and tokens, B's
+ * bytes of each, read as bf16, are A's
  * fp32 values to within the bf16 run's error, ||a - b|| <= 2e-2 ||a||
  * (every product's inputs and these values rounded to 2^-8; a buffer
  * still in fp32, read as bf16, gives values of no relation to A's), and
  * the recomputing model (cfg.recompute sublayer) keeps its one set so
  * too. */
-static void mlp_storage_case(int recompute)
+static void internals_storage_case(int recompute)
 {
     tu_need_backend_b(B, b_kind, why);
     if (B == A || B->set_bf16(1) != 0 || !B->alloc_act)
         cr_skip_test("'%s' has no bf16 storage", B->name);
     ar_config c = tiny("unused", AR_RES_BLOCK);
     c.model.recompute = recompute ? AR_RECOMPUTE_SUBLAYER : AR_RECOMPUTE_NONE;
-    int nb = 2, N = nb * c.model.seq_len, F = c.model.d_ff;
+    int nb = 2, N = nb * c.model.seq_len, F = c.model.d_ff, d = c.model.d_model;
     int32_t tok[64], tgt[64];
     for (int i = 0; i < N; i++)
         tok[i] = (i * 7 + 3) % c.model.vocab, tgt[i] = (i * 5 + 1) % c.model.vocab;
@@ -330,14 +331,16 @@ static void mlp_storage_case(int recompute)
     /* the last block's forward leaves the (shared, under recompute) set holding its values */
     ar_model_forward(ma, tok, tgt, nb, NULL);
     ar_model_forward(mb, tok, tgt, nb, NULL);
-    size_t n = (size_t)N * F;
-    float *a = malloc(n * sizeof *a);
-    uint16_t *h = malloc(n * sizeof *h);
+    size_t nmax = (size_t)N * (F > d ? F : d);
+    float *a = malloc(nmax * sizeof *a);
+    uint16_t *h = malloc(nmax * sizeof *h);
     int k = c.model.n_layer - 1;
-    const char *names[] = {"gate", "up", "act"};
-    float *bufa[] = {ma->act[k].gate, ma->act[k].up, ma->act[k].act};
-    float *bufb[] = {mb->act[k].gate, mb->act[k].up, mb->act[k].act};
-    for (int t = 0; t < 3; t++) {
+    const ar_block_act *xa = &ma->act[k], *xb = &mb->act[k];
+    const char *names[] = {"q", "k", "v", "y", "gate", "up", "act"};
+    float *bufa[] = {xa->q, xa->k, xa->v, xa->y, xa->gate, xa->up, xa->act};
+    float *bufb[] = {xb->q, xb->k, xb->v, xb->y, xb->gate, xb->up, xb->act};
+    for (int t = 0; t < 7; t++) {
+        size_t n = (size_t)N * (t < 4 ? d : F);
         A->download(a, bufa[t], n * sizeof *a);
         B->download(h, bufb[t], n * sizeof *h);
         double d2 = 0, a2 = 0;
@@ -355,8 +358,8 @@ static void mlp_storage_case(int recompute)
     B->set_bf16(0);
 }
 
-Test(backend_train, mlp_in_bf16_storage) { mlp_storage_case(0); }
-Test(backend_train, mlp_in_bf16_storage_recomputed) { mlp_storage_case(1); }
+Test(backend_train, internals_in_bf16_storage) { internals_storage_case(0); }
+Test(backend_train, internals_in_bf16_storage_recomputed) { internals_storage_case(1); }
 
 /* The weights' bf16 copy (lib/backend.h, set_weight_copy): training in bf16
  * on B with it and with every product rounding its own operands gives the

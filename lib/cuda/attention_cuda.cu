@@ -92,14 +92,15 @@ __host__ __device__ static inline att_tiles tiles_of(int kind, int bt, int hd, s
     return t;
 }
 
-/* acc's rows r0 + r < T to dst (rows C apart), each divided by div[r] (div NULL: as they are) */
-__device__ static void store_rows(float *dst, const float *acc, const float *div, int C, int r0, int T, int bt,
-                                  int hd)
+/* acc's rows r0 + r < T to dst (rows C apart; fp32, or bf16 storage),
+ * each divided by div[r] (div NULL: as they are) */
+template <typename O>
+__device__ static void store_rows(O *dst, const float *acc, const float *div, int C, int r0, int T, int bt, int hd)
 {
     for (int e = threadIdx.x; e < bt * hd; e += blockDim.x) {
         int r = e / hd, c = e % hd;
         if (r0 + r < T)
-            dst[(size_t)(r0 + r) * C + c] = div ? acc[e] / div[r] : acc[e];
+            tile_store(dst + (size_t)(r0 + r) * C + c, div ? acc[e] / div[r] : acc[e]);
     }
 }
 
@@ -110,10 +111,9 @@ __device__ static void store_rows(float *dst, const float *acc, const float *div
  *   l = l exp(m - m') + sum_c p;  o = o exp(m - m') + p v;  m = m'
  * then y = o / l and L = m + log l.  Every row sees key j0 (j0 <= i0 <= t),
  * so m' is finite from the first tile on. */
-template <typename E>
+template <typename E, typename ST>
 __global__ static void __launch_bounds__(FUSED_THREADS)
-    flash_fwd_kernel(float *y, float *lse, const float *q, const float *k, const float *v, int T, int nh, int hd,
-                     int bt, float scale)
+    flash_fwd_kernel(ST *y, float *lse, const ST *q, const ST *k, const ST *v, int T, int nh, int hd, int bt, float scale)
 {
     extern __shared__ __align__(128) float smem[];
     att_tiles L = tiles_of(FWD, bt, hd, sizeof(E));
@@ -168,8 +168,9 @@ __global__ static void __launch_bounds__(FUSED_THREADS)
 }
 
 /* D[bh T + t] = sum_j dy[t, j] y[t, j] over head bh's hd channels: one warp
- * per row r = bh T + t */
-__global__ static void rowdot_kernel(float *D, const float *dy, const float *y, size_t rows, int T, int nh, int hd)
+ * per row r = bh T + t (y fp32, or bf16 storage) */
+template <typename ST>
+__global__ static void rowdot_kernel(float *D, const float *dy, const ST *y, size_t rows, int T, int nh, int hd)
 {
     size_t r = (size_t)blockIdx.x * ROWS + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
@@ -179,7 +180,7 @@ __global__ static void rowdot_kernel(float *D, const float *dy, const float *y, 
     size_t o = head_start(bh, T, nh, hd) + (size_t)t * nh * hd;
     float s = 0.0f;
     for (int j = lane; j < hd; j += 32)
-        s += dy[o + j] * y[o + j];
+        s += dy[o + j] * tile_float(y[o + j]);
     s = ar_warp_sum(s);
     if (lane == 0)
         D[r] = s;
@@ -204,9 +205,9 @@ __device__ static void tile_ds(E *P, E *dS, const float *S, const float *dP, con
 
 /* dk, dv of key tile j0 of head bh, over the query tiles i0 >= j0:
  *   dv += P^T dy;  dk += ds^T q / sqrt(hd)    (=: written once, at the end) */
-template <typename E>
+template <typename E, typename ST>
 __global__ static void __launch_bounds__(FUSED_THREADS)
-    flash_bwd_kv_kernel(float *dk, float *dv, const float *q, const float *k, const float *v, const float *dy,
+    flash_bwd_kv_kernel(float *dk, float *dv, const ST *q, const ST *k, const ST *v, const float *dy,
                         const float *lse, const float *D, int T, int nh, int hd, int bt, float scale)
 {
     extern __shared__ __align__(128) float smem[];
@@ -242,9 +243,9 @@ __global__ static void __launch_bounds__(FUSED_THREADS)
 
 /* dq of query tile i0 (the last first) of head bh, over the key tiles
  * j0 <= i0:  dq += ds k / sqrt(hd)    (=: written once, at the end) */
-template <typename E>
+template <typename E, typename ST>
 __global__ static void __launch_bounds__(FUSED_THREADS)
-    flash_bwd_q_kernel(float *dq, const float *q, const float *k, const float *v, const float *dy,
+    flash_bwd_q_kernel(float *dq, const ST *q, const ST *k, const ST *v, const float *dy,
                        const float *lse, const float *D, int T, int nh, int hd, int bt, float scale)
 {
     extern __shared__ __align__(128) float smem[];
@@ -328,26 +329,40 @@ template <typename F> static size_t smem_for(F fn, int kind, const att_plan &p, 
     return bytes;
 }
 
-template <typename E> static void fwd(const ar_attention *a, float *y, const att_plan &p, float scale)
+/* E: the tiles' element type (bf16 on tensor cores, else float); ST: q, k,
+ * v and y's (float, or bf16 storage) */
+template <typename E, typename ST> static void fwd(const ar_attention *a, float *y, const att_plan &p, float scale)
 {
-    size_t sm = smem_for(flash_fwd_kernel<E>, FWD, p, a->hd);
-    flash_fwd_kernel<E><<<p.grid, FUSED_THREADS, sm, ar_cuda_stream()>>>(y, a->att, a->q, a->k, a->v, a->T, a->nh,
-                                                                       a->hd, p.bt, scale);
+    size_t sm = smem_for(flash_fwd_kernel<E, ST>, FWD, p, a->hd);
+    flash_fwd_kernel<E, ST><<<p.grid, FUSED_THREADS, sm, ar_cuda_stream()>>>(
+        (ST *)y, a->att, (const ST *)a->q, (const ST *)a->k, (const ST *)a->v, a->T, a->nh, a->hd, p.bt, scale);
     AR_CUDA_LAUNCHED();
 }
 
-template <typename E>
+template <typename E, typename ST>
 static void bwd(const ar_attention *a, const float *dy, float *dq, float *dk, float *dv, const float *D,
                 const att_plan &p, float scale)
 {
-    size_t sm = smem_for(flash_bwd_kv_kernel<E>, BWD_KV, p, a->hd);
-    flash_bwd_kv_kernel<E><<<p.grid, FUSED_THREADS, sm, ar_cuda_stream()>>>(dk, dv, a->q, a->k, a->v, dy, a->att,
-                                                                          D, a->T, a->nh, a->hd, p.bt, scale);
+    const ST *q = (const ST *)a->q, *k = (const ST *)a->k, *v = (const ST *)a->v;
+    size_t sm = smem_for(flash_bwd_kv_kernel<E, ST>, BWD_KV, p, a->hd);
+    flash_bwd_kv_kernel<E, ST><<<p.grid, FUSED_THREADS, sm, ar_cuda_stream()>>>(dk, dv, q, k, v, dy, a->att, D, a->T,
+                                                                             a->nh, a->hd, p.bt, scale);
     AR_CUDA_LAUNCHED();
-    sm = smem_for(flash_bwd_q_kernel<E>, BWD_Q, p, a->hd);
-    flash_bwd_q_kernel<E><<<p.grid, FUSED_THREADS, sm, ar_cuda_stream()>>>(dq, a->q, a->k, a->v, dy, a->att, D,
-                                                                         a->T, a->nh, a->hd, p.bt, scale);
+    sm = smem_for(flash_bwd_q_kernel<E, ST>, BWD_Q, p, a->hd);
+    flash_bwd_q_kernel<E, ST><<<p.grid, FUSED_THREADS, sm, ar_cuda_stream()>>>(dq, q, k, v, dy, a->att, D, a->T,
+                                                                            a->nh, a->hd, p.bt, scale);
     AR_CUDA_LAUNCHED();
+}
+
+/* q, k, v (and y where given) are bf16 storage: all of them or none; the
+ * saved state never */
+int ar_cu_attention_stored(const ar_attention *a, const void *y, const char *op)
+{
+    int s = ar_cu_bf16_stored(a->q);
+    if (ar_cu_bf16_stored(a->k) != s || ar_cu_bf16_stored(a->v) != s || (y && ar_cu_bf16_stored(y) != s))
+        ar_cuda_die(op, "q, k, v and y must all be bf16 storage (alloc_act) or none of them", __FILE__, __LINE__);
+    ar_cu_no_bf16_storage(op, "the saved state 'att'", a->att);
+    return s;
 }
 
 /* y = softmax(q k^T / sqrt(hd), causal) v (=); a->att: each row's L */
@@ -355,14 +370,15 @@ void cuda_attention_fwd(const ar_attention *a, float *y)
 {
     if (a->B <= 0 || a->T <= 0 || a->nh <= 0 || a->hd <= 0)
         return;
+    int st = ar_cu_attention_stored(a, y, "attention_fwd");
     att_plan p = plan_for(a->B, a->T, a->nh, a->hd);
     float scale = 1.0f / sqrtf((float)a->hd);
     if (p.tc && ar_cu_attention_fwd_regs(a, y, scale))
         return;
     if (p.tc)
-        fwd<bf16>(a, y, p, scale);
+        st ? fwd<bf16, bf16>(a, y, p, scale) : fwd<bf16, float>(a, y, p, scale);
     else
-        fwd<float>(a, y, p, scale);
+        st ? fwd<float, bf16>(a, y, p, scale) : fwd<float, float>(a, y, p, scale);
 }
 
 /* dv = P^T dy;  ds = P (dy v^T - D) / sqrt(hd), D = rowsum(dy y);
@@ -372,17 +388,29 @@ void cuda_attention_bwd(const ar_attention *a, const float *y, const float *dy, 
 {
     if (a->B <= 0 || a->T <= 0 || a->nh <= 0 || a->hd <= 0)
         return;
+    int st = ar_cu_attention_stored(a, y, "attention_bwd");
+    ar_cu_no_bf16_storage("attention_bwd", "'dy'", dy);
+    ar_cu_no_bf16_storage("attention_bwd", "'dq'", dq);
+    ar_cu_no_bf16_storage("attention_bwd", "'dk'", dk);
+    ar_cu_no_bf16_storage("attention_bwd", "'dv'", dv);
+    ar_cu_no_bf16_storage("attention_bwd", "'datt'", datt);
     att_plan p = plan_for(a->B, a->T, a->nh, a->hd);
     float scale = 1.0f / sqrtf((float)a->hd);
     size_t rows = (size_t)a->B * a->nh * a->T;
-    rowdot_kernel<<<row_blocks(rows), ROWS * 32, 0, ar_cuda_stream()>>>(datt, dy, y, rows, a->T, a->nh, a->hd);
+    if (st)
+        rowdot_kernel<bf16><<<row_blocks(rows), ROWS * 32, 0, ar_cuda_stream()>>>(datt, dy, (const bf16 *)y, rows,
+                                                                                 a->T, a->nh, a->hd);
+    else
+        rowdot_kernel<float><<<row_blocks(rows), ROWS * 32, 0, ar_cuda_stream()>>>(datt, dy, y, rows, a->T, a->nh,
+                                                                                  a->hd);
     AR_CUDA_LAUNCHED();
     if (p.tc && ar_cu_attention_bwd_regs(a, dy, dq, dk, dv, datt, scale))
         return;
     if (p.tc)
-        bwd<bf16>(a, dy, dq, dk, dv, datt, p, scale);
+        st ? bwd<bf16, bf16>(a, dy, dq, dk, dv, datt, p, scale) : bwd<bf16, float>(a, dy, dq, dk, dv, datt, p, scale);
     else
-        bwd<float>(a, dy, dq, dk, dv, datt, p, scale);
+        st ? bwd<float, bf16>(a, dy, dq, dk, dv, datt, p, scale)
+           : bwd<float, float>(a, dy, dq, dk, dv, datt, p, scale);
 }
 
 /* ------------------------------------------------------------------------ */

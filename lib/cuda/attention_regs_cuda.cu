@@ -58,9 +58,9 @@ template <int HD> __device__ static inline void row_fragments(uint32_t (*fa)[4],
 /* The warp's rows of two tiles, rows i0 .. of a and of b (B x T x C
  * buffers from the head's start), as A fragments, staged through the
  * shared tiles ta and tb (every thread of the block calls it) */
-template <int HD>
-__device__ static inline void own_fragments(uint32_t (*fa)[4], uint32_t (*fb)[4], bf16 *ta, bf16 *tb, const float *a,
-                                            const float *b, int C, int i0, int T, int r0, int g, int qd)
+template <int HD, typename SA, typename SB>
+__device__ static inline void own_fragments(uint32_t (*fa)[4], uint32_t (*fb)[4], bf16 *ta, bf16 *tb, const SA *a,
+                                            const SB *b, int C, int i0, int T, int r0, int g, int qd)
 {
     load_rows2(ta, a, tb, b, C, i0, T, MMA_ROWS, HD, MMA_LD(HD));
     __syncthreads();
@@ -126,11 +126,11 @@ __device__ static inline void times_tile(float (*acc)[4], const float (*x)[4], c
 }
 
 /* Forward, query tile i0 (the last first): per key tile, s = q k^T, the
- * online softmax's max and sum per row, y += p v; then y / l and L. */
-template <int HD>
+ * online softmax's max and sum per row, y += p v; then y / l and L.  ST: q,
+ * k, v and y's type (float, or bf16 storage), in every kernel here. */
+template <int HD, typename ST>
 __global__ static void __launch_bounds__(MMA_THREADS)
-    flash_fwd_mma_kernel(float *y, float *lse, const float *q, const float *k, const float *v, int T, int nh,
-                         float scale)
+    flash_fwd_mma_kernel(ST *y, float *lse, const ST *q, const ST *k, const ST *v, int T, int nh, float scale)
 {
     constexpr int KS = HD / 16, NB = HD / 8; /* k-steps over hd; 8-column blocks of y */
     extern __shared__ __align__(128) float smem[];
@@ -190,9 +190,9 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     for (int nd = 0; nd < NB; nd++) {
         int col = nd * 8 + 2 * qd;
         if (t0 < T)
-            y[h0 + (size_t)t0 * C + col] = o[nd][0] / l0, y[h0 + (size_t)t0 * C + col + 1] = o[nd][1] / l0;
+            tile_store(y + h0 + (size_t)t0 * C + col, o[nd][0] / l0), tile_store(y + h0 + (size_t)t0 * C + col + 1, o[nd][1] / l0);
         if (t1 < T)
-            y[h0 + (size_t)t1 * C + col] = o[nd][2] / l1, y[h0 + (size_t)t1 * C + col + 1] = o[nd][3] / l1;
+            tile_store(y + h0 + (size_t)t1 * C + col, o[nd][2] / l1), tile_store(y + h0 + (size_t)t1 * C + col + 1, o[nd][3] / l1);
     }
     if (qd == 0 && t0 < T)
         lse[(size_t)bh * T + t0] = m0 + logf(l0);
@@ -206,9 +206,9 @@ __global__ static void __launch_bounds__(MMA_THREADS)
  *   P^T = exp(s^T / sqrt(hd) - L) (masked), ds^T = P^T (dP^T - D),
  *   dv += P^T dy,  dk += ds^T q / sqrt(hd)
  * with q, dy, L and D of the query tile in shared memory. */
-template <int HD>
+template <int HD, typename ST>
 __global__ static void __launch_bounds__(MMA_THREADS)
-    flash_bwd_kv_mma_kernel(float *dk, float *dv, const float *q, const float *k, const float *v, const float *dy,
+    flash_bwd_kv_mma_kernel(float *dk, float *dv, const ST *q, const ST *k, const ST *v, const float *dy,
                             const float *lse, const float *D, int T, int nh, float scale)
 {
     constexpr int KS = HD / 16, NB = HD / 8;
@@ -258,9 +258,9 @@ __global__ static void __launch_bounds__(MMA_THREADS)
 /* dq of query tile i0 (the last first) on registers: each warp owns 16
  * queries, keeps their q and dy as A fragments and L, D in registers, and
  * per key tile forms s and dP, ds = P (dP - D), dq += ds k / sqrt(hd). */
-template <int HD>
+template <int HD, typename ST>
 __global__ static void __launch_bounds__(MMA_THREADS)
-    flash_bwd_q_mma_kernel(float *dq, const float *q, const float *k, const float *v, const float *dy,
+    flash_bwd_q_mma_kernel(float *dq, const ST *q, const ST *k, const ST *v, const float *dy,
                            const float *lse, const float *D, int T, int nh, float scale)
 {
     constexpr int KS = HD / 16, NB = HD / 8;
@@ -303,43 +303,63 @@ __global__ static void __launch_bounds__(MMA_THREADS)
 
 /* ---- launching ---- */
 
-template <int HD> static void fwd_mma(const ar_attention *a, float *y, float scale)
+template <int HD, typename ST> static void fwd_mma(const ar_attention *a, float *y, float scale)
 {
     dim3 grid((unsigned)((a->T + MMA_ROWS - 1) / MMA_ROWS), (unsigned)(a->B * a->nh));
     size_t sm = (size_t)3 * MMA_ROWS * MMA_LD(HD) * sizeof(bf16); /* q, k, v tiles */
     if (sm > 48 * 1024)
-        AR_CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    flash_fwd_mma_kernel<HD><<<grid, MMA_THREADS, sm, ar_cuda_stream()>>>(y, a->att, a->q, a->k, a->v, a->T, a->nh,
-                                                                          scale);
+        AR_CUDA_CHECK(
+            cudaFuncSetAttribute(flash_fwd_mma_kernel<HD, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    flash_fwd_mma_kernel<HD, ST><<<grid, MMA_THREADS, sm, ar_cuda_stream()>>>(
+        (ST *)y, a->att, (const ST *)a->q, (const ST *)a->k, (const ST *)a->v, a->T, a->nh, scale);
     AR_CUDA_LAUNCHED();
+}
+
+template <int HD> static void fwd_mma_stored(const ar_attention *a, float *y, float scale)
+{
+    if (ar_cu_bf16_stored(a->q)) /* all of q, k, v, y (ar_cu_attention_stored) */
+        fwd_mma<HD, bf16>(a, y, scale);
+    else
+        fwd_mma<HD, float>(a, y, scale);
 }
 
 int ar_cu_attention_fwd_regs(const ar_attention *a, float *y, float scale)
 {
     switch (ar_cuda_bf16() ? a->hd : 0) {
-    case 16: fwd_mma<16>(a, y, scale); return 1;
-    case 32: fwd_mma<32>(a, y, scale); return 1;
-    case 48: fwd_mma<48>(a, y, scale); return 1;
-    case 64: fwd_mma<64>(a, y, scale); return 1;
-    case 80: fwd_mma<80>(a, y, scale); return 1;
-    case 96: fwd_mma<96>(a, y, scale); return 1;
-    case 112: fwd_mma<112>(a, y, scale); return 1;
-    case 128: fwd_mma<128>(a, y, scale); return 1;
+    case 16: fwd_mma_stored<16>(a, y, scale); return 1;
+    case 32: fwd_mma_stored<32>(a, y, scale); return 1;
+    case 48: fwd_mma_stored<48>(a, y, scale); return 1;
+    case 64: fwd_mma_stored<64>(a, y, scale); return 1;
+    case 80: fwd_mma_stored<80>(a, y, scale); return 1;
+    case 96: fwd_mma_stored<96>(a, y, scale); return 1;
+    case 112: fwd_mma_stored<112>(a, y, scale); return 1;
+    case 128: fwd_mma_stored<128>(a, y, scale); return 1;
     default: return 0;
     }
 }
 
-template <int HD>
+template <int HD, typename ST>
 static void bwd_mma(const ar_attention *a, const float *dy, float *dq, float *dk, float *dv, const float *D, float scale)
 {
     dim3 grid((unsigned)((a->T + MMA_ROWS - 1) / MMA_ROWS), (unsigned)(a->B * a->nh));
     size_t sm = (size_t)2 * MMA_ROWS * MMA_LD(HD) * sizeof(bf16) + 2 * MMA_ROWS * sizeof(float);
-    flash_bwd_kv_mma_kernel<HD><<<grid, MMA_THREADS, sm, ar_cuda_stream()>>>(dk, dv, a->q, a->k, a->v, dy, a->att, D,
-                                                                             a->T, a->nh, scale);
+    const ST *q = (const ST *)a->q, *k = (const ST *)a->k, *v = (const ST *)a->v;
+    flash_bwd_kv_mma_kernel<HD, ST><<<grid, MMA_THREADS, sm, ar_cuda_stream()>>>(dk, dv, q, k, v, dy, a->att, D, a->T,
+                                                                                a->nh, scale);
     AR_CUDA_LAUNCHED();
-    flash_bwd_q_mma_kernel<HD><<<grid, MMA_THREADS, sm, ar_cuda_stream()>>>(dq, a->q, a->k, a->v, dy, a->att, D,
-                                                                            a->T, a->nh, scale);
+    flash_bwd_q_mma_kernel<HD, ST><<<grid, MMA_THREADS, sm, ar_cuda_stream()>>>(dq, q, k, v, dy, a->att, D, a->T,
+                                                                               a->nh, scale);
     AR_CUDA_LAUNCHED();
+}
+
+template <int HD>
+static void bwd_mma_stored(const ar_attention *a, const float *dy, float *dq, float *dk, float *dv, const float *D,
+                           float scale)
+{
+    if (ar_cu_bf16_stored(a->q))
+        bwd_mma<HD, bf16>(a, dy, dq, dk, dv, D, scale);
+    else
+        bwd_mma<HD, float>(a, dy, dq, dk, dv, D, scale);
 }
 
 /* hd up to 64: the dk, dv kernel holds six 16-row fragments or
@@ -348,10 +368,10 @@ int ar_cu_attention_bwd_regs(const ar_attention *a, const float *dy, float *dq, 
                              float scale)
 {
     switch (a->hd) {
-    case 16: bwd_mma<16>(a, dy, dq, dk, dv, D, scale); return 1;
-    case 32: bwd_mma<32>(a, dy, dq, dk, dv, D, scale); return 1;
-    case 48: bwd_mma<48>(a, dy, dq, dk, dv, D, scale); return 1;
-    case 64: bwd_mma<64>(a, dy, dq, dk, dv, D, scale); return 1;
+    case 16: bwd_mma_stored<16>(a, dy, dq, dk, dv, D, scale); return 1;
+    case 32: bwd_mma_stored<32>(a, dy, dq, dk, dv, D, scale); return 1;
+    case 48: bwd_mma_stored<48>(a, dy, dq, dk, dv, D, scale); return 1;
+    case 64: bwd_mma_stored<64>(a, dy, dq, dk, dv, D, scale); return 1;
     default: return 0;
     }
 }

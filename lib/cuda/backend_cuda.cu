@@ -331,7 +331,8 @@ template <typename R, typename... P, typename... A> static inline R marking_writ
 static constexpr bool same(const char *a, const char *b) { return *a == *b && (!*a || same(a + 1, b + 1)); }
 static constexpr bool takes_bf16_storage(const char *op)
 {
-    return same(op, "matmul_fwd") || same(op, "matmul_bwd") || same(op, "swiglu_fwd") || same(op, "swiglu_bwd");
+    return same(op, "matmul_fwd") || same(op, "matmul_bwd") || same(op, "swiglu_fwd") || same(op, "swiglu_bwd") ||
+           same(op, "rope_fwd") || same(op, "rope_bwd") || same(op, "attention_fwd") || same(op, "attention_bwd");
 }
 template <typename T> static inline void no_storage(const char *, T) {}
 static inline void no_storage(const char *op, const float *p) { ar_cu_no_bf16_storage(op, "an argument", p); }

@@ -408,6 +408,13 @@ void cuda_rmsnorm_bwd(float *dx, float *dg, const float *dout, const float *x, c
     AR_CUDA_LAUNCHED();
 }
 
+/* a value of a buffer that is fp32, or bf16 storage (lib/backend.h,
+ * alloc_act: read as bf16, written rounded to nearest even) */
+__device__ static inline float stored_value(float x) { return x; }
+__device__ static inline float stored_value(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ static inline void store_value(float *p, float x) { *p = x; }
+__device__ static inline void store_value(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); }
+
 /* ------------------------------------------------------------------------ */
 /* rotary position embedding (rotate-half, theta 10000)                      */
 
@@ -427,8 +434,8 @@ __global__ static void rope_table_kernel(float2 *tab, int T, int h2, int hd)
  * c = cos a, s = dir * sin a (dir -1: the inverse rotation):
  *   x'_j = x_j c - x_{j+hd/2} s ;  x'_{j+hd/2} = x_j s + x_{j+hd/2} c
  * one thread per pair; i = ((bt*nh + h)*h2 + j), t = bt mod T */
-__global__ static void rope_kernel(float *x, const float2 *tab, size_t pairs, int T, int nh,
-                                   int hd, float dir)
+template <typename S>
+__global__ static void rope_kernel(S *x, const float2 *tab, size_t pairs, int T, int nh, int hd, float dir)
 {
     int h2 = hd / 2;
     GRID_STRIDE(i, pairs)
@@ -438,10 +445,10 @@ __global__ static void rope_kernel(float *x, const float2 *tab, size_t pairs, in
         int t = (int)((row / nh) % T);
         float2 cs = tab[(size_t)t * h2 + j];
         float c = cs.x, s = dir * cs.y;
-        float *xh = x + row * hd;
-        float x0 = xh[j], x1 = xh[j + h2];
-        xh[j] = x0 * c - x1 * s;
-        xh[j + h2] = x0 * s + x1 * c;
+        S *xh = x + row * hd;
+        float x0 = stored_value(xh[j]), x1 = stored_value(xh[j + h2]);
+        store_value(xh + j, x0 * c - x1 * s);
+        store_value(xh + j + h2, x0 * s + x1 * c);
     }
 }
 
@@ -463,15 +470,22 @@ static void rope_apply(float *x, int B, int T, int nh, int hd, float dir)
         cT = T, chd = hd;
     }
     size_t pairs = (size_t)B * T * nh * h2;
-    rope_kernel<<<flat_blocks(pairs), BS, 0, st>>>(x, tab, pairs, T, nh, hd, dir);
+    if (ar_cu_bf16_stored(x))
+        rope_kernel<__nv_bfloat16><<<flat_blocks(pairs), BS, 0, st>>>((__nv_bfloat16 *)x, tab, pairs, T, nh, hd, dir);
+    else
+        rope_kernel<float><<<flat_blocks(pairs), BS, 0, st>>>(x, tab, pairs, T, nh, hd, dir);
     AR_CUDA_LAUNCHED();
 }
 
+/* x may be bf16 storage (q and k of the model under bf16): the rotation
+ * in fp32, the result rounded to bf16 */
 void cuda_rope_fwd(float *x, int B, int T, int nh, int hd) { rope_apply(x, B, T, nh, hd, 1.0f); }
 
-/* the rotation is orthogonal: its inverse (angle -a) is the backward */
+/* the rotation is orthogonal: its inverse (angle -a) is the backward (dx
+ * a gradient: fp32) */
 void cuda_rope_bwd(float *dx, int B, int T, int nh, int hd)
 {
+    ar_cu_no_bf16_storage("rope_bwd", "'dx'", dx);
     rope_apply(dx, B, T, nh, hd, -1.0f);
 }
 
@@ -481,10 +495,6 @@ void cuda_rope_bwd(float *dx, int B, int T, int nh, int hd)
 /* out = silu(gate) * up,  silu(a) = a*sigmoid(a)     (=) */
 /* gate, up and out fp32 (S = float) or all bf16 storage (S = bf16: read
  * as bf16, the product in fp32, out rounded to bf16) */
-__device__ static inline float stored_value(float x) { return x; }
-__device__ static inline float stored_value(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ static inline void store_value(float *p, float x) { *p = x; }
-__device__ static inline void store_value(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); }
 
 template <typename S> __global__ static void swiglu_fwd_kernel(S *out, const S *gate, const S *up, size_t n)
 {

@@ -57,6 +57,10 @@ struct uint3 {
 struct float2 {
     float x, y;
 };
+
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
 inline float2 make_float2(float x, float y) { return float2{x, y}; }
 
 struct alignas(16) float4 {
