@@ -60,7 +60,9 @@ typedef struct ar_backend {
      * marks "bf16 storage" take such a buffer, where it says; they read it
      * as bf16 and round what they write into it to bf16 (to nearest, ties
      * to even), and do their arithmetic in fp32.  The CUDA backend stops
-     * with an error naming the op where any other op is given one.  Its
+     * with an error naming the op where any other op is given one as an
+     * argument of its own (it does not look inside the depth ops' lists
+     * of sources, which hold the fp32 residual stream).  Its
      * bytes are the host's to move whole (upload, download), never to
      * offset as floats.  Freed with free.  NULL where every activation is
      * fp32 (the CPU backend): callers alloc n floats instead

@@ -492,10 +492,9 @@ void cuda_rope_bwd(float *dx, int B, int T, int nh, int hd)
 /* ------------------------------------------------------------------------ */
 /* SwiGLU gate                                                               */
 
-/* out = silu(gate) * up,  silu(a) = a*sigmoid(a)     (=) */
-/* gate, up and out fp32 (S = float) or all bf16 storage (S = bf16: read
+/* out = silu(gate) * up,  silu(a) = a*sigmoid(a)     (=)
+ * gate, up and out fp32 (S = float) or all bf16 storage (S = bf16: read
  * as bf16, the product in fp32, out rounded to bf16) */
-
 template <typename S> __global__ static void swiglu_fwd_kernel(S *out, const S *gate, const S *up, size_t n)
 {
     GRID_STRIDE(i, n)
