@@ -275,6 +275,51 @@ static float *res_a(const tp *t)
     return r;
 }
 
+/* bf16 storage: see the bf16_storage test */
+static int b_stores; /* B's alloc_act gives bf16 storage */
+
+/* n values in bf16 storage on B (floats on A), host values uniform in
+ * [lo, hi) rounded to bf16 */
+static tp *stored(size_t n, float lo, float hi)
+{
+    cr_assert(nreg < MAXT);
+    tp *t = calloc(1, sizeof *t);
+    t->n = n;
+    t->h = malloc((n ? n : 1) * sizeof(float));
+    tu_fill_uniform(t->h, n, lo, hi, seed++);
+    for (size_t i = 0; i < n; i++)
+        t->h[i] = bf16_value(bf16_bits(t->h[i]));
+    t->a = A->alloc((n ? n : 1) * sizeof(float));
+    t->b = ar_alloc_act(B, n ? n : 1);
+    t->b16 = b_stores;
+    A->upload(t->a, t->h, n * sizeof(float));
+    b_put(t);
+    reg[nreg++] = t;
+    return t;
+}
+
+/* Both backends go on from A's result rounded to bf16 (as B's storage
+ * holds it), so the next op reads the same values on both. */
+static void take16(tp *t)
+{
+    A->download(t->h, t->a, t->n * sizeof(float));
+    for (size_t i = 0; i < t->n; i++)
+        t->h[i] = bf16_value(bf16_bits(t->h[i]));
+    A->upload(t->a, t->h, t->n * sizeof(float));
+    b_put(t);
+}
+
+/* bnd of an fp32 result widened by its rounding into bf16 storage (above),
+ * where B stores bf16 */
+static double *rounded_bounds(const tp *t, const double *bnd)
+{
+    double *r = bnew(t->n);
+    const float *a = res_a(t);
+    for (size_t i = 0; i < t->n; i++)
+        r[i] = bnd[i] + (t->b16 ? 0x1p-8 * (fabs(a[i]) + bnd[i]) : 0);
+    return r;
+}
+
 /* Compares cols columns from col0 of rows rows (row stride ld) of A's
  * result ra and B's rb, element i against bnd[i] (bnd indexed as ra; NULL:
  * equality).  Returns the worst |a-b| / bound (> 1: fail; a non-finite
@@ -1067,33 +1112,47 @@ static void round_bf16(tp *t)
  * exactly (q, k, v, dy rounded first): then only the kernels' own operands
  * are rounded, the probabilities and ds, one operand of a product, to
  * nearest: within 2^-9 relative, a bound tight enough to show a wrong
- * fragment layout or mask that RHO_BF16 would pass. */
+ * fragment layout or mask that RHO_BF16 would pass; 3 the same with q, k,
+ * v and y in bf16 storage (the bf16_storage test), as the model runs
+ * attention under bf16: q and k rotated in place first (rope_fwd), y
+ * written rounded to bf16, the backward reading all four. */
 static void attention_case(int Bn, int T, int nh, int hd, int bf16)
 {
-    at("attention%s B=%d T=%d nh=%d hd=%d", bf16 == 2 ? " bf16 (exact inputs)" : bf16 ? " bf16" : "", Bn, T, nh,
-       hd);
-    double rho = bf16 == 2 ? 0x1p-9 : bf16 ? RHO_BF16 : 0;
+    at("attention%s B=%d T=%d nh=%d hd=%d",
+       bf16 == 3 ? " in bf16 storage" : bf16 == 2 ? " bf16 (exact inputs)" : bf16 ? " bf16" : "", Bn, T, nh, hd);
+    double rho = bf16 >= 2 ? 0x1p-9 : bf16 ? RHO_BF16 : 0;
+    int st = bf16 == 3;
     size_t n = (size_t)Bn * T * nh * hd, sa = A->attention_state(Bn, T, nh), sb = B->attention_state(Bn, T, nh);
     int fused = B->attention_state(1, 2, 1) != A->attention_state(1, 2, 1); /* (at T = 1 both are B nh) */
     cr_assert(sa == (size_t)Bn * nh * T * T && (!fused || sb == (size_t)Bn * nh * T),
               "%s: attention_state: A %zu, B %zu floats", ctx, sa, sb);
-    tp *q = rnd(n, -1.5f, 1.5f), *k = rnd(n, -1.5f, 1.5f), *v = rnd(n, -1, 1);
-    tp *y = junk(n), *att = junk(sa);
+    tp *q = st ? stored(n, -1.5f, 1.5f) : rnd(n, -1.5f, 1.5f), *k = st ? stored(n, -1.5f, 1.5f) : rnd(n, -1.5f, 1.5f);
+    tp *v = st ? stored(n, -1, 1) : rnd(n, -1, 1), *y = st ? stored(n, -7, 7) : junk(n), *att = junk(sa);
     if (bf16 == 2)
         round_bf16(q), round_bf16(k), round_bf16(v);
+    for (int i = 0; st && i < 2; i++) {
+        tp *x = i ? k : q;
+        double *bx = rope_bounds(x->h, Bn * T, nh, hd, T, 0);
+        BOTH be->rope_fwd(D(x), Bn, T, nh, hd);
+        check(i ? "rope_fwd k" : "rope_fwd q", x, rounded_bounds(x, bx));
+        take16(x);
+    }
     att_bnd bf, bb;
     attention_bounds(&bf, q->h, k->h, v->h, NULL, NULL, Bn, T, 0, nh, hd, rho, fused);
     BOTH be->attention_fwd(&(ar_attention){D(q), D(k), D(v), D(att), Bn, T, nh, hd}, D(y));
-    check("attention_fwd y", y, bf.y);
+    check("attention_fwd y", y, st ? rounded_bounds(y, bf.y) : bf.y);
     if (fused) {
         check_lse(att, &bf, sb);
     } else {
         check("attention_fwd att", att, bf.att); /* zeros above the diagonal included */
         take(att);
     }
-    take(y); /* the fused backward's D = dy.y reads it */
+    if (st) /* the fused backward's D = dy.y reads it */
+        take16(y);
+    else
+        take(y);
     tp *dy = rnd(n, -1, 1), *dq = junk(n), *dk = junk(n), *dv = junk(n), *datt = junk(sa);
-    if (bf16 == 2)
+    if (bf16 >= 2)
         round_bf16(dy);
     attention_bounds(&bb, q->h, k->h, v->h, dy->h, res_a(att), Bn, T, 0, nh, hd, rho, fused);
     BOTH be->attention_bwd(&(ar_attention){D(q), D(k), D(v), D(att), Bn, T, nh, hd}, D(y), D(dy), D(dq), D(dk),
@@ -1175,18 +1234,25 @@ Test(backend_ops, decode)
  *   |a| and three roundings, within (U_EXP + gamma(3)) (1 + |a|); with
  *   sg's and three products: (2 U_EXP + gamma(8)) |dout up sg| (1 + |a|).
  * Each backend once, so twice these (one u more for second-order terms). */
+static void swiglu_bounds(const tp *gate, const tp *up, const tp *dout, double **bo, double **bg, double **bu)
+{
+    size_t n = gate->n;
+    *bo = bnew(n), *bg = bnew(n), *bu = bnew(n);
+    for (size_t i = 0; i < n; i++) {
+        double a = gate->h[i], sg = 1 / (1 + exp(-a)), go = fabs(dout->h[i]), u = fabs(up->h[i]);
+        (*bo)[i] = 2 * (U_EXP + tu_gamma(5)) * fabs(a * sg) * u;
+        (*bu)[i] = 2 * (U_EXP + tu_gamma(5)) * go * fabs(a * sg);
+        (*bg)[i] = 2 * (2 * U_EXP + tu_gamma(9)) * go * u * sg * (1 + fabs(a));
+    }
+}
+
 static void swiglu_case(size_t n)
 {
     at("swiglu n=%zu", n);
     tp *gate = rnd(n, -5, 5), *up = rnd(n, -2, 2), *out = junk(n);
     tp *dout = rnd(n, -1, 1), *dgate = junk(n), *dup = junk(n);
-    double *bo = bnew(n), *bg = bnew(n), *bu = bnew(n);
-    for (size_t i = 0; i < n; i++) {
-        double a = gate->h[i], sg = 1 / (1 + exp(-a)), go = fabs(dout->h[i]), u = fabs(up->h[i]);
-        bo[i] = 2 * (U_EXP + tu_gamma(5)) * fabs(a * sg) * u;
-        bu[i] = 2 * (U_EXP + tu_gamma(5)) * go * fabs(a * sg);
-        bg[i] = 2 * (2 * U_EXP + tu_gamma(9)) * go * u * sg * (1 + fabs(a));
-    }
+    double *bo, *bg, *bu;
+    swiglu_bounds(gate, up, dout, &bo, &bg, &bu);
     BOTH be->swiglu_fwd(D(out), D(gate), D(up), n);
     check("swiglu_fwd out", out, bo);
     BOTH be->swiglu_bwd(D(dgate), D(dup), D(dout), D(gate), D(up), n);
@@ -1219,50 +1285,6 @@ Test(backend_ops, swiglu)
  * out = act Wd^T and its backward from act in storage, swiglu's backward
  * from gate and up in storage; each op on A's rounded result of the one
  * before (take16), so each is compared on its own. */
-static int b_stores; /* B's alloc_act gives bf16 storage */
-
-/* n values in bf16 storage on B (floats on A), host values uniform in
- * [lo, hi) rounded to bf16 */
-static tp *stored(size_t n, float lo, float hi)
-{
-    cr_assert(nreg < MAXT);
-    tp *t = calloc(1, sizeof *t);
-    t->n = n;
-    t->h = malloc((n ? n : 1) * sizeof(float));
-    tu_fill_uniform(t->h, n, lo, hi, seed++);
-    for (size_t i = 0; i < n; i++)
-        t->h[i] = bf16_value(bf16_bits(t->h[i]));
-    t->a = A->alloc((n ? n : 1) * sizeof(float));
-    t->b = ar_alloc_act(B, n ? n : 1);
-    t->b16 = b_stores;
-    A->upload(t->a, t->h, n * sizeof(float));
-    b_put(t);
-    reg[nreg++] = t;
-    return t;
-}
-
-/* Both backends go on from A's result rounded to bf16 (as B's storage
- * holds it), so the next op reads the same values on both. */
-static void take16(tp *t)
-{
-    A->download(t->h, t->a, t->n * sizeof(float));
-    for (size_t i = 0; i < t->n; i++)
-        t->h[i] = bf16_value(bf16_bits(t->h[i]));
-    A->upload(t->a, t->h, t->n * sizeof(float));
-    b_put(t);
-}
-
-/* bnd of an fp32 result widened by its rounding into bf16 storage (above),
- * where B stores bf16 */
-static double *rounded_bounds(const tp *t, const double *bnd)
-{
-    double *r = bnew(t->n);
-    const float *a = res_a(t);
-    for (size_t i = 0; i < t->n; i++)
-        r[i] = bnd[i] + (t->b16 ? 0x1p-8 * (fabs(a[i]) + bnd[i]) : 0);
-    return r;
-}
-
 static void bf16_storage_case(int N, int d, int F)
 {
     at("bf16 storage N=%d d=%d F=%d", N, d, F);
@@ -1280,13 +1302,8 @@ static void bf16_storage_case(int N, int d, int F)
     check("matmul_fwd into bf16 storage: up", up, rounded_bounds(up, bo));
     take16(gate), take16(up);
     /* act = swiglu(gate, up), from and into storage (swiglu_case's bounds) */
-    double *bs = bnew(nf), *bg = bnew(nf), *bu = bnew(nf);
-    for (size_t i = 0; i < nf; i++) {
-        double a = gate->h[i], sg = 1 / (1 + exp(-a)), go = fabs(dact0->h[i]), u = fabs(up->h[i]);
-        bs[i] = 2 * (U_EXP + tu_gamma(5)) * fabs(a * sg) * u;
-        bu[i] = 2 * (U_EXP + tu_gamma(5)) * go * fabs(a * sg);
-        bg[i] = 2 * (2 * U_EXP + tu_gamma(9)) * go * u * sg * (1 + fabs(a));
-    }
+    double *bs, *bg, *bu;
+    swiglu_bounds(gate, up, dact0, &bs, &bg, &bu);
     BOTH be->swiglu_fwd(D(act), D(gate), D(up), nf);
     check("swiglu_fwd in bf16 storage: act", act, rounded_bounds(act, bs));
     take16(act);
@@ -1306,46 +1323,6 @@ static void bf16_storage_case(int N, int d, int F)
     release();
 }
 
-/* The attention sublayer's chain with q, k, v and y in bf16 storage, as
- * the model runs it: q, k rotated in place (rope_fwd), the fused forward
- * into y, its backward from q, k, v and y, on inputs bf16 holds exactly
- * (attention_case's bf16 == 2 bounds) */
-static void bf16_storage_attention_case(int Bn, int T, int nh, int hd)
-{
-    at("bf16 storage attention B=%d T=%d nh=%d hd=%d", Bn, T, nh, hd);
-    size_t n = (size_t)Bn * T * nh * hd, sa = A->attention_state(Bn, T, nh), sb = B->attention_state(Bn, T, nh);
-    int fused = B->attention_state(1, 2, 1) != A->attention_state(1, 2, 1);
-    tp *q = stored(n, -1.5f, 1.5f), *k = stored(n, -1.5f, 1.5f), *v = stored(n, -1, 1);
-    tp *y = stored(n, -7, 7), *att = junk(sa);
-    tp *rot[] = {q, k};
-    for (int i = 0; i < 2; i++) {
-        double *bx = rope_bounds(rot[i]->h, Bn * T, nh, hd, T, 0);
-        BOTH be->rope_fwd(D(rot[i]), Bn, T, nh, hd);
-        check(i ? "rope_fwd in bf16 storage: k" : "rope_fwd in bf16 storage: q", rot[i], rounded_bounds(rot[i], bx));
-        take16(rot[i]);
-    }
-    att_bnd bf, bb;
-    attention_bounds(&bf, q->h, k->h, v->h, NULL, NULL, Bn, T, 0, nh, hd, 0x1p-9, fused);
-    BOTH be->attention_fwd(&(ar_attention){D(q), D(k), D(v), D(att), Bn, T, nh, hd}, D(y));
-    check("attention_fwd into bf16 storage: y", y, rounded_bounds(y, bf.y));
-    if (fused) {
-        check_lse(att, &bf, sb);
-    } else {
-        check("attention_fwd att", att, bf.att);
-        take(att);
-    }
-    take16(y); /* the backward's D = dy.y reads it */
-    tp *dy = rnd(n, -1, 1), *dq = junk(n), *dk = junk(n), *dv = junk(n), *datt = junk(sa);
-    round_bf16(dy);
-    attention_bounds(&bb, q->h, k->h, v->h, dy->h, res_a(att), Bn, T, 0, nh, hd, 0x1p-9, fused);
-    BOTH be->attention_bwd(&(ar_attention){D(q), D(k), D(v), D(att), Bn, T, nh, hd}, D(y), D(dy), D(dq), D(dk),
-                           D(dv), D(datt));
-    check("attention_bwd from bf16 storage: dq", dq, bb.dq);
-    check("attention_bwd from bf16 storage: dk", dk, bb.dk);
-    check("attention_bwd from bf16 storage: dv", dv, bb.dv);
-    release();
-}
-
 Test(backend_ops, bf16_storage)
 {
     NEED_B();
@@ -1357,12 +1334,12 @@ Test(backend_ops, bf16_storage)
     bf16_storage_case(1, 5, 3);
     bf16_storage_case(67, 65, 66);  /* the copies' shapes, tails past the last float4 */
     bf16_storage_case(256, 128, 344);
-    bf16_storage_attention_case(2, 13, 3, 16);  /* the register kernels, tiles cut short */
-    bf16_storage_attention_case(1, 70, 2, 32);
-    bf16_storage_attention_case(1, 100, 1, 128); /* forward on registers, backward on shared memory */
-    bf16_storage_attention_case(1, 37, 2, 24);   /* hd not a multiple of 16: fp32 tiles from bf16 */
-    bf16_storage_attention_case(1, 37, 3, 6);    /* hd not a multiple of 4: loaded a value at a time */
-    bf16_storage_attention_case(2, 200, 2, 64);
+    attention_case(2, 13, 3, 16, 3);  /* the register kernels, tiles cut short */
+    attention_case(1, 70, 2, 32, 3);
+    attention_case(1, 100, 1, 128, 3); /* forward on registers, backward on shared memory */
+    attention_case(1, 37, 2, 24, 3);   /* hd not a multiple of 16: fp32 tiles from bf16 */
+    attention_case(1, 37, 3, 6, 3);    /* hd not a multiple of 4: loaded a value at a time */
+    attention_case(2, 200, 2, 64, 3);
     b_stores = 0;
     cr_assert_eq(B->set_bf16(0), 0);
     /* storage follows the setting when it is made: fp32 again */

@@ -93,16 +93,22 @@ typedef struct {
 static held_buf *g_held;
 static size_t g_nheld, g_held_cap, g_held_bytes, g_held_peak;
 
+/* appends b to a growing list (*list, *len of *cap) */
+static void push_buf(held_buf **list, size_t *len, size_t *cap, held_buf b)
+{
+    if (*len == *cap) {
+        size_t c = *cap ? 2 * *cap : 256;
+        held_buf *h = (held_buf *)realloc(*list, c * sizeof *h);
+        if (!h)
+            ar_cuda_die("realloc", "out of host memory for a list of device buffers", __FILE__, __LINE__);
+        *list = h, *cap = c;
+    }
+    (*list)[(*len)++] = b;
+}
+
 static void hold(void *p, size_t n)
 {
-    if (g_nheld == g_held_cap) {
-        size_t cap = g_held_cap ? 2 * g_held_cap : 256;
-        held_buf *h = (held_buf *)realloc(g_held, cap * sizeof *h);
-        if (!h)
-            ar_cuda_die("realloc", "out of host memory for the list of device buffers", __FILE__, __LINE__);
-        g_held = h, g_held_cap = cap;
-    }
-    g_held[g_nheld++] = held_buf{p, n};
+    push_buf(&g_held, &g_nheld, &g_held_cap, held_buf{p, n});
     g_held_bytes += n;
     if (g_held_bytes > g_held_peak)
         g_held_peak = g_held_bytes;
@@ -175,14 +181,7 @@ static float *cu_alloc_act(size_t n)
     if (!g_bf16)
         return (float *)cu_alloc(n * sizeof(float));
     void *p = cu_alloc(n * 2);
-    if (g_nb16 == g_b16_cap) {
-        size_t cap = g_b16_cap ? 2 * g_b16_cap : 64;
-        held_buf *h = (held_buf *)realloc(g_b16, cap * sizeof *h);
-        if (!h)
-            ar_cuda_die("realloc", "out of host memory for the list of bf16 buffers", __FILE__, __LINE__);
-        g_b16 = h, g_b16_cap = cap;
-    }
-    g_b16[g_nb16++] = held_buf{p, n * 2};
+    push_buf(&g_b16, &g_nb16, &g_b16_cap, held_buf{p, n * 2});
     return (float *)p;
 }
 
