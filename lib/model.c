@@ -129,9 +129,9 @@ static void alloc_activations(ar_model *m, const unsigned char *runs, const ar_m
         if (runs && !runs[2 * k + 1] && !runs[2 * k + 2])
             continue;
         ar_block_act *a = &m->act[k];
-        a->xn = falloc(be, N * d);
+        a->xn = ar_alloc_act(be, N * d);
         a->rstd = falloc(be, N);
-        a->mxn = falloc(be, N * d);
+        a->mxn = ar_alloc_act(be, N * d);
         a->mrstd = falloc(be, N);
         a->q = rc ? in->q : ar_alloc_act(be, N * d);
         a->k = rc ? in->k : ar_alloc_act(be, N * d);

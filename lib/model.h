@@ -18,11 +18,12 @@ typedef struct {
     int attn_norm, q, k, v, o, mlp_norm, gate, up, down; /* parameter indices */
 } ar_block_idx;
 
-/* q, k, v, y, gate, up and act are in the backend's storage precision
- * (ar_alloc_act, lib/backend.h: bf16 on the CUDA backend under bf16
- * products, half of a block's 4 N d + 3 N d_ff floats), read and written
- * only by the ops that take it (matmul, rotary, attention, SwiGLU); xn,
- * rstd, mxn, mrstd and att are fp32. */
+/* xn, q, k, v, y, mxn, gate, up and act are in the backend's storage
+ * precision (ar_alloc_act, lib/backend.h: bf16 on the CUDA backend under
+ * bf16 products, half of a block's 6 N d + 3 N d_ff floats), read and
+ * written only by the ops that take it (matmul, RMSNorm's forward, the
+ * two-phase depth ops' fused norm, rotary, attention, SwiGLU); rstd,
+ * mrstd and att are fp32. */
 typedef struct {
     float *xn, *rstd, *q, *k, *v, *att, *y; /* attention sublayer (att: be->attention_state floats) */
     float *mxn, *mrstd, *gate, *up, *act;   /* MLP sublayer */

@@ -303,8 +303,9 @@ Test(backend_train, block_sizes_uneven, .timeout = 300)
     compare_runs(AR_RES_BLOCK, 0);
 }
 
-/* Under bf16 products the model keeps its sublayers' inner activations
- * (q, k, v, y; gate, up, act) in bf16 storage (lib/backend.h, alloc_act;
+/* Under bf16 products the model keeps its sublayers' normalised inputs
+ * and inner activations (xn, q, k, v, y; mxn, gate, up, act) in bf16
+ * storage (lib/backend.h, alloc_act;
  * lib/model.c): after one forward from the same weights and tokens, B's
  * bytes of each, read as bf16, are A's
  * fp32 values to within the bf16 run's error, ||a - b|| <= 2e-2 ||a||
@@ -336,11 +337,11 @@ static void internals_storage_case(int recompute)
     uint16_t *h = malloc(nmax * sizeof *h);
     int k = c.model.n_layer - 1;
     const ar_block_act *xa = &ma->act[k], *xb = &mb->act[k];
-    const char *names[] = {"q", "k", "v", "y", "gate", "up", "act"};
-    float *bufa[] = {xa->q, xa->k, xa->v, xa->y, xa->gate, xa->up, xa->act};
-    float *bufb[] = {xb->q, xb->k, xb->v, xb->y, xb->gate, xb->up, xb->act};
-    for (int t = 0; t < 7; t++) {
-        size_t n = (size_t)N * (t < 4 ? d : F);
+    const char *names[] = {"xn", "q", "k", "v", "y", "mxn", "gate", "up", "act"};
+    float *bufa[] = {xa->xn, xa->q, xa->k, xa->v, xa->y, xa->mxn, xa->gate, xa->up, xa->act};
+    float *bufb[] = {xb->xn, xb->q, xb->k, xb->v, xb->y, xb->mxn, xb->gate, xb->up, xb->act};
+    for (int t = 0; t < 9; t++) {
+        size_t n = (size_t)N * (t < 6 ? d : F);
         A->download(a, bufa[t], n * sizeof *a);
         B->download(h, bufb[t], n * sizeof *h);
         double d2 = 0, a2 = 0;

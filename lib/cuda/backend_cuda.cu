@@ -331,7 +331,9 @@ static constexpr bool same(const char *a, const char *b) { return *a == *b && (!
 static constexpr bool takes_bf16_storage(const char *op)
 {
     return same(op, "matmul_fwd") || same(op, "matmul_bwd") || same(op, "swiglu_fwd") || same(op, "swiglu_bwd") ||
-           same(op, "rope_fwd") || same(op, "rope_bwd") || same(op, "attention_fwd") || same(op, "attention_bwd");
+           same(op, "rope_fwd") || same(op, "rope_bwd") || same(op, "attention_fwd") || same(op, "attention_bwd") ||
+           same(op, "rmsnorm_fwd") || same(op, "depth_fwd_inter") || same(op, "depth_fwd_merge") ||
+           same(op, "depth_bwd_intra");
 }
 template <typename T> static inline void no_storage(const char *, T) {}
 static inline void no_storage(const char *op, const float *p) { ar_cu_no_bf16_storage(op, "an argument", p); }

@@ -11,6 +11,7 @@
  * accumulators in registers. */
 #include "ops_cuda.h"
 
+#include <cuda_bf16.h>
 #include <math.h>
 
 #include "../backend.h"
@@ -49,9 +50,10 @@ __device__ __forceinline__ float key_logit(const float *x, const float *u, float
 
 /* Token i's sublayer input, fused: h = acc / l (this thread's channels),
  * xn[i,:] = h r ng with r = 1/sqrt(mean h^2 + eps) (= nrstd[i]), as
- * rmsnorm_fwd would write it. */
+ * rmsnorm_fwd would write it (xn fp32, or bf16 storage where x16:
+ * lib/backend.h, alloc_act). */
 template <int V>
-__device__ __forceinline__ void store_rmsnorm(const float *acc, float l, const float *ng, float *xn,
+__device__ __forceinline__ void store_rmsnorm(const float *acc, float l, const float *ng, void *xn, int x16,
                                               float *nrstd, size_t i, int tid, int T, int d)
 {
     float hv[V], v[1] = {0.0f};
@@ -67,8 +69,13 @@ __device__ __forceinline__ void store_rmsnorm(const float *acc, float l, const f
 #pragma unroll
     for (int q = 0; q < V; q++) {
         int j = tid + q * T;
-        if (j < d)
-            xn[i * d + j] = hv[q] * rr * ng[j];
+        if (j < d) {
+            float y = hv[q] * rr * ng[j];
+            if (x16)
+                ((__nv_bfloat16 *)xn)[i * d + j] = __float2bfloat16(y);
+            else
+                ((float *)xn)[i * d + j] = y;
+        }
     }
 }
 
@@ -128,7 +135,7 @@ struct fwd_grp {
 template <int V>
 __global__ void __launch_bounds__(MAXT)
 inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, const float *ng,
-                 float *xn, float *nrstd, int sigmoid, int d)
+                 void *xn, int x16, float *nrstd, int sigmoid, int d)
 {
     size_t i = blockIdx.x;
     int T = blockDim.x, tid = threadIdx.x;
@@ -189,7 +196,7 @@ inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, con
         if (tid == 0)
             p.lse[c][i] = sigmoid ? 0.0f : m[c] + logf(l[c]);
         if (c == 0 && xn) { /* uniform over the block */
-            store_rmsnorm<V>(acc[0], l[0], ng, xn, nrstd, i, tid, T, d);
+            store_rmsnorm<V>(acc[0], l[0], ng, xn, x16, nrstd, i, tid, T, d);
             continue;
         }
         if (!p.o[c])
@@ -203,6 +210,17 @@ inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, con
     }
 }
 
+/* nf's xn may be bf16 storage (lib/backend.h, alloc_act: the model's xn
+ * under bf16), its gain and rstd not: 1 where xn is */
+static int norm_out_storage(const char *op, const ar_norm_out *nf)
+{
+    if (!nf)
+        return 0;
+    ar_cu_no_bf16_storage(op, "the norm's 'gain'", nf->gain);
+    ar_cu_no_bf16_storage(op, "the norm's 'rstd'", nf->rstd);
+    return ar_cu_bf16_stored(nf->xn);
+}
+
 extern "C" void cuda_depth_fwd_inter(const ar_depth_inter *chunk, float *const *o,
                                      const ar_norm_out *nf)
 {
@@ -213,6 +231,7 @@ extern "C" void cuda_depth_fwd_inter(const ar_depth_inter *chunk, float *const *
     const float *ng = nf ? nf->gain : NULL;
     float *xn = nf ? nf->xn : NULL, *nrstd = nf ? nf->rstd : NULL;
     const char *op = "depth_fwd_inter";
+    int x16 = norm_out_storage(op, nf);
     if (N <= 0 || d <= 0 || C <= 0)
         return;
     int v = depth_v(d), T = row_threads_v(d, v, op);
@@ -232,10 +251,10 @@ extern "C" void cuda_depth_fwd_inter(const ar_depth_inter *chunk, float *const *
         }
         float *x = c0 == 0 ? xn : NULL;
         if (v == 4)
-            inter_fwd_kernel<4><<<N, T, 0, ar_cuda_stream()>>>(p, G, rl, c0 == 0, sl, k, ng, x, nrstd,
+            inter_fwd_kernel<4><<<N, T, 0, ar_cuda_stream()>>>(p, G, rl, c0 == 0, sl, k, ng, x, x16, nrstd,
                                                              sigmoid, d);
         else
-            inter_fwd_kernel<8><<<N, T, 0, ar_cuda_stream()>>>(p, G, rl, c0 == 0, sl, k, ng, x, nrstd,
+            inter_fwd_kernel<8><<<N, T, 0, ar_cuda_stream()>>>(p, G, rl, c0 == 0, sl, k, ng, x, x16, nrstd,
                                                              sigmoid, d);
         AR_CUDA_LAUNCHED();
     }
@@ -251,7 +270,7 @@ extern "C" void cuda_depth_fwd_inter(const ar_depth_inter *chunk, float *const *
 template <int V>
 __global__ void __launch_bounds__(MAXT)
 merge_kernel(float *h, float *lse, float *alpha, int n, int k, mlist rsi, clist intra,
-             const float *w, const float *g, const float *ng, float *xn, float *nrstd, int sigmoid,
+             const float *w, const float *g, const float *ng, void *xn, int x16, float *nrstd, int sigmoid,
              int d)
 {
     extern __shared__ float zt[];
@@ -297,7 +316,7 @@ merge_kernel(float *h, float *lse, float *alpha, int n, int k, mlist rsi, clist 
         }
         return;
     }
-    store_rmsnorm<V>(acc, l, ng, xn, nrstd, i, tid, T, d);
+    store_rmsnorm<V>(acc, l, ng, xn, x16, nrstd, i, tid, T, d);
 }
 
 extern "C" void cuda_depth_fwd_merge(const ar_depth_intra *m, float *h, const ar_norm_out *nf)
@@ -309,6 +328,8 @@ extern "C" void cuda_depth_fwd_merge(const ar_depth_intra *m, float *h, const ar
     const float *ng = nf ? nf->gain : NULL;
     float *xn = nf ? nf->xn : NULL, *nrstd = nf ? nf->rstd : NULL;
     const char *op = "depth_fwd_merge";
+    int x16 = norm_out_storage(op, nf);
+    ar_cu_no_bf16_storage(op, "'h'", h);
     if (N <= 0 || d <= 0)
         return;
     int v = depth_v(d), T = row_threads_v(d, v, op), nj = n - k;
@@ -316,10 +337,10 @@ extern "C" void cuda_depth_fwd_merge(const ar_depth_intra *m, float *h, const ar
     mlist rl = make_mlist(rsi, nj, op);
     if (v == 4)
         merge_kernel<4><<<N, T, (size_t)(nj > 0 ? nj : 1) * sizeof(float), ar_cuda_stream()>>>(
-            h, lse, alpha, n, k, rl, il, w, g, ng, xn, nrstd, sigmoid, d);
+            h, lse, alpha, n, k, rl, il, w, g, ng, xn, x16, nrstd, sigmoid, d);
     else
         merge_kernel<8><<<N, T, (size_t)(nj > 0 ? nj : 1) * sizeof(float), ar_cuda_stream()>>>(
-            h, lse, alpha, n, k, rl, il, w, g, ng, xn, nrstd, sigmoid, d);
+            h, lse, alpha, n, k, rl, il, w, g, ng, xn, x16, nrstd, sigmoid, d);
     AR_CUDA_LAUNCHED();
 }
 
@@ -341,7 +362,7 @@ extern "C" void cuda_depth_fwd_merge(const ar_depth_intra *m, float *h, const ar
 template <int V>
 __global__ void __launch_bounds__(MAXT)
 intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh, const float *h,
-                 const float *dxn, const float *xn, const float *ng,
+                 const float *dxn, const void *xn, int x16, const float *ng,
                  const float *nrstd, const float *alpha, const float *lse, int n, int k,
                  clist rsi, clist src, const float *w, const float *g, int sigmoid, int N, int d, int tpb)
 {
@@ -367,7 +388,10 @@ intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh
                 float gj = j < d ? ng[j] : 1.0f;
                 dv[q] = j < d ? dxn[i * d + j] : 0.0f;
                 if (gj != 0.0f) {
-                    xh[q] = j < d ? xn[i * d + j] / gj : 0.0f;
+                    float x = j >= d ? 0.0f
+                              : x16  ? __bfloat162float(((const __nv_bfloat16 *)xn)[i * d + j])
+                                     : ((const float *)xn)[i * d + j];
+                    xh[q] = x / gj;
                 } else { /* the norm zeroed this channel: h from the sources */
                     float acc = 0.0f;
                     for (int s = 0; s < n; s++)
@@ -453,6 +477,11 @@ extern "C" void cuda_depth_bwd_intra(const ar_depth_intra *m, float *const *dint
     const float *ng = norm ? norm->gain : NULL, *nrstd = norm ? norm->rstd : NULL;
     float *dng = norm ? norm->dgain : NULL;
     const char *op = "depth_bwd_intra";
+    int x16 = norm && ar_cu_bf16_stored(norm->xn);
+    const void *both[] = {dw, dg, cdot, dh, h, dxn, ng, nrstd, dng};
+    const char *names[] = {"'dw'", "'dg'", "'cdot'", "'dh'", "'h'", "'dxn'", "'gain'", "'rstd'", "'dgain'"};
+    for (int a = 0; a < 9; a++)
+        ar_cu_no_bf16_storage(op, names[a], both[a]);
     if (N <= 0 || d <= 0)
         return;
     int v = depth_v(d), T = row_threads_v(d, v, op), nj = n - k, tpb = red_tokens(N, T), nb = red_nblk(N, tpb);
@@ -462,11 +491,11 @@ extern "C" void cuda_depth_bwd_intra(const ar_depth_intra *m, float *const *dint
     float *part = (float *)ar_cu_ws(CU_WS_ROWS, (size_t)2 * nb * d * sizeof(float));
     float *npart = part + (size_t)nb * d;
     if (v == 4)
-        intra_bwd_kernel<4><<<nb, T, 0, ar_cuda_stream()>>>(dl, part, npart, cdot, dh, h, dxn, xn,
+        intra_bwd_kernel<4><<<nb, T, 0, ar_cuda_stream()>>>(dl, part, npart, cdot, dh, h, dxn, xn, x16,
                                                           ng, nrstd, alpha, lse, n, k, rl, sl, w, g,
                                                           sigmoid, N, d, tpb);
     else
-        intra_bwd_kernel<8><<<nb, T, 0, ar_cuda_stream()>>>(dl, part, npart, cdot, dh, h, dxn, xn,
+        intra_bwd_kernel<8><<<nb, T, 0, ar_cuda_stream()>>>(dl, part, npart, cdot, dh, h, dxn, xn, x16,
                                                           ng, nrstd, alpha, lse, n, k, rl, sl, w, g,
                                                           sigmoid, N, d, tpb);
     AR_CUDA_LAUNCHED();

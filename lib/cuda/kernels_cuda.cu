@@ -303,14 +303,15 @@ void cuda_embedding_bwd(float *dwte, const float *dout, const int32_t *tok, int 
 
 /* rstd[i] = 1/sqrt(mean_j x[i,j]^2 + eps);  out[i,j] = x[i,j]*rstd[i]*g[j]
  * one warp per row */
-__global__ static void rmsnorm_fwd_kernel(float *out, float *rstd, const float *x, const float *g,
-                                          int N, int d)
+/* out fp32, or bf16 storage where o16 (lib/backend.h, alloc_act) */
+__global__ static void rmsnorm_fwd_kernel(void *out, int o16, float *rstd, const float *x, const float *g, int N,
+                                          int d)
 {
     int i = blockIdx.x * ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (i >= N)
         return;
     const float *xi = x + (size_t)i * d;
-    float *oi = out + (size_t)i * d;
+    size_t o = (size_t)i * d;
     float ss = 0.0f;
     for (int j = lane; j < d; j += 32)
         ss += xi[j] * xi[j];
@@ -318,16 +319,24 @@ __global__ static void rmsnorm_fwd_kernel(float *out, float *rstd, const float *
     float r = 1.0f / sqrtf(ss / d + AR_RMS_EPS);
     if (lane == 0)
         rstd[i] = r;
-    for (int j = lane; j < d; j += 32)
-        oi[j] = xi[j] * r * g[j];
+    for (int j = lane; j < d; j += 32) {
+        float y = xi[j] * r * g[j];
+        if (o16)
+            ((__nv_bfloat16 *)out)[o + j] = __float2bfloat16(y);
+        else
+            ((float *)out)[o + j] = y;
+    }
 }
 
 void cuda_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *g, int N, int d)
 {
     if (N <= 0 || d <= 0)
         return;
-    rmsnorm_fwd_kernel<<<(N + ROWS - 1) / ROWS, ROWS * 32, 0, ar_cuda_stream()>>>(out, rstd, x, g,
-                                                                                   N, d);
+    ar_cu_no_bf16_storage("rmsnorm_fwd", "'rstd'", rstd);
+    ar_cu_no_bf16_storage("rmsnorm_fwd", "'x'", x);
+    ar_cu_no_bf16_storage("rmsnorm_fwd", "'g'", g);
+    rmsnorm_fwd_kernel<<<(N + ROWS - 1) / ROWS, ROWS * 32, 0, ar_cuda_stream()>>>(out, ar_cu_bf16_stored(out), rstd, x,
+                                                                                   g, N, d);
     AR_CUDA_LAUNCHED();
 }
 

@@ -21,9 +21,9 @@
  * Precision.  Buffers are fp32 (parameters are the fp32 master weights;
  * the optimizer state and every reduction stay fp32 or double), but for
  * the activations a model keeps in bf16 storage under bf16 (lib/backend.h,
- * alloc_act: the sublayers' q, k, v, y, gate, up, act), which the linear
- * layers read as bf16 operands as they are and write as cuBLAS's bf16
- * output (the fp32 sum rounded once, to nearest even).
+ * alloc_act: the sublayers' xn, q, k, v, y, gate, up, act), which the
+ * linear layers read as bf16 operands as they are and write as cuBLAS's
+ * bf16 output (the fp32 sum rounded once, to nearest even).
  *   fp32 (default): compute type CUBLAS_COMPUTE_32F under
  *     CUBLAS_DEFAULT_MATH, i.e. true fp32 FMA products, no TF32: results
  *     agree with the CPU backend to ~1e-5 relative (summation order only).
