@@ -100,7 +100,7 @@ __device__ static void store_rows(O *dst, const float *acc, const float *div, in
     for (int e = threadIdx.x; e < bt * hd; e += blockDim.x) {
         int r = e / hd, c = e % hd;
         if (r0 + r < T)
-            tile_store(dst + (size_t)(r0 + r) * C + c, div ? acc[e] / div[r] : acc[e]);
+            ar_store(dst + (size_t)(r0 + r) * C + c, div ? acc[e] / div[r] : acc[e]);
     }
 }
 
@@ -147,7 +147,7 @@ __global__ static void __launch_bounds__(FUSED_THREADS)
             float sum = 0.0f;
             for (int c = lane; c < bt; c += 32) {
                 float p = j0 + c <= t ? expf(s[c] - mx) : 0.0f;
-                tile_store(P + (size_t)r * bt + c, p);
+                ar_store(P + (size_t)r * bt + c, p);
                 sum += p;
             }
             sum = ar_warp_sum(sum);
@@ -180,7 +180,7 @@ __global__ static void rowdot_kernel(float *D, const float *dy, const ST *y, siz
     size_t o = head_start(bh, T, nh, hd) + (size_t)t * nh * hd;
     float s = 0.0f;
     for (int j = lane; j < hd; j += 32)
-        s += dy[o + j] * tile_float(y[o + j]);
+        s += dy[o + j] * ar_value(y[o + j]);
     s = ar_warp_sum(s);
     if (lane == 0)
         D[r] = s;
@@ -198,8 +198,8 @@ __device__ static void tile_ds(E *P, E *dS, const float *S, const float *dP, con
         int r = e / bt, c = e % bt, t = i0 + r;
         float p = t < T && j0 + c <= t ? expf(S[e] - Lr[r]) : 0.0f;
         if (P)
-            tile_store(P + e, p);
-        tile_store(dS + e, p * (dP[e] - Dr[r]));
+            ar_store(P + e, p);
+        ar_store(dS + e, p * (dP[e] - Dr[r]));
     }
 }
 
@@ -356,7 +356,7 @@ static void bwd(const ar_attention *a, const float *dy, float *dq, float *dk, fl
 
 /* q, k, v (and y where given) are bf16 storage: all of them or none; the
  * saved state never */
-int ar_cu_attention_stored(const ar_attention *a, const void *y, const char *op)
+static int attention_stored(const ar_attention *a, const void *y, const char *op)
 {
     int s = ar_cu_bf16_stored(a->q);
     if (ar_cu_bf16_stored(a->k) != s || ar_cu_bf16_stored(a->v) != s || (y && ar_cu_bf16_stored(y) != s))
@@ -370,7 +370,7 @@ void cuda_attention_fwd(const ar_attention *a, float *y)
 {
     if (a->B <= 0 || a->T <= 0 || a->nh <= 0 || a->hd <= 0)
         return;
-    int st = ar_cu_attention_stored(a, y, "attention_fwd");
+    int st = attention_stored(a, y, "attention_fwd");
     att_plan p = plan_for(a->B, a->T, a->nh, a->hd);
     float scale = 1.0f / sqrtf((float)a->hd);
     if (p.tc && ar_cu_attention_fwd_regs(a, y, scale))
@@ -388,7 +388,7 @@ void cuda_attention_bwd(const ar_attention *a, const float *y, const float *dy, 
 {
     if (a->B <= 0 || a->T <= 0 || a->nh <= 0 || a->hd <= 0)
         return;
-    int st = ar_cu_attention_stored(a, y, "attention_bwd");
+    int st = attention_stored(a, y, "attention_bwd");
     ar_cu_no_bf16_storage("attention_bwd", "'dy'", dy);
     ar_cu_no_bf16_storage("attention_bwd", "'dq'", dq);
     ar_cu_no_bf16_storage("attention_bwd", "'dk'", dk);

@@ -60,8 +60,8 @@ __device__ static inline void load_rows_w(E *d0, const S0 *s0, E *d1, const S1 *
                 else
                     x[1][u][0] = x[1][u][1] = x[1][u][2] = x[1][u][3] = 0.0f;
             } else {
-                x[0][u][0] = in ? tile_float(s0[at]) : 0.0f;
-                x[1][u][0] = ld1 ? tile_float(s1[at]) : 0.0f;
+                x[0][u][0] = in ? ar_value(s0[at]) : 0.0f;
+                x[1][u][0] = ld1 ? ar_value(s1[at]) : 0.0f;
             }
         }
 #pragma unroll
@@ -71,9 +71,9 @@ __device__ static inline void load_rows_w(E *d0, const S0 *s0, E *d1, const S1 *
                 break;
 #pragma unroll
             for (int w = 0; w < W; w++) {
-                tile_store(d0 + (size_t)r * ld + c + w, x[0][u][w]);
+                ar_store(d0 + (size_t)r * ld + c + w, x[0][u][w]);
                 if (d1)
-                    tile_store(d1 + (size_t)r * ld + c + w, x[1][u][w]);
+                    ar_store(d1 + (size_t)r * ld + c + w, x[1][u][w]);
             }
         }
     }
@@ -123,8 +123,5 @@ __device__ static inline void load_row_values(float *Lr, float *Dr, const float 
 int ar_cu_attention_fwd_regs(const ar_attention *a, float *y, float scale);
 int ar_cu_attention_bwd_regs(const ar_attention *a, const float *dy, float *dq, float *dk, float *dv, const float *D,
                              float scale);
-/* q, k, v (and y) are bf16 storage (lib/backend.h, alloc_act): all of
- * them or none, checked (attention_cuda.cu) */
-int ar_cu_attention_stored(const ar_attention *a, const void *y, const char *op);
 
 #endif

@@ -190,9 +190,9 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     for (int nd = 0; nd < NB; nd++) {
         int col = nd * 8 + 2 * qd;
         if (t0 < T)
-            tile_store(y + h0 + (size_t)t0 * C + col, o[nd][0] / l0), tile_store(y + h0 + (size_t)t0 * C + col + 1, o[nd][1] / l0);
+            ar_store(y + h0 + (size_t)t0 * C + col, o[nd][0] / l0), ar_store(y + h0 + (size_t)t0 * C + col + 1, o[nd][1] / l0);
         if (t1 < T)
-            tile_store(y + h0 + (size_t)t1 * C + col, o[nd][2] / l1), tile_store(y + h0 + (size_t)t1 * C + col + 1, o[nd][3] / l1);
+            ar_store(y + h0 + (size_t)t1 * C + col, o[nd][2] / l1), ar_store(y + h0 + (size_t)t1 * C + col + 1, o[nd][3] / l1);
     }
     if (qd == 0 && t0 < T)
         lse[(size_t)bh * T + t0] = m0 + logf(l0);
@@ -317,7 +317,7 @@ template <int HD, typename ST> static void fwd_mma(const ar_attention *a, float 
 
 template <int HD> static void fwd_mma_stored(const ar_attention *a, float *y, float scale)
 {
-    if (ar_cu_bf16_stored(a->q)) /* all of q, k, v, y (ar_cu_attention_stored) */
+    if (ar_cu_bf16_stored(a->q)) /* all of q, k, v, y or none (attention_cuda.cu checks) */
         fwd_mma<HD, bf16>(a, y, scale);
     else
         fwd_mma<HD, float>(a, y, scale);

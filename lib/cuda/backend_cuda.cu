@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <type_traits>
+#include <utility>
 
 static cudaStream_t g_stream;
 static cublasHandle_t g_cublas;
@@ -152,17 +153,23 @@ static void *cu_alloc(size_t bytes)
     return p;
 }
 
-/* The buffers of bf16 storage (alloc_act under bf16 products): a model's
- * few per block, looked up by every op's pointer arguments. */
+/* The buffers of bf16 storage (alloc_act under bf16 products), in order
+ * of address: a model's nine a block, looked up by every op's pointer
+ * arguments (a binary search: the ops of a step ask thousands of times). */
 static held_buf *g_b16;
 static size_t g_nb16, g_b16_cap;
 
 extern "C" int ar_cu_bf16_stored(const void *p)
 {
-    for (size_t i = 0; i < g_nb16; i++)
-        if ((const char *)p >= (const char *)g_b16[i].p && (const char *)p < (const char *)g_b16[i].p + g_b16[i].n)
-            return 1;
-    return 0;
+    size_t lo = 0, hi = g_nb16; /* the last buffer starting at or below p is lo - 1 */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if ((const char *)g_b16[mid].p <= (const char *)p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > 0 && (const char *)p < (const char *)g_b16[lo - 1].p + g_b16[lo - 1].n;
 }
 
 extern "C" void ar_cu_no_bf16_storage(const char *op, const char *arg, const void *p)
@@ -182,6 +189,8 @@ static float *cu_alloc_act(size_t n)
         return (float *)cu_alloc(n * sizeof(float));
     void *p = cu_alloc(n * 2);
     push_buf(&g_b16, &g_nb16, &g_b16_cap, held_buf{p, n * 2});
+    for (size_t i = g_nb16 - 1; i > 0 && (char *)g_b16[i - 1].p > (char *)p; i--) /* kept in order */
+        std::swap(g_b16[i], g_b16[i - 1]);
     return (float *)p;
 }
 
@@ -194,8 +203,9 @@ static void cu_free(void *p)
     AR_CUDA_CHECK(cudaFree(p));
     release(p);
     for (size_t i = 0; i < g_nb16; i++)
-        if (g_b16[i].p == p) {
-            g_b16[i] = g_b16[--g_nb16];
+        if (g_b16[i].p == p) { /* the rest move down: still in order */
+            memmove(g_b16 + i, g_b16 + i + 1, (g_nb16 - i - 1) * sizeof *g_b16);
+            g_nb16--;
             break;
         }
     ar_cu_weights_freed(p);

@@ -57,6 +57,16 @@ void ar_cuda_die(const char *what, const char *detail, const char *file, int lin
 
 /* ---- device helpers for the kernels (warp = 32 lanes, full mask) ---- */
 #ifdef __CUDACC__
+#include <cuda_bf16.h>
+
+/* An element of an fp32 or bf16 buffer (bf16: tiles on tensor cores, and
+ * lib/backend.h's bf16 storage) as a float, and a float stored into one
+ * (to bf16: rounded to nearest, ties to even). */
+__device__ static inline float ar_value(float x) { return x; }
+__device__ static inline float ar_value(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ static inline void ar_store(float *p, float x) { *p = x; }
+__device__ static inline void ar_store(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); }
+
 __device__ static inline float ar_warp_sum(float v)
 {
     for (int o = 16; o > 0; o >>= 1)

@@ -478,10 +478,10 @@ extern "C" void cuda_depth_bwd_intra(const ar_depth_intra *m, float *const *dint
     float *dng = norm ? norm->dgain : NULL;
     const char *op = "depth_bwd_intra";
     int x16 = norm && ar_cu_bf16_stored(norm->xn);
-    const void *both[] = {dw, dg, cdot, dh, h, dxn, ng, nrstd, dng};
+    const void *fp32_args[] = {dw, dg, cdot, dh, h, dxn, ng, nrstd, dng};
     const char *names[] = {"'dw'", "'dg'", "'cdot'", "'dh'", "'h'", "'dxn'", "'gain'", "'rstd'", "'dgain'"};
     for (int a = 0; a < 9; a++)
-        ar_cu_no_bf16_storage(op, names[a], both[a]);
+        ar_cu_no_bf16_storage(op, names[a], fp32_args[a]);
     if (N <= 0 || d <= 0)
         return;
     int v = depth_v(d), T = row_threads_v(d, v, op), nj = n - k, tpb = red_tokens(N, T), nb = red_nblk(N, tpb);

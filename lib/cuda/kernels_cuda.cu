@@ -417,13 +417,6 @@ void cuda_rmsnorm_bwd(float *dx, float *dg, const float *dout, const float *x, c
     AR_CUDA_LAUNCHED();
 }
 
-/* a value of a buffer that is fp32, or bf16 storage (lib/backend.h,
- * alloc_act: read as bf16, written rounded to nearest even) */
-__device__ static inline float stored_value(float x) { return x; }
-__device__ static inline float stored_value(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ static inline void store_value(float *p, float x) { *p = x; }
-__device__ static inline void store_value(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); }
-
 /* ------------------------------------------------------------------------ */
 /* rotary position embedding (rotate-half, theta 10000)                      */
 
@@ -455,9 +448,9 @@ __global__ static void rope_kernel(S *x, const float2 *tab, size_t pairs, int T,
         float2 cs = tab[(size_t)t * h2 + j];
         float c = cs.x, s = dir * cs.y;
         S *xh = x + row * hd;
-        float x0 = stored_value(xh[j]), x1 = stored_value(xh[j + h2]);
-        store_value(xh + j, x0 * c - x1 * s);
-        store_value(xh + j + h2, x0 * s + x1 * c);
+        float x0 = ar_value(xh[j]), x1 = ar_value(xh[j + h2]);
+        ar_store(xh + j, x0 * c - x1 * s);
+        ar_store(xh + j + h2, x0 * s + x1 * c);
     }
 }
 
@@ -508,9 +501,9 @@ template <typename S> __global__ static void swiglu_fwd_kernel(S *out, const S *
 {
     GRID_STRIDE(i, n)
     {
-        float a = stored_value(gate[i]);
+        float a = ar_value(gate[i]);
         float sg = 1.0f / (1.0f + expf(-a));
-        store_value(out + i, a * sg * stored_value(up[i]));
+        ar_store(out + i, a * sg * ar_value(up[i]));
     }
 }
 
@@ -522,7 +515,7 @@ __global__ static void swiglu_bwd_kernel(float *dgate, float *dup, const float *
 {
     GRID_STRIDE(i, n)
     {
-        float a = stored_value(gate[i]), u = stored_value(up[i]), go = dout[i];
+        float a = ar_value(gate[i]), u = ar_value(up[i]), go = dout[i];
         float sg = 1.0f / (1.0f + expf(-a));
         dgate[i] = go * u * sg * (1.0f + a * (1.0f - sg));
         dup[i] = go * a * sg;

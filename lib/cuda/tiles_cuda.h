@@ -22,15 +22,13 @@
 #ifndef AR_CUDA_TILES_H
 #define AR_CUDA_TILES_H
 
+#include "cuda_util.h"
+
 #include <cuda_bf16.h>
 #include <mma.h>
 
 typedef __nv_bfloat16 bf16;
 
-__device__ static inline float tile_float(float x) { return x; }
-__device__ static inline float tile_float(bf16 x) { return __bfloat162float(x); }
-__device__ static inline void tile_store(float *p, float x) { *p = x; }
-__device__ static inline void tile_store(bf16 *p, float x) { *p = __float2bfloat16(x); }
 
 /* fp32, in 4 x 4 blocks of C where M and N allow (one thread a block: 8
  * shared-memory reads for 16 multiply-adds, where one entry a thread takes
