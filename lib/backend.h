@@ -60,14 +60,16 @@ typedef struct ar_backend {
      * marks "bf16 storage" take such a buffer, where it says; they read it
      * as bf16 and round what they write into it to bf16 (to nearest, ties
      * to even), and do their arithmetic in fp32.  The CUDA backend stops
-     * with an error naming the op where any other op is given one as an
-     * argument of its own (it does not look inside the depth ops' lists
-     * of sources, which hold the fp32 residual stream).  Its
-     * bytes are the host's to move whole (upload, download), never to
-     * offset as floats.  Freed with free.  NULL where every activation is
-     * fp32 (the CPU backend): callers alloc n floats instead
-     * (ar_alloc_act). */
+     * with an error naming the op where any other op is given one, as an
+     * argument of its own or in a list of buffers (the depth ops' sources
+     * may be, all or none of a list).  Its bytes are the host's to move
+     * whole (upload, download), never to offset as floats.  Freed with
+     * free.  NULL where every activation is fp32 (the CPU backend):
+     * callers alloc n floats instead (ar_alloc_act). */
     float *(*alloc_act)(size_t n);
+    /* Bytes of one value alloc_act gives now: 2 (bf16) or 4; NULL with
+     * alloc_act (ar_act_size). */
+    size_t (*act_size)(void);
     void (*upload)(void *dst, const void *src, size_t bytes);   /* host -> device */
     void (*download)(void *dst, const void *src, size_t bytes); /* device -> host */
     void (*zero)(void *p, size_t bytes);
@@ -124,6 +126,9 @@ static inline float *ar_alloc_act(const ar_backend *be, size_t n)
 {
     return be->alloc_act ? be->alloc_act(n) : (float *)be->alloc(n * sizeof(float));
 }
+
+/* Bytes of one value ar_alloc_act gives now: 2 in bf16 storage, else 4. */
+static inline size_t ar_act_size(const ar_backend *be) { return be->act_size ? be->act_size() : sizeof(float); }
 
 /* The CPU backend (always built). */
 const ar_backend *ar_backend_cpu(void);

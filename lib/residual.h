@@ -102,7 +102,10 @@ typedef struct {
      * rows below a chunk once the chunk's backward is done;
      * zero_row_grads clears every one (a stage's first backward of a
      * micro-batch, where no final mixer initialises them).  NULL where the
-     * scheme cannot be split into stages. */
+     * scheme cannot be split into stages.  A row may be bf16 storage
+     * (lib/backend.h, alloc_act: the baseline's and the depth schemes'
+     * under bf16), to be moved with the backend's copy, which converts;
+     * a row's gradient is fp32. */
     float *(*row)(ar_residual *r, int q);
     float *(*row_grad)(ar_residual *r, int q);
     void (*zero_row_grads)(ar_residual *r, int N);

@@ -55,7 +55,12 @@
  * chunk's deferred pass finds it.  So beyond the baseline (which keeps
  * the same P_0..P_L and one running gradient) AttnRes keeps, in buffers of
  * N x d, only the nb+1 block gradients dB less one, i.e. nb = N_blocks
- * (Full: L), plus the N x n weights and N-float statistics of every mixer. */
+ * (Full: L), plus the N x n weights and N-float statistics of every mixer.
+ * Under bf16 storage (lib/backend.h, alloc_act) the rows P_l are bf16,
+ * which the depth ops read with fp32 arithmetic, and the sums P_l =
+ * P_{l-1} + v_l are rounded once each; a gradient stays fp32, so dh_l
+ * goes into one of ar_depth_chunk fp32 buffers instead of P_l (at 12
+ * layers and chunks of 4: 25 rows of half the bytes less 4 rows more). */
 int ar_depth_chunk = 4;
 
 typedef struct {
@@ -90,6 +95,8 @@ typedef struct {
     int nb;               /* blocks after the embedding (blk.nb) */
     float **rs;           /* L+1 arrays maxN: rstd of each P_l as a key */
     float **cdot;         /* cmax arrays maxN: dh.h per chunk position */
+    float **dhb;          /* cmax buffers maxN x d: dh per chunk position, where P
+                           * is in bf16 storage (NULL: dh goes into P_l) */
     float **hb;           /* cmax buffers: the current chunk's h (forward) */
     float *fgrad;         /* dL/dh_out */
     float *own;           /* the hb block, where bind had to allocate it */
@@ -171,12 +178,21 @@ static void depth_bind(ar_residual *r, float *params, float *grads, float *const
     size_t bytes = (size_t)r->maxN * r->d * sizeof(float);
     s->params = params;
     s->grads = grads;
+    /* the residual rows are activations: bf16 storage under bf16 (lib/backend.h) */
     for (int l = 0; l <= r->L; l++) {
-        s->P[l] = be->alloc(bytes);
+        s->P[l] = ar_alloc_act(be, (size_t)r->maxN * r->d);
         s->rs[l] = be->alloc((size_t)r->maxN * sizeof(float));
     }
     for (int c = 0; c < s->cmax; c++)
         s->cdot[c] = be->alloc((size_t)r->maxN * sizeof(float));
+    /* dh_l is a gradient, kept in fp32: in P_l where that holds floats,
+     * else in one buffer per chunk position (it lives from mixer l's
+     * backward to its chunk's deferred pass, as cdot) */
+    if (ar_act_size(be) < sizeof(float)) {
+        s->dhb = ar_xcalloc((size_t)s->cmax, sizeof(float *));
+        for (int c = 0; c < s->cmax; c++)
+            s->dhb[c] = be->alloc(bytes);
+    }
     for (int b = 0; b <= s->nb; b++)
         s->dB[b] = be->alloc(bytes);
     /* hb[0..cmax-1] and fgrad (= hb[1]: the final chunk has one mixer) */
@@ -217,7 +233,7 @@ static void depth_bind(ar_residual *r, float *params, float *grads, float *const
             c->dw[p] = gq(s, x->q_idx);
             if (c->dg)
                 c->dg[p] = gq(s, x->g_idx);
-            c->dh[p] = c->m0 + p <= r->L ? s->P[c->m0 + p] : s->fgrad;
+            c->dh[p] = c->m0 + p > r->L ? s->fgrad : s->dhb ? s->dhb[p] : s->P[c->m0 + p];
             c->n[p] = x->n;
         }
     }
@@ -337,7 +353,7 @@ static float *depth_output_grad(ar_residual *r, int l, int N)
     return D(r)->dB[block_of(D(r), l)];
 }
 
-/* dh_l from the norm's backward, formed by the intra op into P_l */
+/* dh_l from the norm's backward, formed by the intra op into P_l (or dhb) */
 static void depth_input_norm_bwd(ar_residual *r, int l, int N, const ar_norm_grad *ng)
 {
     mix_bwd(D(r), l, NULL, ng, N);
@@ -390,9 +406,13 @@ static void depth_destroy(ar_residual *r)
         be->free(s->dB[b]);
     if (s->own)
         be->free(s->own);
-    for (int c = 0; c < s->cmax; c++)
+    for (int c = 0; c < s->cmax; c++) {
         be->free(s->cdot[c]);
+        if (s->dhb)
+            be->free(s->dhb[c]);
+    }
     free(s->cdot);
+    free(s->dhb);
     for (int m = 1; m <= r->L + 1; m++) {
         mixer *x = &s->mx[m];
         be->free(x->alpha);

@@ -27,8 +27,10 @@ static void sum_bind(ar_residual *r, float *params, float *grads, float *const *
     (void)nscratch;
     sum_res *s = S(r);
     size_t bytes = (size_t)r->maxN * r->d * sizeof(float);
+    /* the rows are activations (bf16 storage under bf16: lib/backend.h,
+     * each sum rounded once); the running gradient fp32 */
     for (int l = 0; l <= r->L; l++)
-        s->P[l] = r->be->alloc(bytes);
+        s->P[l] = ar_alloc_act(r->be, (size_t)r->maxN * r->d);
     s->dR = r->be->alloc(bytes);
 }
 

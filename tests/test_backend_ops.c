@@ -278,23 +278,31 @@ static float *res_a(const tp *t)
 /* bf16 storage: see the bf16_storage test */
 static int b_stores; /* B's alloc_act gives bf16 storage */
 
-/* n values in bf16 storage on B (floats on A), host values uniform in
- * [lo, hi) rounded to bf16 */
-static tp *stored(size_t n, float lo, float hi)
+/* n values in bf16 storage on B (floats on A): h rounded to bf16 */
+static tp *stored_from(const float *h, size_t n)
 {
     cr_assert(nreg < MAXT);
     tp *t = calloc(1, sizeof *t);
     t->n = n;
     t->h = malloc((n ? n : 1) * sizeof(float));
-    tu_fill_uniform(t->h, n, lo, hi, seed++);
     for (size_t i = 0; i < n; i++)
-        t->h[i] = bf16_value(bf16_bits(t->h[i]));
+        t->h[i] = bf16_value(bf16_bits(h[i]));
     t->a = A->alloc((n ? n : 1) * sizeof(float));
     t->b = ar_alloc_act(B, n ? n : 1);
     t->b16 = b_stores;
     A->upload(t->a, t->h, n * sizeof(float));
     b_put(t);
     reg[nreg++] = t;
+    return t;
+}
+
+/* n bf16 values uniform in [lo, hi) (rounded), in storage on B */
+static tp *stored(size_t n, float lo, float hi)
+{
+    float *h = malloc((n ? n : 1) * sizeof(float));
+    tu_fill_uniform(h, n, lo, hi, seed++);
+    tp *t = stored_from(h, n);
+    free(h);
     return t;
 }
 
@@ -631,11 +639,14 @@ static void rmsnorm_bwd_bounds(const float *dout, const float *x, const float *g
 }
 
 /* st: out in bf16 storage (the bf16_storage test) */
+/* st: 1 out in bf16 storage, 2 x (both directions) in it, 3 both (the
+ * bf16_storage test; x holds bf16 values on both backends then) */
 static void rmsnorm_case(int N, int d, int st)
 {
-    at("rmsnorm%s N=%d d=%d", st ? " into bf16 storage" : "", N, d);
+    at("rmsnorm%s%s N=%d d=%d", st & 1 ? " into bf16 storage" : "", st & 2 ? " from bf16 storage" : "", N, d);
     size_t nd = (size_t)N * d;
-    tp *x = rnd(nd, -2, 2), *g = rnd(d, 0.5f, 1.5f), *out = st ? stored(nd, -7, 7) : junk(nd), *rstd = junk(N);
+    tp *x = st & 2 ? stored(nd, -2, 2) : rnd(nd, -2, 2), *g = rnd(d, 0.5f, 1.5f);
+    tp *out = st & 1 ? stored(nd, -7, 7) : junk(nd), *rstd = junk(N);
     BOTH be->rmsnorm_fwd(D(out), D(rstd), D(x), D(g), N, d);
     /* rstd within RSTD_REL(d) on each side, out = x rstd g two roundings
      * more (the extra u: the bound's use of A's values for the exact ones) */
@@ -1324,6 +1335,45 @@ static void bf16_storage_case(int N, int d, int F)
     release();
 }
 
+/* The residual rows' ops in bf16 storage (the depth schemes' P_l under
+ * bf16): the embedding into storage and copies into it (A's fp32 value
+ * rounded once), copies out of it and between stored buffers (exact),
+ * sums into it (A's fp32 sum rounded once) or from it into fp32 (the same
+ * fp32 sum), and the sum of squares of stored values (the elementwise
+ * test's bound: the same values on both). */
+static void rows_storage_case(int N, int d, int V)
+{
+    size_t n = (size_t)N * d;
+    at("bf16 storage rows N=%d d=%d", N, d);
+    double *zero = bnew(n);
+    tp *tok = ints(N, V), *wte = rnd((size_t)V * d, -1, 1), *p0 = stored(n, -7, 7);
+    BOTH be->embedding_fwd(D(p0), DI(tok), D(wte), N, d);
+    check("embedding_fwd into bf16 storage", p0, rounded_bounds(p0, zero));
+    take16(p0);
+    tp *x = rnd(n, -2, 2), *s1 = stored(n, -7, 7), *f1 = junk(n), *s2 = stored(n, -7, 7);
+    BOTH be->copy(D(s1), D(x), n);
+    check("copy fp32 into bf16 storage", s1, rounded_bounds(s1, zero));
+    take16(s1);
+    BOTH be->copy(D(f1), D(s1), n);
+    check_eq("copy out of bf16 storage", f1);
+    BOTH be->copy(D(s2), D(s1), n);
+    check_eq("copy between bf16 storage", s2);
+    BOTH be->add(D(s2), D(p0), n);
+    check("add bf16 storage into bf16 storage", s2, rounded_bounds(s2, zero));
+    take16(s2);
+    BOTH be->add(D(s2), D(x), n);
+    check("add fp32 into bf16 storage", s2, rounded_bounds(s2, zero));
+    take16(s2);
+    BOTH be->add(D(f1), D(s2), n);
+    check_eq("add bf16 storage into fp32", f1);
+    double q[2] = {0, 0}, ss = 0;
+    BOTH q[side_] = be->sumsq(D(s2), n);
+    for (size_t i = 0; i < n; i++)
+        ss += (double)s2->h[i] * s2->h[i];
+    check_scalar("sumsq of bf16 storage", q[0], q[1], 2 * tu_gamma_d(n) * ss);
+    release();
+}
+
 Test(backend_ops, bf16_storage)
 {
     NEED_B();
@@ -1337,12 +1387,16 @@ Test(backend_ops, bf16_storage)
     bf16_storage_case(256, 128, 344);
     rmsnorm_case(13, 72, 1);
     rmsnorm_case(1024, 512, 1);
+    rmsnorm_case(13, 72, 3);
+    rmsnorm_case(37, 20, 2);
     attention_case(2, 13, 3, 16, 3);  /* the register kernels, tiles cut short */
     attention_case(1, 70, 2, 32, 3);
     attention_case(1, 100, 1, 128, 3); /* forward on registers, backward on shared memory */
     attention_case(1, 37, 2, 24, 3);   /* hd not a multiple of 16: fp32 tiles from bf16 */
     attention_case(1, 37, 3, 6, 3);    /* hd not a multiple of 4: loaded a value at a time */
     attention_case(2, 200, 2, 64, 3);
+    rows_storage_case(13, 72, 50);
+    rows_storage_case(1024, 512 + 3, 256);
     b_stores = 0;
     cr_assert_eq(B->set_bf16(0), 0);
     /* storage follows the setting when it is made: fp32 again */
@@ -1380,10 +1434,16 @@ static void refused(void (*give)(float *stored_buf, float *plain, size_t n))
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "the op took a buffer of bf16 storage (status %d)", st);
     B->set_bf16(0);
 }
-static void give_add(float *s16, float *p, size_t n) { B->add(p, s16, n); }
+static void give_scale(float *s16, float *p, size_t n) { (void)p, B->scale(s16, 2.0f, n); }
 static void give_weight(float *s16, float *p, size_t n) { B->matmul_fwd(p, p, s16, 16, 16, (int)(n / 16)); }
 static void give_mixed_swiglu(float *s16, float *p, size_t n) { B->swiglu_fwd(p, s16, s16, n); }
-Test(backend_ops, bf16_storage_refused_by_add) { refused(give_add); }
+static void give_listed(float *s16, float *p, size_t n)
+{
+    const float *x[2] = {p, s16};
+    B->wsum_fwd(p, x, p, 2, 0, n);
+}
+Test(backend_ops, bf16_storage_refused_by_scale) { refused(give_scale); }
+Test(backend_ops, bf16_storage_refused_in_a_list) { refused(give_listed); }
 Test(backend_ops, bf16_storage_refused_as_a_weight) { refused(give_weight); }
 Test(backend_ops, bf16_storage_refused_mixed_in_swiglu) { refused(give_mixed_swiglu); }
 
@@ -1631,6 +1691,10 @@ Test(backend_ops, step_check)
 /* ---- depth attention: sources and queries ----------------------------- */
 
 /* n sources with growing scales, as in a residual stream */
+/* The sources in bf16 storage, as the depth schemes' residual rows under
+ * bf16 (depth_two_phase_bf16_storage) */
+static int src_stored;
+
 static void sources(tp **src, int n, int N, int d)
 {
     size_t nd = (size_t)N * d;
@@ -1639,7 +1703,7 @@ static void sources(tp **src, int n, int N, int d)
         tu_fill_uniform(h, nd, -1.5f, 1.5f, seed++);
         for (size_t i = 0; i < nd; i++)
             h[i] *= 0.5f + 0.7f * s;
-        src[s] = from_host(h, nd);
+        src[s] = src_stored ? stored_from(h, nd) : from_host(h, nd);
         free(h);
     }
 }
@@ -2218,10 +2282,14 @@ static void two_phase_merge(two_phase *x, int c)
     tl lrsi = list(rs + k, j[c]);
     double *bh = bnew(nd), *bls = bnew(N), *bal = bnew((size_t)N * n[c]), *bri = bnew((size_t)N * (j[c] + 1));
     double *he = bnew(nd);
+    /* with the sources stored, the fused merge's h is too (a source read
+     * in place, lib/residual_depth.c): o rounded to bf16 on both */
+    if (src_stored)
+        take16(o[c]);
     merge_bounds(bh, bls, bal, bri, he, o[c]->h, lse[c]->h, alpha[c]->h, src + k, j[c], k, n[c], x->u[c], kn, sig,
                  N, d);
     if (j[c] > 0) {
-        tp *h3 = dup_tp(o[c]), *lse3 = dup_tp(lse[c]), *al3 = dup_tp(alpha[c]);
+        tp *h3 = src_stored ? stored_from(o[c]->h, nd) : dup_tp(o[c]), *lse3 = dup_tp(lse[c]), *al3 = dup_tp(alpha[c]);
         tp *rsi3[MAXL];
         for (int t = 0; t < j[c]; t++)
             rsi3[t] = junk(N);
@@ -2429,23 +2497,24 @@ Test(backend_ops, depth_two_phase)
         two_phase_case(cases[i].C, cases[i].k, cases[i].j, cases[i].N, cases[i].d, cases[i].kn, cases[i].sig);
 }
 
-/* The sublayer's xn that the fused norms write (phase 1 and 2) and the
- * fused norm backward reads, in bf16 storage (lib/backend.h, alloc_act),
- * as the model keeps it under bf16: written rounded once (the bounds
- * widened as the bf16_storage test's), read as the bf16 values they are
- * on both backends. */
+/* The sources (the residual rows) and the sublayer's xn that the fused
+ * norms write (phase 1 and 2) and the fused norm backward reads, in bf16
+ * storage (lib/backend.h, alloc_act), as the model keeps them under bf16:
+ * xn written rounded once (the bounds widened as the bf16_storage
+ * test's), the sources and the stored h of the fused merge read as the
+ * bf16 values they are on both backends (every other bound as in fp32). */
 Test(backend_ops, depth_two_phase_bf16_storage)
 {
     NEED_B();
     int rc = B->set_bf16(1);
     cr_assert(rc == 0 || b_is_cpu, "set_bf16(1) failed on '%s'", B->name);
     b_stores = rc == 0 && B->alloc_act != NULL;
-    xn_stored = 1;
+    xn_stored = src_stored = 1;
     static const int full[4] = {0, 1, 2, 3}, block[3] = {0, 1, 1};
     two_phase_case(4, 5, full, 37, 72, 1, 0);
     two_phase_case(3, 4, block, 13, 20, 1, 1);
     two_phase_case(3, 4, block, 5, 2500, 1, 0); /* 8 channels a thread */
-    xn_stored = 0, b_stores = 0;
+    xn_stored = src_stored = b_stores = 0;
     cr_assert_eq(B->set_bf16(0), 0);
 }
 

@@ -296,6 +296,10 @@ Test(backend_train, baseline, .timeout = 300) { compare_runs(AR_RES_BASELINE, 0)
 Test(backend_train, full, .timeout = 300) { compare_runs(AR_RES_FULL, 0); }
 Test(backend_train, block, .timeout = 300) { compare_runs(AR_RES_BLOCK, 0); }
 Test(backend_train, full_bf16, .timeout = 300) { compare_runs(AR_RES_FULL, 1); }
+/* the residual rows in bf16 storage: the baseline's running sum, and
+ * with blocks of 2 the blocks' */
+Test(backend_train, baseline_bf16, .timeout = 300) { compare_runs(AR_RES_BASELINE, 1); }
+Test(backend_train, block_bf16, .timeout = 300) { compare_runs(AR_RES_BLOCK, 1); }
 /* blocks of different sizes (L = 6) */
 Test(backend_train, block_sizes_uneven, .timeout = 300)
 {
@@ -304,21 +308,41 @@ Test(backend_train, block_sizes_uneven, .timeout = 300)
 }
 
 /* Under bf16 products the model keeps its sublayers' normalised inputs
- * and inner activations (xn, q, k, v, y; mxn, gate, up, act) in bf16
- * storage (lib/backend.h, alloc_act;
- * lib/model.c): after one forward from the same weights and tokens, B's
- * bytes of each, read as bf16, are A's
+ * and inner activations (xn, q, k, v, y; mxn, gate, up, act) and Block
+ * AttnRes its residual rows P_0..P_L in bf16 storage (lib/backend.h,
+ * alloc_act; lib/model.c, lib/residual_depth.c), and so does the
+ * baseline (lib/residual_sum.c): after one forward from
+ * the same weights and tokens, B's bytes of each, read as bf16, are A's
  * fp32 values to within the bf16 run's error, ||a - b|| <= 2e-2 ||a||
  * (every product's inputs and these values rounded to 2^-8; a buffer
  * still in fp32, read as bf16, gives values of no relation to A's), and
  * the recomputing model (cfg.recompute sublayer) keeps its one set so
  * too. */
-static void internals_storage_case(int recompute)
+
+/* ||a - b|| <= 2e-2 ||a|| for A's n floats at pa and B's n bf16 at pb */
+static void expect_stored_close(const float *pa, const float *pb, size_t n, const char *what, int recompute)
+{
+    float *a = malloc(n * sizeof *a);
+    uint16_t *h = malloc(n * sizeof *h);
+    A->download(a, pa, n * sizeof *a);
+    B->download(h, pb, n * sizeof *h);
+    double d2 = 0, a2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)h[i] << 16;
+        float b;
+        memcpy(&b, &u, sizeof b);
+        d2 += ((double)a[i] - b) * ((double)a[i] - b), a2 += (double)a[i] * a[i];
+    }
+    cr_expect(a2 > 0 && sqrt(d2) <= 2e-2 * sqrt(a2), "%s%s: ||a - b|| = %.3g of ||a|| = %.3g", what,
+              recompute ? " (recompute)" : "", sqrt(d2), sqrt(a2));
+    free(a), free(h);
+}
+static void internals_storage_case(ar_res_kind kind, int recompute)
 {
     tu_need_backend_b(B, b_kind, why);
     if (B == A || B->set_bf16(1) != 0 || !B->alloc_act)
         cr_skip_test("'%s' has no bf16 storage", B->name);
-    ar_config c = tiny("unused", AR_RES_BLOCK);
+    ar_config c = tiny("unused", kind);
     c.model.recompute = recompute ? AR_RECOMPUTE_SUBLAYER : AR_RECOMPUTE_NONE;
     int nb = 2, N = nb * c.model.seq_len, F = c.model.d_ff, d = c.model.d_model;
     int32_t tok[64], tgt[64];
@@ -332,35 +356,28 @@ static void internals_storage_case(int recompute)
     /* the last block's forward leaves the (shared, under recompute) set holding its values */
     ar_model_forward(ma, tok, tgt, nb, NULL);
     ar_model_forward(mb, tok, tgt, nb, NULL);
-    size_t nmax = (size_t)N * (F > d ? F : d);
-    float *a = malloc(nmax * sizeof *a);
-    uint16_t *h = malloc(nmax * sizeof *h);
     int k = c.model.n_layer - 1;
     const ar_block_act *xa = &ma->act[k], *xb = &mb->act[k];
     const char *names[] = {"xn", "q", "k", "v", "y", "mxn", "gate", "up", "act"};
     float *bufa[] = {xa->xn, xa->q, xa->k, xa->v, xa->y, xa->mxn, xa->gate, xa->up, xa->act};
     float *bufb[] = {xb->xn, xb->q, xb->k, xb->v, xb->y, xb->mxn, xb->gate, xb->up, xb->act};
+    char what[64];
     for (int t = 0; t < 9; t++) {
-        size_t n = (size_t)N * (t < 6 ? d : F);
-        A->download(a, bufa[t], n * sizeof *a);
-        B->download(h, bufb[t], n * sizeof *h);
-        double d2 = 0, a2 = 0;
-        for (size_t i = 0; i < n; i++) {
-            uint32_t u = (uint32_t)h[i] << 16;
-            float b;
-            memcpy(&b, &u, sizeof b);
-            d2 += ((double)a[i] - b) * ((double)a[i] - b), a2 += (double)a[i] * a[i];
-        }
-        cr_expect(a2 > 0 && sqrt(d2) <= 2e-2 * sqrt(a2), "block %d's %s%s: ||a - b|| = %.3g of ||a|| = %.3g", k,
-                  names[t], recompute ? " (recompute)" : "", sqrt(d2), sqrt(a2));
+        snprintf(what, sizeof what, "block %d's %s", k, names[t]);
+        expect_stored_close(bufa[t], bufb[t], (size_t)N * (t < 6 ? d : F), what, recompute);
     }
-    free(a), free(h);
+    for (int q = 0; q <= 2 * c.model.n_layer; q++) {
+        snprintf(what, sizeof what, "residual row P_%d", q);
+        expect_stored_close(ma->res->vt->row(ma->res, q), mb->res->vt->row(mb->res, q), (size_t)N * d, what,
+                            recompute);
+    }
     ar_model_free(ma), ar_model_free(mb);
     B->set_bf16(0);
 }
 
-Test(backend_train, internals_in_bf16_storage) { internals_storage_case(0); }
-Test(backend_train, internals_in_bf16_storage_recomputed) { internals_storage_case(1); }
+Test(backend_train, internals_in_bf16_storage) { internals_storage_case(AR_RES_BLOCK, 0); }
+Test(backend_train, internals_in_bf16_storage_recomputed) { internals_storage_case(AR_RES_BLOCK, 1); }
+Test(backend_train, internals_in_bf16_storage_baseline) { internals_storage_case(AR_RES_BASELINE, 0); }
 
 /* The weights' bf16 copy (lib/backend.h, set_weight_copy): training in bf16
  * on B with it and with every product rounding its own operands gives the

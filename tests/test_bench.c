@@ -287,6 +287,7 @@ Test(bench, op_timer_wraps_every_op_and_counts_one_call)
     memcpy(cw, cpu, sizeof cw);
     /* the entries left as they are: name, memory, sync, threads, device, attention state */
     const void *kept[] = {(const void *)&cpu->name,       (const void *)&cpu->alloc, (const void *)&cpu->alloc_act,
+                          (const void *)&cpu->act_size,
                           (const void *)&cpu->free,       (const void *)&cpu->upload,
                           (const void *)&cpu->download,   (const void *)&cpu->sync,
                           (const void *)&cpu->set_threads, (const void *)&cpu->set_bf16,

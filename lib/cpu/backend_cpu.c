@@ -136,6 +136,7 @@ static const ar_backend cpu_backend = {
     .name = "cpu",
     .alloc = cpu_alloc,
     .alloc_act = NULL, /* every activation in fp32 */
+    .act_size = NULL,
     .free = cpu_free,
     .upload = cpu_upload,
     .download = cpu_download,

@@ -194,6 +194,9 @@ static float *cu_alloc_act(size_t n)
     return (float *)p;
 }
 
+/* bytes of a value alloc_act gives now */
+static size_t cu_act_size(void) { return g_bf16 ? 2 : sizeof(float); }
+
 /* Waits for the stream first: queued ops may still use p. */
 static void cu_free(void *p)
 {
@@ -343,7 +346,8 @@ static constexpr bool takes_bf16_storage(const char *op)
     return same(op, "matmul_fwd") || same(op, "matmul_bwd") || same(op, "swiglu_fwd") || same(op, "swiglu_bwd") ||
            same(op, "rope_fwd") || same(op, "rope_bwd") || same(op, "attention_fwd") || same(op, "attention_bwd") ||
            same(op, "rmsnorm_fwd") || same(op, "depth_fwd_inter") || same(op, "depth_fwd_merge") ||
-           same(op, "depth_bwd_intra");
+           same(op, "depth_bwd_intra") || same(op, "depth_bwd_inter") || same(op, "copy") || same(op, "add") ||
+           same(op, "sumsq") || same(op, "embedding_fwd") || same(op, "rmsnorm_bwd");
 }
 template <typename T> static inline void no_storage(const char *, T) {}
 static inline void no_storage(const char *op, const float *p) { ar_cu_no_bf16_storage(op, "an argument", p); }
@@ -370,6 +374,7 @@ static void fill_table(ar_backend *b)
     b->name = "cuda";
     b->alloc = cu_alloc;
     b->alloc_act = cu_alloc_act;
+    b->act_size = cu_act_size;
     b->free = cu_free;
     b->upload = cu_upload;
     b->download = cu_download;

@@ -28,17 +28,18 @@
  * three quarters of the time. */
 static int depth_v(int d) { return d <= 4 * MAXT ? 4 : 8; }
 
-/* This thread's channels of row x into xv, and block-wide the key's
- * r = 1/sqrt(mean x^2 + eps) (returned) and logit *z = r (u.x). */
+/* This thread's channels of row x (source s of list l, from element o)
+ * into xv, and block-wide the key's r = 1/sqrt(mean x^2 + eps) (returned)
+ * and logit *z = r (u.x). */
 template <int V>
-__device__ __forceinline__ float key_logit(const float *x, const float *u, float *xv, int tid, int T,
-                                           int d, float *z, int kn = 1)
+__device__ __forceinline__ float key_logit(const clist &l, int s, size_t o, const float *u, float *xv, int tid,
+                                           int T, int d, float *z, int kn = 1)
 {
     float v[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int q = 0; q < V; q++) {
         int j = tid + q * T;
-        xv[q] = j < d ? x[j] : 0.0f;
+        xv[q] = j < d ? list_value(l, s, o + j) : 0.0f;
         v[0] += xv[q] * xv[q];
         v[1] += u[q] * xv[q];
     }
@@ -152,7 +153,6 @@ inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, con
         }
     }
     for (int s = 0; s < k; s++) {
-        const float *x = src.p[s] + i * d;
         float xv[V], v[CG + 1];
 #pragma unroll
         for (int c = 0; c <= CG; c++)
@@ -160,7 +160,7 @@ inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, con
 #pragma unroll
         for (int q = 0; q < V; q++) {
             int j = tid + q * T;
-            xv[q] = j < d ? x[j] : 0.0f;
+            xv[q] = j < d ? list_value(src, s, i * d + j) : 0.0f;
             v[CG] += xv[q] * xv[q];
 #pragma unroll
             for (int c = 0; c < CG; c++)
@@ -211,7 +211,8 @@ inter_fwd_kernel(fwd_grp p, int G, mlist rs, int write_rs, clist src, int k, con
 }
 
 /* nf's xn may be bf16 storage (lib/backend.h, alloc_act: the model's xn
- * under bf16), its gain and rstd not: 1 where xn is */
+ * under bf16), its gain and rstd not: 1 where xn is.  (The sources may be
+ * too, all or none: make_src_list; every other buffer is fp32.) */
 static int norm_out_storage(const char *op, const ar_norm_out *nf)
 {
     if (!nf)
@@ -235,8 +236,13 @@ extern "C" void cuda_depth_fwd_inter(const ar_depth_inter *chunk, float *const *
     if (N <= 0 || d <= 0 || C <= 0)
         return;
     int v = depth_v(d), T = row_threads_v(d, v, op);
-    clist sl = make_clist(src, k, op);
+    clist sl = make_src_list(src, k, op);
     mlist rl = make_mlist(rs, k, op);
+    no_storage_in(op, "an 'o'", (const void *const *)o, C);
+    no_storage_in(op, "an 'lse'", (const void *const *)lse, C);
+    no_storage_in(op, "an 'alpha'", (const void *const *)alpha, C);
+    no_storage_in(op, "a query", (const void *const *)w, C);
+    no_storage_in(op, "a gain", (const void *const *)g, g ? C : 0);
     for (int c0 = 0; c0 < C; c0 += CG) {
         int G = C - c0 < CG ? C - c0 : CG;
         fwd_grp p;
@@ -261,7 +267,8 @@ extern "C" void cuda_depth_fwd_inter(const ar_depth_inter *chunk, float *const *
 }
 
 /* Phase 2 of one mixer (one block per token i), j = n-k intra sources,
- * continuing phase 1's online softmax from m = lse[i], l = 1, acc = o = h:
+ * continuing phase 1's online softmax from m = lse[i], l = 1, acc = o = h
+ * (h bf16 storage where h16: then xn is given, and h only read):
  *   r_t = rstd(x_t) (= rsi[t][i]);  z_t = r_t (u.x_t)  (zt, shared)
  *   m' = max(m, z_t): l = l e^{m-m'} + e^{z_t-m'}, acc = acc e^{m-m'} + e^{z_t-m'} x_t
  *   LSE = m + log l (= lse[i]);  h = acc / l  (or xn = h r' ng, nrstd = r')
@@ -269,7 +276,7 @@ extern "C" void cuda_depth_fwd_inter(const ar_depth_inter *chunk, float *const *
  * With j = 0 only lse and alpha change (LSE = lse exactly: l = 1). */
 template <int V>
 __global__ void __launch_bounds__(MAXT)
-merge_kernel(float *h, float *lse, float *alpha, int n, int k, mlist rsi, clist intra,
+merge_kernel(float *h, int h16, float *lse, float *alpha, int n, int k, mlist rsi, clist intra,
              const float *w, const float *g, const float *ng, void *xn, int x16, float *nrstd, int sigmoid,
              int d)
 {
@@ -281,12 +288,12 @@ merge_kernel(float *h, float *lse, float *alpha, int n, int k, mlist rsi, clist 
     for (int q = 0; q < V; q++) {
         int j = tid + q * T;
         u[q] = j < d ? (g ? w[j] * g[j] : w[j]) : 0.0f;
-        acc[q] = nj > 0 && j < d ? h[i * d + j] : 0.0f;
+        acc[q] = nj == 0 || j >= d ? 0.0f : h16 ? ar_value(((const __nv_bfloat16 *)h)[i * d + j]) : h[i * d + j];
     }
     float m = lse[i], l = 1.0f;
     for (int t = 0; t < nj; t++) {
         float xv[V], z;
-        float r = key_logit<V>(intra.p[t] + i * d, u, xv, tid, T, d, &z, g != NULL);
+        float r = key_logit<V>(intra, t, i * d, u, xv, tid, T, d, &z, g != NULL);
         if (tid == 0) {
             rsi.p[t][i] = r;
             zt[t] = z;
@@ -328,19 +335,28 @@ extern "C" void cuda_depth_fwd_merge(const ar_depth_intra *m, float *h, const ar
     const float *ng = nf ? nf->gain : NULL;
     float *xn = nf ? nf->xn : NULL, *nrstd = nf ? nf->rstd : NULL;
     const char *op = "depth_fwd_merge";
-    int x16 = norm_out_storage(op, nf);
-    ar_cu_no_bf16_storage(op, "'h'", h);
+    int x16 = norm_out_storage(op, nf), nj = n - k;
+    /* h in bf16 storage: a source read in place (lib/residual_depth.c),
+     * only where the norm is written instead of h */
+    int h16 = ar_cu_bf16_stored(h);
+    if (h16 && !(nf && nj > 0))
+        ar_cuda_die(op, "'h' is bf16 storage (alloc_act), which this op takes only to read: with a norm and "
+                        "sources of the mixer's own", __FILE__, __LINE__);
+    const void *fp32_args[] = {lse, alpha, w, g};
+    const char *names[] = {"'lse'", "'alpha'", "'w'", "'g'"};
+    for (int a = 0; a < 4; a++)
+        ar_cu_no_bf16_storage(op, names[a], fp32_args[a]);
     if (N <= 0 || d <= 0)
         return;
-    int v = depth_v(d), T = row_threads_v(d, v, op), nj = n - k;
-    clist il = make_clist(intra, nj, op);
+    int v = depth_v(d), T = row_threads_v(d, v, op);
+    clist il = make_src_list(intra, nj, op);
     mlist rl = make_mlist(rsi, nj, op);
     if (v == 4)
         merge_kernel<4><<<N, T, (size_t)(nj > 0 ? nj : 1) * sizeof(float), ar_cuda_stream()>>>(
-            h, lse, alpha, n, k, rl, il, w, g, ng, xn, x16, nrstd, sigmoid, d);
+            h, h16, lse, alpha, n, k, rl, il, w, g, ng, xn, x16, nrstd, sigmoid, d);
     else
         merge_kernel<8><<<N, T, (size_t)(nj > 0 ? nj : 1) * sizeof(float), ar_cuda_stream()>>>(
-            h, lse, alpha, n, k, rl, il, w, g, ng, xn, x16, nrstd, sigmoid, d);
+            h, h16, lse, alpha, n, k, rl, il, w, g, ng, xn, x16, nrstd, sigmoid, d);
     AR_CUDA_LAUNCHED();
 }
 
@@ -395,7 +411,7 @@ intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh
                 } else { /* the norm zeroed this channel: h from the sources */
                     float acc = 0.0f;
                     for (int s = 0; s < n; s++)
-                        acc += al[s] * src.p[s][i * d + j];
+                        acc += al[s] * list_value(src, s, i * d + j);
                     xh[q] = nr * acc;
                 }
                 v[0] += gj * dv[q] * xh[q];
@@ -432,12 +448,11 @@ intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh
             if (a == 0.0f)
                 continue; /* underflowed weight: no contribution (uniform over the block) */
             float r = rsi.p[t][i];
-            const float *x = src.p[k + t] + i * d;
             float xv[V], v1[1] = {0.0f};
 #pragma unroll
             for (int q = 0; q < V; q++) {
                 int j = tid + q * T;
-                xv[q] = j < d ? x[j] : 0.0f;
+                xv[q] = j < d ? list_value(src, k + t, i * d + j) : 0.0f;
                 v1[0] += gy[q] * xv[q];
             }
             block_sum<1>(v1);
@@ -478,14 +493,15 @@ extern "C" void cuda_depth_bwd_intra(const ar_depth_intra *m, float *const *dint
     float *dng = norm ? norm->dgain : NULL;
     const char *op = "depth_bwd_intra";
     int x16 = norm && ar_cu_bf16_stored(norm->xn);
-    const void *fp32_args[] = {dw, dg, cdot, dh, h, dxn, ng, nrstd, dng};
-    const char *names[] = {"'dw'", "'dg'", "'cdot'", "'dh'", "'h'", "'dxn'", "'gain'", "'rstd'", "'dgain'"};
-    for (int a = 0; a < 9; a++)
+    const void *fp32_args[] = {dw, dg, cdot, dh, h, dxn, ng, nrstd, dng, alpha, lse, w, g};
+    const char *names[] = {"'dw'", "'dg'", "'cdot'", "'dh'", "'h'", "'dxn'", "'gain'", "'rstd'", "'dgain'",
+                           "'alpha'", "'lse'", "'w'", "'g'"};
+    for (int a = 0; a < 13; a++)
         ar_cu_no_bf16_storage(op, names[a], fp32_args[a]);
     if (N <= 0 || d <= 0)
         return;
     int v = depth_v(d), T = row_threads_v(d, v, op), nj = n - k, tpb = red_tokens(N, T), nb = red_nblk(N, tpb);
-    clist sl = make_clist(src, n, op), rl = make_clist(rsi, nj, op);
+    clist sl = make_src_list(src, n, op), rl = make_clist(rsi, nj, op);
     mlist dl = make_mlist(dintra, nj, op);
     /* partials: nb x d for dw/dg, then nb x d for dng */
     float *part = (float *)ar_cu_ws(CU_WS_ROWS, (size_t)2 * nb * d * sizeof(float));
@@ -543,7 +559,6 @@ inter_bwd_kernel(mlist dsrc, float *part, bwd_grp p, int G, clist rs, clist src,
                 gy[c][q] = c < G && j < d ? p.dh[c][i * d + j] : 0.0f;
             }
         for (int s = 0; s < k; s++) {
-            const float *x = src.p[s] + i * d;
             float xv[V], v[CG];
 #pragma unroll
             for (int c = 0; c < CG; c++)
@@ -551,7 +566,7 @@ inter_bwd_kernel(mlist dsrc, float *part, bwd_grp p, int G, clist rs, clist src,
 #pragma unroll
             for (int q = 0; q < V; q++) {
                 int j = tid + q * T;
-                xv[q] = j < d ? x[j] : 0.0f;
+                xv[q] = j < d ? list_value(src, s, i * d + j) : 0.0f;
 #pragma unroll
                 for (int c = 0; c < CG; c++)
                     v[c] += gy[c][q] * xv[q];
@@ -619,8 +634,16 @@ extern "C" void cuda_depth_bwd_inter(const ar_depth_inter *chunk, float *const *
     if (N <= 0 || d <= 0 || C <= 0 || k <= 0)
         return;
     int v = depth_v(d), T = row_threads_v(d, v, op), tpb = red_tokens(N, T), nb = red_nblk(N, tpb);
-    clist sl = make_clist(src, k, op), rl = make_clist(rs, k, op);
+    clist sl = make_src_list(src, k, op), rl = make_clist(rs, k, op);
     mlist dl = make_mlist(dsrc, k, op);
+    no_storage_in(op, "a 'dh'", (const void *const *)dh, C);
+    no_storage_in(op, "a 'cdot'", (const void *const *)cdot, C);
+    no_storage_in(op, "an 'alpha'", (const void *const *)alpha, C);
+    no_storage_in(op, "an 'lse'", (const void *const *)lse, C);
+    no_storage_in(op, "a query", (const void *const *)w, C);
+    no_storage_in(op, "a gain", (const void *const *)g, g ? C : 0);
+    no_storage_in(op, "a 'dw'", (const void *const *)dw, C);
+    no_storage_in(op, "a 'dg'", (const void *const *)dg, g ? C : 0);
     float *part = (float *)ar_cu_ws(CU_WS_ROWS, (size_t)nb * CG * d * sizeof(float));
     for (int c0 = 0; c0 < C; c0 += CG) {
         int G = C - c0 < CG ? C - c0 : CG;

@@ -88,19 +88,43 @@ __device__ static float block_max(float v)
 /* ------------------------------------------------------------------------ */
 /* elementwise                                                               */
 
-/* y = x (a device-to-device copy on the stream; y == x is a no-op) */
-void cuda_copy(float *y, const float *x, size_t n)
-{
-    if (n && y != x)
-        AR_CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice,
-                                      ar_cuda_stream()));
-}
+/* Where x (or y) is bf16 storage (lib/backend.h, alloc_act): 1, else 0 */
+static int stored16(const void *p) { return ar_cu_bf16_stored(p) ? 1 : 0; }
 
-/* y += x */
-__global__ static void add_kernel(float *y, const float *x, size_t n)
+/* y = x, each fp32 or bf16 storage: a value into bf16 storage is rounded
+ * (to nearest even), one out of it is exact */
+template <typename Y, typename X> __global__ static void convert_kernel(Y *y, const X *x, size_t n)
 {
     GRID_STRIDE(i, n)
-    y[i] += x[i];
+    ar_store(&y[i], ar_value(x[i]));
+}
+
+/* y = x (a device-to-device copy on the stream; y == x is a no-op), each
+ * fp32 or bf16 storage: the same storage is copied byte for byte */
+void cuda_copy(float *y, const float *x, size_t n)
+{
+    if (!n || y == x)
+        return;
+    int y16 = stored16(y), x16 = stored16(x);
+    if (y16 == x16) {
+        AR_CUDA_CHECK(cudaMemcpyAsync(y, x, n * (y16 ? 2 : sizeof(float)), cudaMemcpyDeviceToDevice,
+                                      ar_cuda_stream()));
+        return;
+    }
+    typedef __nv_bfloat16 bf;
+    if (y16)
+        convert_kernel<bf, float><<<flat_blocks(n), BS, 0, ar_cuda_stream()>>>((bf *)y, x, n);
+    else
+        convert_kernel<float, bf><<<flat_blocks(n), BS, 0, ar_cuda_stream()>>>(y, (const bf *)x, n);
+    AR_CUDA_LAUNCHED();
+}
+
+/* y += x, each fp32 or bf16 storage: the sum in fp32, rounded once into y
+ * where y is stored */
+template <typename Y, typename X> __global__ static void add_kernel(Y *y, const X *x, size_t n)
+{
+    GRID_STRIDE(i, n)
+    ar_store(&y[i], ar_value(y[i]) + ar_value(x[i]));
 }
 
 /* y *= a */
@@ -114,7 +138,15 @@ void cuda_add(float *y, const float *x, size_t n)
 {
     if (!n)
         return;
-    add_kernel<<<flat_blocks(n), BS, 0, ar_cuda_stream()>>>(y, x, n);
+    cudaStream_t st = ar_cuda_stream();
+    unsigned nb = flat_blocks(n);
+    typedef __nv_bfloat16 bf;
+    switch (stored16(y) * 2 + stored16(x)) {
+    case 0: add_kernel<float, float><<<nb, BS, 0, st>>>(y, x, n); break;
+    case 1: add_kernel<float, bf><<<nb, BS, 0, st>>>(y, (const bf *)x, n); break;
+    case 2: add_kernel<bf, float><<<nb, BS, 0, st>>>((bf *)y, x, n); break;
+    default: add_kernel<bf, bf><<<nb, BS, 0, st>>>((bf *)y, (const bf *)x, n); break;
+    }
     AR_CUDA_LAUNCHED();
 }
 
@@ -129,13 +161,14 @@ void cuda_scale(float *y, float a, size_t n)
 /* ------------------------------------------------------------------------ */
 /* double sums: sum_i x_i or sum_i x_i^2                                     */
 
-/* part[b] = sum of block b's grid-stride share of x_i (sq: x_i^2), in double */
-__global__ static void sum_part_kernel(double *part, const float *x, size_t n, int sq)
+/* part[b] = sum of block b's grid-stride share of x_i (sq: x_i^2), in
+ * double; x fp32, or bf16 storage (sumsq) */
+template <typename X> __global__ static void sum_part_kernel(double *part, const X *x, size_t n, int sq)
 {
     double s = 0.0;
     GRID_STRIDE(i, n)
     {
-        double v = x[i];
+        double v = ar_value(x[i]);
         s += sq ? v * v : v;
     }
     s = block_sum_d(s);
@@ -166,7 +199,10 @@ static void sum_into(double *out, double *part, const float *x, size_t n, int sq
 {
     cudaStream_t st = ar_cuda_stream();
     size_t nb = sum_blocks(n);
-    sum_part_kernel<<<(unsigned)nb, RED_BS, 0, st>>>(part, x, n, sq);
+    if (stored16(x))
+        sum_part_kernel<__nv_bfloat16><<<(unsigned)nb, RED_BS, 0, st>>>(part, (const __nv_bfloat16 *)x, n, sq);
+    else
+        sum_part_kernel<float><<<(unsigned)nb, RED_BS, 0, st>>>(part, x, n, sq);
     AR_CUDA_LAUNCHED();
     sum_final_kernel<<<1, RED_BS, 0, st>>>(out, part, (int)nb);
     AR_CUDA_LAUNCHED();
@@ -196,7 +232,7 @@ static double sum_double(const float *x, size_t n, int sq)
     return r;
 }
 
-/* returns sum_i x_i^2 (accumulated in double) */
+/* returns sum_i x_i^2 (accumulated in double); x fp32 or bf16 storage */
 double cuda_sumsq(const float *x, size_t n) { return sum_double(x, n, 1); }
 
 /* out[c] = sum of x_i^2 over chunk c, one block per chunk (its threads
@@ -227,22 +263,28 @@ void cuda_sumsq_chunks(double *out, const float *x, size_t n, size_t chunk)
 /* ------------------------------------------------------------------------ */
 /* embedding                                                                 */
 
-/* out[i,:] = wte[tok[i],:]    one block per token */
-__global__ static void embedding_fwd_kernel(float *out, const int32_t *tok, const float *wte,
-                                            int d)
+/* out[i,:] = wte[tok[i],:]    one block per token; out fp32 or bf16
+ * storage (rounded) */
+template <typename O>
+__global__ static void embedding_fwd_kernel(O *out, const int32_t *tok, const float *wte, int d)
 {
     size_t i = blockIdx.x;
     const float *src = wte + (size_t)tok[i] * d;
-    float *dst = out + i * d;
+    O *dst = out + i * d;
     for (int j = threadIdx.x; j < d; j += blockDim.x)
-        dst[j] = src[j];
+        ar_store(&dst[j], src[j]);
 }
 
 void cuda_embedding_fwd(float *out, const int32_t *tok, const float *wte, int N, int d)
 {
+    ar_cu_no_bf16_storage("embedding_fwd", "'wte'", wte);
     if (N <= 0 || d <= 0)
         return;
-    embedding_fwd_kernel<<<N, row_threads(d), 0, ar_cuda_stream()>>>(out, tok, wte, d);
+    typedef __nv_bfloat16 bf;
+    if (stored16(out))
+        embedding_fwd_kernel<bf><<<N, row_threads(d), 0, ar_cuda_stream()>>>((bf *)out, tok, wte, d);
+    else
+        embedding_fwd_kernel<float><<<N, row_threads(d), 0, ar_cuda_stream()>>>(out, tok, wte, d);
     AR_CUDA_LAUNCHED();
 }
 
@@ -303,24 +345,26 @@ void cuda_embedding_bwd(float *dwte, const float *dout, const int32_t *tok, int 
 
 /* rstd[i] = 1/sqrt(mean_j x[i,j]^2 + eps);  out[i,j] = x[i,j]*rstd[i]*g[j]
  * one warp per row */
-/* out fp32, or bf16 storage where o16 (lib/backend.h, alloc_act) */
-__global__ static void rmsnorm_fwd_kernel(void *out, int o16, float *rstd, const float *x, const float *g, int N,
-                                          int d)
+/* out and x each fp32, or bf16 storage where o16, x16 (lib/backend.h,
+ * alloc_act) */
+__global__ static void rmsnorm_fwd_kernel(void *out, int o16, float *rstd, const float *x, int x16, const float *g,
+                                          int N, int d)
 {
     int i = blockIdx.x * ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (i >= N)
         return;
-    const float *xi = x + (size_t)i * d;
     size_t o = (size_t)i * d;
     float ss = 0.0f;
-    for (int j = lane; j < d; j += 32)
-        ss += xi[j] * xi[j];
+    for (int j = lane; j < d; j += 32) {
+        float v = ar_value_at(x, x16, o + j);
+        ss += v * v;
+    }
     ss = ar_warp_sum(ss);
     float r = 1.0f / sqrtf(ss / d + AR_RMS_EPS);
     if (lane == 0)
         rstd[i] = r;
     for (int j = lane; j < d; j += 32) {
-        float y = xi[j] * r * g[j];
+        float y = ar_value_at(x, x16, o + j) * r * g[j];
         if (o16)
             ((__nv_bfloat16 *)out)[o + j] = __float2bfloat16(y);
         else
@@ -333,41 +377,40 @@ void cuda_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *g, i
     if (N <= 0 || d <= 0)
         return;
     ar_cu_no_bf16_storage("rmsnorm_fwd", "'rstd'", rstd);
-    ar_cu_no_bf16_storage("rmsnorm_fwd", "'x'", x);
     ar_cu_no_bf16_storage("rmsnorm_fwd", "'g'", g);
-    rmsnorm_fwd_kernel<<<(N + ROWS - 1) / ROWS, ROWS * 32, 0, ar_cuda_stream()>>>(out, ar_cu_bf16_stored(out), rstd, x,
-                                                                                   g, N, d);
+    rmsnorm_fwd_kernel<<<(N + ROWS - 1) / ROWS, ROWS * 32, 0, ar_cuda_stream()>>>(out, stored16(out), rstd, x,
+                                                                                   stored16(x), g, N, d);
     AR_CUDA_LAUNCHED();
 }
 
 /* xh = x*rstd, gy = g*dout:  dx[i,:] += rstd[i] * (gy - xh * mean_j(gy*xh))
  * i.e. with m = rstd * sum_j g dout x / d:  dx += r (g dout - x r m)
- * (overwrite: dx = ...).  one warp per row */
-__global__ static void rmsnorm_bwd_dx_kernel(float *dx, const float *dout, const float *x,
+ * (overwrite: dx = ...).  one warp per row; x fp32 or bf16 storage (x16) */
+__global__ static void rmsnorm_bwd_dx_kernel(float *dx, const float *dout, const float *x, int x16,
                                              const float *g, const float *rstd, int overwrite,
                                              int N, int d)
 {
     int i = blockIdx.x * ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (i >= N)
         return;
-    const float *xi = x + (size_t)i * d;
-    const float *doi = dout + (size_t)i * d;
-    float *dxi = dx + (size_t)i * d;
+    size_t o = (size_t)i * d;
+    const float *doi = dout + o;
+    float *dxi = dx + o;
     float r = rstd[i];
     float dot = 0.0f;
     for (int j = lane; j < d; j += 32)
-        dot += g[j] * doi[j] * xi[j];
+        dot += g[j] * doi[j] * ar_value_at(x, x16, o + j);
     dot = ar_warp_sum(dot) * r;
     float m = dot / d;
     for (int j = lane; j < d; j += 32) {
-        float v = r * (g[j] * doi[j] - xi[j] * r * m);
+        float v = r * (g[j] * doi[j] - ar_value_at(x, x16, o + j) * r * m);
         dxi[j] = overwrite ? v : dxi[j] + v;
     }
 }
 
 /* part[c,j] = sum_{i in chunk c} dout[i,j] x[i,j] rstd[i]   (double)
  * grid: x over columns, y over chunks of `rows` rows */
-__global__ static void rmsnorm_dg_part_kernel(double *part, const float *dout, const float *x,
+__global__ static void rmsnorm_dg_part_kernel(double *part, const float *dout, const float *x, int x16,
                                               const float *rstd, int N, int d, int rows)
 {
     int j = blockIdx.x * blockDim.x + threadIdx.x, c = blockIdx.y;
@@ -377,7 +420,7 @@ __global__ static void rmsnorm_dg_part_kernel(double *part, const float *dout, c
     double acc = 0.0;
     for (int i = i0; i < i1; i++) {
         size_t o = (size_t)i * d + j;
-        acc += dout[o] * x[o] * rstd[i];
+        acc += dout[o] * ar_value_at(x, x16, o) * rstd[i];
     }
     part[(size_t)c * d + j] = acc;
 }
@@ -394,14 +437,19 @@ __global__ static void rmsnorm_dg_final_kernel(float *dg, const double *part, in
     dg[j] += (float)s;
 }
 
-/* dx first, then dg (the CPU backend's order) */
+/* dx first, then dg (the CPU backend's order); x fp32 or bf16 storage */
 void cuda_rmsnorm_bwd(float *dx, float *dg, const float *dout, const float *x, const float *g,
                       const float *rstd, int overwrite, int N, int d)
 {
+    const void *fp32_args[] = {dx, dg, dout, g, rstd};
+    const char *names[] = {"'dx'", "'dg'", "'dout'", "'g'", "'rstd'"};
+    for (int a = 0; a < 5; a++)
+        ar_cu_no_bf16_storage("rmsnorm_bwd", names[a], fp32_args[a]);
     if (N <= 0 || d <= 0)
         return;
     cudaStream_t st = ar_cuda_stream();
-    rmsnorm_bwd_dx_kernel<<<(N + ROWS - 1) / ROWS, ROWS * 32, 0, st>>>(dx, dout, x, g, rstd,
+    int x16 = stored16(x);
+    rmsnorm_bwd_dx_kernel<<<(N + ROWS - 1) / ROWS, ROWS * 32, 0, st>>>(dx, dout, x, x16, g, rstd,
                                                                         overwrite, N, d);
     AR_CUDA_LAUNCHED();
     int nch = (N + DG_MINROWS - 1) / DG_MINROWS;
@@ -411,7 +459,7 @@ void cuda_rmsnorm_bwd(float *dx, float *dg, const float *dout, const float *x, c
     nch = (N + rows - 1) / rows;
     double *part = (double *)ar_cu_ws(CU_WS_PART, (size_t)nch * d * sizeof(double));
     dim3 grid((unsigned)((d + BS - 1) / BS), (unsigned)nch);
-    rmsnorm_dg_part_kernel<<<grid, BS, 0, st>>>(part, dout, x, rstd, N, d, rows);
+    rmsnorm_dg_part_kernel<<<grid, BS, 0, st>>>(part, dout, x, x16, rstd, N, d, rows);
     AR_CUDA_LAUNCHED();
     rmsnorm_dg_final_kernel<<<(d + BS - 1) / BS, BS, 0, st>>>(dg, part, nch, d);
     AR_CUDA_LAUNCHED();

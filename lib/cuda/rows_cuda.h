@@ -32,8 +32,11 @@
 #define RED_WARPS 8192  /* warps of a token reduction (about) */
 #define RED_BLOCKS 2048 /* blocks of a token reduction (at most) */
 
+/* A list of read-only buffers; b16: every one is bf16 storage (lib/backend.h,
+ * alloc_act), read through list_value (make_src_list). */
 struct clist {
     const float *p[MAXP];
+    int b16;
 };
 struct mlist {
     float *p[MAXP];
@@ -49,27 +52,58 @@ static inline void die(const char *op, const char *fmt, long a, long b)
     ar_cuda_die(op, msg, __FILE__, __LINE__);
 }
 
+/* A list of fp32 buffers: bf16 storage in it stops with an error. */
 static inline clist make_clist(const float *const *a, int n, const char *op)
 {
     clist l;
     memset(&l, 0, sizeof l);
     if (n > MAXP)
         die(op, "'sources' (%ld in one list) exceed the limit of %ld", n, MAXP);
-    for (int s = 0; s < n; s++)
+    for (int s = 0; s < n; s++) {
+        ar_cu_no_bf16_storage(op, "a listed buffer", a[s]);
         l.p[s] = a[s];
+    }
     return l;
 }
 
-/* a may be NULL (every entry NULL) */
+/* A list of sources all fp32 or all bf16 storage (the depth ops' sources
+ * under bf16: the residual rows); mixed storage stops with an error. */
+static inline clist make_src_list(const float *const *a, int n, const char *op)
+{
+    clist l;
+    memset(&l, 0, sizeof l);
+    if (n > MAXP)
+        die(op, "'sources' (%ld in one list) exceed the limit of %ld", n, MAXP);
+    for (int s = 0; s < n; s++) {
+        int b = ar_cu_bf16_stored(a[s]);
+        if (s == 0)
+            l.b16 = b;
+        else if (b != l.b16)
+            ar_cuda_die(op, "the sources must all be bf16 storage (alloc_act) or none of them", __FILE__, __LINE__);
+        l.p[s] = a[s];
+    }
+    return l;
+}
+
+/* a may be NULL (every entry NULL); fp32 buffers only */
 static inline mlist make_mlist(float *const *a, int n, const char *op)
 {
     mlist l;
     memset(&l, 0, sizeof l);
     if (n > MAXP)
         die(op, "'sources' (%ld in one list) exceed the limit of %ld", n, MAXP);
-    for (int s = 0; a && s < n; s++)
+    for (int s = 0; a && s < n; s++) {
+        ar_cu_no_bf16_storage(op, "a listed buffer", a[s]);
         l.p[s] = a[s];
+    }
     return l;
+}
+
+/* Stops where any of a[0..n-1] (a host array, or NULL) is bf16 storage. */
+static inline void no_storage_in(const char *op, const char *what, const void *const *a, int n)
+{
+    for (int s = 0; a && s < n; s++)
+        ar_cu_no_bf16_storage(op, what, a[s]);
 }
 
 /* Threads of a row block of v channels a thread (v <= MAXV): ceil(d / v)
@@ -107,6 +141,12 @@ void ar_cu_reduce_add(float *y, const float *part, int nb, size_t stride, int le
 
 /* ------------------------------------------------------------------------ */
 /* device helpers                                                            */
+
+/* Element idx of list entry s as a float */
+__device__ __forceinline__ float list_value(const clist &l, int s, size_t idx)
+{
+    return ar_value_at(l.p[s], l.b16, idx);
+}
 
 /* v[k] = sum over the block's threads of v[k], k < NV: warps by butterfly
  * (every lane gets the same bits), then the warp sums in warp order, so
