@@ -66,10 +66,19 @@ __device__ static inline float ar_value(float x) { return x; }
 __device__ static inline float ar_value(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ static inline void ar_store(float *p, float x) { *p = x; }
 __device__ static inline void ar_store(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); }
-/* Element i of a buffer that is bf16 where b16 (a uniform flag), else fp32 */
+/* Element i of a buffer that is bf16 where b16 (a flag uniform over a
+ * launch: lib/backend.h's bf16 storage), else fp32, read as a float, and
+ * a float stored there (rounded to bf16 where b16) */
 __device__ static inline float ar_value_at(const void *p, int b16, size_t i)
 {
     return b16 ? __bfloat162float(((const __nv_bfloat16 *)p)[i]) : ((const float *)p)[i];
+}
+__device__ static inline void ar_store_at(void *p, int b16, size_t i, float x)
+{
+    if (b16)
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16(x);
+    else
+        ((float *)p)[i] = x;
 }
 
 __device__ static inline float ar_warp_sum(float v)

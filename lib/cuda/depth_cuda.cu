@@ -70,13 +70,8 @@ __device__ __forceinline__ void store_rmsnorm(const float *acc, float l, const f
 #pragma unroll
     for (int q = 0; q < V; q++) {
         int j = tid + q * T;
-        if (j < d) {
-            float y = hv[q] * rr * ng[j];
-            if (x16)
-                ((__nv_bfloat16 *)xn)[i * d + j] = __float2bfloat16(y);
-            else
-                ((float *)xn)[i * d + j] = y;
-        }
+        if (j < d)
+            ar_store_at(xn, x16, i * d + j, hv[q] * rr * ng[j]);
     }
 }
 
@@ -288,7 +283,7 @@ merge_kernel(float *h, int h16, float *lse, float *alpha, int n, int k, mlist rs
     for (int q = 0; q < V; q++) {
         int j = tid + q * T;
         u[q] = j < d ? (g ? w[j] * g[j] : w[j]) : 0.0f;
-        acc[q] = nj == 0 || j >= d ? 0.0f : h16 ? ar_value(((const __nv_bfloat16 *)h)[i * d + j]) : h[i * d + j];
+        acc[q] = nj > 0 && j < d ? ar_value_at(h, h16, i * d + j) : 0.0f;
     }
     float m = lse[i], l = 1.0f;
     for (int t = 0; t < nj; t++) {
@@ -404,10 +399,7 @@ intra_bwd_kernel(mlist dintra, float *part, float *npart, float *cdot, float *dh
                 float gj = j < d ? ng[j] : 1.0f;
                 dv[q] = j < d ? dxn[i * d + j] : 0.0f;
                 if (gj != 0.0f) {
-                    float x = j >= d ? 0.0f
-                              : x16  ? __bfloat162float(((const __nv_bfloat16 *)xn)[i * d + j])
-                                     : ((const float *)xn)[i * d + j];
-                    xh[q] = x / gj;
+                    xh[q] = (j < d ? ar_value_at(xn, x16, i * d + j) : 0.0f) / gj;
                 } else { /* the norm zeroed this channel: h from the sources */
                     float acc = 0.0f;
                     for (int s = 0; s < n; s++)

@@ -363,13 +363,8 @@ __global__ static void rmsnorm_fwd_kernel(void *out, int o16, float *rstd, const
     float r = 1.0f / sqrtf(ss / d + AR_RMS_EPS);
     if (lane == 0)
         rstd[i] = r;
-    for (int j = lane; j < d; j += 32) {
-        float y = ar_value_at(x, x16, o + j) * r * g[j];
-        if (o16)
-            ((__nv_bfloat16 *)out)[o + j] = __float2bfloat16(y);
-        else
-            ((float *)out)[o + j] = y;
-    }
+    for (int j = lane; j < d; j += 32)
+        ar_store_at(out, o16, o + j, ar_value_at(x, x16, o + j) * r * g[j]);
 }
 
 void cuda_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *g, int N, int d)
