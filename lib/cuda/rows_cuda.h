@@ -52,58 +52,56 @@ static inline void die(const char *op, const char *fmt, long a, long b)
     ar_cuda_die(op, msg, __FILE__, __LINE__);
 }
 
-/* A list of fp32 buffers: bf16 storage in it stops with an error. */
-static inline clist make_clist(const float *const *a, int n, const char *op)
+/* Stops where any of a[0..n-1] (a host array, or NULL) is bf16 storage. */
+static inline void no_storage_in(const char *op, const char *what, const void *const *a, int n)
+{
+    for (int s = 0; a && s < n; s++)
+        ar_cu_no_bf16_storage(op, what, a[s]);
+}
+
+/* The host array a of n device pointers (NULL: every entry NULL) as a
+ * kernel argument */
+static inline clist list_of(const float *const *a, int n, const char *op)
 {
     clist l;
     memset(&l, 0, sizeof l);
     if (n > MAXP)
         die(op, "'sources' (%ld in one list) exceed the limit of %ld", n, MAXP);
-    for (int s = 0; s < n; s++) {
-        ar_cu_no_bf16_storage(op, "a listed buffer", a[s]);
+    for (int s = 0; a && s < n; s++)
         l.p[s] = a[s];
-    }
     return l;
+}
+
+/* A list of fp32 buffers: bf16 storage in it stops with an error. */
+static inline clist make_clist(const float *const *a, int n, const char *op)
+{
+    no_storage_in(op, "a listed buffer", (const void *const *)a, n);
+    return list_of(a, n, op);
 }
 
 /* A list of sources all fp32 or all bf16 storage (the depth ops' sources
  * under bf16: the residual rows); mixed storage stops with an error. */
 static inline clist make_src_list(const float *const *a, int n, const char *op)
 {
-    clist l;
-    memset(&l, 0, sizeof l);
-    if (n > MAXP)
-        die(op, "'sources' (%ld in one list) exceed the limit of %ld", n, MAXP);
+    clist l = list_of(a, n, op);
     for (int s = 0; s < n; s++) {
         int b = ar_cu_bf16_stored(a[s]);
         if (s == 0)
             l.b16 = b;
         else if (b != l.b16)
             ar_cuda_die(op, "the sources must all be bf16 storage (alloc_act) or none of them", __FILE__, __LINE__);
-        l.p[s] = a[s];
     }
     return l;
 }
 
-/* a may be NULL (every entry NULL); fp32 buffers only */
+/* the same for outputs: fp32 buffers only */
 static inline mlist make_mlist(float *const *a, int n, const char *op)
 {
+    no_storage_in(op, "a listed buffer", (const void *const *)a, n);
+    clist c = list_of((const float *const *)a, n, op);
     mlist l;
-    memset(&l, 0, sizeof l);
-    if (n > MAXP)
-        die(op, "'sources' (%ld in one list) exceed the limit of %ld", n, MAXP);
-    for (int s = 0; a && s < n; s++) {
-        ar_cu_no_bf16_storage(op, "a listed buffer", a[s]);
-        l.p[s] = a[s];
-    }
+    memcpy(l.p, c.p, sizeof l.p);
     return l;
-}
-
-/* Stops where any of a[0..n-1] (a host array, or NULL) is bf16 storage. */
-static inline void no_storage_in(const char *op, const char *what, const void *const *a, int n)
-{
-    for (int s = 0; a && s < n; s++)
-        ar_cu_no_bf16_storage(op, what, a[s]);
 }
 
 /* Threads of a row block of v channels a thread (v <= MAXV): ceil(d / v)
