@@ -1799,11 +1799,14 @@ static void bwd_term(double *es, double *ms, double *P, double *eP, const float 
  * its argument's rounding and the log and the sum (the lse's own error
  * cancels: a was formed with it); sigmoid: (log a - log(1 - a)) / r, a's
  * relative error (U_EXP + gamma(2)) amplified by 1/(1 - a).  Either side
- * may take the d-term dot instead: eux counts both. */
+ * may take the d-term dot instead: eux counts both.  A weight of 0, or a
+ * sigmoid's of exactly 1 (saturated: key_norm false leaves logits
+ * unnormalised), has dl = 0 on both backends, which read the same a, so
+ * its u.x is never used: the dot's error alone, finite. */
 static double ux_err(double UX, double ez, double a, double Zl, double r, int sigmoid, int d)
 {
     double e = tu_gamma(d + 2) * UX;
-    if (a <= 0)
+    if (a <= 0 || (sigmoid && a >= 1))
         return e;
     if (sigmoid)
         return e + (ez + (U_EXP + tu_gamma(2)) / (1 - a) + 2 * U * (fabs(log(a)) + fabs(log1p(-a)) + 1)) / r;
@@ -2488,7 +2491,7 @@ Test(backend_ops, depth_two_phase)
         /* key_norm: false, score: sigmoid, both */
         {4, 5, full, 37, 72, 0, 0}, {3, 4, block, 13, 20, 0, 0}, {2, 1, two, 41, 16, 0, 0},
         {4, 5, full, 37, 72, 1, 1}, {3, 4, block, 13, 20, 1, 1}, {1, 1, one, 9, 12, 1, 1},
-        {2, 1, two, 41, 16, 0, 1},
+        {2, 1, two, 41, 16, 0, 1}, {3, 4, block, 13, 20, 0, 1}, /* weights may round to 1 (ux_err) */
         /* CUDA's rows of 4 channels a thread up to d 2048 (512 threads),
          * of 8 past it */
         {3, 4, block, 7, 2048, 1, 0}, {3, 4, block, 5, 2500, 1, 0},
