@@ -1442,8 +1442,15 @@ static void give_listed(float *s16, float *p, size_t n)
     const float *x[2] = {p, s16};
     B->wsum_fwd(p, x, p, 2, 0, n);
 }
+static void give_mixed(float *s16, float *p, size_t n)
+{
+    float *y[1] = {p};
+    const float *x[1] = {s16};
+    B->wmix_fwd(&(ar_wmix){.p = 1, .n = 1, .C = p, .ldc = 1, .len = n}, y, x);
+}
 Test(backend_ops, bf16_storage_refused_by_scale) { refused(give_scale); }
 Test(backend_ops, bf16_storage_refused_in_a_list) { refused(give_listed); }
+Test(backend_ops, bf16_storage_refused_in_a_wmix_list) { refused(give_mixed); }
 Test(backend_ops, bf16_storage_refused_as_a_weight) { refused(give_weight); }
 Test(backend_ops, bf16_storage_refused_mixed_in_swiglu) { refused(give_mixed_swiglu); }
 

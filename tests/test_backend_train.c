@@ -379,6 +379,66 @@ Test(backend_train, internals_in_bf16_storage) { internals_storage_case(AR_RES_B
 Test(backend_train, internals_in_bf16_storage_recomputed) { internals_storage_case(AR_RES_BLOCK, 1); }
 Test(backend_train, internals_in_bf16_storage_baseline) { internals_storage_case(AR_RES_BASELINE, 0); }
 
+/* Every residual scheme and option under bf16: one forward and backward of
+ * each on B with bf16 products and storage against A in fp32, from the same
+ * weights and tokens: the loss within the bf16 run's step-1 bound (BF16:
+ * 1e-2) and all gradients within its 5e-2 (||a - b|| <= 5e-2 ||a||).  An
+ * op given a buffer of a storage it does not take stops the process, so
+ * this is also the check that no scheme hands one over. */
+static const char *const bf16_variants[][4] = {
+    {"model.residual.kind=baseline"},
+    {"model.residual.kind=full"},
+    {"model.residual.kind=block", "model.residual.block_size=2"},
+    {"model.residual.kind=block", "model.residual.block_sizes=[1, 3, 2]", "model.residual.key_norm=false"},
+    {"model.residual.kind=full", "model.residual.score=sigmoid"},
+    {"model.residual.kind=full", "model.residual.query=input", "model.residual.query_norm=true"},
+    {"model.residual.kind=block", "model.residual.block_size=2", "model.residual.heads=2"},
+    {"model.residual.kind=static"},
+    {"model.residual.kind=swa", "model.residual.window=2"},
+    {"model.residual.kind=mhc"},
+    {"model.residual.kind=denseformer"},
+    {"model.residual.kind=rescaled"},
+};
+
+Test(backend_train, every_scheme_under_bf16, .timeout = 300)
+{
+    tu_need_backend_b(B, b_kind, why);
+    if (B == A || B->set_bf16(1) != 0 || !B->alloc_act)
+        cr_skip_test("'%s' has no bf16 storage", B->name);
+    int32_t tok[64], tgt[64];
+    for (size_t v = 0; v < sizeof bf16_variants / sizeof *bf16_variants; v++) {
+        ar_config c = tiny("unused", AR_RES_BASELINE);
+        char what[256] = "";
+        ar_err e = {{0}};
+        for (int k = 0; k < 4 && bf16_variants[v][k]; k++) {
+            cr_assert_eq(ar_config_set(&c, bf16_variants[v][k], &e), 0, "%s", e.msg);
+            snprintf(what + strlen(what), sizeof what - strlen(what), "%s%s", k ? " " : "", bf16_variants[v][k]);
+        }
+        int nb = 2, N = nb * c.model.seq_len;
+        for (int i = 0; i < N; i++)
+            tok[i] = (i * 7 + 3 + (int)v) % c.model.vocab, tgt[i] = (i * 5 + 1) % c.model.vocab;
+        ar_model *ma, *mb;
+        cr_assert_eq(ar_model_create(&ma, &c.model, A, nb, &e), 0, "%s: %s", what, e.msg);
+        cr_assert_eq(ar_model_create(&mb, &c.model, B, nb, &e), 0, "%s: %s", what, e.msg);
+        ar_model_init(ma, 11), ar_model_init(mb, 11);
+        ar_model_zero_grad(ma), ar_model_zero_grad(mb);
+        float scale = 1.0f / (float)N;
+        double la = ar_model_forward_backward(ma, tok, tgt, nb, scale, NULL);
+        double lb = ar_model_forward_backward(mb, tok, tgt, nb, scale, NULL);
+        cr_expect(rel_ok(la, lb, BF16.loss1), "%s: loss A %.9g, B %.9g", what, la, lb);
+        size_t n = ma->pt.total, wi;
+        float *ga = malloc(n * sizeof *ga), *gb = malloc(n * sizeof *gb);
+        A->download(ga, ma->grads, n * sizeof *ga);
+        B->download(gb, mb->grads, n * sizeof *gb);
+        double r = rel_norm(ga, gb, n, &wi);
+        cr_expect(r <= BF16.grad1, "%s: gradients ||a - b|| / ||a|| = %.3g; worst [%zu]: A %.9g, B %.9g", what, r,
+                  wi, ga[wi], gb[wi]);
+        free(ga), free(gb);
+        ar_model_free(ma), ar_model_free(mb);
+    }
+    B->set_bf16(0);
+}
+
 /* The weights' bf16 copy (lib/backend.h, set_weight_copy): training in bf16
  * on B with it and with every product rounding its own operands gives the
  * same run bit for bit (the same roundings), which a copy left out of date

@@ -136,13 +136,15 @@ template <class T> struct wlist {
 typedef wlist<const float> wl_c;
 typedef wlist<float> wl_m;
 
-/* a may be NULL (every entry NULL) */
+/* a may be NULL (every entry NULL); fp32 buffers only (bf16 storage in it
+ * stops with an error, as make_clist) */
 template <class T> static wlist<T> make_wlist(T *const *a, int n, const char *op)
 {
     wlist<T> l;
     memset(&l, 0, sizeof l);
     if (n < 1 || n > AR_WMIX_MAX)
         die(op, "%ld buffers in one list (1 to %ld)", n, AR_WMIX_MAX);
+    no_storage_in(op, "a listed buffer", (const void *const *)a, n);
     for (int s = 0; a && s < n; s++)
         l.p[s] = a[s];
     return l;
