@@ -307,18 +307,6 @@ Test(backend_train, block_sizes_uneven, .timeout = 300)
     compare_runs(AR_RES_BLOCK, 0);
 }
 
-/* Under bf16 products the model keeps its sublayers' normalised inputs
- * and inner activations (xn, q, k, v, y; mxn, gate, up, act) and Block
- * AttnRes its residual rows P_0..P_L in bf16 storage (lib/backend.h,
- * alloc_act; lib/model.c, lib/residual_depth.c), and so does the
- * baseline (lib/residual_sum.c): after one forward from
- * the same weights and tokens, B's bytes of each, read as bf16, are A's
- * fp32 values to within the bf16 run's error, ||a - b|| <= 2e-2 ||a||
- * (every product's inputs and these values rounded to 2^-8; a buffer
- * still in fp32, read as bf16, gives values of no relation to A's), and
- * the recomputing model (cfg.recompute sublayer) keeps its one set so
- * too. */
-
 /* ||a - b|| <= 2e-2 ||a|| for A's n floats at pa and B's n bf16 at pb */
 static void expect_stored_close(const float *pa, const float *pb, size_t n, const char *what, int recompute)
 {
@@ -337,6 +325,18 @@ static void expect_stored_close(const float *pa, const float *pb, size_t n, cons
               recompute ? " (recompute)" : "", sqrt(d2), sqrt(a2));
     free(a), free(h);
 }
+
+/* Under bf16 products the model keeps its sublayers' normalised inputs
+ * and inner activations (xn, q, k, v, y; mxn, gate, up, act) and Block
+ * AttnRes its residual rows P_0..P_L in bf16 storage (lib/backend.h,
+ * alloc_act; lib/model.c, lib/residual_depth.c), and so does the
+ * baseline (lib/residual_sum.c): after one forward from
+ * the same weights and tokens, B's bytes of each, read as bf16, are A's
+ * fp32 values to within the bf16 run's error, ||a - b|| <= 2e-2 ||a||
+ * (every product's inputs and these values rounded to 2^-8; a buffer
+ * still in fp32, read as bf16, gives values of no relation to A's), and
+ * the recomputing model (cfg.recompute sublayer) keeps its one set so
+ * too. */
 static void internals_storage_case(ar_res_kind kind, int recompute)
 {
     tu_need_backend_b(B, b_kind, why);
