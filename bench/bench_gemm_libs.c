@@ -5,7 +5,8 @@
  *   dx   dx += dout W    (N x in,   K = outd)
  *   dW   dW += dout^T x  (outd x in, K = N)
  * each in GFLOP/s (2 N in outd per product), best of REPS, on:
- *   OpenBLAS  cblas_sgemm of the OpenBLAS attnres links;
+ *   cblas     cblas_sgemm of the CBLAS attnres links (OpenBLAS, or BLIS
+ *             under -Dblas=blis; the header names it and its kernels);
  *   BLIS      cblas_sgemm of Debian's OpenMP BLIS (libblis4-openmp),
  *             dlopened with its own symbols, when it is installed;
  *   attnres   the CPU backend's matmul ops as this build runs them (with
@@ -26,6 +27,7 @@
 
 #include "lib/backend.h"
 #include "core/clock.h"
+#include "run/machine.h"
 
 #define REPS 5
 
@@ -118,12 +120,17 @@ int main(int argc, char **argv)
     };
     int nshapes = argc > 2 ? (argc - 2) / 3 : (int)(sizeof defaults / sizeof defaults[0]);
     const char *small = ar_cpu_small_products();
-    printf("%d threads; OpenBLAS: cblas_sgemm; BLIS: %s; attnres: the CPU backend's matmul ops (%s)\n", threads,
-           blis_sgemm ? "libblis4-openmp's cblas_sgemm" : "not installed",
-           small ? small : "OpenBLAS: built with -Dcpu_gemm=openblas");
+    char linked[96];
+    ar_machine_blas(linked, sizeof linked);
+    char *plus = strstr(linked, " + "); /* the small products' library: the attnres column's */
+    if (plus)
+        *plus = '\0';
+    printf("%d threads; cblas: %s's cblas_sgemm (linked); BLIS: %s; attnres: the CPU backend's matmul ops (%s)\n",
+           threads, linked, blis_sgemm ? "libblis4-openmp's cblas_sgemm" : "not installed",
+           small ? small : "the linked CBLAS: built with -Dcpu_gemm=openblas");
     printf("GFLOP/s, best of %d\n", REPS);
-    printf("%-18s | %8s %8s %8s | %8s %8s %8s | %8s %8s %8s\n", "N x in x outd", "fwd OB", "BLIS", "attnres",
-           "dx OB", "BLIS", "attnres", "dW OB", "BLIS", "attnres");
+    printf("%-18s | %9s %8s %8s | %9s %8s %8s | %9s %8s %8s\n", "N x in x outd", "fwd cblas", "BLIS", "attnres",
+           "dx cblas", "BLIS", "attnres", "dW cblas", "BLIS", "attnres");
     for (int i = 0; i < nshapes; i++) {
         shape s;
         s.N = argc > 2 ? atoi(argv[2 + 3 * i]) : defaults[i][0];
@@ -155,7 +162,7 @@ int main(int argc, char **argv)
             char b[16] = "-";
             if (blis_sgemm)
                 snprintf(b, sizeof b, "%.1f", g[w][1]);
-            printf(" %8.1f %8s %8.1f |", g[w][0], b, g[w][2]);
+            printf(" %9.1f %8s %8.1f |", g[w][0], b, g[w][2]);
         }
         printf("\n");
         fflush(stdout);
