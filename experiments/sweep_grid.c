@@ -43,9 +43,10 @@ bad:
 int ar_axis_expr_parse(const char *s, ar_axis_expr *x, ar_err *e)
 {
     memset(x, 0, sizeof *x);
-    if (strlen(s) >= AR_AXIS_EXPR_MAX)
+    size_t len = strlen(s);
+    if (len >= AR_AXIS_EXPR_MAX)
         return name_of("", 0, x->num, s, e);
-    snprintf(x->text, sizeof x->text, "%s", s);
+    memcpy(x->text, s, len + 1); /* fits: text holds AR_AXIS_EXPR_MAX */
     const char *slash = strchr(s, '/');
     if (!slash)
         return name_of(s, strlen(s), x->num, s, e);
