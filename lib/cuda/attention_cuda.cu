@@ -389,11 +389,7 @@ void cuda_attention_bwd(const ar_attention *a, const float *y, const float *dy, 
     if (a->B <= 0 || a->T <= 0 || a->nh <= 0 || a->hd <= 0)
         return;
     int st = attention_stored(a, y, "attention_bwd");
-    ar_cu_no_bf16_storage("attention_bwd", "'dy'", dy);
-    ar_cu_no_bf16_storage("attention_bwd", "'dq'", dq);
-    ar_cu_no_bf16_storage("attention_bwd", "'dk'", dk);
-    ar_cu_no_bf16_storage("attention_bwd", "'dv'", dv);
-    ar_cu_no_bf16_storage("attention_bwd", "'datt'", datt);
+    ar_cu_fp32_only("attention_bwd", {{"'dy'", dy}, {"'dq'", dq}, {"'dk'", dk}, {"'dv'", dv}, {"'datt'", datt}});
     att_plan p = plan_for(a->B, a->T, a->nh, a->hd);
     float scale = 1.0f / sqrtf((float)a->hd);
     size_t rows = (size_t)a->B * a->nh * a->T;

@@ -35,6 +35,21 @@ void ar_cuda_die(const char *what, const char *detail, const char *file, int lin
 
 #ifdef __cplusplus
 }
+
+#include <initializer_list>
+
+/* A buffer argument and its name in an error message */
+struct ar_cu_arg {
+    const char *name;
+    const void *p;
+};
+/* Stops where any of args is bf16 storage: op takes those in fp32 only
+ * (the ops that take bf16 storage list their other buffers so). */
+static inline void ar_cu_fp32_only(const char *op, std::initializer_list<ar_cu_arg> args)
+{
+    for (const ar_cu_arg &a : args)
+        ar_cu_no_bf16_storage(op, a.name, a.p);
+}
 #endif
 
 #define AR_CUDA_CHECK(call)                                                      \

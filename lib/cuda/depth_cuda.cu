@@ -212,8 +212,7 @@ static int norm_out_storage(const char *op, const ar_norm_out *nf)
 {
     if (!nf)
         return 0;
-    ar_cu_no_bf16_storage(op, "the norm's 'gain'", nf->gain);
-    ar_cu_no_bf16_storage(op, "the norm's 'rstd'", nf->rstd);
+    ar_cu_fp32_only(op, {{"the norm's 'gain'", nf->gain}, {"the norm's 'rstd'", nf->rstd}});
     return ar_cu_bf16_stored(nf->xn);
 }
 
@@ -337,10 +336,7 @@ extern "C" void cuda_depth_fwd_merge(const ar_depth_intra *m, float *h, const ar
     if (h16 && !(nf && nj > 0))
         ar_cuda_die(op, "'h' is bf16 storage (alloc_act), which this op takes only to read: with a norm and "
                         "sources of the mixer's own", __FILE__, __LINE__);
-    const void *fp32_args[] = {lse, alpha, w, g};
-    const char *names[] = {"'lse'", "'alpha'", "'w'", "'g'"};
-    for (int a = 0; a < 4; a++)
-        ar_cu_no_bf16_storage(op, names[a], fp32_args[a]);
+    ar_cu_fp32_only(op, {{"'lse'", lse}, {"'alpha'", alpha}, {"'w'", w}, {"'g'", g}});
     if (N <= 0 || d <= 0)
         return;
     int v = depth_v(d), T = row_threads_v(d, v, op);
@@ -485,11 +481,9 @@ extern "C" void cuda_depth_bwd_intra(const ar_depth_intra *m, float *const *dint
     float *dng = norm ? norm->dgain : NULL;
     const char *op = "depth_bwd_intra";
     int x16 = norm && ar_cu_bf16_stored(norm->xn);
-    const void *fp32_args[] = {dw, dg, cdot, dh, h, dxn, ng, nrstd, dng, alpha, lse, w, g};
-    const char *names[] = {"'dw'", "'dg'", "'cdot'", "'dh'", "'h'", "'dxn'", "'gain'", "'rstd'", "'dgain'",
-                           "'alpha'", "'lse'", "'w'", "'g'"};
-    for (int a = 0; a < 13; a++)
-        ar_cu_no_bf16_storage(op, names[a], fp32_args[a]);
+    ar_cu_fp32_only(op, {{"'dw'", dw}, {"'dg'", dg}, {"'cdot'", cdot}, {"'dh'", dh}, {"'h'", h}, {"'dxn'", dxn},
+                         {"'gain'", ng}, {"'rstd'", nrstd}, {"'dgain'", dng}, {"'alpha'", alpha}, {"'lse'", lse},
+                         {"'w'", w}, {"'g'", g}});
     if (N <= 0 || d <= 0)
         return;
     int v = depth_v(d), T = row_threads_v(d, v, op), nj = n - k, tpb = red_tokens(N, T), nb = red_nblk(N, tpb);

@@ -371,8 +371,7 @@ void cuda_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *g, i
 {
     if (N <= 0 || d <= 0)
         return;
-    ar_cu_no_bf16_storage("rmsnorm_fwd", "'rstd'", rstd);
-    ar_cu_no_bf16_storage("rmsnorm_fwd", "'g'", g);
+    ar_cu_fp32_only("rmsnorm_fwd", {{"'rstd'", rstd}, {"'g'", g}});
     rmsnorm_fwd_kernel<<<(N + ROWS - 1) / ROWS, ROWS * 32, 0, ar_cuda_stream()>>>(out, stored16(out), rstd, x,
                                                                                    stored16(x), g, N, d);
     AR_CUDA_LAUNCHED();
@@ -436,10 +435,7 @@ __global__ static void rmsnorm_dg_final_kernel(float *dg, const double *part, in
 void cuda_rmsnorm_bwd(float *dx, float *dg, const float *dout, const float *x, const float *g,
                       const float *rstd, int overwrite, int N, int d)
 {
-    const void *fp32_args[] = {dx, dg, dout, g, rstd};
-    const char *names[] = {"'dx'", "'dg'", "'dout'", "'g'", "'rstd'"};
-    for (int a = 0; a < 5; a++)
-        ar_cu_no_bf16_storage("rmsnorm_bwd", names[a], fp32_args[a]);
+    ar_cu_fp32_only("rmsnorm_bwd", {{"'dx'", dx}, {"'dg'", dg}, {"'dout'", dout}, {"'g'", g}, {"'rstd'", rstd}});
     if (N <= 0 || d <= 0)
         return;
     cudaStream_t st = ar_cuda_stream();
@@ -594,9 +590,7 @@ void cuda_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *g
 {
     if (!n)
         return;
-    ar_cu_no_bf16_storage("swiglu_bwd", "'dgate'", dgate);
-    ar_cu_no_bf16_storage("swiglu_bwd", "'dup'", dup);
-    ar_cu_no_bf16_storage("swiglu_bwd", "'dout'", dout);
+    ar_cu_fp32_only("swiglu_bwd", {{"'dgate'", dgate}, {"'dup'", dup}, {"'dout'", dout}});
     if (swiglu_storage("swiglu_bwd", gate, up, NULL))
         swiglu_bwd_kernel<__nv_bfloat16><<<flat_blocks(n), BS, 0, ar_cuda_stream()>>>(
             dgate, dup, dout, (const __nv_bfloat16 *)gate, (const __nv_bfloat16 *)up, n);

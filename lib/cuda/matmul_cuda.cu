@@ -223,10 +223,7 @@ void cuda_matmul_fwd(float *out, const float *x, const float *W, int N, int in, 
 void cuda_matmul_bwd(float *dx, float *dW, const float *dout, const float *x, const float *W,
                      int overwrite, int N, int in, int outd)
 {
-    ar_cu_no_bf16_storage("matmul_bwd", "'dx'", dx);
-    ar_cu_no_bf16_storage("matmul_bwd", "'dW'", dW);
-    ar_cu_no_bf16_storage("matmul_bwd", "'dout'", dout);
-    ar_cu_no_bf16_storage("matmul_bwd", "'W'", W);
+    ar_cu_fp32_only("matmul_bwd", {{"'dx'", dx}, {"'dW'", dW}, {"'dout'", dout}, {"'W'", W}});
     float bx = overwrite ? 0.0f : 1.0f;
     int xs = ar_cu_bf16_stored(x);
     if (N > 0 && in > 0 && outd > 0 && (xs || (by_copies(outd, in, N) && (!dx || by_copies(N, in, outd))))) {
