@@ -47,44 +47,90 @@ static float dotf(const float *a, const float *b, int d)
     return s;
 }
 
+/* Columns j .. j + W VL - 1 (W = 1 or 2) of y[c] = sum_{s<k} a[c*k + s] x[s]
+ * for c < CC <= 4, the sums in registers through the sweep of the k rows.
+ * Two vectors a row at once give 2 CC independent chains of multiply-adds
+ * (one vector gave CC <= 4: too few to cover the FMA latency at d 64) and
+ * let each row's streaming stores fill whole 64-byte lines when a vector
+ * holds 32 bytes (AVX2: half-line non-temporal stores interleaved over
+ * four rows made phase 1 2-2.8x slower on an AMD Zen 3; BENCHMARKS.md,
+ * "Depth-attention time per step").  Each element takes the same fused
+ * multiply-adds (v_fma) in the same order whatever W. */
+static inline __attribute__((always_inline)) void mix_cols(float *const *y, int CC, const float *a,
+                                                            const float *const *x, int k, int npf,
+                                                            int nt, int j, int W, int d)
+{
+    const float *w0 = a, *w1 = a + (CC > 1) * k, *w2 = a + (CC > 2) * 2 * k,
+                *w3 = a + (CC > 3) * 3 * k;
+    vf y0 = {0}, y1 = {0}, y2 = {0}, y3 = {0}; /* named: see dots_n */
+    vf z0 = {0}, z1 = {0}, z2 = {0}, z3 = {0}; /* columns j + VL on, where W = 2 */
+    for (int s = 0; s < npf; s++) {
+        __builtin_prefetch(x[s] + j + d, 0, 3);
+        if (W > 1)
+            __builtin_prefetch(x[s] + j + VL + d, 0, 3);
+    }
+    for (int s = 0; s < k; s++) {
+        vf xv = v_ld(x[s] + j), xw = W > 1 ? v_ld(x[s] + j + VL) : xv;
+        vf b0 = v_set1(w0[s]), b1 = v_set1(CC > 1 ? w1[s] : 0.0f),
+           b2 = v_set1(CC > 2 ? w2[s] : 0.0f), b3 = v_set1(CC > 3 ? w3[s] : 0.0f);
+        y0 = v_fma(b0, xv, y0);
+        if (W > 1)
+            z0 = v_fma(b0, xw, z0);
+        if (CC > 1) {
+            y1 = v_fma(b1, xv, y1);
+            if (W > 1)
+                z1 = v_fma(b1, xw, z1);
+        }
+        if (CC > 2) {
+            y2 = v_fma(b2, xv, y2);
+            if (W > 1)
+                z2 = v_fma(b2, xw, z2);
+        }
+        if (CC > 3) {
+            y3 = v_fma(b3, xv, y3);
+            if (W > 1)
+                z3 = v_fma(b3, xw, z3);
+        }
+    }
+#define MIX_ST(c, v, u)                                                                            \
+    do {                                                                                           \
+        if ((nt >> (c)) & 1) {                                                                     \
+            v_stream(y[c] + j, v);                                                                 \
+            if (W > 1)                                                                             \
+                v_stream(y[c] + j + VL, u);                                                        \
+        } else {                                                                                   \
+            v_st(y[c] + j, v);                                                                     \
+            if (W > 1)                                                                             \
+                v_st(y[c] + j + VL, u);                                                            \
+        }                                                                                          \
+    } while (0)
+    MIX_ST(0, y0, z0);
+    if (CC > 1)
+        MIX_ST(1, y1, z1);
+    if (CC > 2)
+        MIX_ST(2, y2, z2);
+    if (CC > 3)
+        MIX_ST(3, y3, z3);
+#undef MIX_ST
+}
+
 /* y[c] = sum_{s<k} a[c*k + s] x[s] for c < CC <= 4: one sweep of the k rows
- * x[s] for all CC outputs, their sums in registers.  The next token's row
- * of x[s] (d floats on) is prefetched for s < npf: rows not yet in cache,
- * which the hardware prefetcher, meeting a new 4 KiB page every other
- * token in each of several buffers, fetches too late.  y[c] may be one of
- * the x[s]: each column is read for all outputs before any is written.
- * Bit c of nt: y[c] by streaming stores (64-byte aligned, d % VL == 0). */
+ * x[s] for all CC outputs per 2 VL columns (mix_cols), their sums in
+ * registers.  The next token's row of x[s] (d floats on) is prefetched for
+ * s < npf: rows not yet in cache, which the hardware prefetcher, meeting a
+ * new 4 KiB page every other token in each of several buffers, fetches too
+ * late.  y[c] may be one of the x[s]: each column is read for all outputs
+ * before any is written.  Bit c of nt: y[c] by streaming stores (64-byte
+ * aligned, d % VL == 0). */
 static inline __attribute__((always_inline)) void mix_n(float *const *y, int CC,
                                                          const float *a, const float *const *x,
                                                          int k, int npf, int nt, int d)
 {
-    const float *w0 = a, *w1 = a + (CC > 1) * k, *w2 = a + (CC > 2) * 2 * k,
-                *w3 = a + (CC > 3) * 3 * k;
     int j = 0;
-    for (; j + VL <= d; j += VL) {
-        vf y0 = {0}, y1 = {0}, y2 = {0}, y3 = {0}; /* named: see dots_n */
-        for (int s = 0; s < npf; s++)
-            __builtin_prefetch(x[s] + j + d, 0, 3);
-        for (int s = 0; s < k; s++) {
-            vf xv = v_ld(x[s] + j);
-            y0 += w0[s] * xv;
-            if (CC > 1)
-                y1 += w1[s] * xv;
-            if (CC > 2)
-                y2 += w2[s] * xv;
-            if (CC > 3)
-                y3 += w3[s] * xv;
-        }
-#define MIX_ST(c, v) ((nt >> (c)) & 1 ? v_stream(y[c] + j, v) : v_st(y[c] + j, v))
-        MIX_ST(0, y0);
-        if (CC > 1)
-            MIX_ST(1, y1);
-        if (CC > 2)
-            MIX_ST(2, y2);
-        if (CC > 3)
-            MIX_ST(3, y3);
-#undef MIX_ST
-    }
+    for (; j + 2 * VL <= d; j += 2 * VL)
+        mix_cols(y, CC, a, x, k, npf, nt, j, 2, d);
+    for (; j + VL <= d; j += VL)
+        mix_cols(y, CC, a, x, k, npf, nt, j, 1, d);
     for (; j < d; j++) {
         float acc[4] = {0};
         for (int s = 0; s < k; s++)

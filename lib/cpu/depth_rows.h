@@ -80,6 +80,45 @@ static inline __attribute__((always_inline)) void dots(const float *const *a, in
     } while (c0 < C);
 }
 
+/* Columns j .. j + W VL - 1 (W = 1 or 2) of inter_update_n below.  Two
+ * vectors at once: dx's sum is one chain of 2C + 1 multiply-adds a vector,
+ * and two independent chains hide its latency (bound by it at d 64 with
+ * one); each element takes the same operations in the same order whatever W. */
+static inline __attribute__((always_inline)) void inter_update_cols(float *dx, int acc, int C, const float *a,
+                                                                   const float *const *dh, const float *c1,
+                                                                   const float *const *u, float cx,
+                                                                   const float *x, float *const *P,
+                                                                   int has_u, int has_P, int j, int W, int d)
+{
+    /* dx (or 0) first, then cx x: one form for both, so that the
+     * compiler contracts the same products into the same FMAs (adding
+     * onto zeros gives what overwriting gives, bit for bit) */
+    vf xv = v_ld(x + j), y = acc ? v_ld(dx + j) : (vf){0};
+    vf xw = W > 1 ? v_ld(x + j + VL) : xv, z = W > 1 && acc ? v_ld(dx + j + VL) : (vf){0};
+    __builtin_prefetch(dx + j + d, 1, 3); /* the next token's row */
+    y += cx * xv;
+    if (W > 1)
+        z += cx * xw;
+    for (int c = 0; c < C; c++) {
+        y += a[c] * v_ld(dh[c] + j);
+        if (W > 1)
+            z += a[c] * v_ld(dh[c] + j + VL);
+        if (has_u) {
+            y += c1[c] * v_ld(u[c] + j);
+            if (W > 1)
+                z += c1[c] * v_ld(u[c] + j + VL);
+        }
+        if (has_P) {
+            v_st(P[c] + j, v_ld(P[c] + j) + c1[c] * xv);
+            if (W > 1)
+                v_st(P[c] + j + VL, v_ld(P[c] + j + VL) + c1[c] * xw);
+        }
+    }
+    v_st(dx + j, y);
+    if (W > 1)
+        v_st(dx + j + VL, z);
+}
+
 /* One source row's backward for C mixers, one sweep:
  *   dx  = (acc ? dx : 0) + sum_c (a_c dh_c + c1_c u_c) + cx x
  *   P_c += c1_c x                                        (c < C)
@@ -93,22 +132,10 @@ static inline __attribute__((always_inline)) void inter_update_n(float *dx, int 
                                                                 int has_u, int has_P, int d)
 {
     int j = 0;
-    for (; j + VL <= d; j += VL) {
-        /* dx (or 0) first, then cx x: one form for both, so that the
-         * compiler contracts the same products into the same FMAs (adding
-         * onto zeros gives what overwriting gives, bit for bit) */
-        vf xv = v_ld(x + j), y = acc ? v_ld(dx + j) : (vf){0};
-        __builtin_prefetch(dx + j + d, 1, 3); /* the next token's row */
-        y += cx * xv;
-        for (int c = 0; c < C; c++) {
-            y += a[c] * v_ld(dh[c] + j);
-            if (has_u)
-                y += c1[c] * v_ld(u[c] + j);
-            if (has_P)
-                v_st(P[c] + j, v_ld(P[c] + j) + c1[c] * xv);
-        }
-        v_st(dx + j, y);
-    }
+    for (; j + 2 * VL <= d; j += 2 * VL)
+        inter_update_cols(dx, acc, C, a, dh, c1, u, cx, x, P, has_u, has_P, j, 2, d);
+    for (; j + VL <= d; j += VL)
+        inter_update_cols(dx, acc, C, a, dh, c1, u, cx, x, P, has_u, has_P, j, 1, d);
     for (; j < d; j++) {
         float y = acc ? dx[j] : 0.0f;
         y += cx * x[j];

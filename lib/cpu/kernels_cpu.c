@@ -53,12 +53,15 @@ typedef double v8d __attribute__((vector_size(8 * sizeof(double))));
  * (a gradient norm took 1% of bench-medium's step, one 16384-float chunk
  * at a time); the order is still fixed, so the bits are the same on every
  * call and thread count. */
-static inline v8d ld8d(const float *p)
-{
-    v8f v;
-    memcpy(&v, p, sizeof v);
-    return __builtin_convertvector(v, v8d);
-}
+/* 8 floats at p as doubles: a statement expression, not a function, since
+ * returning a 64-byte vector by value has an AVX-512 calling convention,
+ * which GCC warns of in every build without AVX-512 */
+#define ld8d(p)                                                                                    \
+    ({                                                                                             \
+        v8f v_;                                                                                    \
+        memcpy(&v_, (p), sizeof v_);                                                               \
+        __builtin_convertvector(v_, v8d);                                                          \
+    })
 
 static double sumsq_run(const float *x, size_t n)
 {

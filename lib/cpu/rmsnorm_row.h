@@ -10,15 +10,24 @@
 #include "../backend.h"
 #include "vec.h"
 
+/* sum x^2 in VL lanes, then the tail: a fixed order whatever the row's
+ * address (`omp simd reduction` let GCC peel to align x, so the sum of a
+ * row depended on where it lay, and a fused path's stack row could differ
+ * from the same row in a buffer) */
 static inline void cpu_rmsnorm_row(float *out, float *rstd, const float *x, const float *g, int d)
 {
-    float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-    for (int j = 0; j < d; j++)
+    vf sv = {0};
+    int j = 0;
+    for (; j + VL <= d; j += VL) {
+        vf xv = v_ld(x + j);
+        sv += xv * xv;
+    }
+    float ss = v_hsum(sv);
+    for (; j < d; j++)
         ss += x[j] * x[j];
     float r = 1.0f / sqrtf(ss / d + AR_RMS_EPS);
     *rstd = r;
-    for (int j = 0; j < d; j++)
+    for (j = 0; j < d; j++)
         out[j] = x[j] * r * g[j];
 }
 

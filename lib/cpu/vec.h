@@ -45,6 +45,26 @@ static inline void v_st(float *p, vf v) { memcpy(p, &v, sizeof v); }
 
 static inline vf v_set1(float a) { return (vf){0} + a; }
 
+/* a b + c rounded once where the build has FMA, else a b + c.  Explicit,
+ * because GCC's contraction of `c += a * b` depends on what its passes see:
+ * one kernel got a multiply and an add for one output row and an FMA for
+ * four, so the same sum rounded differently with the shape of the call. */
+#if defined(__FMA__) || defined(__AVX512F__)
+#include <immintrin.h>
+static inline vf v_fma(vf a, vf b, vf c)
+{
+#if VL == 16
+    return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif VL == 8
+    return (vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#else
+    return (vf)_mm_fmadd_ps((__m128)a, (__m128)b, (__m128)c);
+#endif
+}
+#else
+static inline vf v_fma(vf a, vf b, vf c) { return a * b + c; }
+#endif
+
 /* Non-temporal ("streaming") store of VL floats at p, aligned to them: the
  * line goes to memory without first being read into the cache (which a
  * plain store to a line not in cache does), for rows written now and read
@@ -58,8 +78,10 @@ static inline void v_stream(float *p, vf v)
 {
 #if VL == 16
     _mm512_stream_ps(p, (__m512)v);
-#else
+#elif VL == 8
     _mm256_stream_ps(p, (__m256)v);
+#else
+    _mm_stream_ps(p, (__m128)v);
 #endif
 }
 static inline void v_stream_fence(void) { _mm_sfence(); }
