@@ -260,7 +260,19 @@ void cpu_depth_fwd_inter(const ar_depth_inter *chunk, float *const *o, const ar_
                  * across the tile's lanes (a division and a square root
                  * a token, in vectors) */
                 float xx[TILE] = {0}, r[TILE];
-                for (int i = i0; i < i1; i++) {
+                int i = i0;
+                if (C <= 4) /* two tokens a sweep: the u_c rows load once for both */
+                    for (; i + 1 < i1; i += 2) {
+                        const float *xr = src[s] + (size_t)i * d;
+                        float z2[4];
+                        dots_pair(ur, C, xr, xr + d, d, zc, z2, key_norm ? &xx[i - i0] : NULL,
+                                  key_norm ? &xx[i + 1 - i0] : NULL, 1);
+                        for (int c = 0; c < C; c++) {
+                            zt[((size_t)c * k + s) * TILE + (i - i0)] = zc[c];
+                            zt[((size_t)c * k + s) * TILE + (i + 1 - i0)] = z2[c];
+                        }
+                    }
+                for (; i < i1; i++) {
                     dots(ur, C, src[s] + (size_t)i * d, d, zc, key_norm ? &xx[i - i0] : NULL, 1);
                     for (int c = 0; c < C; c++)
                         zt[((size_t)c * k + s) * TILE + (i - i0)] = zc[c];

@@ -14,40 +14,85 @@
  * sweep of x with CC + 1 sums in registers (a single dot product is bound
  * by the latency of its one chain of adds, not by memory).  Inlined with a
  * constant CC, so the sums stay in registers.  pf: prefetch the next
- * token's row of x (see mix_n). */
-static inline __attribute__((always_inline)) void dots_n(const float *const *a, int CC,
-                                                          const float *x, int d, float *out,
-                                                          float *xx, int pf)
+ * token's row of x (see mix_n).  T = 2: the same for a second row x2 into
+ * out2 and xx2 in the same sweep (two tokens: 2 CC + 2 chains, each a
+ * row loads once); every dot product takes the same fused multiply-adds
+ * (v_fma) in the same order whatever T. */
+static inline __attribute__((always_inline)) void dots_t(const float *const *a, int CC, int T,
+                                                          const float *x, const float *x2, int d,
+                                                          float *out, float *out2, float *xx,
+                                                          float *xx2, int pf)
 {
-    /* four named sums, not an array: GCC keeps an array of vectors on the
+    /* named sums, not an array: GCC keeps an array of vectors on the
      * stack, and the loop then waits on store-to-load forwarding */
     const float *a0 = a[0], *a1 = a[CC > 1], *a2 = a[CC > 2 ? 2 : 0], *a3 = a[CC > 3 ? 3 : 0];
     vf s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, q = {0};
+    vf t0 = {0}, t1 = {0}, t2 = {0}, t3 = {0}, p = {0}; /* x2's, where T = 2 */
     int j = 0;
     for (; j + VL <= d; j += VL) {
-        vf xv = v_ld(x + j);
+        vf xv = v_ld(x + j), yv = T > 1 ? v_ld(x2 + j) : xv;
         if (pf)
-            __builtin_prefetch(x + j + d, 0, 3);
-        q += xv * xv;
-        if (CC > 0)
-            s0 += v_ld(a0 + j) * xv;
-        if (CC > 1)
-            s1 += v_ld(a1 + j) * xv;
-        if (CC > 2)
-            s2 += v_ld(a2 + j) * xv;
-        if (CC > 3)
-            s3 += v_ld(a3 + j) * xv;
+            __builtin_prefetch(x + j + T * d, 0, 3);
+        if (xx)
+            q = v_fma(xv, xv, q);
+        if (T > 1 && xx2)
+            p = v_fma(yv, yv, p);
+#define DOTS_T(c, ac, sc, tc)                                                                      \
+    if (CC > c) {                                                                                  \
+        vf av = v_ld(ac + j);                                                                      \
+        sc = v_fma(av, xv, sc);                                                                    \
+        if (T > 1)                                                                                 \
+            tc = v_fma(av, yv, tc);                                                                \
+    }
+        DOTS_T(0, a0, s0, t0)
+        DOTS_T(1, a1, s1, t1)
+        DOTS_T(2, a2, s2, t2)
+        DOTS_T(3, a3, s3, t3)
+#undef DOTS_T
     }
     float qs = v_hsum(q), sc[4] = {v_hsum(s0), v_hsum(s1), v_hsum(s2), v_hsum(s3)};
+    float ps = v_hsum(p), tc[4] = {v_hsum(t0), v_hsum(t1), v_hsum(t2), v_hsum(t3)};
     for (; j < d; j++) {
         qs += x[j] * x[j];
         for (int c = 0; c < CC; c++)
             sc[c] += a[c][j] * x[j];
+        if (T > 1) {
+            ps += x2[j] * x2[j];
+            for (int c = 0; c < CC; c++)
+                tc[c] += a[c][j] * x2[j];
+        }
     }
     for (int c = 0; c < CC; c++)
         out[c] = sc[c];
     if (xx)
         *xx = qs;
+    if (T > 1) {
+        for (int c = 0; c < CC; c++)
+            out2[c] = tc[c];
+        if (xx2)
+            *xx2 = ps;
+    }
+}
+
+static inline __attribute__((always_inline)) void dots_n(const float *const *a, int CC,
+                                                          const float *x, int d, float *out,
+                                                          float *xx, int pf)
+{
+    dots_t(a, CC, 1, x, NULL, d, out, NULL, xx, NULL, pf);
+}
+
+/* dots_t for two rows and C <= 4 (a constant CC through the switch). */
+static inline __attribute__((always_inline)) void dots_pair(const float *const *a, int C,
+                                                             const float *x, const float *x2,
+                                                             int d, float *out, float *out2,
+                                                             float *xx, float *xx2, int pf)
+{
+    switch (C) {
+    case 1: dots_t(a, 1, 2, x, x2, d, out, out2, xx, xx2, pf); break;
+    case 2: dots_t(a, 2, 2, x, x2, d, out, out2, xx, xx2, pf); break;
+    case 3: dots_t(a, 3, 2, x, x2, d, out, out2, xx, xx2, pf); break;
+    default: dots_t(a, 4, 2, x, x2, d, out, out2, xx, xx2, pf);
+    }
 }
 
 /* out[c] = a[c].x for c < C, and *xx = x.x (xx may be NULL), four rows of
