@@ -10,8 +10,8 @@
 
 #include "vec.h"
 
-/* out[c] = a[c].x for c < CC <= 4, and *xx = x.x (xx may be NULL): one
- * sweep of x with CC + 1 sums in registers (a single dot product is bound
+/* out[c] = a[c].x for c < CC <= 8 (4 where T = 2), and *xx = x.x (xx may
+ * be NULL): one sweep of x with CC + 1 sums in registers (a single dot product is bound
  * by the latency of its one chain of adds, not by memory).  Inlined with a
  * constant CC, so the sums stay in registers.  pf: prefetch the next
  * token's row of x (see mix_n).  T = 2: the same for a second row x2 into
@@ -26,7 +26,10 @@ static inline __attribute__((always_inline)) void dots_t(const float *const *a, 
     /* named sums, not an array: GCC keeps an array of vectors on the
      * stack, and the loop then waits on store-to-load forwarding */
     const float *a0 = a[0], *a1 = a[CC > 1], *a2 = a[CC > 2 ? 2 : 0], *a3 = a[CC > 3 ? 3 : 0];
+    const float *a4 = a[CC > 4 ? 4 : 0], *a5 = a[CC > 5 ? 5 : 0], *a6 = a[CC > 6 ? 6 : 0],
+                *a7 = a[CC > 7 ? 7 : 0];
     vf s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, q = {0};
+    vf s4 = {0}, s5 = {0}, s6 = {0}, s7 = {0}; /* rows 4-7, where T = 1 */
     vf t0 = {0}, t1 = {0}, t2 = {0}, t3 = {0}, p = {0}; /* x2's, where T = 2 */
     int j = 0;
     for (; j + VL <= d; j += VL) {
@@ -48,9 +51,16 @@ static inline __attribute__((always_inline)) void dots_t(const float *const *a, 
         DOTS_T(1, a1, s1, t1)
         DOTS_T(2, a2, s2, t2)
         DOTS_T(3, a3, s3, t3)
+        if (T == 1) {
+            DOTS_T(4, a4, s4, t0)
+            DOTS_T(5, a5, s5, t0)
+            DOTS_T(6, a6, s6, t0)
+            DOTS_T(7, a7, s7, t0)
+        }
 #undef DOTS_T
     }
-    float qs = v_hsum(q), sc[4] = {v_hsum(s0), v_hsum(s1), v_hsum(s2), v_hsum(s3)};
+    float qs = v_hsum(q), sc[8] = {v_hsum(s0), v_hsum(s1), v_hsum(s2), v_hsum(s3),
+                                   v_hsum(s4), v_hsum(s5), v_hsum(s6), v_hsum(s7)};
     float ps = v_hsum(p), tc[4] = {v_hsum(t0), v_hsum(t1), v_hsum(t2), v_hsum(t3)};
     for (; j < d; j++) {
         qs += x[j] * x[j];
@@ -95,33 +105,37 @@ static inline __attribute__((always_inline)) void dots_pair(const float *const *
     }
 }
 
-/* out[c] = a[c].x for c < C, and *xx = x.x (xx may be NULL), four rows of
- * a per sweep of x (inlined: a constant NULL xx drops the sum of squares). */
+/* out[c] = a[c].x for c < C, and *xx = x.x (xx may be NULL), up to eight
+ * rows of a per sweep of x (the depth backward's C dh rows and C queries of
+ * a chunk of four: 2C chains at once, each x loaded once; inlined: a
+ * constant NULL xx drops the sum of squares). */
 static inline __attribute__((always_inline)) void dots(const float *const *a, int C,
                                                         const float *x, int d, float *out,
                                                         float *xx, int pf)
 {
     int c0 = 0;
     do {
-        int cc = C - c0 < 4 ? C - c0 : 4;
+        int cc = C - c0 < 8 ? C - c0 : 8;
         float *q = c0 == 0 ? xx : NULL;
+        int p = pf && c0 == 0;
         switch (cc) {
-        case 0:
-            dots_n(a, 0, x, d, out, q, pf && c0 == 0);
-            break;
-        case 1:
-            dots_n(a + c0, 1, x, d, out + c0, q, pf && c0 == 0);
-            break;
-        case 2:
-            dots_n(a + c0, 2, x, d, out + c0, q, pf && c0 == 0);
-            break;
-        case 3:
-            dots_n(a + c0, 3, x, d, out + c0, q, pf && c0 == 0);
-            break;
+#define DOTS_CASE(n)                                                                               \
+    case n:                                                                                        \
+        dots_n(a + c0, n, x, d, out + c0, q, p);                                                   \
+        break;
+            DOTS_CASE(0)
+            DOTS_CASE(1)
+            DOTS_CASE(2)
+            DOTS_CASE(3)
+            DOTS_CASE(4)
+            DOTS_CASE(5)
+            DOTS_CASE(6)
+            DOTS_CASE(7)
+#undef DOTS_CASE
         default:
-            dots_n(a + c0, 4, x, d, out + c0, q, pf && c0 == 0);
+            dots_n(a + c0, 8, x, d, out + c0, q, p);
         }
-        c0 += 4;
+        c0 += 8;
     } while (c0 < C);
 }
 
