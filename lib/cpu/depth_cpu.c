@@ -390,13 +390,19 @@ void cpu_depth_fwd_merge(const ar_depth_intra *m, float *h, const ar_norm_out *n
         float zt[(j > 0 ? j : 1) * TILE], at[(j + 1) * TILE], aw[j + 1], hr[xn ? d : 1];
         const float *x[j + 1];
         memset(zt, 0, sizeof zt);
-        for (int t = 0; t < j; t++)
-            for (int i = i0; i < i1; i++) {
-                float xx, ux;
-                dots(&u, 1, intra[t] + (size_t)i * d, d, &ux, &xx, 1);
-                float r = key_rstd(g != NULL, xx, d);
-                rsi[t][i] = r;
-                zt[t * TILE + (i - i0)] = r * ux;
+        for (int t = 0; t < j; t++) /* two tokens a sweep, as in phase 1 */
+            for (int i = i0; i < i1; i += 2) {
+                const float *xr = intra[t] + (size_t)i * d;
+                float xx[2], ux[2];
+                if (i + 1 < i1)
+                    dots_pair(&u, 1, xr, xr + d, d, ux, ux + 1, xx, xx + 1, 1);
+                else
+                    dots(&u, 1, xr, d, ux, xx, 1);
+                for (int l = 0; l < 2 && i + l < i1; l++) {
+                    float r = key_rstd(g != NULL, xx[l], d);
+                    rsi[t][i + l] = r;
+                    zt[t * TILE + (i + l - i0)] = r * ux[l];
+                }
             }
         float *al0 = alpha + (size_t)i0 * n;
         if (sigmoid) { /* h = o + sum_t sigmoid(z_t) x_t: no normaliser */
