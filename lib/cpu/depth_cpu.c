@@ -53,8 +53,8 @@ static float dotf(const float *a, const float *b, int d)
  * (one vector gave CC <= 4: too few to cover the FMA latency at d 64) and
  * let each row's streaming stores fill whole 64-byte lines when a vector
  * holds 32 bytes (AVX2: half-line non-temporal stores interleaved over
- * four rows made phase 1 2-2.8x slower on an AMD Zen 3; BENCHMARKS.md,
- * "Depth-attention time per step").  Each element takes the same fused
+ * four rows made phase 1 about 2x slower on an AMD Zen 3; BENCHMARKS.md,
+ * "Phase 1 on an AVX2 CPU").  Each element takes the same fused
  * multiply-adds (v_fma) in the same order whatever W. */
 static inline __attribute__((always_inline)) void mix_cols(float *const *y, int CC, const float *a,
                                                             const float *const *x, int k, int npf,
