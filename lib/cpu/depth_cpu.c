@@ -71,26 +71,14 @@ static inline __attribute__((always_inline)) void mix_cols(float *const *y, int 
     }
     for (int s = 0; s < k; s++) {
         vf xv = v_ld(x[s] + j), xw = W > 1 ? v_ld(x[s] + j + VL) : xv;
-        vf b0 = v_set1(w0[s]), b1 = v_set1(CC > 1 ? w1[s] : 0.0f),
-           b2 = v_set1(CC > 2 ? w2[s] : 0.0f), b3 = v_set1(CC > 3 ? w3[s] : 0.0f);
-        y0 = v_fma(b0, xv, y0);
-        if (W > 1)
-            z0 = v_fma(b0, xw, z0);
-        if (CC > 1) {
-            y1 = v_fma(b1, xv, y1);
-            if (W > 1)
-                z1 = v_fma(b1, xw, z1);
-        }
-        if (CC > 2) {
-            y2 = v_fma(b2, xv, y2);
-            if (W > 1)
-                z2 = v_fma(b2, xw, z2);
-        }
-        if (CC > 3) {
-            y3 = v_fma(b3, xv, y3);
-            if (W > 1)
-                z3 = v_fma(b3, xw, z3);
-        }
+#define MIX_ROW(c, wc, yc, zc)                                                                     \
+    if (CC > c)                                                                                    \
+        V_FMA2(v_set1(wc[s]), xv, yc, xw, zc, W > 1);
+        MIX_ROW(0, w0, y0, z0)
+        MIX_ROW(1, w1, y1, z1)
+        MIX_ROW(2, w2, y2, z2)
+        MIX_ROW(3, w3, y3, z3)
+#undef MIX_ROW
     }
 #define MIX_ST(c, v, u)                                                                            \
     do {                                                                                           \

@@ -41,12 +41,8 @@ static inline __attribute__((always_inline)) void dots_t(const float *const *a, 
         if (T > 1 && xx2)
             p = v_fma(yv, yv, p);
 #define DOTS_T(c, ac, sc, tc)                                                                      \
-    if (CC > c) {                                                                                  \
-        vf av = v_ld(ac + j);                                                                      \
-        sc = v_fma(av, xv, sc);                                                                    \
-        if (T > 1)                                                                                 \
-            tc = v_fma(av, yv, tc);                                                                \
-    }
+    if (CC > c)                                                                                    \
+        V_FMA2(v_ld(ac + j), xv, sc, yv, tc, T > 1);
         DOTS_T(0, a0, s0, t0)
         DOTS_T(1, a1, s1, t1)
         DOTS_T(2, a2, s2, t2)

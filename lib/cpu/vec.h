@@ -65,6 +65,16 @@ static inline vf v_fma(vf a, vf b, vf c)
 static inline vf v_fma(vf a, vf b, vf c) { return a * b + c; }
 #endif
 
+/* y1 = a x1 + y1 and, where two (a constant), y2 = a x2 + y2: one
+ * multiplier for two columns of a row or two rows of a column */
+#define V_FMA2(a, x1, y1, x2, y2, two)                                                             \
+    do {                                                                                           \
+        vf a_ = (a);                                                                               \
+        (y1) = v_fma(a_, (x1), (y1));                                                              \
+        if (two)                                                                                   \
+            (y2) = v_fma(a_, (x2), (y2));                                                          \
+    } while (0)
+
 /* Non-temporal ("streaming") store of VL floats at p, aligned to them: the
  * line goes to memory without first being read into the cache (which a
  * plain store to a line not in cache does), for rows written now and read
