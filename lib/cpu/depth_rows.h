@@ -11,13 +11,13 @@
 #include "vec.h"
 
 /* out[c] = a[c].x for c < CC <= 8 (4 where T = 2), and *xx = x.x (xx may
- * be NULL): one sweep of x with CC + 1 sums in registers (a single dot product is bound
- * by the latency of its one chain of adds, not by memory).  Inlined with a
- * constant CC, so the sums stay in registers.  pf: prefetch the next
- * token's row of x (see mix_n).  T = 2: the same for a second row x2 into
- * out2 and xx2 in the same sweep (two tokens: 2 CC + 2 chains, each a
- * row loads once); every dot product takes the same fused multiply-adds
- * (v_fma) in the same order whatever T. */
+ * be NULL): one sweep of x with CC + 1 sums in registers (a single dot
+ * product is bound by the latency of its one chain of adds, not by
+ * memory).  Inlined with a constant CC, so the sums stay in registers.
+ * pf: prefetch the next token's row of x (see mix_n).  T = 2: the same
+ * for a second row x2 into out2 and xx2 in the same sweep (two tokens:
+ * 2 CC + 2 chains, each a row loads once); every dot product takes the
+ * same fused multiply-adds (v_fma) in the same order whatever T. */
 static inline __attribute__((always_inline)) void dots_t(const float *const *a, int CC, int T,
                                                           const float *x, const float *x2, int d,
                                                           float *out, float *out2, float *xx,
@@ -138,35 +138,33 @@ static inline __attribute__((always_inline)) void dots(const float *const *a, in
 /* Columns j .. j + W VL - 1 (W = 1 or 2) of inter_update_n below.  Two
  * vectors at once: dx's sum is one chain of 2C + 1 multiply-adds a vector,
  * and two independent chains hide its latency (bound by it at d 64 with
- * one); each element takes the same operations in the same order whatever W. */
+ * one); each element takes the same fused multiply-adds (v_fma) in the
+ * same order whatever W. */
 static inline __attribute__((always_inline)) void inter_update_cols(float *dx, int acc, int C, const float *a,
                                                                    const float *const *dh, const float *c1,
                                                                    const float *const *u, float cx,
                                                                    const float *x, float *const *P,
                                                                    int has_u, int has_P, int j, int W, int d)
 {
-    /* dx (or 0) first, then cx x: one form for both, so that the
-     * compiler contracts the same products into the same FMAs (adding
-     * onto zeros gives what overwriting gives, bit for bit) */
+    /* dx (or 0) first, then cx x: one form for both (an FMA onto zeros
+     * gives what overwriting gives, bit for bit) */
     vf xv = v_ld(x + j), y = acc ? v_ld(dx + j) : (vf){0};
     vf xw = W > 1 ? v_ld(x + j + VL) : xv, z = W > 1 && acc ? v_ld(dx + j + VL) : (vf){0};
     __builtin_prefetch(dx + j + d, 1, 3); /* the next token's row */
-    y += cx * xv;
-    if (W > 1)
-        z += cx * xw;
+    V_FMA2(v_set1(cx), xv, y, xw, z, W > 1);
     for (int c = 0; c < C; c++) {
-        y += a[c] * v_ld(dh[c] + j);
-        if (W > 1)
-            z += a[c] * v_ld(dh[c] + j + VL);
+        vf ac = v_set1(a[c]);
+        V_FMA2(ac, v_ld(dh[c] + j), y, v_ld(dh[c] + j + (W > 1) * VL), z, W > 1);
         if (has_u) {
-            y += c1[c] * v_ld(u[c] + j);
-            if (W > 1)
-                z += c1[c] * v_ld(u[c] + j + VL);
+            vf cc = v_set1(c1[c]);
+            V_FMA2(cc, v_ld(u[c] + j), y, v_ld(u[c] + j + (W > 1) * VL), z, W > 1);
         }
         if (has_P) {
-            v_st(P[c] + j, v_ld(P[c] + j) + c1[c] * xv);
+            vf cc = v_set1(c1[c]), p0 = v_ld(P[c] + j), p1 = W > 1 ? v_ld(P[c] + j + VL) : p0;
+            V_FMA2(cc, xv, p0, xw, p1, W > 1);
+            v_st(P[c] + j, p0);
             if (W > 1)
-                v_st(P[c] + j + VL, v_ld(P[c] + j + VL) + c1[c] * xw);
+                v_st(P[c] + j + VL, p1);
         }
     }
     v_st(dx + j, y);
