@@ -20,7 +20,7 @@ static inline void cpu_rmsnorm_row(float *out, float *rstd, const float *x, cons
     int j = 0;
     for (; j + VL <= d; j += VL) {
         vf xv = v_ld(x + j);
-        sv += xv * xv;
+        sv = v_fma(xv, xv, sv); /* fused at every inlined site alike */
     }
     float ss = v_hsum(sv);
     for (; j < d; j++)
