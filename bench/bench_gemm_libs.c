@@ -7,20 +7,25 @@
  * each in GFLOP/s (2 N in outd per product), best of REPS, on:
  *   cblas     cblas_sgemm of the CBLAS attnres links (OpenBLAS, or BLIS
  *             under -Dblas=blis; the header names it and its kernels);
- *   BLIS      cblas_sgemm of Debian's OpenMP BLIS (libblis4-openmp),
- *             dlopened with its own symbols, when it is installed;
+ *   BLIS      bli_sgemm of Debian's OpenMP BLIS (libblis4-openmp), its
+ *             own API (its cblas_sgemm would call the sgemm_ of OpenBLAS
+ *             where a -Dblis_products build has both loaded), reading
+ *             row-major operands through its general strides, when it is
+ *             installed;
  *   attnres   the CPU backend's matmul ops as this build runs them (with
  *             -Dcpu_gemm=libxsmm: libxsmm's JIT kernels on 32-token tiles,
- *             lib/cpu/matmul_xsmm.c, where they take the shape).
+ *             lib/cpu/matmul_xsmm.c, where they take the shape; with
+ *             -Dblis_products on an AMD CPU: BLIS's, lib/cpu/matmul_blis.c,
+ *             for the large forward and dx products).
  *
  * usage: bench_gemm_libs THREADS [N IN OUTD]...
  *   without shapes: the products of configs/ablation.yaml (N = 1024,
  *   d 64, d_ff 176), bench-small (N = 4096, d 256, d_ff 688) and
  *   bench-medium (N = 4096, d 512, d_ff 1376). */
-#define _GNU_SOURCE /* RTLD_DEEPBIND */
 #include <cblas.h>
 #include <dlfcn.h>
 #include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +57,23 @@ typedef struct {
     int N, in, outd;
     float *x, *W, *dout, *out, *dx, *dW;
 } shape;
+
+/* BLIS's bli_sgemm (blis.h: trans_t an enum, 0 no transpose; dim_t and
+ * inc_t 64-bit), looked up in the library at run time */
+typedef void (*bli_sgemm_fn)(int, int, int64_t, int64_t, int64_t, float *, float *, int64_t, int64_t, float *,
+                             int64_t, int64_t, float *, float *, int64_t, int64_t);
+static bli_sgemm_fn bli_sgemm_p;
+
+/* a row-major cblas_sgemm on bli_sgemm: op(A) is M x K, read in place
+ * through its strides (transposed: row stride 1, column stride lda) */
+static void blis_rowmajor(int order, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                          const float *B, int ldb, float beta, float *C, int ldc)
+{
+    (void)order;
+    int64_t rsa = ta == CblasTrans ? 1 : lda, csa = ta == CblasTrans ? lda : 1;
+    int64_t rsb = tb == CblasTrans ? 1 : ldb, csb = tb == CblasTrans ? ldb : 1;
+    bli_sgemm_p(0, 0, M, N, K, &alpha, (float *)A, rsa, csa, (float *)B, rsb, csb, &beta, C, ldc, 1);
+}
 
 /* the three products through one CBLAS */
 static void cblas_run(cblas_sgemm_fn f, const shape *s, int which)
@@ -104,10 +126,9 @@ int main(int argc, char **argv)
     int threads = atoi(argv[1]);
     const ar_backend *be = ar_backend_cpu();
     be->set_threads(threads);
-    /* RTLD_DEEPBIND: BLIS's cblas_sgemm calls its own sgemm_, not the
-     * OpenBLAS one this process already has */
-    void *blis = dlopen("/usr/lib/x86_64-linux-gnu/blis-openmp/libblis.so.4", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
-    cblas_sgemm_fn blis_sgemm = blis ? (cblas_sgemm_fn)dlsym(blis, "cblas_sgemm") : NULL;
+    void *blis = dlopen("/usr/lib/x86_64-linux-gnu/blis-openmp/libblis.so.4", RTLD_NOW | RTLD_LOCAL);
+    bli_sgemm_p = blis ? (bli_sgemm_fn)dlsym(blis, "bli_sgemm") : NULL;
+    cblas_sgemm_fn blis_sgemm = bli_sgemm_p ? (cblas_sgemm_fn)blis_rowmajor : NULL;
     if (blis) {
         void (*set)(long) = (void (*)(long))dlsym(blis, "bli_thread_set_num_threads");
         if (set)
@@ -122,12 +143,14 @@ int main(int argc, char **argv)
     const char *small = ar_cpu_small_products();
     char linked[96];
     ar_machine_blas(linked, sizeof linked);
-    char *plus = strstr(linked, " + "); /* the small products' library: the attnres column's */
+    char *plus = strstr(linked, " + "); /* the other libraries: the attnres column's */
     if (plus)
         *plus = '\0';
     printf("%d threads; cblas: %s's cblas_sgemm (linked); BLIS: %s; attnres: the CPU backend's matmul ops (%s)\n",
-           threads, linked, blis_sgemm ? "libblis4-openmp's cblas_sgemm" : "not installed",
+           threads, linked, blis_sgemm ? "libblis4-openmp's bli_sgemm" : "not installed",
            small ? small : "the linked CBLAS: built with -Dcpu_gemm=openblas");
+    if (ar_cpu_large_products())
+        printf("attnres: the large forward and dx products on %s\n", ar_cpu_large_products());
     printf("GFLOP/s, best of %d\n", REPS);
     printf("%-18s | %9s %8s %8s | %9s %8s %8s | %9s %8s %8s\n", "N x in x outd", "fwd cblas", "BLIS", "attnres",
            "dx cblas", "BLIS", "attnres", "dW cblas", "BLIS", "attnres");

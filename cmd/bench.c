@@ -451,6 +451,11 @@ static void print_json(const char *config, const ar_config *cfg, const ar_bench_
         ar_jw_str(&w, ar_cpu_small_products());
     else
         ar_jw_null(&w);
+    ar_jw_key(&w, "large_products");
+    if (ar_cpu_large_products())
+        ar_jw_str(&w, ar_cpu_large_products());
+    else
+        ar_jw_null(&w);
     ar_jw_key(&w, "results");
     ar_jw_arr_begin(&w);
     for (int i = 0; i < n; i++)

@@ -137,6 +137,10 @@ const ar_backend *ar_backend_cpu(void);
  * "libxsmm 1.17 AVX-512 (cpx)" where built with -Dcpu_gemm=libxsmm
  * (lib/cpu/matmul_xsmm.c), NULL where the CBLAS runs them all. */
 const char *ar_cpu_small_products(void);
+/* What runs the CPU backend's large forward and dx products instead of the
+ * CBLAS: "BLIS 0.9.0 zen3" where built with -Dblis_products and the CPU is
+ * an AMD one (lib/cpu/matmul_blis.c), else NULL. */
+const char *ar_cpu_large_products(void);
 
 /* The CUDA backend on the current CUDA device (lib/cuda/), created on first
  * use.  NULL with e set where attnres was built without CUDA

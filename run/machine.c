@@ -98,12 +98,14 @@ void ar_machine_blas(char *buf, size_t n)
     copy_trimmed(name, sizeof name, cfg, len);
     snprintf(buf, n, "%s%s%s", name, core ? " " : "", core ? core : "");
 #endif
-    /* the small products' library, whose kernels also depend on the CPU */
-    const char *small = ar_cpu_small_products();
-    if (small) {
-        size_t used = strlen(buf);
-        snprintf(buf + used, n - used, " + %s", small);
-    }
+    /* the small products' library, and the large forward and dx products'
+     * where another runs them, whose kernels also depend on the CPU */
+    const char *others[] = {ar_cpu_small_products(), ar_cpu_large_products()};
+    for (int i = 0; i < 2; i++)
+        if (others[i]) {
+            size_t used = strlen(buf);
+            snprintf(buf + used, n - used, " + %s", others[i]);
+        }
 }
 
 void ar_machine_build(char *buf, size_t n)

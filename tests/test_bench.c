@@ -408,7 +408,15 @@ Test(bench, machine_blas_names_the_kernels_in_use)
     ar_machine_blas(buf, sizeof buf);
     size_t nb = strlen(BLAS_NAME);
     cr_assert(strncmp(buf, BLAS_NAME, nb) == 0, "'%s'", buf);
-    /* then, where the small products run on libxsmm, " + libxsmm ..." */
+    /* last, where the large products run on BLIS, " + BLIS ..." */
+    const char *large = ar_cpu_large_products();
+    char *last = strrchr(buf, '+');
+    if (large) {
+        cr_assert(last && last > buf && last[-1] == ' ' && strcmp(last + 2, large) == 0,
+                  "'%s' does not end in ' + %s'", buf, large);
+        last[-1] = '\0';
+    }
+    /* before it, where the small products run on libxsmm, " + libxsmm ..." */
     const char *small = ar_cpu_small_products();
     char *plus = strstr(buf, " + ");
     if (small) {

@@ -1015,6 +1015,13 @@ Test(cli, bench_json_has_the_required_fields)
                   "'small_products' is not '%s'", ar_cpu_small_products());
     else
         cr_expect(sp->type == AR_JSON_NULL, "'small_products' is not null in a build without libxsmm");
+    const ar_json *lp = ar_json_get(j, "large_products");
+    cr_assert(lp, "no 'large_products' in the JSON");
+    if (ar_cpu_large_products())
+        cr_expect(lp->type == AR_JSON_STR && strcmp(lp->str, ar_cpu_large_products()) == 0,
+                  "'large_products' is not '%s'", ar_cpu_large_products());
+    else
+        cr_expect(lp->type == AR_JSON_NULL, "'large_products' is not null where the BLAS runs them all");
     const ar_json *cfg = json_field(j, "config", AR_JSON_OBJ);
     cr_assert_eq(json_field(cfg, "d_model", AR_JSON_NUM)->num, 32);
     cr_assert_eq(json_field(cfg, "batch_size", AR_JSON_NUM)->num, 2);

@@ -15,9 +15,16 @@
  * file once more under LIBXSMM_TARGET=hsw, the AVX2 kernels that AVX2-only
  * CPUs run, whatever this machine has.
  *
- * Covers: lib/cpu/matmul_cpu.c, lib/cpu/matmul_xsmm.c, lib/cpu/blis_setup.c. */
+ * With -Dblis_products, BLIS's forward and dx products are checked the
+ * same way on every CPU, and the backend is checked to send them there on
+ * AMD CPUs alone, with every cblas_* name still resolving to OpenBLAS.
+ *
+ * Covers: lib/cpu/matmul_cpu.c, lib/cpu/matmul_xsmm.c, lib/cpu/matmul_blis.c,
+ * lib/cpu/blis_setup.c. */
 /* the C library's headers before BLIS's cblas.h, which defines
  * _POSIX_C_SOURCE and so would hide MAP_ANONYMOUS */
+#define _GNU_SOURCE /* dladdr */
+#include <dlfcn.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -30,6 +37,7 @@
 #include <criterion/criterion.h>
 
 #include "lib/backend.h"
+#include "lib/cpu/matmul_blis.h"
 #include "testutil.h"
 
 static const ar_backend *be;
@@ -294,4 +302,107 @@ Test(matmul_cpu, products_read_nothing_past_their_operands)
     signal(SIGSEGV, SIG_DFL);
     signal(SIGBUS, SIG_DFL);
     cr_log_info("%d shapes, every operand against a fence", nsmall + nlarge);
+}
+
+/* ---- the large forward and dx products on BLIS (lib/cpu/matmul_blis.c) ---- */
+
+/* BLIS's two products against the simple path, whatever the CPU (the
+ * backend sends them there on AMD CPUs only): shapes with every remainder
+ * of its zen3 and haswell register tiles (6 x 16 floats), below and above
+ * the backend's 512-row cut; dx both += and overwritten (over NaN). */
+Test(matmul_cpu, blis_products_against_the_simple_path)
+{
+#ifndef AR_HAVE_BLIS_PRODUCTS
+    cr_skip_test("built without -Dblis_products");
+#else
+    static const int shapes[][3] = {{1, 1, 1}, {7, 17, 33}, {511, 130, 300}, {600, 256, 688}, {1000, 300, 200},
+                                    {517, 1100, 31}};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        int N = shapes[c][0], in = shapes[c][1], outd = shapes[c][2];
+        size_t nx = (size_t)N * in, nw = (size_t)outd * in, no = (size_t)N * outd, nmax = nx > no ? nx : no;
+        float *x = rnd(nx), *W = rnd(nw), *dout = rnd(no), *out = rnd(no), *dx = rnd(nx), *dx0 = copy(dx, nx);
+        double *ex = malloc(nmax * sizeof(double)), *mag = malloc(nmax * sizeof(double));
+        cr_assert(ex && mag);
+        blis_matmul_fwd(out, x, W, N, in, outd);
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < outd; o++) {
+                double s = 0, m = 0;
+                for (int i = 0; i < in; i++) {
+                    double t = (double)x[(size_t)n * in + i] * W[(size_t)o * in + i];
+                    s += t, m += fabs(t);
+                }
+                ex[(size_t)n * outd + o] = s, mag[(size_t)n * outd + o] = m;
+            }
+        expect_within("BLIS fwd out", out, ex, mag, no, in, N, in, outd);
+        blis_matmul_dx(dx, dout, W, 0, N, in, outd);
+        dx_exact(dx0, dout, W, N, in, outd, ex, mag);
+        expect_within("BLIS dx (+=)", dx, ex, mag, nx, outd, N, in, outd);
+        for (size_t i = 0; i < nx; i++)
+            dx[i] = NAN;
+        blis_matmul_dx(dx, dout, W, 1, N, in, outd);
+        dx_exact(NULL, dout, W, N, in, outd, ex, mag);
+        expect_within("BLIS dx (overwrite)", dx, ex, mag, nx, outd, N, in, outd);
+        be->free(x), be->free(W), be->free(dout), be->free(out), be->free(dx), be->free(dx0);
+        free(ex), free(mag);
+    }
+#endif
+}
+
+/* Where BLIS runs the large products: the backend's results are BLIS's bit
+ * for bit (the same code, shape and threads), and the small ones and the
+ * weight gradient stay on the CBLAS; elsewhere everything is the CBLAS's. */
+Test(matmul_cpu, blis_takes_the_large_products_on_amd_cpus_only)
+{
+#ifndef AR_HAVE_BLIS_PRODUCTS
+    cr_skip_test("built without -Dblis_products");
+#else
+    __builtin_cpu_init();
+    int amd = __builtin_cpu_is("amd");
+    cr_expect_eq(blis_takes(512), amd, "BLIS takes 512-row products: %d, on an AMD CPU: %d", blis_takes(512), amd);
+    cr_expect_eq(blis_takes(511), 0, "BLIS takes a 511-row product");
+    cr_expect_eq(ar_cpu_large_products() != NULL, amd, "large products named '%s' on %s CPU",
+                 ar_cpu_large_products() ? ar_cpu_large_products() : "(none)", amd ? "an AMD" : "a non-AMD");
+    int N = 600, in = 256, outd = 688; /* a weight libxsmm leaves */
+    size_t nx = (size_t)N * in, nw = (size_t)outd * in, no = (size_t)N * outd;
+    float *x = rnd(nx), *W = rnd(nw), *dout = rnd(no);
+    float *out = rnd(no), *ref = rnd(no), *dx = rnd(nx), *dxref = copy(dx, nx), *dW = rnd(nw), *dWref = copy(dW, nw);
+    be->matmul_fwd(out, x, W, N, in, outd);
+    be->matmul_bwd(dx, dW, dout, x, W, 0, N, in, outd);
+    if (amd) {
+        blis_matmul_fwd(ref, x, W, N, in, outd);
+        blis_matmul_dx(dxref, dout, W, 0, N, in, outd);
+    } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, outd, in, 1.0f, x, in, W, in, 0.0f, ref, outd);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, outd, 1.0f, dout, outd, W, in, 1.0f, dxref,
+                    in);
+    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, outd, in, N, 1.0f, dout, outd, x, in, 1.0f, dWref, in);
+    const char *lib = amd ? "BLIS's" : "the CBLAS's";
+    cr_expect(memcmp(out, ref, no * sizeof(float)) == 0, "out is not %s", lib);
+    cr_expect(memcmp(dx, dxref, nx * sizeof(float)) == 0, "dx is not %s", lib);
+    cr_expect(memcmp(dW, dWref, nw * sizeof(float)) == 0, "dW is not the CBLAS's");
+    float *all[] = {x, W, dout, out, ref, dx, dxref, dW, dWref};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        be->free(all[i]);
+#endif
+}
+
+/* BLIS is linked after OpenBLAS, and both export cblas_sgemm and the BLAS
+ * names: every call by name must reach OpenBLAS (GSL's included, which
+ * resolve the same way), or products would run on BLIS's small-matrix
+ * path and on kernels nobody chose. */
+Test(matmul_cpu, cblas_names_resolve_to_openblas)
+{
+#ifndef AR_HAVE_BLIS_PRODUCTS
+    cr_skip_test("built without -Dblis_products");
+#else
+    void *fns[] = {(void *)cblas_sgemm, (void *)cblas_sgemv, (void *)cblas_dgemm};
+    const char *names[] = {"cblas_sgemm", "cblas_sgemv", "cblas_dgemm"};
+    for (int i = 0; i < 3; i++) {
+        Dl_info info;
+        cr_assert(dladdr(fns[i], &info) && info.dli_fname, "dladdr(%s) found no library", names[i]);
+        cr_expect(strstr(info.dli_fname, "openblas") != NULL, "%s resolves to %s, not OpenBLAS", names[i],
+                  info.dli_fname);
+    }
+#endif
 }

@@ -27,7 +27,7 @@
 #include "ops_cpu.h"
 
 #include <cblas.h>
-#ifdef AR_BLAS_BLIS
+#if defined(AR_BLAS_BLIS) || defined(AR_HAVE_BLIS_PRODUCTS)
 #include "blis_setup.h"
 #endif
 #include <omp.h>
@@ -113,6 +113,9 @@ static void cpu_set_threads(int n)
     ar_blis_set_threads(n);
 #else
     openblas_set_num_threads(n);
+#endif
+#ifdef AR_HAVE_BLIS_PRODUCTS
+    ar_blis_set_threads(n);
 #endif
     flush_subnormals();
 }

@@ -1,5 +1,5 @@
-/* BLIS (-Dblas=blis): its threads, and its products on the packed path
- * only.
+/* BLIS (-Dblas=blis, or -Dblis_products: matmul_blis.c): its threads,
+ * and its products on the packed path only.
  *
  * BLIS 0.9.0 (Debian 12's) sends any product with a dimension below its
  * "small/unpacked" thresholds (on Zen 3: m < 512, n < 200 or k < 240 in

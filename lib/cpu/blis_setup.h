@@ -1,4 +1,5 @@
-/* BLIS under the CPU backend's products (-Dblas=blis): lib/cpu/blis_setup.c */
+/* BLIS under the CPU backend's products (-Dblas=blis, or the large ones
+ * with -Dblis_products): lib/cpu/blis_setup.c */
 #ifndef AR_CPU_BLIS_SETUP_H
 #define AR_CPU_BLIS_SETUP_H
 
