@@ -3,8 +3,9 @@
 # suite; then the whole suite again under AddressSanitizer, LeakSanitizer and
 # UBSan (tools/lsan.supp lists the caches fontconfig never frees), built
 # for any x86-64 (-Dnative=false: our own loops without FMA or wide
-# vectors), with every linear-layer product on OpenBLAS (-Dcpu_gemm=openblas,
-# where the main build runs the small ones on libxsmm), and run with
+# vectors), with every linear-layer product on OpenBLAS (-Dcpu_gemm=openblas
+# -Dblis_products=disabled, where the main build runs the small ones on
+# libxsmm and, on an AMD CPU, the large forward and dx ones on BLIS), and run with
 # OpenBLAS's Sandybridge kernel (AVX without FMA), so that one machine
 # checks the suite's bounds under a second build, both product libraries
 # and a second BLAS kernel (all but the suite 'network', test_multihost,
@@ -51,7 +52,7 @@ took "the tests"
 # about a quarter of the build's time); -O1: the instrumented CPU kernels
 # compile in a third of -O2's time (lib/cpu/mixer_cpu.c 8 s against 24)
 # and the tests run as fast (206 s against 194-209 at -O2, Zen 3)
-asan_opts="-Db_sanitize=address,undefined -Dbuildtype=debugoptimized -Doptimization=1 -Dc_args=-g1 -Dcuda=disabled -Dnative=false -Dcpu_gemm=openblas"
+asan_opts="-Db_sanitize=address,undefined -Dbuildtype=debugoptimized -Doptimization=1 -Dc_args=-g1 -Dcuda=disabled -Dnative=false -Dcpu_gemm=openblas -Dblis_products=disabled"
 # shellcheck disable=SC2086
 meson setup build-asan $asan_opts --reconfigure >/dev/null 2>&1 || meson setup build-asan $asan_opts >/dev/null
 meson compile -C build-asan
