@@ -83,6 +83,21 @@ static void expect_within(const char *what, const float *got, const double *exac
               what, N, in, outd, worst, got[worst], exact[worst], wq);
 }
 
+/* The exact out = x W^T into ex, and the magnitudes of its terms into
+ * mag, in double */
+static void fwd_exact(const float *x, const float *W, int N, int in, int outd, double *ex, double *mag)
+{
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < outd; o++) {
+            double s = 0, m = 0;
+            for (int i = 0; i < in; i++) {
+                double t = (double)x[(size_t)n * in + i] * W[(size_t)o * in + i];
+                s += t, m += fabs(t);
+            }
+            ex[(size_t)n * outd + o] = s, mag[(size_t)n * outd + o] = m;
+        }
+}
+
 /* The exact dx = base + dout W (base NULL: none) into ex, and the
  * magnitudes of its terms into mag, in double */
 static void dx_exact(const float *base, const float *dout, const float *W, int N, int in, int outd, double *ex,
@@ -110,15 +125,7 @@ static void matmul_case(int N, int in, int outd)
     cr_assert(ex && mag);
 
     be->matmul_fwd(out, x, W, N, in, outd);
-    for (int n = 0; n < N; n++)
-        for (int o = 0; o < outd; o++) {
-            double s = 0, m = 0;
-            for (int i = 0; i < in; i++) {
-                double t = (double)x[(size_t)n * in + i] * W[(size_t)o * in + i];
-                s += t, m += fabs(t);
-            }
-            ex[(size_t)n * outd + o] = s, mag[(size_t)n * outd + o] = m;
-        }
+    fwd_exact(x, W, N, in, outd, ex, mag);
     expect_within("matmul_fwd out", out, ex, mag, no, in, N, in, outd);
 
     be->matmul_bwd(dx, dW, dout, x, W, 0, N, in, outd);
@@ -324,15 +331,7 @@ Test(matmul_cpu, blis_products_against_the_simple_path)
         double *ex = malloc(nmax * sizeof(double)), *mag = malloc(nmax * sizeof(double));
         cr_assert(ex && mag);
         blis_matmul_fwd(out, x, W, N, in, outd);
-        for (int n = 0; n < N; n++)
-            for (int o = 0; o < outd; o++) {
-                double s = 0, m = 0;
-                for (int i = 0; i < in; i++) {
-                    double t = (double)x[(size_t)n * in + i] * W[(size_t)o * in + i];
-                    s += t, m += fabs(t);
-                }
-                ex[(size_t)n * outd + o] = s, mag[(size_t)n * outd + o] = m;
-            }
+        fwd_exact(x, W, N, in, outd, ex, mag);
         expect_within("BLIS fwd out", out, ex, mag, no, in, N, in, outd);
         blis_matmul_dx(dx, dout, W, 0, N, in, outd);
         dx_exact(dx0, dout, W, N, in, outd, ex, mag);
