@@ -141,7 +141,7 @@ static void train_step(bench_ctx *c)
 /* The forward with its loss: the output layer is part of inference's cost
  * (a forward without targets stops at the final norm since the head is
  * computed in chunks, lib/model.h). */
-static void infer_step(bench_ctx *c) { ar_model_forward(c->m, c->in, c->tg, c->B, NULL); }
+static void infer_step(bench_ctx *c) { ar_model_forward_unread(c->m, c->in, c->tg, c->B, NULL); }
 
 /* tok/s of `steps` timed calls of step. */
 static double time_steps(bench_ctx *c, void (*step)(bench_ctx *), int steps)

@@ -393,6 +393,7 @@ void ar_model_set_batch(ar_model *m, int B)
 {
     m->B = B;
     m->N = B * m->T;
+    m->res->weights_unread = 0; /* every forward starts here */
 }
 
 void ar_model_forward_embed(ar_model *m, const int32_t *inputs)
@@ -575,6 +576,17 @@ double ar_model_forward(ar_model *m, const int32_t *inputs, const int32_t *targe
     return ar_model_forward_head(m, targets, sum_nats);
 }
 
+double ar_model_forward_unread(ar_model *m, const int32_t *inputs, const int32_t *targets, int B,
+                               double *sum_nats)
+{
+    ar_model_set_batch(m, B);
+    /* collect_stats reads the weights in forward_head */
+    m->res->weights_unread = !m->collect_stats;
+    ar_model_forward_embed(m, inputs);
+    ar_model_forward_sublayers(m, 1, m->L);
+    return ar_model_forward_head(m, targets, sum_nats);
+}
+
 void ar_model_backward_head(ar_model *m, float scale)
 {
     use_weight_copy(m);
@@ -606,6 +618,10 @@ void ar_model_backward_head(ar_model *m, float scale)
 
 void ar_model_backward_sublayers(ar_model *m, int l1, int l0)
 {
+    /* a caller's bug, as an allocation failure is fatal: the weights this
+     * backward needs were never written (ar_model_forward_unread) */
+    if (m->res->weights_unread)
+        abort();
     use_weight_copy(m);
     const ar_backend *be = m->be;
     ar_residual *r = m->res;

@@ -129,6 +129,14 @@ void ar_model_init(ar_model *m, uint64_t seed);
 double ar_model_forward(ar_model *m, const int32_t *inputs, const int32_t *targets, int B,
                         double *sum_nats);
 
+/* ar_model_forward, the same outputs and loss bit for bit, for a pass that
+ * nobody reads but for them (evaluation, inference): no backward follows
+ * it (one aborts) and nobody reads its depth weights, which the depth
+ * schemes may leave unwritten (their readers give NaN until the next
+ * forward).  With collect_stats set the weights are written. */
+double ar_model_forward_unread(ar_model *m, const int32_t *inputs, const int32_t *targets, int B,
+                               double *sum_nats);
+
 /* Backward of the last forward: grads += d(scale * sum of token losses)/dparams.
  * scale = 1/(B*T) gives the gradient of the mean loss. */
 void ar_model_backward(ar_model *m, float scale);

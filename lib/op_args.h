@@ -62,7 +62,10 @@ typedef struct {
  * logit is w.x unnormalised), its weights alpha[c] (N x n[c]) and
  * log-sum-exps lse[c] (N); rs[s] (N) is the rstd of shared source s.
  * Phase 1 writes rs, alpha and lse; the shared backward reads them.
- * sigmoid: `score: sigmoid`. */
+ * sigmoid: `score: sigmoid`.  weights_unread: nothing reads alpha after
+ * this pass (no backward follows it, no study reads the weights), so the
+ * op may leave it unwritten; the CPU's do, saving k exps a token and
+ * mixer in phase 2.  rs, lse and the outputs are the same either way. */
 typedef struct {
     int C, k;
     const int *n;
@@ -70,7 +73,7 @@ typedef struct {
     float *const *rs;
     const float *const *w, *const *g;
     float *const *alpha, *const *lse;
-    int sigmoid;
+    int sigmoid, weights_unread;
     int N, d;
 } ar_depth_inter;
 #define AR_DEPTH_INTER_USES(c)                                                                       \
@@ -84,14 +87,14 @@ typedef struct {
  * its own; rsi[t] (N) the rstd of its own source k+t; its query w and
  * gain g (d; g NULL: no key norm), weights alpha (N x n) and lse (N).
  * Phase 2 reads src[k..n-1] and writes rsi; the intra backward reads all
- * n sources and rsi. */
+ * n sources and rsi.  weights_unread: as in ar_depth_inter. */
 typedef struct {
     int n, k;
     const float *const *src;
     float *const *rsi;
     const float *w, *g;
     float *alpha, *lse;
-    int sigmoid;
+    int sigmoid, weights_unread;
     int N, d;
 } ar_depth_intra;
 #define AR_DEPTH_INTRA_USES(m)                                                                       \

@@ -19,6 +19,7 @@
  * dP_{l-1} = dP_l + (mixer l's term for P_{l-1}) in place, since P_{l-1}
  * feeds only mixer l and P_l.  Each mixer scatters dL/dh into the dB of its
  * sources. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -262,14 +263,16 @@ static ar_depth_inter inter_args(const depth_res *s, const chunk *c, int N)
     const mixer *x0 = &s->mx[c->m0];
     return (ar_depth_inter){.C = c->C, .k = c->k, .n = c->n, .src = x0->sp, .rs = x0->rsp,
                             .w = c->w, .g = c->g, .alpha = c->alpha, .lse = c->lse,
-                            .sigmoid = s->sigmoid, .N = N, .d = s->base.d};
+                            .sigmoid = s->sigmoid, .weights_unread = s->base.weights_unread,
+                            .N = N, .d = s->base.d};
 }
 
 static ar_depth_intra intra_args(depth_res *s, const chunk *c, const mixer *x, int N)
 {
     return (ar_depth_intra){.n = x->n, .k = c->k, .src = x->sp, .rsi = x->rsp + c->k,
                             .w = pq(s, x->q_idx), .g = pq(s, x->g_idx), .alpha = x->alpha,
-                            .lse = x->lse, .sigmoid = s->sigmoid, .N = N, .d = s->base.d};
+                            .lse = x->lse, .sigmoid = s->sigmoid,
+                            .weights_unread = s->base.weights_unread, .N = N, .d = s->base.d};
 }
 
 /* nf (or NULL): where the sublayer wants RMSNorm(h); written here (and NULL
@@ -362,9 +365,15 @@ static void depth_input_norm_bwd(ar_residual *r, int l, int N, const ar_norm_gra
 static float *depth_embed_grad(ar_residual *r) { return D(r)->dB[0]; }
 static int depth_n_sources(ar_residual *r, int l) { return D(r)->mx[l].n; }
 
+/* the weights of the last forward; NaN where it left them unwritten */
 static void depth_mean_weights(ar_residual *r, int l, int N, float *out)
 {
     mixer *x = &D(r)->mx[l];
+    if (r->weights_unread) {
+        for (int i = 0; i < x->n; i++)
+            out[i] = NAN;
+        return;
+    }
     float *a = ar_xmalloc((size_t)N * x->n * sizeof(float));
     r->be->download(a, x->alpha, (size_t)N * x->n * sizeof(float));
     for (int i = 0; i < x->n; i++) {
@@ -379,7 +388,10 @@ static void depth_mean_weights(ar_residual *r, int l, int N, float *out)
 static long depth_token_weights(ar_residual *r, int l, int N, float *out)
 {
     mixer *x = &D(r)->mx[l];
-    if (out)
+    if (out && r->weights_unread)
+        for (size_t i = 0; i < (size_t)N * x->n; i++)
+            out[i] = NAN;
+    else if (out)
         r->be->download(out, x->alpha, (size_t)N * x->n * sizeof(float));
     return N;
 }

@@ -64,7 +64,11 @@ int ar_evaluate_with(ar_model *m, const ar_eval_data *d, long max_windows, int w
         if ((rc = read_batch(d, w0, B, T, in, tg, e)) != 0)
             break;
         double s;
-        ar_model_forward(m, in, tg, B, &s);
+        /* nobody reads the depth weights unless a hook or a backward does */
+        if (hook || want_grads)
+            ar_model_forward(m, in, tg, B, &s);
+        else
+            ar_model_forward_unread(m, in, tg, B, &s);
         if (hook)
             hook(m, B, ud);
         m->collect_stats = 0;
@@ -113,7 +117,10 @@ int ar_evaluate_ranks_with(ar_model *m, ar_comm *c, const ar_eval_data *d, long 
         int B = (int)(nw - w0 < (size_t)m->maxB ? nw - w0 : (size_t)m->maxB);
         if ((rc = read_batch(d, w0, B, T, in, tg, e)) != 0)
             break;
-        ar_model_forward(m, in, tg, B, &sums[i]);
+        if (hook)
+            ar_model_forward(m, in, tg, B, &sums[i]);
+        else
+            ar_model_forward_unread(m, in, tg, B, &sums[i]);
         if (hook)
             hook(m, B, ud);
         m->collect_stats = 0;

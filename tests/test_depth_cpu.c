@@ -886,6 +886,58 @@ Test(depth_cpu, inter_skips_null_outputs)
     }
 }
 
+/* weights_unread: both phases leave alpha as it was (NaN here), and h,
+ * lse and the rstds are those of the pass that writes alpha, bit for bit
+ * (the same code on the same values); softmax and sigmoid scores, a tile
+ * and a ragged last one, intra sources 0-3. */
+Test(depth_cpu, unread_weights_are_left_alone)
+{
+    for (int sig = 0; sig < 2; sig++) {
+        int j[4] = {0, 1, 2, 3}, C = 4, k = 3, N = 37, d = 40;
+        chunk_case t;
+        make_case(&t, C, k, j, N, d);
+        size_t nd = (size_t)N * d;
+        float *h[2][4], *alpha[2][4], *lse[2][4], *rs[2][6];
+        for (int v = 0; v < 2; v++) {
+            for (int c = 0; c < C; c++) {
+                h[v][c] = zeros(nd), alpha[v][c] = zeros((size_t)N * t.n[c]), lse[v][c] = zeros(N);
+                for (size_t i = 0; i < (size_t)N * t.n[c]; i++)
+                    alpha[v][c][i] = NAN;
+            }
+            for (int s = 0; s < k + t.jmax; s++)
+                rs[v][s] = zeros(N);
+            ar_depth_inter shared = inter_args(&t, alpha[v], lse[v], rs[v]);
+            shared.sigmoid = sig, shared.weights_unread = v;
+            be->depth_fwd_inter(&shared, h[v], NULL);
+            for (int c = 0; c < C; c++) {
+                ar_depth_intra own = intra_args(&t, c, alpha[v][c], lse[v][c], rs[v]);
+                own.sigmoid = sig, own.weights_unread = v;
+                be->depth_fwd_merge(&own, h[v][c], NULL);
+            }
+        }
+        for (int c = 0; c < C; c++) {
+            cr_expect(memcmp(h[0][c], h[1][c], nd * sizeof(float)) == 0, "sigmoid %d: h[%d] differs", sig, c);
+            cr_expect(memcmp(lse[0][c], lse[1][c], N * sizeof(float)) == 0, "sigmoid %d: lse[%d] differs", sig,
+                      c);
+            size_t written = 0, na = (size_t)N * t.n[c];
+            for (size_t i = 0; i < na; i++)
+                written += !isnan(alpha[1][c][i]);
+            cr_expect_eq(written, 0, "sigmoid %d: %zu of mixer %d's %zu weights written", sig, written, c, na);
+            for (size_t i = 0; i < na; i++)
+                cr_assert(isfinite(alpha[0][c][i]), "sigmoid %d: mixer %d's weight %zu not written", sig, c, i);
+        }
+        for (int s = 0; s < k + t.jmax; s++)
+            cr_expect(memcmp(rs[0][s], rs[1][s], N * sizeof(float)) == 0, "sigmoid %d: rs[%d] differs", sig, s);
+        for (int v = 0; v < 2; v++) {
+            for (int c = 0; c < C; c++)
+                free(h[v][c]), free(alpha[v][c]), free(lse[v][c]);
+            for (int s = 0; s < k + t.jmax; s++)
+                free(rs[v][s]);
+        }
+        free_case(&t);
+    }
+}
+
 /* ---- model level: the chunk size changes the schedule, not the result ---- */
 
 /* A 4-layer model (L = 8, vocabulary 32, T = 16, up to 3 sequences) of the

@@ -1,6 +1,7 @@
 /* The whole model: golden float64 references, finite differences for every
  * kind, and the identities between residual kinds. */
 #include <criterion/criterion.h>
+#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -352,4 +353,77 @@ Test(model, weight_copy_names_every_parameter_but_the_embedding)
               "the copy covers floats [%td, %td), want [%zu, %zu)", copy_p - m->params,
               copy_p - m->params + (ptrdiff_t)copy_n, emb->numel, m->pt.total);
     ar_model_free(m);
+}
+
+/* ---------- forwards whose depth weights nobody reads ---------- */
+
+/* ar_model_forward_unread leaves the depth weights unwritten (the CPU's
+ * two-phase ops skip them); everything else is computed by the same code
+ * on the same values, so the loss and the final norm's output equal
+ * ar_model_forward's bit for bit.  Full, Block (chunks with intra sources)
+ * and sigmoid scores, random weights (queries non-zero); afterwards the
+ * weights read as NaN, and the next plain forward writes them again. */
+static void unread_case(ar_model_cfg mc, const char *what)
+{
+    ar_model *m;
+    ar_err e;
+    int B = 2;
+    cr_assert_eq(ar_model_create(&m, &mc, cpu(), B, &e), 0, "%s", e.msg);
+    tu_model_randomize(m, 23);
+    int N = B * m->T;
+    int32_t in[64], tg[64];
+    tu_tokens(in, tg, N, 5);
+    size_t nh = (size_t)N * m->d;
+    float *hn = malloc(nh * sizeof(float));
+    float w[64], w2[64];
+    cr_assert(hn);
+    double s1, s2;
+    double l1 = ar_model_forward(m, in, tg, B, &s1);
+    memcpy(hn, m->hn, nh * sizeof(float));
+    m->res->vt->mean_weights(m->res, m->L + 1, N, w);
+    double l2 = ar_model_forward_unread(m, in, tg, B, &s2);
+    cr_expect(l1 == l2 && s1 == s2, "%s: loss %.17g unread, %.17g read", what, l2, l1);
+    cr_expect(memcmp(hn, m->hn, nh * sizeof(float)) == 0, "%s: the final norm's output differs", what);
+    int n = m->res->vt->n_sources(m->res, m->L + 1);
+    m->res->vt->mean_weights(m->res, m->L + 1, N, w2);
+    for (int i = 0; i < n; i++)
+        cr_expect(isnan(w2[i]), "%s: source %d's weight %g after an unread forward, not NaN", what, i, w2[i]);
+    ar_model_forward(m, in, tg, B, NULL);
+    m->res->vt->mean_weights(m->res, m->L + 1, N, w2);
+    cr_expect(memcmp(w, w2, (size_t)n * sizeof(float)) == 0, "%s: the weights differ after a plain forward", what);
+    /* collect_stats reads the weights: then they are written */
+    m->collect_stats = 1;
+    ar_model_forward_unread(m, in, tg, B, NULL);
+    m->collect_stats = 0;
+    m->res->vt->mean_weights(m->res, m->L + 1, N, w2);
+    cr_expect(memcmp(w, w2, (size_t)n * sizeof(float)) == 0, "%s: weights unwritten under collect_stats", what);
+    free(hn);
+    ar_model_free(m);
+}
+
+Test(unread, outputs_equal_the_plain_forward)
+{
+    unread_case(tiny(AR_RES_FULL, 0, 0), "full");
+    unread_case(tiny(AR_RES_BLOCK, 2, 0), "block2");
+    unread_case(tiny(AR_RES_BLOCK, 3, 0), "block3");
+    ar_model_cfg sig = tiny(AR_RES_FULL, 0, 0);
+    sig.residual.score = AR_SCORE_SIGMOID;
+    unread_case(sig, "full, sigmoid");
+    ar_model_cfg nokn = tiny(AR_RES_BLOCK, 2, 0);
+    nokn.residual.key_norm = AR_KEY_NORM_OFF;
+    unread_case(nokn, "block2, no key norm");
+}
+
+/* A backward needs the weights an unread forward skipped: it refuses. */
+Test(unread, a_backward_after_it_aborts, .signal = SIGABRT)
+{
+    ar_model_cfg mc = tiny(AR_RES_FULL, 0, 0);
+    ar_model *m;
+    ar_err e;
+    cr_assert_eq(ar_model_create(&m, &mc, cpu(), 1, &e), 0, "%s", e.msg);
+    tu_model_randomize(m, 3);
+    int32_t in[16], tg[16];
+    tu_tokens(in, tg, m->T, 2);
+    ar_model_forward_unread(m, in, tg, 1, NULL);
+    ar_model_backward(m, 1.0f);
 }

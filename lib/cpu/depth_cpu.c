@@ -275,7 +275,7 @@ void cpu_depth_fwd_inter(const ar_depth_inter *chunk, float *const *o, const ar_
             }
             for (int c = 0; c < C; c++) {
                 float *zr = zt + (size_t)c * k * TILE;
-                for (int i = i0; i < i1; i++) /* raw logits; phase 2 normalises */
+                for (int i = i0; i < (chunk->weights_unread ? i0 : i1); i++) /* raw logits; phase 2 normalises */
                     for (int s = 0; s < k; s++)
                         alpha[c][(size_t)i * n[c] + s] = zr[s * TILE + (i - i0)];
                 if (sigmoid) { /* independent weights, no normaliser */
@@ -321,6 +321,7 @@ void cpu_depth_fwd_inter(const ar_depth_inter *chunk, float *const *o, const ar_
  * exp). */
 static void tile_merge_weights(const float *z, int j, float *lse, float *al, int n, int k, float *at, int nt)
 {
+    /* al NULL: the weights are not kept (weights_unread), only at */
     float M[TILE], S[TILE], L[TILE], b[TILE];
     for (int l = 0; l < TILE; l++) {
         float lv = l < nt ? lse[l] : 0.0f;
@@ -339,7 +340,7 @@ static void tile_merge_weights(const float *z, int j, float *lse, float *al, int
         at[l] = fast_expf((l < nt ? lse[l] : 0.0f) - L[l]);
     for (int l = 0; l < nt; l++)
         lse[l] = L[l]; /* the backward recovers u.x_s = (log alpha_s + LSE) / rstd_s */
-    for (int s = 0; s < k; s++) {
+    for (int s = 0; al && s < k; s++) {
         for (int l = 0; l < TILE; l++)
             b[l] = l < nt ? al[(size_t)l * n + s] : 0.0f;
         for (int l = 0; l < TILE; l++)
@@ -350,7 +351,7 @@ static void tile_merge_weights(const float *z, int j, float *lse, float *al, int
     for (int t = 0; t < j; t++) {
         for (int l = 0; l < TILE; l++)
             at[(t + 1) * TILE + l] = fast_expf(z[t * TILE + l] - L[l]);
-        for (int l = 0; l < nt; l++)
+        for (int l = 0; al && l < nt; l++)
             al[(size_t)l * n + k + t] = at[(t + 1) * TILE + l];
     }
 }
@@ -392,15 +393,18 @@ void cpu_depth_fwd_merge(const ar_depth_intra *m, float *h, const ar_norm_out *n
                     zt[t * TILE + (i + l - i0)] = r * ux[l];
                 }
             }
-        float *al0 = alpha + (size_t)i0 * n;
+        float *al0 = m->weights_unread ? NULL : alpha + (size_t)i0 * n;
         if (sigmoid) { /* h = o + sum_t sigmoid(z_t) x_t: no normaliser */
             for (int l = 0; l < nt; l++) {
-                float *al = al0 + (size_t)l * n;
-                for (int s = 0; s < k; s++)
+                float *al = al0 ? al0 + (size_t)l * n : NULL;
+                for (int s = 0; al && s < k; s++)
                     al[s] = sigmoidf_fast(al[s]);
                 at[l] = 1.0f;
-                for (int t = 0; t < j; t++)
-                    at[(t + 1) * TILE + l] = al[k + t] = sigmoidf_fast(zt[t * TILE + l]);
+                for (int t = 0; t < j; t++) {
+                    at[(t + 1) * TILE + l] = sigmoidf_fast(zt[t * TILE + l]);
+                    if (al)
+                        al[k + t] = at[(t + 1) * TILE + l];
+                }
             }
         } else {
             tile_merge_weights(zt, j, lse + i0, al0, n, k, at, nt);
