@@ -161,6 +161,7 @@ int ar_decoder_step(ar_decoder *dec, const int32_t *tok, int n, float *logits, i
     ar_model *m = dec->m;
     ar_residual *r = dec->c->res;
     int d = m->d, V = m->V;
+    r->weights_unread = 1; /* decoding reads no depth weights and runs no backward */
     be->upload(dec->tok, tok, (size_t)n * sizeof(int32_t));
     be->embedding_fwd(r->vt->embed_out(r), dec->tok, P(dec, m->embed), n, d);
     for (int l = 1; l <= m->L; l++) {

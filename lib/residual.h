@@ -122,7 +122,8 @@ struct ar_residual {
      * floats per sublayer) */
     int final_grad_overwrite, input_grad_overwrite;
     /* 1 during and after a forward whose depth weights nobody reads and
-     * after which no backward runs (ar_model_forward_unread): a scheme may
+     * after which no backward runs (ar_model_forward_unread; every
+     * decoding step, lib/decode.c): a scheme may
      * leave its weights unwritten (lib/op_args.h, weights_unread), and
      * then gives NaN for them (mean_weights, token_weights) until the next
      * forward.  The model sets it before each forward. */
