@@ -567,24 +567,28 @@ void ar_model_logits(ar_model *m, int row0, int nrows, float *out)
     m->be->matmul_fwd(out, m->hn + (size_t)row0 * m->d, P(m->lm_head), nrows, m->d, m->V);
 }
 
-double ar_model_forward(ar_model *m, const int32_t *inputs, const int32_t *targets, int B,
-                        double *sum_nats)
+/* unread: nobody reads this pass's depth weights (ar_model_forward_unread) */
+static double forward_pass(ar_model *m, const int32_t *inputs, const int32_t *targets, int B,
+                           double *sum_nats, int unread)
 {
     ar_model_set_batch(m, B);
+    /* collect_stats reads the weights in forward_head */
+    m->res->weights_unread = unread && !m->collect_stats;
     ar_model_forward_embed(m, inputs);
     ar_model_forward_sublayers(m, 1, m->L);
     return ar_model_forward_head(m, targets, sum_nats);
 }
 
+double ar_model_forward(ar_model *m, const int32_t *inputs, const int32_t *targets, int B,
+                        double *sum_nats)
+{
+    return forward_pass(m, inputs, targets, B, sum_nats, 0);
+}
+
 double ar_model_forward_unread(ar_model *m, const int32_t *inputs, const int32_t *targets, int B,
                                double *sum_nats)
 {
-    ar_model_set_batch(m, B);
-    /* collect_stats reads the weights in forward_head */
-    m->res->weights_unread = !m->collect_stats;
-    ar_model_forward_embed(m, inputs);
-    ar_model_forward_sublayers(m, 1, m->L);
-    return ar_model_forward_head(m, targets, sum_nats);
+    return forward_pass(m, inputs, targets, B, sum_nats, 1);
 }
 
 void ar_model_backward_head(ar_model *m, float scale)

@@ -46,6 +46,16 @@ int ar_evaluate(ar_model *m, const int32_t *x, size_t n, long max_windows, int w
     return rc;
 }
 
+/* One batch's forward; where nothing reads its depth weights (no hook, no
+ * backward: reads 0), without writing them (lib/model.h) */
+static void eval_forward(ar_model *m, const int32_t *in, const int32_t *tg, int B, double *sum, int reads)
+{
+    if (reads)
+        ar_model_forward(m, in, tg, B, sum);
+    else
+        ar_model_forward_unread(m, in, tg, B, sum);
+}
+
 int ar_evaluate_with(ar_model *m, const ar_eval_data *d, long max_windows, int want_grads, ar_eval_hook hook,
                      void *ud, ar_eval_result *r, ar_err *e)
 {
@@ -64,11 +74,7 @@ int ar_evaluate_with(ar_model *m, const ar_eval_data *d, long max_windows, int w
         if ((rc = read_batch(d, w0, B, T, in, tg, e)) != 0)
             break;
         double s;
-        /* nobody reads the depth weights unless a hook or a backward does */
-        if (hook || want_grads)
-            ar_model_forward(m, in, tg, B, &s);
-        else
-            ar_model_forward_unread(m, in, tg, B, &s);
+        eval_forward(m, in, tg, B, &s, hook || want_grads);
         if (hook)
             hook(m, B, ud);
         m->collect_stats = 0;
@@ -117,10 +123,7 @@ int ar_evaluate_ranks_with(ar_model *m, ar_comm *c, const ar_eval_data *d, long 
         int B = (int)(nw - w0 < (size_t)m->maxB ? nw - w0 : (size_t)m->maxB);
         if ((rc = read_batch(d, w0, B, T, in, tg, e)) != 0)
             break;
-        if (hook)
-            ar_model_forward(m, in, tg, B, &sums[i]);
-        else
-            ar_model_forward_unread(m, in, tg, B, &sums[i]);
+        eval_forward(m, in, tg, B, &sums[i], hook != NULL);
         if (hook)
             hook(m, B, ud);
         m->collect_stats = 0;

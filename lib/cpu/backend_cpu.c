@@ -109,13 +109,11 @@ static void cpu_set_threads(int n)
     if (n <= 0)
         n = initial;
     omp_set_num_threads(n);
-#ifdef AR_BLAS_BLIS
+#if defined(AR_BLAS_BLIS) || defined(AR_HAVE_BLIS_PRODUCTS)
     ar_blis_set_threads(n);
-#else
-    openblas_set_num_threads(n);
 #endif
-#ifdef AR_HAVE_BLIS_PRODUCTS
-    ar_blis_set_threads(n);
+#ifndef AR_BLAS_BLIS
+    openblas_set_num_threads(n);
 #endif
     flush_subnormals();
 }

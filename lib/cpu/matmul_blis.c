@@ -5,8 +5,8 @@
  * Why: on an AMD EPYC Zen 3 (2 threads), BLIS's zen3 kernels ran the
  * forward products out = x W^T 20-35% faster than OpenBLAS's Zen sgemm
  * at d_model 256-688 and dx += dout W a little faster, while OpenBLAS
- * stayed ahead on dW += dout^T x; bench-small trained 10-25% and inferred
- * 20-35% faster with them on BLIS.  On a Zen 4 the two libraries were
+ * stayed ahead on dW += dout^T x; bench-small trained 9-15% and inferred
+ * 19-37% faster with them on BLIS.  On a Zen 4 the two libraries were
  * level (BENCHMARKS.md, "Small products").  On other CPUs nothing was
  * measured, so OpenBLAS keeps every product there.
  *
