@@ -27,6 +27,14 @@ void mu_need_mpi(void)
     free(tu_run("command -v mpirun", &st));
     if (st != 0)
         cr_skip_test("mpirun is not installed (tools/install-deps.sh installs Open MPI)");
+    /* Each test program's jobs keep their Open MPI session directories in a
+     * directory of its own: two mpiruns of two programs started at once,
+     * both creating /tmp/ompi.HOST.UID, can fail in Open MPI 4.1's
+     * orte_session_dir ("mkdir ... File exists"), as CI saw. */
+    static char base[4096];
+    if (!base[0])
+        snprintf(base, sizeof base, "%s", tu_tmpdir());
+    setenv("OMPI_MCA_orte_tmpdir_base", base, 1);
 }
 
 char *mu_sh(const char *dir, int *st, const char *fmt, ...)
