@@ -30,11 +30,15 @@ void mu_need_mpi(void)
     /* Each test program's jobs keep their Open MPI session directories in a
      * directory of its own: two mpiruns of two programs started at once,
      * both creating /tmp/ompi.HOST.UID, can fail in Open MPI 4.1's
-     * orte_session_dir ("mkdir ... File exists"), as CI saw. */
+     * orte_session_dir ("mkdir ... File exists"), as CI saw.  TMPDIR, not
+     * the orte_tmpdir_base parameter, which mpirun hands to every daemon:
+     * tools/netns-hosts.sh gives each of its hosts a TMPDIR of its own
+     * under the caller's, for the same race between a job's daemons. */
     static char base[4096];
-    if (!base[0])
+    if (!base[0]) {
         snprintf(base, sizeof base, "%s", tu_tmpdir());
-    setenv("OMPI_MCA_orte_tmpdir_base", base, 1);
+        setenv("TMPDIR", base, 1);
+    }
 }
 
 char *mu_sh(const char *dir, int *st, const char *fmt, ...)
