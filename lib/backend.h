@@ -44,7 +44,8 @@ extern "C" {
 #endif
 
 #define AR_RMS_EPS 1e-6f
-#define AR_WMIX_MAX 8 /* most outputs or inputs of one wmix op */
+#define AR_WMIX_MAX 8      /* most outputs of one wmix op */
+#define AR_WMIX_MAX_IN 256 /* most inputs of one wmix op */
 #define AR_HEAD_CHUNK_FLOATS (16u << 20) /* the CPU backend's head_floats() */
 
 typedef struct ar_backend {

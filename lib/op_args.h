@@ -147,8 +147,9 @@ typedef struct {
                          DEV_OPT((c)->theta[i_], (c)->n[i_]))
 
 /* p weighted sums of the same n buffers of len floats (mHC's streams,
- * p, n <= AR_WMIX_MAX): output i takes C[i ldc + j] of input j (C: device,
- * rows ldc floats apart). */
+ * static's chunks of mixers; p <= AR_WMIX_MAX, n <= AR_WMIX_MAX_IN):
+ * output i takes C[i ldc + j] of input j (C: device, rows ldc floats
+ * apart). */
 typedef struct {
     int p, n;
     const float *C;

@@ -144,7 +144,8 @@ ar_residual *ar_residual_create(const ar_model_cfg *cfg, const ar_backend *be, i
 extern int ar_depth_chunk;
 
 /* 1: plain full/block also run on the general depth mixer of
- * lib/residual_mixer.c instead of lib/residual_depth.c (tests compare the
+ * lib/residual_mixer.c instead of lib/residual_depth.c, and static on its
+ * per-token ops instead of weighted sums of buffers (tests compare the
  * two).  Read at creation; default 0. */
 extern int ar_depth_general;
 

@@ -54,6 +54,21 @@
  * passes where the chunked backward took about L^2 / 2C).  Its weights
  * (1/n, the softmax of n zeros) are written once, for the diagnostics.
  *
+ * static takes none of the per-token machinery either: its weights
+ * alpha_m = softmax(theta_m) are the same for every token, so its mixing is
+ * a weighted sum of buffers (lib/ops.def: wmix, wsum), read as a matrix
+ * product over depth.  At the forward of a chunk's lowest mixer m0, one
+ * wmix pass reads each shared source s < k once and starts every mixer of
+ * the chunk, h_m = sum_{s<k} alpha_m[s] v_s; each mixer then adds its own
+ * sources s >= k (wsum).  Backward: dv_s += alpha_m[s] dh_m and
+ * dalpha_m[s] = sum over tokens of dh_m . v_s, the own sources per mixer
+ * (wsum_bwd), the shared ones for the whole chunk at m0 (wmix_bwd: one
+ * read of each shared row and of its gradient row); then on the host
+ * dtheta_m = alpha_m * (dalpha_m - alpha_m . dalpha_m), the softmax's
+ * backward, a few floats a mixer (as mHC's coefficients, residual_mhc.c).
+ * Where one mixer has more than AR_WMIX_MAX_IN sources, or with
+ * ar_depth_general, static runs on the per-token ops like the others.
+ *
  * Memory is simple rather than lean: P, dP and the mixed inputs h of every
  * mixer are kept (3(L+1) buffers of N x d; rescaled: no dP, and S and R),
  * plus per mixer its weights and the input-dependent query's activations,
@@ -61,6 +76,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../core/error.h"
 #include "depth_sources.h"
@@ -69,6 +85,7 @@
 int ar_depth_general = 0;
 
 #define AR_MIXER_CHUNK_MAX 8
+_Static_assert(AR_MIXER_CHUNK_MAX <= AR_WMIX_MAX, "static starts a chunk's mixers in one wmix");
 
 typedef struct {
     int n;
@@ -83,6 +100,12 @@ typedef struct {
     int gate_idx;        /* query_gate: g_m's parameter index */
     float *cdot;         /* N x H: dh.h per head (chunked backward) */
     int m0, pos;         /* its chunk's lowest mixer, and its place in the chunk */
+    /* static on weighted sums (the module comment): alpha holds n floats,
+     * ahost the same on the host; at a chunk's lowest mixer coef and dcoef
+     * (device, C x k, rows k floats apart) the chunk's weights of the
+     * shared sources and their gradients; dalpha (device, n) the gradients
+     * of the weights of its own sources s >= k */
+    float *ahost, *coef, *dcoef, *dalpha;
 } mixer;
 
 typedef struct {
@@ -100,6 +123,7 @@ typedef struct {
     int *csize, *ck;     /* per lowest mixer m0: its chunk's size and shared sources */
     float **dHc;         /* cmax buffers N x d: dL/dh of each place in a chunk */
     int uniform;         /* rescaled: running sums (the module comment) */
+    int wsums;           /* static: weighted sums (the module comment) */
     float *S, *R, *inv;  /* uniform: the running sum, its gradient; inv[m] = 1/n_m (device) */
     const ar_param_table *pt;
     float *params, *grads;
@@ -169,11 +193,22 @@ static void mixer_bind(ar_residual *r, float *params, float *grads, float *const
     }
     for (int m = 1; m <= r->L + 1; m++) {
         mixer *x = &s->mx[m];
-        x->alpha = be->alloc((size_t)r->maxN * s->H * x->n * sizeof(float));
+        if (s->wsums) {
+            x->alpha = be->alloc((size_t)x->n * sizeof(float));
+            x->dalpha = be->alloc((size_t)x->n * sizeof(float));
+            x->ahost = ar_xcalloc((size_t)x->n, sizeof(float));
+            if (x->m0 == m) {
+                size_t ck = (size_t)s->csize[m] * s->ck[m] * sizeof(float);
+                x->coef = be->alloc(ck);
+                x->dcoef = be->alloc(ck);
+            }
+        } else {
+            x->alpha = be->alloc((size_t)r->maxN * s->H * x->n * sizeof(float));
+        }
         if (s->key_norm)
             x->rstd = be->alloc((size_t)r->maxN * x->n * sizeof(float));
         x->h = be->alloc(nd);
-        if (s->cmax > 1)
+        if (s->cmax > 1 && !s->wsums)
             x->cdot = be->alloc((size_t)r->maxN * s->H * sizeof(float));
         if (s->qinput) {
             x->qn = be->alloc(nd);
@@ -218,6 +253,110 @@ static float *query_rows(const mixer_res *s, const mixer *x)
     return s->qgate ? x->wq : s->qnorm ? x->un : x->u;
 }
 
+/* static: alpha_q = softmax(theta_q) of each mixer q of the chunk that m0
+ * opens, on the host (in double, rounded once) and uploaded; coef the
+ * chunk's rows of the k shared sources' weights */
+static void static_weights(mixer_res *s, int m0)
+{
+    const ar_backend *be = s->base.be;
+    int C = s->csize[m0], k = s->ck[m0];
+    mixer *x0 = &s->mx[m0];
+    float *coef = ar_xmalloc((size_t)C * k * sizeof(float));
+    for (int c = 0; c < C; c++) {
+        mixer *y = &s->mx[m0 + c];
+        int n = y->n;
+        float *th = ar_xmalloc((size_t)n * sizeof(float));
+        be->download(th, pp(s, y->t_idx), (size_t)n * sizeof(float));
+        double mx = th[0], sum = 0;
+        for (int i = 1; i < n; i++)
+            mx = th[i] > mx ? th[i] : mx;
+        for (int i = 0; i < n; i++)
+            sum += exp((double)th[i] - mx);
+        for (int i = 0; i < n; i++)
+            y->ahost[i] = (float)(exp((double)th[i] - mx) / sum);
+        be->upload(y->alpha, y->ahost, (size_t)n * sizeof(float));
+        memcpy(coef + (size_t)c * k, y->ahost, (size_t)k * sizeof(float));
+        free(th);
+    }
+    be->upload(x0->coef, coef, (size_t)C * k * sizeof(float));
+    free(coef);
+}
+
+/* static: h_m = sum_{s<k} alpha_m[s] v_s for every mixer of the chunk at
+ * its lowest (one wmix pass), then each adds its own sources s >= k */
+static const float *static_fwd(mixer_res *s, int m, int N)
+{
+    const ar_backend *be = s->base.be;
+    mixer *x = &s->mx[m];
+    int m0 = x->m0, C = s->csize[m0], k = s->ck[m0];
+    size_t nd = (size_t)N * s->base.d;
+    if (m == m0) {
+        static_weights(s, m0);
+        float *hs[AR_MIXER_CHUNK_MAX];
+        for (int c = 0; c < C; c++)
+            hs[c] = s->mx[m0 + c].h;
+        ar_wmix mix = {.p = C, .n = k, .C = x->coef, .ldc = k, .len = nd};
+        be->wmix_fwd(&mix, hs, x->sp);
+    }
+    if (x->n > k)
+        be->wsum_fwd(x->h, x->sp + k, x->alpha + k, x->n - k, 1, nd);
+    return x->h;
+}
+
+/* static: dtheta_q += alpha_q * (dalpha_q - alpha_q . dalpha_q) for each
+ * mixer q of the chunk m0 opens, dalpha_q from the chunk's dcoef (shared
+ * sources) and q's own dalpha (the rest) */
+static void static_theta_grads(mixer_res *s, int m0)
+{
+    const ar_backend *be = s->base.be;
+    int C = s->csize[m0], k = s->ck[m0];
+    float *dcoef = ar_xmalloc((size_t)C * k * sizeof(float));
+    be->download(dcoef, s->mx[m0].dcoef, (size_t)C * k * sizeof(float));
+    for (int c = 0; c < C; c++) {
+        mixer *y = &s->mx[m0 + c];
+        int n = y->n;
+        float *da = ar_xmalloc((size_t)n * sizeof(float)), *g = ar_xmalloc((size_t)n * sizeof(float));
+        memcpy(da, dcoef + (size_t)c * k, (size_t)k * sizeof(float));
+        if (n > k)
+            be->download(da + k, y->dalpha + k, (size_t)(n - k) * sizeof(float));
+        double cd = 0;
+        for (int i = 0; i < n; i++)
+            cd += (double)y->ahost[i] * da[i];
+        be->download(g, gp(s, y->t_idx), (size_t)n * sizeof(float));
+        for (int i = 0; i < n; i++)
+            g[i] += (float)(y->ahost[i] * (da[i] - cd));
+        be->upload(gp(s, y->t_idx), g, (size_t)n * sizeof(float));
+        free(da);
+        free(g);
+    }
+    free(dcoef);
+}
+
+/* static's backward (dh: dL/dh_m): m's own sources now, the shared ones
+ * and every weight's gradient with the whole chunk at its lowest mixer */
+static void static_bwd(mixer_res *s, int m, const float *dh, int N)
+{
+    const ar_backend *be = s->base.be;
+    mixer *x = &s->mx[m];
+    int m0 = x->m0, C = s->csize[m0], k = s->ck[m0];
+    size_t nd = (size_t)N * s->base.d;
+    if (x->n > k) {
+        be->zero(x->dalpha + k, (size_t)(x->n - k) * sizeof(float));
+        be->wsum_bwd(x->dsp + k, x->dalpha + k, dh, x->sp + k, x->alpha + k, x->n - k, nd);
+    }
+    if (m != m0)
+        return;
+    const float *dys[AR_MIXER_CHUNK_MAX];
+    for (int c = 0; c < C; c++)
+        dys[c] = c == 0 ? dh : s->dHc[s->mx[m0 + c].pos];
+    be->zero(x->dcoef, (size_t)C * k * sizeof(float));
+    ar_wmix mix = {.p = C, .n = k, .C = x->coef, .ldc = k, .len = nd};
+    /* the final mixer reads every v_s and comes first: it writes dv_s
+     * (mixer_zero_grads leaves them), the others add */
+    be->wmix_bwd(&mix, x->dsp, m <= s->base.L, x->dcoef, dys, x->sp);
+    static_theta_grads(s, m0);
+}
+
 static const float *mix_fwd(mixer_res *s, int m, int N)
 {
     const ar_backend *be = s->base.be;
@@ -233,6 +372,8 @@ static const float *mix_fwd(mixer_res *s, int m, int N)
         be->wsum_fwd(x->h, &S, s->inv + m, 1, 0, nd);
         return x->h;
     }
+    if (s->wsums)
+        return static_fwd(s, m, N);
     const float *w = pp(s, x->q_idx);
     int wstride = 0;
     if (s->qinput) {
@@ -270,6 +411,10 @@ static void mix_bwd(mixer_res *s, int m, const float *dh, int N)
     size_t nd = (size_t)N * d * sizeof(float);
     if (s->uniform) { /* R = dh_out / (L+1) (the first), then R += dh_m / m */
         be->wsum_fwd(s->R, &dh, s->inv + m, 1, m <= s->base.L, (size_t)N * d);
+        return;
+    }
+    if (s->wsums) {
+        static_bwd(s, m, dh, N);
         return;
     }
     if (s->qinput) {
@@ -349,8 +494,8 @@ static const float *mixer_final_fwd(ar_residual *r, int N) { return mix_fwd(MR(r
 
 static void mixer_zero_grads(ar_residual *r, int N)
 {
-    if (MR(r)->uniform)
-        return; /* R is written by the final mixer */
+    if (MR(r)->uniform || MR(r)->wsums)
+        return; /* R, or static's every dP, is written by the final mixer */
     size_t nd = (size_t)N * r->d * sizeof(float);
     for (int l = 0; l <= r->L; l++)
         r->be->zero(MR(r)->dP[l], nd);
@@ -391,6 +536,10 @@ static void mixer_mean_weights(ar_residual *r, int l, int N, float *out)
 {
     mixer_res *s = MR(r);
     mixer *x = &s->mx[l];
+    if (s->wsums) { /* the same weights for every token */
+        memcpy(out, x->ahost, (size_t)x->n * sizeof(float));
+        return;
+    }
     size_t cnt = (size_t)N * s->H * x->n;
     float *a = ar_xmalloc(cnt * sizeof(float));
     r->be->download(a, x->alpha, cnt * sizeof(float));
@@ -408,7 +557,10 @@ static long mixer_token_weights(ar_residual *r, int l, int N, float *out)
 {
     mixer_res *s = MR(r);
     mixer *x = &s->mx[l];
-    if (out)
+    if (out && s->wsums)
+        for (long t = 0; t < (long)N * s->H; t++)
+            memcpy(out + (size_t)t * x->n, x->ahost, (size_t)x->n * sizeof(float));
+    else if (out)
         r->be->download(out, x->alpha, (size_t)N * s->H * x->n * sizeof(float));
     return (long)N * s->H;
 }
@@ -436,10 +588,12 @@ static void mixer_destroy(ar_residual *r)
     free(s->ck);
     for (int m = 1; m <= r->L + 1; m++) {
         mixer *x = &s->mx[m];
-        float *mb[] = {x->alpha, x->rstd, x->h, x->qn, x->wq, x->qrs, x->cdot, x->u, x->un, x->urs};
+        float *mb[] = {x->alpha, x->rstd, x->h,  x->qn,   x->wq,    x->qrs,
+                       x->cdot,  x->u,    x->un, x->urs, x->coef, x->dcoef, x->dalpha};
         for (size_t i = 0; i < sizeof mb / sizeof *mb; i++)
             if (mb[i])
                 be->free(mb[i]);
+        free(x->ahost);
         free(x->src);
         free(x->sp);
         free(x->dsp);
@@ -579,5 +733,10 @@ ar_residual *ar_residual_mixer_create(const ar_model_cfg *cfg, const ar_backend 
         }
     }
     plan_chunks(s);
+    if (rc->kind == AR_RES_STATIC && !ar_depth_general) {
+        s->wsums = 1;
+        for (int m = 1; m <= L + 1; m++)
+            s->wsums &= s->mx[m].n <= AR_WMIX_MAX_IN;
+    }
     return &s->base;
 }

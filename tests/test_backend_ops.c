@@ -3030,6 +3030,7 @@ Test(backend_ops, wmix)
     wmix_case(5, 4, 5, 1024 * 512 + 3);
     wmix_case(4, 1, 5, 2 * 16384 + 5);
     wmix_case(1, 1, 1, 1);
+    wmix_case(4, MAXL, MAXL + 3, 64 * 64 + 5); /* static's chunk: more inputs than outputs */
 }
 
 Test(backend_ops, wsum)

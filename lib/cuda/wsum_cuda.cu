@@ -3,7 +3,8 @@
  * mHC (lib/residual_mhc.c), and wmix_fwd/bwd, several sums of the same
  * inputs in one pass (mHC's streams).  The math is in lib/ops.def; the
  * CPU versions are in lib/cpu/wsum_cpu.c.  wsum's buffer lists travel as
- * rows_cuda.h's source lists, wmix's as lists of AR_WMIX_MAX.
+ * rows_cuda.h's source lists, wmix's outputs (and dy) as lists of
+ * AR_WMIX_MAX, its inputs (and dx) as source lists of AR_WMIX_MAX_IN.
  * Determinism: the coefficient gradients are per-block partials in double,
  * added in block order. */
 #include "ops_cuda.h"
@@ -128,8 +129,10 @@ extern "C" void cuda_wsum_bwd(float *const *dx, float *dc, const float *dy, cons
     }
 }
 
-/* wmix's buffer lists: at most AR_WMIX_MAX pointers each, so three lists
- * fit a kernel's parameters easily.  T: const float (inputs) or float. */
+/* wmix's output lists (y, dy): at most AR_WMIX_MAX pointers each.  Its
+ * inputs (x, dx) travel as source lists: with two of those wmix_bwd has
+ * more than 4 KiB of parameters (rows_cuda.h).  T: const float or float. */
+static_assert(AR_WMIX_MAX_IN <= MAXP, "wmix's inputs travel as source lists");
 template <class T> struct wlist {
     T *p[AR_WMIX_MAX];
 };
@@ -150,34 +153,37 @@ template <class T> static wlist<T> make_wlist(T *const *a, int n, const char *op
     return l;
 }
 
-/* y[i][k] = sum_j C[i ldc + j] x[j][k] */
-__global__ void wmix_fwd_kernel(wl_m y, int p, wl_c x, int n, const float *C, int ldc, size_t len)
+/* y[i][k] = sum_j C[i ldc + j] x[j][k]  (j in order; each input read once) */
+__global__ void wmix_fwd_kernel(wl_m y, int p, clist x, int n, const float *C, int ldc, size_t len)
 {
-    __shared__ float cs[AR_WMIX_MAX * AR_WMIX_MAX];
+    __shared__ float cs[AR_WMIX_MAX * AR_WMIX_MAX_IN];
     for (int t = threadIdx.x; t < p * n; t += blockDim.x)
         cs[t] = C[(size_t)(t / n) * ldc + t % n];
     __syncthreads();
     for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < len;
          k += (size_t)gridDim.x * blockDim.x) {
-        float xv[AR_WMIX_MAX];
-        for (int j = 0; j < n; j++)
-            xv[j] = x.p[j][k];
-        for (int i = 0; i < p; i++) {
-            float v = cs[i * n] * xv[0];
-            for (int j = 1; j < n; j++)
-                v += cs[i * n + j] * xv[j];
-            y.p[i][k] = v;
+        float acc[AR_WMIX_MAX], x0 = x.p[0][k];
+        for (int i = 0; i < AR_WMIX_MAX; i++)
+            acc[i] = i < p ? cs[i * n] * x0 : 0.0f;
+        for (int j = 1; j < n; j++) {
+            float xv = x.p[j][k];
+            for (int i = 0; i < AR_WMIX_MAX; i++)
+                if (i < p)
+                    acc[i] = fmaf(cs[i * n + j], xv, acc[i]);
         }
+        for (int i = 0; i < AR_WMIX_MAX; i++)
+            if (i < p)
+                y.p[i][k] = acc[i];
     }
 }
 
 /* Block b covers elements [b per, (b+1) per):
  *   dx[j][k] = (accumulate ? dx[j][k] : 0) + sum_i C[i ldc + j] dy[i][k]
  *   part[b p n + i n + j] = sum_k dy[i][k] x[j][k]  (double; part NULL: skipped) */
-__global__ void wmix_bwd_kernel(wl_m dx, int accumulate, double *part, wl_c dy, int p, wl_c x, int n,
+__global__ void wmix_bwd_kernel(mlist dx, int accumulate, double *part, wl_c dy, int p, clist x, int n,
                                 const float *C, int ldc, size_t len, size_t per)
 {
-    __shared__ float cs[AR_WMIX_MAX * AR_WMIX_MAX];
+    __shared__ float cs[AR_WMIX_MAX * AR_WMIX_MAX_IN];
     for (int t = threadIdx.x; t < p * n; t += blockDim.x)
         cs[t] = C[(size_t)(t / n) * ldc + t % n];
     __syncthreads();
@@ -216,7 +222,9 @@ extern "C" void cuda_wmix_fwd(const ar_wmix *m, float *const *y, const float *co
     if (len == 0)
         return;
     wl_m yl = make_wlist(y, p, op);
-    wl_c xl = make_wlist(x, n, op);
+    if (n < 1 || n > AR_WMIX_MAX_IN)
+        die(op, "%ld inputs (1 to %ld)", n, AR_WMIX_MAX_IN);
+    clist xl = make_clist(x, n, op);
     size_t nb = (len + WSUM_T - 1) / WSUM_T;
     if (nb > 4 * WSUM_BLOCKS)
         nb = 4 * WSUM_BLOCKS;
@@ -233,8 +241,11 @@ extern "C" void cuda_wmix_bwd(const ar_wmix *m, float *const *dx, int accumulate
     const char *op = "wmix_bwd";
     if (len == 0)
         return;
-    wl_m dl = make_wlist(dx, n, op);
-    wl_c yl = make_wlist(dy, p, op), xl = make_wlist(x, n, op);
+    if (n < 1 || n > AR_WMIX_MAX_IN)
+        die(op, "%ld inputs (1 to %ld)", n, AR_WMIX_MAX_IN);
+    mlist dl = make_mlist(dx, n, op);
+    wl_c yl = make_wlist(dy, p, op);
+    clist xl = make_clist(x, n, op);
     size_t nb = (len + 8 * WSUM_T - 1) / (8 * WSUM_T);
     if (nb > WSUM_BLOCKS)
         nb = WSUM_BLOCKS;
