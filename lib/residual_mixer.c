@@ -66,6 +66,9 @@
  * read of each shared row and of its gradient row); then on the host
  * dtheta_m = alpha_m * (dalpha_m - alpha_m . dalpha_m), the softmax's
  * backward, a few floats a mixer (as mHC's coefficients, residual_mhc.c).
+ * The host forms every mixer's weights at the first mixer's forward and
+ * every gradient after the last backward, so a device is waited for
+ * twice a step, not at every chunk.
  * Where one mixer has more than AR_WMIX_MAX_IN sources, or with
  * ar_depth_general, static runs on the per-token ops like the others.
  *
@@ -290,8 +293,10 @@ static const float *static_fwd(mixer_res *s, int m, int N)
     mixer *x = &s->mx[m];
     int m0 = x->m0, C = s->csize[m0], k = s->ck[m0];
     size_t nd = (size_t)N * s->base.d;
+    if (m == 1) /* every mixer's weights at once: one wait for the device */
+        for (int q = 1; q <= s->base.L + 1; q += s->csize[q])
+            static_weights(s, q);
     if (m == m0) {
-        static_weights(s, m0);
         float *hs[AR_MIXER_CHUNK_MAX];
         for (int c = 0; c < C; c++)
             hs[c] = s->mx[m0 + c].h;
@@ -354,7 +359,9 @@ static void static_bwd(mixer_res *s, int m, const float *dh, int N)
     /* the final mixer reads every v_s and comes first: it writes dv_s
      * (mixer_zero_grads leaves them), the others add */
     be->wmix_bwd(&mix, x->dsp, m <= s->base.L, x->dcoef, dys, x->sp);
-    static_theta_grads(s, m0);
+    if (m == 1) /* the last mixer: every weight's gradient at once, one wait */
+        for (int q = 1; q <= s->base.L + 1; q += s->csize[q])
+            static_theta_grads(s, q);
 }
 
 static const float *mix_fwd(mixer_res *s, int m, int N)
