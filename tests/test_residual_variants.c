@@ -1001,6 +1001,19 @@ Test(variants, mixer_backward_in_chunks_equals_one_at_a_time)
     }
 }
 
+/* A model of c (batch 2) with random weights, and 2 T random tokens in in
+ * and tg (64 each) */
+static ar_model *random_tiny(ar_model_cfg c, uint64_t seed, uint64_t token_seed, int32_t *in, int32_t *tg)
+{
+    ar_model *m;
+    ar_err e;
+    cr_assert_eq(ar_model_create(&m, &c, cpu(), 2, &e), 0, "%s", e.msg);
+    tu_model_randomize(m, seed);
+    cr_assert_leq(2 * m->T, 64);
+    tu_tokens(in, tg, 2 * m->T, token_seed);
+    return m;
+}
+
 /* static mixes by weighted sums of whole buffers (wmix over a chunk's
  * shared sources, wsum over each mixer's own; lib/residual_mixer.c) where
  * the general mixer forms every token's weights and sums: against it on
@@ -1026,13 +1039,8 @@ Test(variants, static_weighted_sums_equal_general_mixer)
  * within 2 u) */
 Test(variants, static_weights_are_the_softmax_of_the_logits)
 {
-    ar_model_cfg c = tiny(AR_RES_STATIC);
-    ar_model *m;
-    ar_err e;
-    cr_assert_eq(ar_model_create(&m, &c, cpu(), 2, &e), 0, "%s", e.msg);
-    tu_model_randomize(m, 31);
     int32_t in[64], tg[64];
-    tu_tokens(in, tg, 2 * m->T, 5);
+    ar_model *m = random_tiny(tiny(AR_RES_STATIC), 31, 5, in, tg);
     ar_model_forward(m, in, tg, 2, NULL);
     int N = 2 * m->T;
     for (int l = 1; l <= m->L + 1; l++) {
@@ -1126,14 +1134,9 @@ Test(variants, two_phase_wide_rows_equal_general_mixer)
 
 Test(variants, rescaled_gives_uniform_weights)
 {
-    ar_model_cfg c = tiny(AR_RES_RESCALED);
-    ar_model *m;
-    ar_err e;
-    cr_assert_eq(ar_model_create(&m, &c, cpu(), 2, &e), 0);
-    tu_model_randomize(m, 2);
-    cr_expect_eq(ar_model_nonembed_params(m) > 0, 1);
     int32_t in[64], tg[64];
-    tu_tokens(in, tg, 2 * m->T, 9);
+    ar_model *m = random_tiny(tiny(AR_RES_RESCALED), 2, 9, in, tg);
+    cr_expect_eq(ar_model_nonembed_params(m) > 0, 1);
     ar_model_forward(m, in, tg, 2, NULL);
     for (int l = 1; l <= m->L + 1; l++) {
         int n = m->res->vt->n_sources(m->res, l);
@@ -1394,12 +1397,8 @@ Test(variants, second_backward_equals_first)
         if (kinds[k] == AR_RES_SWA)
             c.residual.window = 2;
         valid(&c);
-        ar_model *m;
-        ar_err e;
-        cr_assert_eq(ar_model_create(&m, &c, cpu(), 2, &e), 0, "%s", e.msg);
-        tu_model_randomize(m, 5);
         int32_t in[64], tg[64];
-        tu_tokens(in, tg, 2 * m->T, 13);
+        ar_model *m = random_tiny(c, 5, 13, in, tg);
         size_t n = m->pt.total;
         float *g1 = malloc(n * sizeof(float));
         ar_model_zero_grad(m);
