@@ -34,6 +34,18 @@ void tu_tokens(int32_t *in, int32_t *tg, int n, uint64_t seed)
     free(u);
 }
 
+ar_model *tu_model_random(ar_model_cfg c, int B, uint64_t seed, uint64_t token_seed, int32_t *in, int32_t *tg,
+                          int cap)
+{
+    ar_model *m;
+    ar_err e;
+    cr_assert_eq(ar_model_create(&m, &c, ar_backend_cpu(), B, &e), 0, "%s", e.msg);
+    tu_model_randomize(m, seed);
+    cr_assert_leq(B * m->T, cap, "%d tokens, room for %d", B * m->T, cap);
+    tu_tokens(in, tg, B * m->T, token_seed);
+    return m;
+}
+
 void tu_model_fd_check(ar_model_cfg mc, const char *what, const char *must_have)
 {
     tu_model_fd_check_prep(mc, what, must_have, NULL);

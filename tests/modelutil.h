@@ -12,6 +12,10 @@
 void tu_model_randomize(ar_model *m, uint64_t seed);
 /* n random byte tokens and their next-token targets. */
 void tu_tokens(int32_t *in, int32_t *tg, int n, uint64_t seed);
+/* A model of c on the CPU for batches of B, its weights randomised (seed),
+ * and B T tokens and targets in in and tg (token_seed), at most cap each. */
+ar_model *tu_model_random(ar_model_cfg c, int B, uint64_t seed, uint64_t token_seed, int32_t *in, int32_t *tg,
+                          int cap);
 /* Directional finite differences per tensor of a randomised model of config
  * mc (batch 2): for a random unit direction u on one tensor,
  * (L(p + h u) - L(p - h u)) / 2h against g.u, with the loss summed in

@@ -418,12 +418,8 @@ Test(unread, outputs_equal_the_plain_forward)
 Test(unread, a_backward_after_it_aborts, .signal = SIGABRT)
 {
     ar_model_cfg mc = tiny(AR_RES_FULL, 0, 0);
-    ar_model *m;
-    ar_err e;
-    cr_assert_eq(ar_model_create(&m, &mc, cpu(), 1, &e), 0, "%s", e.msg);
-    tu_model_randomize(m, 3);
     int32_t in[16], tg[16];
-    tu_tokens(in, tg, m->T, 2);
+    ar_model *m = tu_model_random(mc, 1, 3, 2, in, tg, 16);
     ar_model_forward_unread(m, in, tg, 1, NULL);
     ar_model_backward(m, 1.0f);
 }

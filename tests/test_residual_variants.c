@@ -1001,19 +1001,6 @@ Test(variants, mixer_backward_in_chunks_equals_one_at_a_time)
     }
 }
 
-/* A model of c (batch 2) with random weights, and 2 T random tokens in in
- * and tg (64 each) */
-static ar_model *random_tiny(ar_model_cfg c, uint64_t seed, uint64_t token_seed, int32_t *in, int32_t *tg)
-{
-    ar_model *m;
-    ar_err e;
-    cr_assert_eq(ar_model_create(&m, &c, cpu(), 2, &e), 0, "%s", e.msg);
-    tu_model_randomize(m, seed);
-    cr_assert_leq(2 * m->T, 64);
-    tu_tokens(in, tg, 2 * m->T, token_seed);
-    return m;
-}
-
 /* static mixes by weighted sums of whole buffers (wmix over a chunk's
  * shared sources, wsum over each mixer's own; lib/residual_mixer.c) where
  * the general mixer forms every token's weights and sums: against it on
@@ -1040,7 +1027,7 @@ Test(variants, static_weighted_sums_equal_general_mixer)
 Test(variants, static_weights_are_the_softmax_of_the_logits)
 {
     int32_t in[64], tg[64];
-    ar_model *m = random_tiny(tiny(AR_RES_STATIC), 31, 5, in, tg);
+    ar_model *m = tu_model_random(tiny(AR_RES_STATIC), 2, 31, 5, in, tg, 64);
     ar_model_forward(m, in, tg, 2, NULL);
     int N = 2 * m->T;
     for (int l = 1; l <= m->L + 1; l++) {
@@ -1135,7 +1122,7 @@ Test(variants, two_phase_wide_rows_equal_general_mixer)
 Test(variants, rescaled_gives_uniform_weights)
 {
     int32_t in[64], tg[64];
-    ar_model *m = random_tiny(tiny(AR_RES_RESCALED), 2, 9, in, tg);
+    ar_model *m = tu_model_random(tiny(AR_RES_RESCALED), 2, 2, 9, in, tg, 64);
     cr_expect_eq(ar_model_nonembed_params(m) > 0, 1);
     ar_model_forward(m, in, tg, 2, NULL);
     for (int l = 1; l <= m->L + 1; l++) {
@@ -1337,12 +1324,9 @@ Test(variants, config_rejects_misplaced_flags)
  * |M| is M of their absolute values. */
 static void mixing_matches_forward(ar_model_cfg c)
 {
-    ar_model *m;
-    ar_err e;
-    cr_assert_eq(ar_model_create(&m, &c, cpu(), 1, &e), 0, "%s", e.msg);
-    tu_model_randomize(m, 21);
     int32_t in[64], tg[64];
-    tu_tokens(in, tg, m->T, 4);
+    ar_model *m = tu_model_random(c, 1, 21, 4, in, tg, 64);
+    ar_err e;
     ar_model_forward(m, in, tg, 1, NULL);
     int L = m->L, N = m->T, d = m->d, streams = c.residual.kind == AR_RES_MHC ? c.residual.streams : 0;
     size_t nm = (size_t)(L + 1) * (L + 1);
@@ -1398,7 +1382,7 @@ Test(variants, second_backward_equals_first)
             c.residual.window = 2;
         valid(&c);
         int32_t in[64], tg[64];
-        ar_model *m = random_tiny(c, 5, 13, in, tg);
+        ar_model *m = tu_model_random(c, 2, 5, 13, in, tg, 64);
         size_t n = m->pt.total;
         float *g1 = malloc(n * sizeof(float));
         ar_model_zero_grad(m);
