@@ -127,6 +127,7 @@ typedef struct {
     float **dHc;         /* cmax buffers N x d: dL/dh of each place in a chunk */
     int uniform;         /* rescaled: running sums (the module comment) */
     int wsums;           /* static: weighted sums (the module comment) */
+    float *hbuf;         /* static: host rows, (AR_MIXER_CHUNK_MAX + 2)(L + 1) floats */
     float *S, *R, *inv;  /* uniform: the running sum, its gradient; inv[m] = 1/n_m (device) */
     const ar_param_table *pt;
     float *params, *grads;
@@ -263,26 +264,23 @@ static void static_weights(mixer_res *s, int m0)
 {
     const ar_backend *be = s->base.be;
     int C = s->csize[m0], k = s->ck[m0];
-    mixer *x0 = &s->mx[m0];
-    float *coef = ar_xmalloc((size_t)C * k * sizeof(float));
+    float *coef = s->hbuf;
     for (int c = 0; c < C; c++) {
         mixer *y = &s->mx[m0 + c];
         int n = y->n;
-        float *th = ar_xmalloc((size_t)n * sizeof(float));
-        be->download(th, pp(s, y->t_idx), (size_t)n * sizeof(float));
-        double mx = th[0], sum = 0;
+        float *a = y->ahost; /* theta, then softmax(theta) in place */
+        be->download(a, pp(s, y->t_idx), (size_t)n * sizeof(float));
+        double mx = a[0], sum = 0;
         for (int i = 1; i < n; i++)
-            mx = th[i] > mx ? th[i] : mx;
+            mx = a[i] > mx ? a[i] : mx;
         for (int i = 0; i < n; i++)
-            sum += exp((double)th[i] - mx);
+            sum += exp((double)a[i] - mx);
         for (int i = 0; i < n; i++)
-            y->ahost[i] = (float)(exp((double)th[i] - mx) / sum);
-        be->upload(y->alpha, y->ahost, (size_t)n * sizeof(float));
-        memcpy(coef + (size_t)c * k, y->ahost, (size_t)k * sizeof(float));
-        free(th);
+            a[i] = (float)(exp((double)a[i] - mx) / sum);
+        be->upload(y->alpha, a, (size_t)n * sizeof(float));
+        memcpy(coef + (size_t)c * k, a, (size_t)k * sizeof(float));
     }
-    be->upload(x0->coef, coef, (size_t)C * k * sizeof(float));
-    free(coef);
+    be->upload(s->mx[m0].coef, coef, (size_t)C * k * sizeof(float));
 }
 
 /* static: h_m = sum_{s<k} alpha_m[s] v_s for every mixer of the chunk at
@@ -314,13 +312,12 @@ static const float *static_fwd(mixer_res *s, int m, int N)
 static void static_theta_grads(mixer_res *s, int m0)
 {
     const ar_backend *be = s->base.be;
-    int C = s->csize[m0], k = s->ck[m0];
-    float *dcoef = ar_xmalloc((size_t)C * k * sizeof(float));
+    int C = s->csize[m0], k = s->ck[m0], L1 = s->base.L + 1;
+    float *dcoef = s->hbuf, *da = dcoef + (size_t)AR_MIXER_CHUNK_MAX * L1, *g = da + L1;
     be->download(dcoef, s->mx[m0].dcoef, (size_t)C * k * sizeof(float));
     for (int c = 0; c < C; c++) {
         mixer *y = &s->mx[m0 + c];
         int n = y->n;
-        float *da = ar_xmalloc((size_t)n * sizeof(float)), *g = ar_xmalloc((size_t)n * sizeof(float));
         memcpy(da, dcoef + (size_t)c * k, (size_t)k * sizeof(float));
         if (n > k)
             be->download(da + k, y->dalpha + k, (size_t)(n - k) * sizeof(float));
@@ -331,10 +328,7 @@ static void static_theta_grads(mixer_res *s, int m0)
         for (int i = 0; i < n; i++)
             g[i] += (float)(y->ahost[i] * (da[i] - cd));
         be->upload(gp(s, y->t_idx), g, (size_t)n * sizeof(float));
-        free(da);
-        free(g);
     }
-    free(dcoef);
 }
 
 /* static's backward (dh: dL/dh_m): m's own sources now, the shared ones
@@ -591,6 +585,7 @@ static void mixer_destroy(ar_residual *r)
         if (s->dHc[c])
             be->free(s->dHc[c]);
     free(s->dHc);
+    free(s->hbuf);
     free(s->csize);
     free(s->ck);
     for (int m = 1; m <= r->L + 1; m++) {
@@ -744,6 +739,8 @@ ar_residual *ar_residual_mixer_create(const ar_model_cfg *cfg, const ar_backend 
         s->wsums = 1;
         for (int m = 1; m <= L + 1; m++)
             s->wsums &= s->mx[m].n <= AR_WMIX_MAX_IN;
+        if (s->wsums)
+            s->hbuf = ar_xmalloc((size_t)(AR_MIXER_CHUNK_MAX + 2) * (L + 1) * sizeof(float));
     }
     return &s->base;
 }
