@@ -107,7 +107,10 @@ typedef struct {
  * one per token, N x d; NULL: none), the key-norm gain g (d; NULL: no key
  * norm), the per-source logits theta (n; static mixing; NULL: none);
  * alpha (N x H x n) and rstd (N x n, only with g) written by the forward
- * and read by the backward.  sigmoid: `score: sigmoid`. */
+ * and read by the backward.  sigmoid: `score: sigmoid`.  weights_unread
+ * (forward only): as in ar_depth_inter, the op may leave alpha unwritten;
+ * the CPU's fast one does (N H n floats a mixer not stored), and h and
+ * rstd are the same either way. */
 typedef struct {
     int n;
     const float *const *src;
@@ -115,7 +118,7 @@ typedef struct {
     int wstride;
     const float *g, *theta;
     float *alpha, *rstd;
-    int sigmoid, H;
+    int sigmoid, H, weights_unread;
     int N, d;
 } ar_depth_mix;
 #define AR_DEPTH_MIX_USES(m)                                                                         \

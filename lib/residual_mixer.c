@@ -246,7 +246,8 @@ static ar_depth_mix mix_args(mixer_res *s, const mixer *x, const float *w, int w
 {
     return (ar_depth_mix){.n = x->n, .src = x->sp, .w = w, .wstride = wstride, .g = pp(s, x->g_idx),
                           .theta = pp(s, x->t_idx), .alpha = x->alpha, .rstd = x->rstd,
-                          .sigmoid = s->sigmoid, .H = s->H, .N = N, .d = s->base.d};
+                          .sigmoid = s->sigmoid, .H = s->H, .weights_unread = s->base.weights_unread,
+                          .N = N, .d = s->base.d};
 }
 
 /* query: input: the rows of per-token queries w the depth op reads: the
@@ -532,13 +533,23 @@ static void mixer_input_bwd(ar_residual *r, int l, int N) { mix_bwd(MR(r), l, mi
 static float *mixer_embed_grad(ar_residual *r) { return MR(r)->uniform ? MR(r)->R : MR(r)->dP[0]; }
 static int mixer_n_sources(ar_residual *r, int l) { return MR(r)->mx[l].n; }
 
-/* averaged over tokens and heads */
+/* whether the last forward left mixer weights unwritten (weights_unread:
+ * the per-token ones; static's and rescaled's are set apart from it) */
+static int weights_left(const mixer_res *s) { return s->base.weights_unread && !s->wsums && !s->uniform; }
+
+/* averaged over tokens and heads; NaN where the last forward left them
+ * unwritten */
 static void mixer_mean_weights(ar_residual *r, int l, int N, float *out)
 {
     mixer_res *s = MR(r);
     mixer *x = &s->mx[l];
     if (s->wsums) { /* the same weights for every token */
         memcpy(out, x->ahost, (size_t)x->n * sizeof(float));
+        return;
+    }
+    if (weights_left(s)) {
+        for (int i = 0; i < x->n; i++)
+            out[i] = NAN;
         return;
     }
     size_t cnt = (size_t)N * s->H * x->n;
@@ -561,6 +572,9 @@ static long mixer_token_weights(ar_residual *r, int l, int N, float *out)
     if (out && s->wsums)
         for (long t = 0; t < (long)N * s->H; t++)
             memcpy(out + (size_t)t * x->n, x->ahost, (size_t)x->n * sizeof(float));
+    else if (out && weights_left(s))
+        for (size_t t = 0; t < (size_t)N * s->H * x->n; t++)
+            out[t] = NAN;
     else if (out)
         r->be->download(out, x->alpha, (size_t)N * s->H * x->n * sizeof(float));
     return (long)N * s->H;

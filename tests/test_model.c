@@ -358,7 +358,7 @@ Test(model, weight_copy_names_every_parameter_but_the_embedding)
 /* ---------- forwards whose depth weights nobody reads ---------- */
 
 /* ar_model_forward_unread leaves the depth weights unwritten (the CPU's
- * two-phase ops skip them); everything else is computed by the same code
+ * two-phase ops and fast general mixer skip them); everything else is computed by the same code
  * on the same values, so the loss and the final norm's output equal
  * ar_model_forward's bit for bit.  Full, Block (chunks with intra sources)
  * and sigmoid scores, random weights (queries non-zero); afterwards the
@@ -412,6 +412,17 @@ Test(unread, outputs_equal_the_plain_forward)
     ar_model_cfg nokn = tiny(AR_RES_BLOCK, 2, 0);
     nokn.residual.key_norm = AR_KEY_NORM_OFF;
     unread_case(nokn, "block2, no key norm");
+    /* the general mixer's per-token weights (the op's own skipping is
+     * test_residual_variants' depth_mix_fast_equals_simple) */
+    ar_model_cfg heads = tiny(AR_RES_BLOCK, 2, 0);
+    heads.residual.heads = 2;
+    unread_case(heads, "block2, 2 heads");
+    ar_model_cfg swa = tiny(AR_RES_SWA, 0, 0);
+    swa.residual.window = 2;
+    unread_case(swa, "swa 2");
+    ar_model_cfg iq = tiny(AR_RES_FULL, 0, 0);
+    iq.residual.query = AR_QUERY_INPUT;
+    unread_case(iq, "full, input query");
 }
 
 /* A backward needs the weights an unread forward skipped: it refuses. */

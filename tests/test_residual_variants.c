@@ -368,7 +368,7 @@ Test(variant_ops, depth_mix_equals_depth_attn)
 /* The fast depth_mix ops (what the CPU table holds) against the simple
  * one-phase ops they replace (cpu_depth_mix_*_simple), on random non-zero
  * inputs: every flag combination the general mixer uses, one to many heads
- * (head width a divisor and a multiple of 16), token counts not a multiple
+ * (head widths of 1 to 64 channels, packed or not: the shapes' comment), token counts not a multiple
  * of the reduction chunk, and NULL gradients.  Forward h, alpha, rstd and
  * every gradient must agree to float rounding: element by element, within
  * twice the bound of one float evaluation (ref_mix_b, mix_bwd_abs). */
@@ -414,6 +414,22 @@ static void mix_fast_case(int n, int N, int d, int H, int per_token, int use_w, 
     cr_expect_leq(ea, 1, "%s: alpha %g of the bound", what, ea);
     cr_expect_leq(er, 1, "%s: rstd %g of the bound", what, er);
     free(rh), free(bh), free(ba), free(br);
+    /* weights_unread: the same h and rstd, the weights left as they were */
+    float *h3 = malloc(nd * 4), *a3 = malloc(na * 4), *r3 = calloc(nr, 4);
+    for (size_t t = 0; t < na; t++)
+        a3[t] = NAN;
+    ar_depth_mix m3 = m2;
+    m3.alpha = a3, m3.rstd = r3, m3.weights_unread = 1;
+    ar_backend_cpu()->depth_mix_fwd(&m3, h3);
+    cr_expect(memcmp(h3, h2, nd * 4) == 0, "%s: h differs with the weights unread", what);
+    cr_expect(!G || memcmp(r3, r2, nr * 4) == 0, "%s: rstd differs with the weights unread", what);
+    size_t written = 0;
+    for (size_t t = 0; t < na; t++)
+        written += !isnan(a3[t]);
+    /* every shape here is the fast op's own at any vector width (d a
+     * multiple of 16, head widths dividing it or multiples of it) */
+    cr_expect(written == 0, "%s: %zu of %zu weights written", what, written, na);
+    free(h3), free(a3), free(r3);
     /* backward from the same saved alpha/rstd (the simple forward's) */
     float *dw1 = malloc(wl * 4), *dw2 = malloc(wl * 4), *dg1 = malloc((size_t)d * 4), *dg2 = malloc((size_t)d * 4);
     float dt1[16], dt2[16];
@@ -471,7 +487,11 @@ static void mix_fast_case(int n, int N, int d, int H, int per_token, int use_w, 
 Test(variant_ops, depth_mix_fast_equals_simple)
 {
     ar_backend_cpu()->set_threads(1); /* many small ops: threads only add overhead */
-    int shapes[][3] = {{64, 1, 0}, {64, 16, 0}, {64, 2, 0}, {256, 16, 0}, {48, 3, 0}, {32, 8, 0}};
+    /* head widths 64 down to 1: the packed heads of 1, 2, 4 and 8 channels
+     * (VL heads a vector where H is a multiple of VL), 12 heads of 4 (not
+     * a multiple of 8 or 16) and widths of whole vectors */
+    int shapes[][3] = {{64, 1, 0},   {64, 16, 0}, {64, 2, 0},   {256, 16, 0}, {48, 3, 0},
+                       {32, 8, 0},   {64, 32, 0}, {128, 16, 0}, {16, 16, 0},  {48, 12, 0}};
     for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
         int d = shapes[k][0], H = shapes[k][1];
         for (int v = 0; v < 6; v++) {
@@ -607,7 +627,7 @@ static void mix_chunk_case(int k, int C, int N, int d, int H, int use_w, int use
 Test(variant_ops, depth_mix_chunk_equals_whole_backward)
 {
     ar_backend_cpu()->set_threads(2);
-    int shapes[][2] = {{64, 1}, {64, 4}, {64, 16}, {48, 3}, {32, 1}};
+    int shapes[][2] = {{64, 1}, {64, 4}, {64, 16}, {48, 3}, {32, 1}, {64, 32}, {128, 16}, {16, 16}, {48, 12}};
     for (size_t q = 0; q < sizeof shapes / sizeof *shapes; q++) {
         int d = shapes[q][0], H = shapes[q][1];
         for (int fast = 0; fast < 2; fast++)

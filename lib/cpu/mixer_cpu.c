@@ -251,7 +251,12 @@ void cpu_depth_mix_bwd_simple(const ar_depth_mix *m, float *const *dsrc, float *
  * token or per source, outside them.  Heads: a VL-column block holds whole
  * heads (e = d/H divides VL; their dot products by a butterfly of lane
  * shuffles) or lies inside one head (VL divides e), so per-head weights
- * become a column vector by one permute or broadcast.  Scratch comes from
+ * become a column vector by one permute or broadcast.  Narrow heads (e <
+ * VL, H a multiple of VL: the ablation's 16 heads of 4 at d 64) are
+ * packed VL to a vector instead (head_pack), and their logits, weights
+ * and logit gradients handled a vector of heads at a time; head by head
+ * they had taken twice one head's time and more (each head's sum stored
+ * alone and read back by a vector load that waited for every store).  Scratch comes from
  * the backend's workspace (no allocation per call); the backward keeps the
  * parameter gradient's partial as one row T = sum dl r x per chunk (or per
  * token for per-token queries), multiplied by g or q once at the end. */
@@ -335,6 +340,109 @@ static inline void head_sums(const float *p, int H, int e, int d, float r, float
             o[l] = r * v[l * e];
     }
 }
+
+/* Pairwise sums of adjacent lanes of a then b, in order: lane l of the
+ * result is a[2l] + a[2l+1] for l < VL/2, then b's. */
+static inline vf v_padd(vf a, vf b)
+{
+#if VL == 16
+    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+           __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+#elif VL == 8
+    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14) +
+           __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
+#else
+    return __builtin_shufflevector(a, b, 0, 2, 4, 6) + __builtin_shufflevector(a, b, 1, 3, 5, 7);
+#endif
+}
+
+/* Pairwise sums within each 128-bit lane of a and b (one in-lane shuffle
+ * each, where v_padd's cross lanes): per 4-lane group k, (a[4k]+a[4k+1],
+ * a[4k+2]+a[4k+3], b[4k]+b[4k+1], b[4k+2]+b[4k+3]). */
+#if VL == 16
+#define IP_EVEN 0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30
+#define IP_ODD 1, 3, 17, 19, 5, 7, 21, 23, 9, 11, 25, 27, 13, 15, 29, 31
+#elif VL == 8
+#define IP_EVEN 0, 2, 8, 10, 4, 6, 12, 14
+#define IP_ODD 1, 3, 9, 11, 5, 7, 13, 15
+#else
+#define IP_EVEN 0, 2, 4, 6
+#define IP_ODD 1, 3, 5, 7
+#endif
+static inline vf v_ipadd(vf a, vf b)
+{
+    return __builtin_shufflevector(a, b, IP_EVEN) + __builtin_shufflevector(a, b, IP_ODD);
+}
+
+/* Where v_ipadd's tree over e blocks (e = 2 or 4) leaves head l of the VL
+ * it packs: lane perm[l].  Found by running the tree on lane numbers (the
+ * lane a pair sum comes from is its left operand's). */
+static vi pack_perm(int e)
+{
+    static const int ev[VL] = {IP_EVEN};
+    int org[4][VL], t[VL];
+    for (int b = 0; b < e && e <= 4; b++)
+        for (int l = 0; l < VL; l++)
+            org[b][l] = b * VL + l;
+    for (int w = e; w > 1 && e <= 4; w /= 2)
+        for (int k = 0; k < w / 2; k++) {
+            for (int l = 0; l < VL; l++)
+                t[l] = ev[l] < VL ? org[2 * k][ev[l]] : org[2 * k + 1][ev[l] - VL];
+            memcpy(org[k], t, sizeof t);
+        }
+    vi perm = {0};
+    for (int l = 0; l < VL && e <= 4; l++)
+        perm[org[0][l] / e] = l;
+    return perm;
+}
+
+/* Heads packed across the lanes, for e < VL with H a multiple of VL:
+ * out[a] = r sum_{j in G_a} p[j] for every head a, VL heads to a vector:
+ * the sums of e consecutive column blocks by a tree of pairwise sums
+ * (in-lane v_ipadd and one permute by perm, pack_perm(e), for e <= 4;
+ * v_padd for e = 8), whose lanes add in head_sums' butterfly order, so
+ * the same bits.  One vector store per VL heads, where head_sums stores
+ * each head's sum alone (a vector load of those scalar stores waits for
+ * each of them). */
+static inline __attribute__((always_inline)) void head_pack_e(const float *p, int e, int H, float r,
+                                                               vi perm, float *out)
+{
+    for (int g = 0; g < H / VL; g++) {
+        const float *q = p + (size_t)g * e * VL;
+        vf v;
+        if (e == 1) {
+            v = v_ld(q);
+        } else if (e == 2 && VL > 4) {
+            v = __builtin_shuffle(v_ipadd(v_ld(q), v_ld(q + VL)), perm);
+        } else if (e == 4 && VL > 4) {
+            v = v_ipadd(v_ipadd(v_ld(q), v_ld(q + VL)), v_ipadd(v_ld(q + 2 * VL), v_ld(q + 3 * VL)));
+            v = __builtin_shuffle(v, perm);
+        } else if (e == 2) { /* VL 4: v_ipadd is v_padd, in order */
+            v = v_padd(v_ld(q), v_ld(q + VL));
+        } else { /* e == 8, VL == 16 */
+            v = v_padd(v_padd(v_padd(v_ld(q), v_ld(q + VL)), v_padd(v_ld(q + 2 * VL), v_ld(q + 3 * VL))),
+                       v_padd(v_padd(v_ld(q + 4 * VL), v_ld(q + 5 * VL)),
+                              v_padd(v_ld(q + 6 * VL), v_ld(q + 7 * VL))));
+        }
+        v_st(out + g * VL, r * v);
+    }
+}
+
+/* head_pack_e with e a constant in each branch (the tree unrolled) */
+static inline void head_pack(const float *p, int e, int H, float r, vi perm, float *out)
+{
+    if (e == 1)
+        head_pack_e(p, 1, H, r, perm, out);
+    else if (e == 2)
+        head_pack_e(p, 2, H, r, perm, out);
+    else if (e == 4)
+        head_pack_e(p, 4, H, r, perm, out);
+    else
+        head_pack_e(p, 8, H, r, perm, out);
+}
+
+/* whether head_pack takes heads of e channels, H of them */
+static inline int packed_heads(int e, int H) { return e < VL && H % VL == 0; }
 
 /* One sweep of row x (d % VL == 0): *xx = x.x (sq), and with u: H1 ? *z =
  * u.x : p = u*x (d floats).  Prefetches the next token's row (x + d). */
@@ -486,15 +594,17 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
     /* no query: the weights are the same for every token */
     const float *a0 = hasq ? NULL : static_weights(theta, n, H, sigmoid);
     const vi idx = head_idx(e);
+    const int packed = packed_heads(e, H), unread = m->weights_unread;
+    const vi perm = pack_perm(e);
 #pragma omp parallel if ((long)N * n * d > PAR_MIN)
     {
         float ur[hasq && wstride ? d : 1], pr[H > 1 ? d : 1];
-        float at[H > 1 ? n * P : 1];
+        float at[H > 1 ? n * P : 1], aloc[unread ? Hn : 1];
         const float *xs[n];
         memset(at, 0, sizeof at); /* the pad lanes too: they go through the scores */
 #pragma omp for schedule(static)
         for (int i = 0; i < N; i++) {
-            float *a = alpha + (size_t)i * Hn;
+            float *a = unread ? aloc : alpha + (size_t)i * Hn;
             const float *uu = u;
             if (hasq && wstride) {
                 const float *q = w + (size_t)i * wstride;
@@ -523,18 +633,19 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                         r = 1.0f / sqrtf(xx / d + AR_RMS_EPS);
                         rstd[(size_t)i * n + s] = r;
                     }
-                    if (H == 1) {
+                    if (H == 1)
                         a[s] = r * z;
-                    } else {
+                    else if (packed)
+                        head_pack(pr, e, H, r, perm, at + s * P);
+                    else
                         head_sums(pr, H, e, d, r, at + s * P);
-                    }
                 }
                 if (H == 1) {
                     mix_scores(a, n, 1, sigmoid);
                 } else {
                     /* heads across the lanes, then alpha in its head-major layout */
                     mix_scores_sm(at, n, H, P, sigmoid);
-                    for (int hh = 0; hh < H; hh++)
+                    for (int hh = 0; hh < H && !unread; hh++)
                         for (int s = 0; s < n; s++)
                             a[hh * n + s] = at[s * P + hh];
                 }
@@ -685,6 +796,11 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
     float *part = cpu_ws(WS_A, (size_t)nch * stride * sizeof(float));
     const float *u = shared ? gain_query(w, g, d, WS_B) : NULL;
     const vi idx = head_idx(e);
+    const int packed = packed_heads(e, H);
+    const vi perm = pack_perm(e);
+    vi gidx; /* lane l: head l's entry in a head-major row of n per head */
+    for (int l = 0; l < VL; l++)
+        gidx[l] = l * n;
 #pragma omp parallel if (nch > 1 && (long)N * n * d > PAR_MIN)
     {
         float T[d], ur[hasq && !shared ? d : 1], pr[H > 1 ? d : 1], pr2[H > 1 ? d : 1];
@@ -724,11 +840,17 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
                             row_sweep2(gy, uu, xs[s], d, 0, NULL, NULL, pr, pr2);
                         else
                             row_sweep2(gy, NULL, xs[s], d, 0, NULL, NULL, pr, NULL);
-                        head_sums(pr, H, e, d, 1.0f, zh);
+                        if (packed)
+                            head_pack(pr, e, H, 1.0f, perm, zh);
+                        else
+                            head_sums(pr, H, e, d, 1.0f, zh);
                         for (int hh = 0; hh < H; hh++)
                             da[hh * n + s] = zh[hh];
                         if (hasq) {
-                            head_sums(pr2, H, e, d, 1.0f, zh);
+                            if (packed)
+                                head_pack(pr2, e, H, 1.0f, perm, zh);
+                            else
+                                head_sums(pr2, H, e, d, 1.0f, zh);
                             for (int hh = 0; hh < H; hh++)
                                 dot[hh * n + s] = zh[hh];
                         } else {
@@ -741,7 +863,20 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
                 /* sweep 2: dsrc, and T = sum dl r x */
                 for (int s = 0; s < n; s++) {
                     float r = g ? rstd[(size_t)i * n + s] : 1.0f, cross = 0, sdl = 0;
-                    for (int hh = 0; hh < H; hh++) {
+                    if (packed) { /* VL heads a vector (their rows n floats apart) */
+                        vf crossv = {0}, sdlv = {0};
+                        for (int h0 = 0; h0 < H; h0 += VL) {
+                            size_t o = (size_t)h0 * n + s;
+                            vf dlv = v_gather(dl + o, gidx);
+                            v_st(av + h0, v_gather(a + o, gidx));
+                            v_st(cv + h0, dlv * r);
+                            crossv += dlv * v_gather(dot + o, gidx);
+                            sdlv += dlv;
+                        }
+                        cross = v_hsum(crossv);
+                        sdl = v_hsum(sdlv);
+                    }
+                    for (int hh = 0; hh < H && !packed; hh++) {
                         av[hh] = a[hh * n + s];
                         cv[hh] = dl[hh * n + s] * r;
                         cross += dl[hh * n + s] * dot[hh * n + s];
@@ -808,6 +943,21 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
 void cpu_depth_mix_cdot(float *cdot, const float *dh, const float *h, int H, int N, int d)
 {
     const int e = d / H;
+    if (d % VL == 0 && packed_heads(e, H)) { /* VL heads to a vector, as the chunk op */
+        const vi perm = pack_perm(e);
+#pragma omp parallel if ((long)N * d > PAR_MIN)
+        {
+            float p[d];
+#pragma omp for schedule(static)
+            for (int i = 0; i < N; i++) {
+                const float *gy = dh + (size_t)i * d, *x = h + (size_t)i * d;
+                for (int j = 0; j < d; j += VL)
+                    v_st(p + j, v_ld(gy + j) * v_ld(x + j));
+                head_pack(p, e, H, 1.0f, perm, cdot + (size_t)i * H);
+            }
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static) if ((long)N * d > PAR_MIN)
     for (int i = 0; i < N; i++) {
         const float *gy = dh + (size_t)i * d, *x = h + (size_t)i * d;
@@ -1043,7 +1193,12 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
         return;
     }
     const vi idx = head_idx(e);
-    const int tile = bwd_tile(C, d);
+    const int tile = bwd_tile(C, d), packed = packed_heads(e, H);
+    const vi perm = pack_perm(e);
+    vi gidx[MIX_CHUNK_MAX]; /* lane l: head l's weight in alpha's row, l n[c] */
+    for (int c = 0; c < C; c++)
+        for (int l = 0; l < VL; l++)
+            gidx[c][l] = l * n[c];
 #pragma omp parallel if (nch > 1 && (long)N * ns * C * d > PAR_MIN)
     {
         float T[MIX_CHUNK_MAX][d], pr[H > 1 ? d : 1], pr2[H > 1 ? d : 1];
@@ -1070,6 +1225,36 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
                                     av[hh] = a[hh * n[c] + s];
                                 if (dx)
                                     bwd_row(dx, T[c], x, gy, NULL, av, cv, 0.0f, e, idx, 0, 0, d);
+                                continue;
+                            }
+                            if (packed) {
+                                /* VL heads a vector: their weights gathered from
+                                 * alpha's head-major rows, the rest lane-wise */
+                                row_sweep2(gy, uc, x, d, 0, NULL, NULL, pr, pr2);
+                                head_pack(pr, e, H, 1.0f, perm, da);
+                                if (uc)
+                                    head_pack(pr2, e, H, 1.0f, perm, dot);
+                                const float r = keyn ? rstd[c][(size_t)i * n[c] + s] : 1.0f;
+                                vf crossv = {0}, sdlv = {0};
+                                for (int h0 = 0; h0 < H; h0 += VL) {
+                                    vf as = v_gather(a + (size_t)h0 * n[c] + s, gidx[c]);
+                                    vf dav = v_ld(da + h0);
+                                    vf dl = sigmoid ? dav * as * (1.0f - as) : as * (dav - v_ld(cd + h0));
+                                    v_st(av + h0, as);
+                                    v_st(cv + h0, dl * r);
+                                    if (uc)
+                                        crossv += dl * v_ld(dot + h0);
+                                    sdlv += dl;
+                                }
+                                if (hastheta)
+                                    pch[(size_t)c * pc + 2 * d + (s - s0)] += v_hsum(sdlv);
+                                const float c3 = keyn && uc ? v_hsum(crossv) * r * r * r / d : 0.0f;
+                                if (hasq && wantT)
+                                    bwd_row(dx, T[c], x, gy, uc, av, cv, c3, e, idx, 1, 1, d);
+                                else if (hasq && dx)
+                                    bwd_row(dx, T[c], x, gy, uc, av, cv, c3, e, idx, 1, 0, d);
+                                else if (dx)
+                                    bwd_row(dx, T[c], x, gy, uc, av, cv, c3, e, idx, 0, 0, d);
                                 continue;
                             }
                             if (H == 1) {
