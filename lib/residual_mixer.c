@@ -72,8 +72,10 @@
  * Where one mixer has more than AR_WMIX_MAX_IN sources, or with
  * ar_depth_general, static runs on the per-token ops like the others.
  *
- * Memory is simple rather than lean: P, dP and the mixed inputs h of every
- * mixer are kept (3(L+1) buffers of N x d; rescaled: no dP, and S and R),
+ * Memory is simple rather than lean: P and the mixed inputs h of every
+ * mixer are kept, and dP of every block (2(L+1) + nb + 1 buffers of N x d,
+ * nb blocks after the embedding, L of them but for block; rescaled: no dP,
+ * and S and R),
  * plus per mixer its weights and the input-dependent query's activations,
  * and the chunk's dL/dh rows. */
 #include <math.h>
@@ -137,6 +139,10 @@ typedef struct {
 
 static int opens(mixer_res *s, int l) { return ar_blocks_opens(&s->blk, l); }
 
+/* whether P_l is a block's sum b_n (the last sublayer of its block, or
+ * the embedding), not a partial sum inside a block */
+static int block_end(mixer_res *s, int l) { return l == s->base.L || opens(s, l + 1); }
+
 /* Sources of mixer m as indices into P: Block's (Full's: S = 1), or for
  * swa v_0 and the last W outputs. */
 static void plan(mixer_res *s, mixer *x, int m)
@@ -159,10 +165,12 @@ static void mixer_bind(ar_residual *r, float *params, float *grads, float *const
     size_t nd = (size_t)r->maxN * r->d * sizeof(float);
     s->params = params;
     s->grads = grads;
-    for (int l = 0; l <= r->L; l++) {
+    /* one gradient buffer a block: a partial sum's dP_{l-1} is its block's,
+     * dP_l with mixer l's term added in place (mixer_output_grad) */
+    for (int l = r->L; l >= 0; l--) {
         s->P[l] = be->alloc(nd);
         if (!s->uniform)
-            s->dP[l] = be->alloc(nd);
+            s->dP[l] = block_end(s, l) ? be->alloc(nd) : s->dP[l + 1];
     }
     s->fgrad = be->alloc(nd);
     if (s->uniform) {
@@ -499,22 +507,25 @@ static void mixer_zero_grads(ar_residual *r, int N)
     if (MR(r)->uniform || MR(r)->wsums)
         return; /* R, or static's every dP, is written by the final mixer */
     size_t nd = (size_t)N * r->d * sizeof(float);
-    for (int l = 0; l <= r->L; l++)
-        r->be->zero(MR(r)->dP[l], nd);
+    for (int l = 0; l <= r->L; l++) /* one buffer a block (mixer_bind) */
+        if (block_end(MR(r), l))
+            r->be->zero(MR(r)->dP[l], nd);
     /* fgrad and dHc are written, not added into (final_grad_overwrite,
      * input_grad_overwrite) */
 }
 static float *mixer_final_grad_buf(ar_residual *r) { return MR(r)->fgrad; }
 static void mixer_final_bwd(ar_residual *r, int N) { mix_bwd(MR(r), r->L + 1, MR(r)->fgrad, N); }
 
-/* dv_l = dP_l, complete: every mixer above l is done; P_{l-1} feeds P_l. */
+/* dv_l = dP_l, complete: every mixer above l is done.  Where l does not
+ * open a block, P_{l-1} is a partial sum that only P_l and mixer l read,
+ * so dP_{l-1} = dP_l + mixer l's term: the same buffer (mixer_bind), which
+ * mixer l's backward adds into once the sublayer has read dv_l. */
 static float *mixer_output_grad(ar_residual *r, int l, int N)
 {
+    (void)N;
     mixer_res *s = MR(r);
     if (s->uniform) /* sum_{m > l} dh_m / m, complete: every mixer above l is done */
         return s->R;
-    if (!opens(s, l))
-        r->be->add(s->dP[l - 1], s->dP[l], (size_t)N * r->d);
     return s->dP[l];
 }
 static const float *mixer_input_saved(ar_residual *r, int l, int N)
@@ -588,7 +599,7 @@ static void mixer_destroy(ar_residual *r)
     const ar_backend *be = r->be;
     for (int l = 0; l <= r->L; l++) {
         be->free(s->P[l]);
-        if (s->dP[l])
+        if (s->dP[l] && block_end(s, l))
             be->free(s->dP[l]);
     }
     float *bufs[] = {s->fgrad, s->dwq, s->dqn, s->ones, s->dgdump, s->du, s->dun, s->S, s->R, s->inv};

@@ -1041,6 +1041,59 @@ Test(variants, static_weighted_sums_equal_general_mixer)
     }
 }
 
+/* A step's gradients are those of a fresh model: nothing a scheme keeps
+ * from the backward before (a gradient buffer that is cleared, or written
+ * first, rather than added into) leaks into the next one.  Model a runs
+ * one batch, clears its gradients and runs another; model b, with the
+ * same weights, only the second: the same code on the same values, so the
+ * same bits.  Random weights and tokens; every scheme, the general
+ * mixer's block and full paths too (heads, ar_depth_general). */
+static void no_leak_case(ar_model_cfg c, int general, const char *what)
+{
+    int32_t in1[64], tg1[64], in2[64], tg2[64];
+    int saved = ar_depth_general;
+    ar_depth_general = general;
+    ar_model *a = tu_model_random(c, 2, 41, 6, in1, tg1, 64);
+    ar_model *b = tu_model_random(c, 2, 41, 7, in2, tg2, 64);
+    ar_depth_general = saved;
+    ar_model_forward_backward(a, in1, tg1, 2, 1.0f, NULL);
+    ar_model_zero_grad(a);
+    double la = ar_model_forward_backward(a, in2, tg2, 2, 1.0f, NULL);
+    double lb = ar_model_forward_backward(b, in2, tg2, 2, 1.0f, NULL);
+    cr_expect(la == lb, "%s: loss %.17g after another step, %.17g fresh", what, la, lb);
+    size_t bad = 0, first = 0;
+    for (size_t j = a->pt.total; j-- > 0;)
+        if (a->grads[j] != b->grads[j])
+            bad++, first = j;
+    cr_expect(bad == 0, "%s: %zu of %zu gradients differ from a fresh model's (first at %zu: %.9g, %.9g)", what,
+              bad, a->pt.total, first, a->grads[first], b->grads[first]);
+    ar_model_free(a);
+    ar_model_free(b);
+}
+
+Test(variants, a_step_leaves_nothing_to_the_next)
+{
+    ar_model_cfg c;
+    no_leak_case(tiny(AR_RES_BASELINE), 0, "baseline");
+    no_leak_case(tiny(AR_RES_FULL), 0, "full");
+    no_leak_case(tiny(AR_RES_BLOCK), 0, "block");
+    no_leak_case(tiny(AR_RES_FULL), 1, "full, general mixer");
+    no_leak_case(tiny(AR_RES_BLOCK), 1, "block, general mixer");
+    c = tiny(AR_RES_BLOCK);
+    c.residual.heads = 2;
+    no_leak_case(c, 0, "block, 2 heads");
+    c = tiny(AR_RES_BLOCK);
+    c.residual.query = AR_QUERY_INPUT;
+    no_leak_case(c, 0, "block, input query");
+    c = tiny(AR_RES_SWA);
+    c.residual.window = 2;
+    no_leak_case(c, 0, "swa");
+    no_leak_case(tiny(AR_RES_STATIC), 0, "static");
+    no_leak_case(tiny(AR_RES_RESCALED), 0, "rescaled");
+    no_leak_case(tiny(AR_RES_DENSEFORMER), 0, "denseformer");
+    no_leak_case(tiny(AR_RES_MHC), 0, "mhc");
+}
+
 /* static's weights as the diagnostics read them: softmax(theta) of each
  * mixer, the same row for every token (the exps in double, rounded once:
  * within 2 u) */
