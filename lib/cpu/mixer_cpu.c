@@ -1227,14 +1227,24 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
                                     bwd_row(dx, T[c], x, gy, NULL, av, cv, 0.0f, e, idx, 0, 0, d);
                                 continue;
                             }
+                            if (H == 1) {
+                                row_sweep2(gy, uc, x, d, 1, &da[0], &dot[0], NULL, NULL);
+                            } else {
+                                row_sweep2(gy, uc, x, d, 0, NULL, NULL, pr, pr2);
+                                if (packed)
+                                    head_pack(pr, e, H, 1.0f, perm, da);
+                                else
+                                    head_sums(pr, H, e, d, 1.0f, da);
+                                if (uc && packed)
+                                    head_pack(pr2, e, H, 1.0f, perm, dot);
+                                else if (uc)
+                                    head_sums(pr2, H, e, d, 1.0f, dot);
+                            }
+                            const float r = keyn ? rstd[c][(size_t)i * n[c] + s] : 1.0f;
+                            float cross = 0, sdl = 0;
                             if (packed) {
                                 /* VL heads a vector: their weights gathered from
                                  * alpha's head-major rows, the rest lane-wise */
-                                row_sweep2(gy, uc, x, d, 0, NULL, NULL, pr, pr2);
-                                head_pack(pr, e, H, 1.0f, perm, da);
-                                if (uc)
-                                    head_pack(pr2, e, H, 1.0f, perm, dot);
-                                const float r = keyn ? rstd[c][(size_t)i * n[c] + s] : 1.0f;
                                 vf crossv = {0}, sdlv = {0};
                                 for (int h0 = 0; h0 < H; h0 += VL) {
                                     vf as = v_gather(a + (size_t)h0 * n[c] + s, gidx[c]);
@@ -1246,28 +1256,10 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
                                         crossv += dl * v_ld(dot + h0);
                                     sdlv += dl;
                                 }
-                                if (hastheta)
-                                    pch[(size_t)c * pc + 2 * d + (s - s0)] += v_hsum(sdlv);
-                                const float c3 = keyn && uc ? v_hsum(crossv) * r * r * r / d : 0.0f;
-                                if (hasq && wantT)
-                                    bwd_row(dx, T[c], x, gy, uc, av, cv, c3, e, idx, 1, 1, d);
-                                else if (hasq && dx)
-                                    bwd_row(dx, T[c], x, gy, uc, av, cv, c3, e, idx, 1, 0, d);
-                                else if (dx)
-                                    bwd_row(dx, T[c], x, gy, uc, av, cv, c3, e, idx, 0, 0, d);
-                                continue;
+                                cross = v_hsum(crossv);
+                                sdl = v_hsum(sdlv);
                             }
-                            if (H == 1) {
-                                row_sweep2(gy, uc, x, d, 1, &da[0], &dot[0], NULL, NULL);
-                            } else {
-                                row_sweep2(gy, uc, x, d, 0, NULL, NULL, pr, pr2);
-                                head_sums(pr, H, e, d, 1.0f, da);
-                                if (uc)
-                                    head_sums(pr2, H, e, d, 1.0f, dot);
-                            }
-                            const float r = keyn ? rstd[c][(size_t)i * n[c] + s] : 1.0f;
-                            float cross = 0, sdl = 0;
-                            for (int hh = 0; hh < H; hh++) {
+                            for (int hh = 0; hh < H && !packed; hh++) {
                                 const float as = a[hh * n[c] + s], dl = chunk_dl(da[hh], as, cd[hh], sigmoid);
                                 av[hh] = as;
                                 cv[hh] = dl * r;
