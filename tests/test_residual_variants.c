@@ -627,7 +627,7 @@ static void mix_chunk_case(int k, int C, int N, int d, int H, int use_w, int use
 Test(variant_ops, depth_mix_chunk_equals_whole_backward)
 {
     ar_backend_cpu()->set_threads(2);
-    int shapes[][2] = {{64, 1}, {64, 4}, {64, 16}, {48, 3}, {32, 1}, {64, 32}, {128, 16}, {16, 16}, {48, 12}};
+    int shapes[][2] = {{64, 1}, {64, 4}, {64, 16}, {48, 3}, {32, 1}, {64, 32}, {128, 16}, {16, 16}, {48, 12}, {48, 16}};
     for (size_t q = 0; q < sizeof shapes / sizeof *shapes; q++) {
         int d = shapes[q][0], H = shapes[q][1];
         for (int fast = 0; fast < 2; fast++)

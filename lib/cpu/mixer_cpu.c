@@ -256,8 +256,8 @@ void cpu_depth_mix_bwd_simple(const ar_depth_mix *m, float *const *dsrc, float *
  * packed VL to a vector instead (head_pack), and their logits, weights
  * and logit gradients handled a vector of heads at a time; head by head
  * they had taken twice one head's time and more (each head's sum stored
- * alone and read back by a vector load that waited for every store).  Scratch comes from
- * the backend's workspace (no allocation per call); the backward keeps the
+ * alone and read back by a vector load that waited for every store).
+ * Scratch comes from the backend's workspace (no allocation per call); the backward keeps the
  * parameter gradient's partial as one row T = sum dl r x per chunk (or per
  * token for per-token queries), multiplied by g or q once at the end. */
 
@@ -441,8 +441,9 @@ static inline void head_pack(const float *p, int e, int H, float r, vi perm, flo
         head_pack_e(p, 8, H, r, perm, out);
 }
 
-/* whether head_pack takes heads of e channels, H of them */
-static inline int packed_heads(int e, int H) { return e < VL && H % VL == 0; }
+/* whether head_pack takes heads of e channels, H of them: e a divisor of
+ * VL below it (1, 2, 4 or 8), H a multiple of VL */
+static inline int packed_heads(int e, int H) { return e < VL && VL % e == 0 && H % VL == 0; }
 
 /* One sweep of row x (d % VL == 0): *xx = x.x (sq), and with u: H1 ? *z =
  * u.x : p = u*x (d floats).  Prefetches the next token's row (x + d). */
