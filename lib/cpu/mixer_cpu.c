@@ -412,13 +412,11 @@ static inline __attribute__((always_inline)) void head_pack_e(const float *p, in
         vf v;
         if (e == 1) {
             v = v_ld(q);
-        } else if (e == 2 && VL > 4) {
+        } else if (e == 2) {
             v = __builtin_shuffle(v_ipadd(v_ld(q), v_ld(q + VL)), perm);
-        } else if (e == 4 && VL > 4) {
+        } else if (e == 4) {
             v = v_ipadd(v_ipadd(v_ld(q), v_ld(q + VL)), v_ipadd(v_ld(q + 2 * VL), v_ld(q + 3 * VL)));
             v = __builtin_shuffle(v, perm);
-        } else if (e == 2) { /* VL 4: v_ipadd is v_padd, in order */
-            v = v_padd(v_ld(q), v_ld(q + VL));
         } else { /* e == 8, VL == 16 */
             v = v_padd(v_padd(v_padd(v_ld(q), v_ld(q + VL)), v_padd(v_ld(q + 2 * VL), v_ld(q + 3 * VL))),
                        v_padd(v_padd(v_ld(q + 4 * VL), v_ld(q + 5 * VL)),
