@@ -128,21 +128,24 @@ typedef struct {
     DEV((m)->alpha, (size_t)(m)->N * (m)->H * (m)->n) DEV_IF((m)->g, (m)->rstd, (size_t)(m)->N * (m)->n)
 
 /* C general mixers c < C (shared queries: wstride 0) whose source lists
- * hold the same buffers src[s] at places s0 <= s < s1; each mixer's
- * number of sources n[c], query w[c], gain g[c], logits theta[c] (all
- * NULL or all set, per kind), weights alpha[c] and rstd[c], as in
- * ar_depth_mix. */
+ * hold the same buffers src[s], s0 <= s < s1, at places s + off[c] (off
+ * NULL: at places s; off[c] >= 0); each mixer's number of sources n[c],
+ * query w[c], gain g[c], logits theta[c] (all NULL or all set, per
+ * kind), weights alpha[c] and rstd[c], as in ar_depth_mix.  (swa's
+ * windows hold their shared sources at places that shift by one from a
+ * mixer to the next.) */
 typedef struct {
     int C, s0, s1;
     const float *const *src;
-    const int *n;
+    const int *n, *off;
     const float *const *w, *const *g, *const *theta;
     const float *const *alpha, *const *rstd;
     int sigmoid, H;
     int N, d;
 } ar_depth_mix_chunk;
 #define AR_DEPTH_MIX_CHUNK_USES(c)                                                                   \
-    HOST_ARRAY((c)->n, (c)->C) LIST((c)->src, (c)->s1, (size_t)(c)->N * (c)->d)                    \
+    HOST_ARRAY((c)->n, (c)->C) WHEN((c)->off, HOST_ARRAY((c)->off, (c)->C))                        \
+    LIST((c)->src, (c)->s1, (size_t)(c)->N * (c)->d)                                               \
     LIST_OPT((c)->w, (c)->C, (c)->d) LIST_OPT((c)->g, (c)->C, (c)->d) HOST((c)->alpha)             \
     HOST((c)->rstd) HOST((c)->theta)                                                                \
     EACH(i_, (c)->C, DEV((c)->alpha[i_], (size_t)(c)->N * (c)->H * (c)->n[i_])                      \

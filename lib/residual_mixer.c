@@ -32,19 +32,23 @@
  *   .logits [n]         static: theta_m (zero-initialised)
  *
  * The backward in chunks: mixers 1..L are cut into chunks of up to
- * ar_depth_chunk consecutive ones (the final mixer, and every mixer of swa
- * or of an input-dependent query, is a chunk of its own).  The first k
- * sources of a chunk's mixers are the same buffers (Full's sources: every
- * output before the chunk; block kinds: the block summaries), and their
- * gradients are needed only below the chunk.  So when mixer m's dL/dh is
- * known, the backward takes
+ * ar_depth_chunk consecutive ones (the final mixer, and every mixer of an
+ * input-dependent query, is a chunk of its own).  Some sources are listed
+ * by every mixer of a chunk (Full's: every output before the chunk, the
+ * first k of each list; block kinds: the block summaries; swa: v_0 and
+ * the outputs in every window, at places that shift by one from a mixer
+ * to the next), and their gradients are needed only below the chunk.  So
+ * when mixer m's dL/dh is known, the backward takes
  *   cdot = dh.h per head (depth_mix_cdot: the softmax's sum over all of
- *          m's sources, sum_s alpha_s da_s) and m's own sources s >= k
- *          (depth_mix_bwd_chunk with C = 1);
- * and at the chunk's lowest mixer, the shared sources s < k of all its
- * mixers at once (C = the chunk's size): one read of each shared source
- * row and of its gradient row per chunk instead of per mixer.  The chunk's
- * dL/dh rows wait in one buffer per place in the chunk (dHc).
+ *          m's sources, sum_s alpha_s da_s) and m's own sources, the rest
+ *          (depth_mix_bwd_chunk with C = 1, a run of places at a time:
+ *          swa's are the outputs leaving the window before the chunk's
+ *          highest mixer and those made inside the chunk);
+ * and at the chunk's lowest mixer, the shared sources of all its mixers
+ * at once (C = the chunk's size, the places of each mixer's list given by
+ * its offset): one read of each shared source row and of its gradient row
+ * per chunk instead of per mixer.  The chunk's dL/dh rows wait in one
+ * buffer per place in the chunk (dHc).
  *
  * rescaled (uniform weights 1/n over Full's sources) takes none of this:
  * h_m = S_m / m with S_m = v_0 + .. + v_{m-1} one running sum (an add and
@@ -105,6 +109,11 @@ typedef struct {
     int gate_idx;        /* query_gate: g_m's parameter index */
     float *cdot;         /* N x H: dh.h per head (chunked backward) */
     int m0, pos;         /* its chunk's lowest mixer, and its place in the chunk */
+    int nown, own[2][2]; /* its own sources: runs of places [own[r][0], own[r][1]) */
+    /* at a chunk's lowest mixer, the sources every mixer of the chunk
+     * lists: runs [shr[r][0], shr[r][1]) of places of the chunk's highest
+     * mixer, which mixer m0 + c lists at those places + shoff[r][c] */
+    int nshr, shr[2][2], shoff[2][AR_MIXER_CHUNK_MAX];
     /* static on weighted sums (the module comment): alpha holds n floats,
      * ahost the same on the host; at a chunk's lowest mixer coef and dcoef
      * (device, C x k, rows k floats apart) the chunk's weights of the
@@ -460,8 +469,9 @@ static void mix_bwd(mixer_res *s, int m, const float *dh, int N)
         return;
     }
     /* its own sources now; the shared ones with the whole chunk, at its
-     * lowest mixer (the module comment) */
-    int m0 = x->m0, C = s->csize[m0], k = s->ck[m0];
+     * lowest mixer, from the highest one's list (the module comment) */
+    int m0 = x->m0, C = s->csize[m0];
+    const mixer *x0 = &s->mx[m0], *top = &s->mx[m0 + C - 1];
     float *dw[AR_MIXER_CHUNK_MAX], *dg[AR_MIXER_CHUNK_MAX], *dt[AR_MIXER_CHUNK_MAX];
     const float *dhs[AR_MIXER_CHUNK_MAX], *cd[AR_MIXER_CHUNK_MAX], *al[AR_MIXER_CHUNK_MAX],
         *rs[AR_MIXER_CHUNK_MAX], *w[AR_MIXER_CHUNK_MAX], *g[AR_MIXER_CHUNK_MAX], *th[AR_MIXER_CHUNK_MAX];
@@ -475,16 +485,19 @@ static void mix_bwd(mixer_res *s, int m, const float *dh, int N)
         dhs[c] = s->dHc[y->pos], cd[c] = y->cdot, al[c] = y->alpha, rs[c] = y->rstd, n[c] = y->n;
         w[c] = pp(s, y->q_idx), g[c] = pp(s, y->g_idx), th[c] = pp(s, y->t_idx);
     }
-    ar_depth_mix_chunk ch = {.src = x->sp, .n = n, .w = w, .g = g, .theta = th, .alpha = al, .rstd = rs,
+    ar_depth_mix_chunk ch = {.C = 1, .src = x->sp, .n = n, .w = w, .g = g, .theta = th, .alpha = al, .rstd = rs,
                              .sigmoid = s->sigmoid, .H = s->H, .N = N, .d = d};
     be->depth_mix_cdot(x->cdot, dh, x->h, s->H, N, d);
-    if (x->n > k) {
-        ch.C = 1, ch.s0 = k, ch.s1 = x->n;
+    for (int r = 0; r < x->nown; r++) {
+        ch.s0 = x->own[r][0], ch.s1 = x->own[r][1];
         be->depth_mix_bwd_chunk(&ch, x->dsp, dw, dg, dt, dhs, cd);
     }
-    if (m == m0) {
-        ch.C = C, ch.s0 = 0, ch.s1 = k;
-        be->depth_mix_bwd_chunk(&ch, x->dsp, dw, dg, dt, dhs, cd);
+    if (m != m0)
+        return;
+    ch.C = C, ch.src = top->sp;
+    for (int r = 0; r < x0->nshr; r++) {
+        ch.s0 = x0->shr[r][0], ch.s1 = x0->shr[r][1], ch.off = x0->shoff[r];
+        be->depth_mix_bwd_chunk(&ch, top->dsp, dw, dg, dt, dhs, cd);
     }
 }
 
@@ -654,40 +667,93 @@ static const ar_residual_vt mixer_vt = {
     .destroy = mixer_destroy,
 };
 
-/* Length of the common prefix of two mixers' source lists. */
-static int common_prefix(const mixer *a, const mixer *b)
+/* The place of row j of P in mixer x's source list, or -1. */
+static int place_of(const mixer *x, int j)
 {
-    int k = 0;
-    while (k < a->n && k < b->n && a->src[k] == b->src[k])
-        k++;
-    return k;
+    for (int p = 0; p < x->n; p++)
+        if (x->src[p] == j)
+            return p;
+    return -1;
+}
+
+/* Splits the sources of chunk m0..m0+C-1 into those every mixer of it
+ * lists (runs of the highest mixer's places, one offset per mixer each:
+ * Full's and Block's lists share a prefix, swa's windows shift by a place
+ * a mixer) and each mixer's own (runs of its places), into the mixers'
+ * nshr/shr/shoff and nown/own.  Returns 0 where that takes more runs than
+ * kept, or no source is shared. */
+static int split_chunk(mixer_res *s, int m0, int C)
+{
+    mixer *top = &s->mx[m0 + C - 1], *x0 = &s->mx[m0];
+    int shared[top->n > 0 ? top->n : 1], off[AR_MIXER_CHUNK_MAX], prev = 0;
+    x0->nshr = 0;
+    for (int p = 0; p < top->n; p++) {
+        shared[p] = 1;
+        for (int c = 0; c < C && shared[p]; c++) {
+            int q = place_of(&s->mx[m0 + c], top->src[p]);
+            shared[p] = q >= p; /* a negative offset is not taken (the op's off >= 0) */
+            off[c] = q - p;
+        }
+        if (!shared[p]) {
+            prev = 0;
+            continue;
+        }
+        int r = x0->nshr - 1;
+        if (prev && memcmp(off, x0->shoff[r], (size_t)C * sizeof(int)) == 0) {
+            x0->shr[r][1] = p + 1;
+        } else {
+            if (x0->nshr == 2)
+                return 0;
+            r = x0->nshr++;
+            x0->shr[r][0] = p, x0->shr[r][1] = p + 1;
+            memcpy(x0->shoff[r], off, (size_t)C * sizeof(int));
+        }
+        prev = 1;
+    }
+    if (x0->nshr == 0)
+        return 0;
+    for (int c = 0; c < C; c++) {
+        mixer *y = &s->mx[m0 + c];
+        int was_own = 0;
+        y->nown = 0;
+        for (int p = 0; p < y->n; p++) {
+            int t = place_of(top, y->src[p]), own = t < 0 || !shared[t];
+            if (own && was_own) {
+                y->own[y->nown - 1][1] = p + 1;
+            } else if (own) {
+                if (y->nown == 2)
+                    return 0;
+                y->own[y->nown][0] = p, y->own[y->nown][1] = p + 1;
+                y->nown++;
+            }
+            was_own = own;
+        }
+    }
+    return 1;
 }
 
 /* Chunks of the backward: mixers 1..L in runs of up to cmax consecutive
- * ones sharing their first k >= 1 sources; each mixer learns its chunk's
- * lowest mixer m0 and its place, m0 the chunk's size and k. */
+ * ones that share a source (split_chunk); each mixer learns its chunk's
+ * lowest mixer m0 and its place, m0 the chunk's size and, where the
+ * shared sources are a prefix of every list (all kinds but swa), their
+ * number ck (static's weighted sums take it). */
 static void plan_chunks(mixer_res *s)
 {
     int L = s->base.L;
     s->cmax = ar_depth_chunk < 1 ? 1 : ar_depth_chunk > AR_MIXER_CHUNK_MAX ? AR_MIXER_CHUNK_MAX : ar_depth_chunk;
-    if (s->qinput || s->kind == AR_RES_SWA)
-        s->cmax = 1; /* the query's backward needs the whole dL/dh at once; windows share only v_0 */
+    if (s->qinput)
+        s->cmax = 1; /* the query's backward needs the whole dL/dh at once */
     s->csize = ar_xcalloc((size_t)L + 2, sizeof(int));
     s->ck = ar_xcalloc((size_t)L + 2, sizeof(int));
     s->dHc = ar_xcalloc((size_t)s->cmax, sizeof(float *));
     for (int m0 = 1; m0 <= L + 1;) {
-        int C = 1, k = s->mx[m0].n;
-        while (m0 + C <= L && C < s->cmax) {
-            int kk = common_prefix(&s->mx[m0], &s->mx[m0 + C]);
-            if (kk < 1)
-                break;
-            k = kk < k ? kk : k;
+        int C = 1;
+        while (m0 + C <= L && C < s->cmax && split_chunk(s, m0, C + 1))
             C++;
-        }
-        if (m0 == L + 1)
-            C = 1, k = s->mx[m0].n;
+        split_chunk(s, m0, C); /* a mixer alone shares its whole list with itself */
+        mixer *x0 = &s->mx[m0];
         s->csize[m0] = C;
-        s->ck[m0] = k;
+        s->ck[m0] = x0->nshr == 1 && x0->shr[0][0] == 0 ? x0->shr[0][1] : 0;
         for (int c = 0; c < C; c++)
             s->mx[m0 + c].m0 = m0, s->mx[m0 + c].pos = c;
         m0 += C;

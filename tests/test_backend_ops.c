@@ -2777,23 +2777,35 @@ static void mix_cdot_check(tp *cd, tp *dh, tp *h, int H, int N, int d)
 }
 
 /* The backward in pieces (depth_mix_cdot, depth_mix_bwd_chunk): C mixers
- * with source lists of k shared then c + 1 own sources, their cdot from
- * random dh and h, then the chunk op over their shared sources and one
- * mixer's own ones. */
-static void mix_chunk_case(int k, int C, int N, int d, int H, int query, int keynorm, int theta, int sigmoid)
+ * with source lists of k shared then c + 1 own sources (with shift, c own
+ * ones before the shared: the chunk op takes those at places s + c, as
+ * swa's shifting windows), their cdot from random dh and h, then the
+ * chunk op over their shared sources and the last mixer's own ones. */
+static void mix_chunk_case(int k, int C, int N, int d, int H, int query, int keynorm, int theta, int sigmoid,
+                           int shift)
 {
-    at("depth_mix_bwd_chunk k=%d C=%d N=%d d=%d H=%d query=%d keynorm=%d theta=%d sigmoid=%d", k, C, N, d, H,
-       query, keynorm, theta, sigmoid);
+    at("depth_mix_bwd_chunk k=%d C=%d N=%d d=%d H=%d query=%d keynorm=%d theta=%d sigmoid=%d shift=%d", k, C, N, d,
+       H, query, keynorm, theta, sigmoid, shift);
     enum { MC = 4 };
     size_t nd = (size_t)N * d;
-    int ns = k + C, n[MC];
+    /* the pool: k shared, C own after them, C - 1 own before (shift) */
+    int ns = k + C + (shift ? C - 1 : 0), n[MC], off[MC];
+    cr_assert(ns <= MAXL);
     tp *src[MAXL], *dsrc[MAXL], *w[MC], *g[MC], *th[MC], *dh[MC], *h[MC], *al[MC], *rs[MC], *cd[MC], *dw[MC],
         *dg[MC], *dth[MC];
     sources(src, ns, N, d);
     for (int s = 0; s < ns; s++)
         dsrc[s] = rnd(nd, -1, 1);
+    /* mixer c's lists: pool index lst[c][p] of its place p */
+    int lst[MC][MAXL];
+    tp *sl[MC][MAXL], *dsl[MC][MAXL];
     for (int c = 0; c < C; c++) {
-        n[c] = k + c + 1;
+        off[c] = shift ? c : 0;
+        n[c] = off[c] + k + c + 1;
+        for (int p = 0; p < n[c]; p++) {
+            lst[c][p] = p < off[c] ? k + C + p : p - off[c];
+            sl[c][p] = src[lst[c][p]], dsl[c][p] = dsrc[lst[c][p]];
+        }
         w[c] = query ? queries(d, d) : NULL;
         g[c] = keynorm ? rnd(d, 0.5f, 1.5f) : NULL;
         th[c] = theta ? rnd(n[c], -2, 2) : NULL;
@@ -2809,17 +2821,22 @@ static void mix_chunk_case(int k, int C, int N, int d, int H, int query, int key
         mix_cdot_check(cd[c], dh[c], h[c], H, N, d);
     /* the chunk op over the shared sources for all C mixers, then the last
      * mixer's own ones: a shared source's gradient takes 3 C terms, an own
-     * one 3; a mixer's dw, dg, dtheta sum N n terms over the two calls (two
+     * one 3; a mixer's dw, dg, dtheta sum N n terms over the calls (two
      * += each: the third u of dw_bound's gamma(3)) */
     double *es[MAXL], *ms[MAXL], *bd[MAXL], *P[MC], *eP[MC], *Pg[MC], *ePg[MC], *Pt[MC], *ePt[MC];
     for (int s = 0; s < ns; s++)
         es[s] = bnew(nd), ms[s] = bnew(nd), bd[s] = bnew(nd);
     for (int c = 0; c < C; c++) {
         P[c] = bnew(d), eP[c] = bnew(d), Pg[c] = bnew(d), ePg[c] = bnew(d), Pt[c] = bnew(n[c]), ePt[c] = bnew(n[c]);
-        mix_in mi = {src, w[c], g[c], th[c], dh[c], 0, sigmoid, H, n[c], al[c]->h, rs[c]->h, cd[c]->h};
-        mix_bwd_terms(&mi, 0, k, N, d, es, ms, P[c], eP[c], Pg[c], ePg[c], Pt[c], ePt[c]);
-        if (c == C - 1)
-            mix_bwd_terms(&mi, k, n[c], N, d, es, ms, P[c], eP[c], Pg[c], ePg[c], Pt[c], ePt[c]);
+        double *esc[MAXL], *msc[MAXL];
+        for (int p = 0; p < n[c]; p++)
+            esc[p] = es[lst[c][p]], msc[p] = ms[lst[c][p]];
+        mix_in mi = {sl[c], w[c], g[c], th[c], dh[c], 0, sigmoid, H, n[c], al[c]->h, rs[c]->h, cd[c]->h};
+        mix_bwd_terms(&mi, off[c], off[c] + k, N, d, esc, msc, P[c], eP[c], Pg[c], ePg[c], Pt[c], ePt[c]);
+        if (c == C - 1) {
+            mix_bwd_terms(&mi, 0, off[c], N, d, esc, msc, P[c], eP[c], Pg[c], ePg[c], Pt[c], ePt[c]);
+            mix_bwd_terms(&mi, off[c] + k, n[c], N, d, esc, msc, P[c], eP[c], Pg[c], ePg[c], Pt[c], ePt[c]);
+        }
     }
     double *bw[MC], *bg[MC], *bt[MC];
     for (int c = 0; c < C; c++)
@@ -2836,7 +2853,8 @@ static void mix_chunk_case(int k, int C, int N, int d, int H, int query, int key
                 dw_bound(bt[c], Pt[c], ePt[c], NULL, dth[c]->h, (double)N * H, n[c]);
         }
     }
-    tl ls = list(src, ns), ld = list(dsrc, ns);
+    tl l0 = list(sl[0], n[0]), dl0 = list(dsl[0], n[0]), lc = list(sl[C - 1], n[C - 1]),
+       dlc = list(dsl[C - 1], n[C - 1]);
 #define OPT(t) ((t) ? D(t) : NULL)
     BOTH
     {
@@ -2847,14 +2865,19 @@ static void mix_chunk_case(int k, int C, int N, int d, int H, int query, int key
             pdh[c] = D(dh[c]), pcd[c] = D(cd[c]), pal[c] = D(al[c]), prs[c] = D(rs[c]);
             pw[c] = OPT(w[c]), pg[c] = OPT(g[c]), pth[c] = OPT(th[c]);
         }
-        ar_depth_mix_chunk ch = {.C = C, .s0 = 0, .s1 = k, .src = CL(ls), .n = n, .w = pw, .g = pg, .theta = pth,
-                                 .alpha = pal, .rstd = prs, .sigmoid = sigmoid, .H = H, .N = N, .d = d};
-        be->depth_mix_bwd_chunk(&ch, DL(ld), pdw, pdg, pdt, pdh, pcd);
-        int c = C - 1; /* the last mixer's own sources */
-        ch = (ar_depth_mix_chunk){.C = 1, .s0 = k, .s1 = n[c], .src = CL(ls), .n = n + c, .w = pw + c,
-                                  .g = pg + c, .theta = pth + c, .alpha = pal + c, .rstd = prs + c,
-                                  .sigmoid = sigmoid, .H = H, .N = N, .d = d};
-        be->depth_mix_bwd_chunk(&ch, DL(ld), pdw + c, pdg + c, pdt + c, pdh + c, pcd + c);
+        /* mixer 0 lists the shared sources at places 0..k-1 */
+        ar_depth_mix_chunk ch = {.C = C, .s0 = 0, .s1 = k, .src = CL(l0), .n = n, .off = shift ? off : NULL,
+                                 .w = pw, .g = pg, .theta = pth, .alpha = pal, .rstd = prs, .sigmoid = sigmoid,
+                                 .H = H, .N = N, .d = d};
+        be->depth_mix_bwd_chunk(&ch, DL(dl0), pdw, pdg, pdt, pdh, pcd);
+        int c = C - 1; /* the last mixer's own sources, before and after the shared */
+        int runs[2][2] = {{0, off[c]}, {off[c] + k, n[c]}};
+        for (int r = 0; r < 2; r++) {
+            ch = (ar_depth_mix_chunk){.C = 1, .s0 = runs[r][0], .s1 = runs[r][1], .src = CL(lc), .n = n + c,
+                                      .w = pw + c, .g = pg + c, .theta = pth + c, .alpha = pal + c,
+                                      .rstd = prs + c, .sigmoid = sigmoid, .H = H, .N = N, .d = d};
+            be->depth_mix_bwd_chunk(&ch, DL(dlc), pdw + c, pdg + c, pdt + c, pdh + c, pcd + c);
+        }
     }
 #undef OPT
     char what[64];
@@ -2876,13 +2899,17 @@ static void mix_chunk_case(int k, int C, int N, int d, int H, int query, int key
 Test(backend_ops, depth_mix_chunk)
 {
     NEED_B();
-    /* k, C, N, d, H, query, keynorm, theta, sigmoid */
-    mix_chunk_case(3, 4, 37, 64, 1, 1, 1, 0, 0);
-    mix_chunk_case(5, 3, 13, 72, 4, 1, 1, 0, 1);
-    mix_chunk_case(2, 2, 37, 20, 1, 1, 0, 0, 0);
-    mix_chunk_case(4, 3, 37, 20, 1, 0, 0, 1, 0);
-    mix_chunk_case(4, 2, 13, 72, 1, 0, 0, 0, 0);
-    mix_chunk_case(6, 4, 1024, 512, 8, 1, 1, 0, 0);
+    /* k, C, N, d, H, query, keynorm, theta, sigmoid, shift */
+    mix_chunk_case(3, 4, 37, 64, 1, 1, 1, 0, 0, 0);
+    mix_chunk_case(5, 3, 13, 72, 4, 1, 1, 0, 1, 0);
+    mix_chunk_case(2, 2, 37, 20, 1, 1, 0, 0, 0, 0);
+    mix_chunk_case(4, 3, 37, 20, 1, 0, 0, 1, 0, 0);
+    mix_chunk_case(4, 2, 13, 72, 1, 0, 0, 0, 0, 0);
+    mix_chunk_case(6, 4, 1024, 512, 8, 1, 1, 0, 0, 0);
+    /* shifted places (swa's windows): one head, heads, static logits */
+    mix_chunk_case(3, 4, 37, 64, 1, 1, 1, 0, 0, 1);
+    mix_chunk_case(5, 3, 13, 72, 4, 1, 1, 0, 1, 1);
+    mix_chunk_case(4, 3, 37, 20, 1, 0, 0, 1, 0, 1);
 }
 
 /* ---- weighted sums --------------------------------------------------- */

@@ -513,21 +513,25 @@ Test(variant_ops, depth_mix_fast_equals_simple)
 
 /* The backward in pieces (depth_mix_cdot, depth_mix_bwd_chunk) against the
  * whole one-phase backward of each mixer (cpu_depth_mix_bwd_simple), on
- * random non-zero inputs: C mixers with nested source lists (mixer c lists
- * the k shared sources, then c + 1 of its own), each with its own query,
- * gain, static logits, weights (from its forward) and dL/dh.  The pieces:
- * cdot from dh and h, each mixer's own sources with C = 1, then the shared
- * ones for all C at once; the fast op and its scalar version both.  Every
+ * random non-zero inputs: C mixers, mixer c listing the k shared sources,
+ * then c + 1 of its own; with shift, c more own sources before the shared
+ * ones (its list [c own, k shared, c + 1 own], as swa's windows shift),
+ * so that the chunk op takes the shared ones at places s + c (off).  Each
+ * mixer has its own query, gain, static logits, weights (from its
+ * forward) and dL/dh.  The pieces: cdot from dh and h, each mixer's own
+ * sources with C = 1 (one run, or two with shift), then the shared ones
+ * for all C at once; the fast op and its scalar version both.  Every
  * gradient element by element within twice the bound of one float
  * evaluation (mix_bwd_abs, mix_bwd_chain).  Kept whole: its setup, the
  * two references, the pieces and the checks share two dozen per-mixer
  * arrays that helpers would only pass along. */
 static void mix_chunk_case(int k, int C, int N, int d, int H, int use_w, int use_g, int use_theta,
-                           int sigmoid, int fast)
+                           int sigmoid, int shift, int fast)
 {
-    enum { MAXC = 4, MAXS = 16 };
+    enum { MAXC = 4, MAXS = 24 };
     size_t nd = (size_t)N * d;
-    int ns = k + C, n[MAXC];
+    /* the pool: k shared, C own after them, C - 1 own before (shift) */
+    int ns = k + C + (shift ? C - 1 : 0), n[MAXC], off[MAXC];
     float *src[MAXS], *dref[MAXS], *dgot[MAXS];
     for (int s = 0; s < ns; s++) {
         src[s] = malloc(nd * 4);
@@ -537,11 +541,22 @@ static void mix_chunk_case(int k, int C, int N, int d, int H, int use_w, int use
         tu_fill_uniform(dref[s], nd, -1, 1, 500 + (uint64_t)s);
         memcpy(dgot[s], dref[s], nd * 4);
     }
-    const float *const *sp = (const float *const *)src;
+    /* mixer c's lists: pool indices lst[c][p] of its places p */
+    int lst[MAXC][MAXS];
+    const float *sp[MAXC][MAXS];
+    float *dsp_ref[MAXC][MAXS], *dsp_got[MAXC][MAXS];
+    for (int c = 0; c < C; c++) {
+        off[c] = shift ? c : 0;
+        n[c] = off[c] + k + c + 1;
+        for (int p = 0; p < n[c]; p++) {
+            int j = p < off[c] ? k + C + p : p - off[c];
+            lst[c][p] = j;
+            sp[c][p] = src[j], dsp_ref[c][p] = dref[j], dsp_got[c][p] = dgot[j];
+        }
+    }
     float *w[MAXC], *g[MAXC], *th[MAXC], *dh[MAXC], *h[MAXC], *al[MAXC], *rs[MAXC], *cd[MAXC];
     float *dw1[MAXC], *dw2[MAXC], *dg1[MAXC], *dg2[MAXC], *dt1[MAXC], *dt2[MAXC];
     for (int c = 0; c < C; c++) {
-        n[c] = k + c + 1;
         w[c] = malloc((size_t)d * 4), g[c] = malloc((size_t)d * 4), th[c] = malloc(MAXS * 4);
         dh[c] = malloc(nd * 4), h[c] = malloc(nd * 4), cd[c] = malloc((size_t)N * H * 4);
         al[c] = malloc((size_t)N * H * n[c] * 4), rs[c] = calloc((size_t)N * n[c], 4);
@@ -562,10 +577,10 @@ static void mix_chunk_case(int k, int C, int N, int d, int H, int use_w, int use
     const float *W[MAXC], *G[MAXC], *TH[MAXC];
     for (int c = 0; c < C; c++) {
         W[c] = use_w ? w[c] : NULL, G[c] = use_g ? g[c] : NULL, TH[c] = use_theta ? th[c] : NULL;
-        ar_depth_mix mix = {.n = n[c], .src = sp, .w = W[c], .g = G[c], .theta = TH[c], .alpha = al[c],
+        ar_depth_mix mix = {.n = n[c], .src = sp[c], .w = W[c], .g = G[c], .theta = TH[c], .alpha = al[c],
                             .rstd = rs[c], .sigmoid = sigmoid, .H = H, .N = N, .d = d};
         cpu_depth_mix_fwd_simple(&mix, h[c]);
-        cpu_depth_mix_bwd_simple(&mix, dref, dw1[c], dg1[c], dt1[c], dh[c]);
+        cpu_depth_mix_bwd_simple(&mix, dsp_ref[c], dw1[c], dg1[c], dt1[c], dh[c]);
     }
     /* the magnitudes of the terms, from the values the gradients accumulate
      * onto (dgot, dw2, dg2, dt2 still hold them) */
@@ -581,30 +596,39 @@ static void mix_chunk_case(int k, int C, int N, int d, int H, int use_w, int use
             adw[c][j] = fabs(dw2[c][j]), adg[c][j] = fabs(dg2[c][j]);
         for (int t = 0; t < MAXS; t++)
             adt[c][t] = fabs(dt2[c][t]);
-        mix_bwd_abs(adx, adw[c], adg[c], adt[c], dh[c], al[c], rs[c], sp, n[c], W[c], 0, G[c], TH[c], sigmoid, H,
-                    N, d);
+        double *ax[MAXS];
+        for (int p = 0; p < n[c]; p++)
+            ax[p] = adx[lst[c][p]];
+        mix_bwd_abs(ax, adw[c], adg[c], adt[c], dh[c], al[c], rs[c], sp[c], n[c], W[c], 0, G[c], TH[c], sigmoid,
+                    H, N, d);
     }
     void (*op)(const ar_depth_mix_chunk *, float *const *, float *const *, float *const *, float *const *,
                const float *const *, const float *const *) =
         fast ? ar_backend_cpu()->depth_mix_bwd_chunk : cpu_depth_mix_bwd_chunk_simple;
     for (int c = 0; c < C; c++) {
         ar_backend_cpu()->depth_mix_cdot(cd[c], dh[c], h[c], H, N, d);
-        ar_depth_mix_chunk own = {.C = 1, .s0 = k, .s1 = n[c], .src = sp, .n = &n[c], .w = &W[c], .g = &G[c],
-                                  .theta = &TH[c], .alpha = (const float *const *)&al[c],
-                                  .rstd = (const float *const *)&rs[c], .sigmoid = sigmoid, .H = H, .N = N, .d = d};
-        op(&own, dgot, &dw2[c], &dg2[c], &dt2[c], (const float *const *)&dh[c], (const float *const *)&cd[c]);
+        ar_depth_mix_chunk own = {.C = 1, .src = sp[c], .n = &n[c], .w = &W[c], .g = &G[c], .theta = &TH[c],
+                                  .alpha = (const float *const *)&al[c], .rstd = (const float *const *)&rs[c],
+                                  .sigmoid = sigmoid, .H = H, .N = N, .d = d};
+        int runs[2][2] = {{0, off[c]}, {off[c] + k, n[c]}};
+        for (int r = 0; r < 2; r++) {
+            own.s0 = runs[r][0], own.s1 = runs[r][1];
+            op(&own, dsp_got[c], &dw2[c], &dg2[c], &dt2[c], (const float *const *)&dh[c],
+               (const float *const *)&cd[c]);
+        }
     }
-    ar_depth_mix_chunk shared = {.C = C, .s0 = 0, .s1 = k, .src = sp, .n = n, .w = W, .g = G, .theta = TH,
-                                 .alpha = (const float *const *)al, .rstd = (const float *const *)rs,
-                                 .sigmoid = sigmoid, .H = H, .N = N, .d = d};
-    op(&shared, dgot, dw2, dg2, dt2, (const float *const *)dh, (const float *const *)cd);
+    /* mixer 0 holds the shared sources at places 0..k-1, mixer c at c on */
+    ar_depth_mix_chunk shared = {.C = C, .s0 = 0, .s1 = k, .src = sp[0], .n = n, .off = shift ? off : NULL,
+                                 .w = W, .g = G, .theta = TH, .alpha = (const float *const *)al,
+                                 .rstd = (const float *const *)rs, .sigmoid = sigmoid, .H = H, .N = N, .d = d};
+    op(&shared, dsp_got[0], dw2, dg2, dt2, (const float *const *)dh, (const float *const *)cd);
     char what[160];
-    snprintf(what, sizeof what, "k %d C %d N %d d %d H %d w %d g %d theta %d sigmoid %d fast %d", k, C, N, d, H,
-             use_w, use_g, use_theta, sigmoid, fast);
+    snprintf(what, sizeof what, "k %d C %d N %d d %d H %d w %d g %d theta %d sigmoid %d shift %d fast %d", k, C, N,
+             d, H, use_w, use_g, use_theta, sigmoid, shift, fast);
     /* two float evaluations, each within gamma(K) of the magnitudes; cdot
      * = dh.h (h the forward's n-term mix) in place of sum_s alpha_s da_s
      * is the same polynomial, its chain of e + n counted in K */
-    bwd_chain K = mix_bwd_chain(k + C, N, d, H, 0, C);
+    bwd_chain K = mix_bwd_chain(n[C - 1], N, d, H, 0, C);
     for (int s = 0; s < ns; s++) {
         double e = past(dgot[s], dref[s], adx[s], 2 * tu_gamma(K.x), nd);
         cr_expect_leq(e, 1, "%s: dsrc[%d] %g of the bound", what, s, e);
@@ -633,12 +657,13 @@ Test(variant_ops, depth_mix_chunk_equals_whole_backward)
         for (int fast = 0; fast < 2; fast++)
             for (int v = 0; v < 3; v++) {
                 int k = v == 0 ? 1 : v == 1 ? 4 : 9, C = v == 0 ? 1 : v == 1 ? 4 : 3, N = v == 2 ? 70 : 37;
-                mix_chunk_case(k, C, N, d, H, 1, 1, 0, 0, fast); /* softmax, key norm */
-                mix_chunk_case(k, C, N, d, H, 1, 1, 0, 1, fast); /* sigmoid */
-                mix_chunk_case(k, C, N, d, H, 1, 0, 0, 0, fast); /* no key norm */
+                int shift = v == 1 && (q % 2 == 0); /* shifted windows, on every other shape */
+                mix_chunk_case(k, C, N, d, H, 1, 1, 0, 0, shift, fast); /* softmax, key norm */
+                mix_chunk_case(k, C, N, d, H, 1, 1, 0, 1, shift, fast); /* sigmoid */
+                mix_chunk_case(k, C, N, d, H, 1, 0, 0, 0, shift, fast); /* no key norm */
                 if (H == 1) {
-                    mix_chunk_case(k, C, N, d, 1, 0, 0, 1, 0, fast); /* static logits */
-                    mix_chunk_case(k, C, N, d, 1, 0, 0, 0, 0, fast); /* uniform weights */
+                    mix_chunk_case(k, C, N, d, 1, 0, 0, 1, 0, shift, fast); /* static logits */
+                    mix_chunk_case(k, C, N, d, 1, 0, 0, 0, 0, shift, fast); /* uniform weights */
                 }
             }
     }
@@ -995,12 +1020,23 @@ Test(variants, mixer_backward_in_chunks_equals_one_at_a_time)
     struct {
         const char *what;
         ar_res_kind kind;
-        int sigmoid, no_key_norm, heads, block;
+        int sigmoid, no_key_norm, heads, block, window;
     } cases[] = {
-        {"sigmoid", AR_RES_FULL, 1, 0, 1, 0},      {"no-key-norm", AR_RES_FULL, 0, 1, 1, 0},
-        {"full heads 2", AR_RES_FULL, 0, 0, 2, 0}, {"static", AR_RES_STATIC, 0, 0, 1, 0},
-        {"rescaled", AR_RES_RESCALED, 0, 0, 1, 0}, {"block heads 3 S=3", AR_RES_BLOCK, 0, 0, 3, 3},
-        {"block no-key-norm S=3", AR_RES_BLOCK, 0, 1, 1, 3}, {"block sigmoid S=2", AR_RES_BLOCK, 1, 0, 1, 2},
+        {"sigmoid", AR_RES_FULL, 1, 0, 1, 0, 0},
+        {"no-key-norm", AR_RES_FULL, 0, 1, 1, 0, 0},
+        {"full heads 2", AR_RES_FULL, 0, 0, 2, 0, 0},
+        {"static", AR_RES_STATIC, 0, 0, 1, 0, 0},
+        {"rescaled", AR_RES_RESCALED, 0, 0, 1, 0, 0},
+        {"block heads 3 S=3", AR_RES_BLOCK, 0, 0, 3, 3, 0},
+        {"block no-key-norm S=3", AR_RES_BLOCK, 0, 1, 1, 3, 0},
+        {"block sigmoid S=2", AR_RES_BLOCK, 1, 0, 1, 2, 0},
+        /* windows that shift by a place a mixer: shared runs with offsets,
+         * own sources before and after them; window 2 shares only v_0
+         * across chunks of 3 and 4 */
+        {"swa window 2", AR_RES_SWA, 0, 0, 1, 0, 2},
+        {"swa window 3 heads 2", AR_RES_SWA, 0, 0, 2, 0, 3},
+        {"swa window 5 sigmoid", AR_RES_SWA, 1, 0, 1, 0, 5},
+        {"swa window 4 no-key-norm", AR_RES_SWA, 0, 1, 1, 0, 4},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         ar_model_cfg c = tiny(cases[i].kind);
@@ -1012,6 +1048,8 @@ Test(variants, mixer_backward_in_chunks_equals_one_at_a_time)
         c.residual.heads = cases[i].heads;
         if (cases[i].block)
             c.residual.block_size = cases[i].block;
+        if (cases[i].window)
+            c.residual.window = cases[i].window;
         valid(&c);
         for (int cb = 2; cb <= 4; cb++) {
             double d = compare_chunks(c, 1, cb);

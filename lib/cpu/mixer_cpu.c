@@ -995,10 +995,37 @@ static void chunk_reduce(const float *part, int nch, int C, size_t pc, int s0, i
         }
 }
 
+/* A chunk whose mixers hold its sources at shifted places (off): the
+ * same chunk with each mixer's rows of alpha, rstd and dtheta begun at its
+ * offset, so that place s + off[c] is index s of them and the kernels
+ * below index by s alone.  The arrays al, rs, dt (C entries) hold the
+ * shifted pointers; returns the chunk to run (c itself without off). */
+static const ar_depth_mix_chunk *chunk_placed(const ar_depth_mix_chunk *c, ar_depth_mix_chunk *tmp,
+                                              const float **al, const float **rs, float **dt,
+                                              float *const **dtheta)
+{
+    if (!c->off)
+        return c;
+    *tmp = *c;
+    for (int q = 0; q < c->C; q++) {
+        int o = c->off[q];
+        al[q] = c->alpha[q] + o;
+        rs[q] = c->rstd[q] ? c->rstd[q] + o : NULL;
+        dt[q] = *dtheta && (*dtheta)[q] ? (*dtheta)[q] + o : NULL;
+    }
+    tmp->alpha = al, tmp->rstd = rs, tmp->off = NULL;
+    *dtheta = dt;
+    return tmp;
+}
+
 void cpu_depth_mix_bwd_chunk_simple(const ar_depth_mix_chunk *chunk, float *const *dsrc,
                                     float *const *dw, float *const *dg, float *const *dtheta,
                                     const float *const *dh, const float *const *cdot)
 {
+    ar_depth_mix_chunk placed;
+    const float *al[chunk->C > 0 ? chunk->C : 1], *rs[chunk->C > 0 ? chunk->C : 1];
+    float *dt[chunk->C > 0 ? chunk->C : 1];
+    chunk = chunk_placed(chunk, &placed, al, rs, dt, &dtheta);
     const float *const *src = chunk->src, *const *alpha = chunk->alpha, *const *rstd = chunk->rstd;
     const float *const *w = chunk->w, *const *g = chunk->g, *const *theta = chunk->theta;
     const int *n = chunk->n;
@@ -1162,6 +1189,10 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
                              float *const *dg, float *const *dtheta, const float *const *dh,
                              const float *const *cdot)
 {
+    ar_depth_mix_chunk placed;
+    const float *al[chunk->C > 0 ? chunk->C : 1], *rs[chunk->C > 0 ? chunk->C : 1];
+    float *dt[chunk->C > 0 ? chunk->C : 1];
+    chunk = chunk_placed(chunk, &placed, al, rs, dt, &dtheta);
     const float *const *src = chunk->src, *const *alpha = chunk->alpha, *const *rstd = chunk->rstd;
     const float *const *w = chunk->w, *const *g = chunk->g, *const *theta = chunk->theta;
     const int *n = chunk->n;

@@ -494,17 +494,20 @@ extern "C" void cuda_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float 
     size_t stride = (size_t)2 * d + ns;
     for (int c = 0; c < C; c++) {
         int hasq = w[c] && !theta[c];
-        int want_dt = theta[c] && dtheta[c];
+        int want_dt = theta[c] && dtheta && dtheta[c];
+        /* places s + o of this mixer's list: its rows of alpha, rstd and
+         * dtheta begun at o, indexed by s as the kernel does */
+        int o = chunk->off ? chunk->off[c] : 0;
         float *part = (float *)ar_cu_ws(CU_WS_ROWS, (size_t)nb * stride * sizeof(float));
-        mix_bwd_part_kernel<<<nb, T, smem, ar_cuda_stream()>>>(dl, part, want_dt, dh[c], cdot[c], alpha[c],
-                                                                rstd[c], sl, s0, s1, n[c], w[c], g[c], theta[c],
-                                                                sigmoid, H, N, d, tpb);
+        mix_bwd_part_kernel<<<nb, T, smem, ar_cuda_stream()>>>(dl, part, want_dt, dh[c], cdot[c], alpha[c] + o,
+                                                                rstd[c] ? rstd[c] + o : NULL, sl, s0, s1, n[c],
+                                                                w[c], g[c], theta[c], sigmoid, H, N, d, tpb);
         AR_CUDA_LAUNCHED();
         if (hasq && dw[c])
             ar_cu_reduce_add(dw[c], part, nb, stride, d);
         if (hasq && g[c] && dg[c])
             ar_cu_reduce_add(dg[c], part + d, nb, stride, d);
         if (want_dt)
-            ar_cu_reduce_add(dtheta[c] + s0, part + 2 * (size_t)d, nb, stride, ns);
+            ar_cu_reduce_add(dtheta[c] + s0 + o, part + 2 * (size_t)d, nb, stride, ns);
     }
 }
