@@ -597,7 +597,7 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
     const vi perm = pack_perm(e);
 #pragma omp parallel if ((long)N * n * d > PAR_MIN)
     {
-        float ur[hasq && wstride ? d : 1], pr[H > 1 ? d : 1];
+        float ur[hasq && wstride ? d : 1], pr[H > 1 ? d : 1], xx[n], rs[n];
         float at[H > 1 ? n * P : 1], aloc[unread ? Hn : 1];
         const float *xs[n];
         memset(at, 0, sizeof at); /* the pad lanes too: they go through the scores */
@@ -618,26 +618,38 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
             for (int s = 0; s < n; s++)
                 xs[s] = src[s] + (size_t)i * d;
             if (hasq) {
+                /* the dot products and sums of squares source by source,
+                 * then every source's rstd at once (independent divisions
+                 * and square roots, a vector of sources at a time, where
+                 * one source's waited on the next row's sweep) and the
+                 * logits scaled by it: r (u.x), the same product as
+                 * before */
                 for (int s = 0; s < n; s++) {
-                    float xx = 0, z = 0, r = 1.0f;
                     if (H == 1 && g)
-                        row_sweep(uu, xs[s], d, 1, 1, &z, NULL, &xx);
+                        row_sweep(uu, xs[s], d, 1, 1, &a[s], NULL, &xx[s]);
                     else if (H == 1)
-                        row_sweep(uu, xs[s], d, 1, 0, &z, NULL, &xx);
+                        row_sweep(uu, xs[s], d, 1, 0, &a[s], NULL, NULL);
                     else if (g)
-                        row_sweep(uu, xs[s], d, 0, 1, NULL, pr, &xx);
+                        row_sweep(uu, xs[s], d, 0, 1, NULL, pr, &xx[s]);
                     else
-                        row_sweep(uu, xs[s], d, 0, 0, NULL, pr, &xx);
-                    if (g) {
-                        r = 1.0f / sqrtf(xx / d + AR_RMS_EPS);
-                        rstd[(size_t)i * n + s] = r;
-                    }
+                        row_sweep(uu, xs[s], d, 0, 0, NULL, pr, NULL);
+                    if (H > 1 && packed)
+                        head_pack(pr, e, H, 1.0f, perm, at + s * P);
+                    else if (H > 1)
+                        head_sums(pr, H, e, d, 1.0f, at + s * P);
+                }
+                if (g) {
+                    float *ri = rstd + (size_t)i * n;
+                    for (int s = 0; s < n; s++)
+                        rs[s] = 1.0f / sqrtf(xx[s] / d + AR_RMS_EPS);
+                    memcpy(ri, rs, (size_t)n * sizeof(float));
                     if (H == 1)
-                        a[s] = r * z;
-                    else if (packed)
-                        head_pack(pr, e, H, r, perm, at + s * P);
+                        for (int s = 0; s < n; s++)
+                            a[s] = rs[s] * a[s];
                     else
-                        head_sums(pr, H, e, d, r, at + s * P);
+                        for (int s = 0; s < n; s++)
+                            for (int hh = 0; hh < H; hh++)
+                                at[s * P + hh] = rs[s] * at[s * P + hh];
                 }
                 if (H == 1) {
                     mix_scores(a, n, 1, sigmoid);
