@@ -439,6 +439,99 @@ static inline void head_pack(const float *p, int e, int H, float r, vi perm, flo
         head_pack_e(p, 8, H, r, perm, out);
 }
 
+/* head_pack_e's tree over e vectors p[0..e-1] (one group of VL heads) */
+static inline __attribute__((always_inline)) vf pack_tree(const vf *p, int e, vi perm)
+{
+    if (e == 1)
+        return p[0];
+    if (e == 2)
+        return __builtin_shuffle(v_ipadd(p[0], p[1]), perm);
+    if (e == 4)
+        return __builtin_shuffle(v_ipadd(v_ipadd(p[0], p[1]), v_ipadd(p[2], p[3])), perm);
+    return v_padd(v_padd(v_padd(p[0], p[1]), v_padd(p[2], p[3])),
+                  v_padd(v_padd(p[4], p[5]), v_padd(p[6], p[7])));
+}
+
+/* row_sweep (u, x, sq) and head_pack (of u*x, scale 1) in one pass, for
+ * packed heads: each group's e products summed by head_pack_e's tree in
+ * registers, where row_sweep stored them and head_pack loaded them back
+ * (each load waiting on those stores).  The same operations in the same
+ * order (the sums of squares in row_sweep's two chains, even and odd
+ * column blocks), so the same bits. */
+static inline __attribute__((always_inline)) void row_pack_e(const float *u, const float *x, int e, int H,
+                                                              int sq, vi perm, float *out, float *xx)
+{
+    vf q0 = {0}, q1 = {0};
+    for (int g = 0; g < H / VL; g++) {
+        const int b0 = g * e;
+        vf p[8];
+        for (int t = 0; t < e; t++) {
+            const int j = (b0 + t) * VL;
+            vf xv = v_ld(x + j);
+            __builtin_prefetch(x + j + e * H, 0, 3); /* the next token's row */
+            if (sq && ((b0 + t) & 1))
+                q1 += xv * xv;
+            else if (sq)
+                q0 += xv * xv;
+            p[t] = v_ld(u + j) * xv;
+        }
+        v_st(out + g * VL, pack_tree(p, e, perm));
+    }
+    if (sq)
+        *xx = v_hsum(q0 + q1);
+}
+
+/* row_pack_e with e a constant in each branch */
+static inline void row_pack(const float *u, const float *x, int e, int H, int sq, vi perm, float *out,
+                            float *xx)
+{
+    if (e == 1)
+        row_pack_e(u, x, 1, H, sq, perm, out, xx);
+    else if (e == 2)
+        row_pack_e(u, x, 2, H, sq, perm, out, xx);
+    else if (e == 4)
+        row_pack_e(u, x, 4, H, sq, perm, out, xx);
+    else
+        row_pack_e(u, x, 8, H, sq, perm, out, xx);
+}
+
+/* row_sweep2 (a, b, x: the products a*x and b*x) and head_pack of both
+ * (scale 1) in one pass, for packed heads, as row_pack_e: the same
+ * operations, so the same bits.  b NULL: a's alone. */
+static inline __attribute__((always_inline)) void row_pack2_e(const float *a, const float *b, const float *x,
+                                                               int e, int H, vi perm, float *outa, float *outb)
+{
+    for (int g = 0; g < H / VL; g++) {
+        const int b0 = g * e;
+        vf pa[8], pb[8];
+        for (int t = 0; t < e; t++) {
+            const int j = (b0 + t) * VL;
+            vf xv = v_ld(x + j);
+            __builtin_prefetch(x + j + e * H, 0, 3); /* the next token's row */
+            pa[t] = v_ld(a + j) * xv;
+            if (b)
+                pb[t] = v_ld(b + j) * xv;
+        }
+        v_st(outa + g * VL, pack_tree(pa, e, perm));
+        if (b)
+            v_st(outb + g * VL, pack_tree(pb, e, perm));
+    }
+}
+
+/* row_pack2_e with e a constant in each branch */
+static inline void row_pack2(const float *a, const float *b, const float *x, int e, int H, vi perm, float *outa,
+                             float *outb)
+{
+    if (e == 1)
+        row_pack2_e(a, b, x, 1, H, perm, outa, outb);
+    else if (e == 2)
+        row_pack2_e(a, b, x, 2, H, perm, outa, outb);
+    else if (e == 4)
+        row_pack2_e(a, b, x, 4, H, perm, outa, outb);
+    else
+        row_pack2_e(a, b, x, 8, H, perm, outa, outb);
+}
+
 /* whether head_pack takes heads of e channels, H of them: e a divisor of
  * VL below it (1, 2, 4 or 8), H a multiple of VL */
 static inline int packed_heads(int e, int H) { return e < VL && VL % e == 0 && H % VL == 0; }
@@ -625,7 +718,11 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                  * logits scaled by it: r (u.x), the same product as
                  * before */
                 for (int s = 0; s < n; s++) {
-                    if (H == 1 && g)
+                    if (H > 1 && packed && g)
+                        row_pack(uu, xs[s], e, H, 1, perm, at + s * P, &xx[s]);
+                    else if (H > 1 && packed)
+                        row_pack(uu, xs[s], e, H, 0, perm, at + s * P, NULL);
+                    else if (H == 1 && g)
                         row_sweep(uu, xs[s], d, 1, 1, &a[s], NULL, &xx[s]);
                     else if (H == 1)
                         row_sweep(uu, xs[s], d, 1, 0, &a[s], NULL, NULL);
@@ -633,9 +730,7 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                         row_sweep(uu, xs[s], d, 0, 1, NULL, pr, &xx[s]);
                     else
                         row_sweep(uu, xs[s], d, 0, 0, NULL, pr, NULL);
-                    if (H > 1 && packed)
-                        head_pack(pr, e, H, 1.0f, perm, at + s * P);
-                    else if (H > 1)
+                    if (H > 1 && !packed)
                         head_sums(pr, H, e, d, 1.0f, at + s * P);
                 }
                 if (g) {
@@ -678,7 +773,25 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                 mix_rows1(y, a, xs, n, d);
                 continue;
             }
-            for (int b = 0; b < d / VL; b++) {
+            /* four column blocks a sweep of the n rows: four chains of
+             * adds where one waited on each add (each column's sum in the
+             * same order) */
+            int b = 0;
+            for (; b + 4 <= d / VL; b += 4) {
+                vf y0 = {0}, y1 = {0}, y2 = {0}, y3 = {0};
+                for (int s = 0; s < n; s++) {
+                    const float *as = at + s * P, *xr = xs[s] + b * VL;
+                    y0 += head_cols(as, b, e, idx) * v_ld(xr);
+                    y1 += head_cols(as, b + 1, e, idx) * v_ld(xr + VL);
+                    y2 += head_cols(as, b + 2, e, idx) * v_ld(xr + 2 * VL);
+                    y3 += head_cols(as, b + 3, e, idx) * v_ld(xr + 3 * VL);
+                }
+                v_st(y + b * VL, y0);
+                v_st(y + (b + 1) * VL, y1);
+                v_st(y + (b + 2) * VL, y2);
+                v_st(y + (b + 3) * VL, y3);
+            }
+            for (; b < d / VL; b++) {
                 vf acc = {0};
                 for (int s = 0; s < n; s++)
                     acc += head_cols(at + s * P, b, e, idx) * v_ld(xs[s] + b * VL);
@@ -815,7 +928,7 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
 #pragma omp parallel if (nch > 1 && (long)N * n * d > PAR_MIN)
     {
         float T[d], ur[hasq && !shared ? d : 1], pr[H > 1 ? d : 1], pr2[H > 1 ? d : 1];
-        float da[Hn], dl[Hn], dot[Hn], zh[H], av[P], cv[P];
+        float da[Hn], dl[Hn], dot[Hn], zh[H], zh2[H], av[P], cv[P];
         const float *xs[n];
         memset(av, 0, sizeof av);
         memset(cv, 0, sizeof cv);
@@ -847,23 +960,21 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
                         row_sweep2(gy, NULL, xs[s], d, 1, &da[s], NULL, NULL, NULL);
                         dot[s] = 0;
                     } else {
-                        if (hasq)
+                        if (packed)
+                            row_pack2(gy, hasq ? uu : NULL, xs[s], e, H, perm, zh, zh2);
+                        else if (hasq)
                             row_sweep2(gy, uu, xs[s], d, 0, NULL, NULL, pr, pr2);
                         else
                             row_sweep2(gy, NULL, xs[s], d, 0, NULL, NULL, pr, NULL);
-                        if (packed)
-                            head_pack(pr, e, H, 1.0f, perm, zh);
-                        else
+                        if (!packed)
                             head_sums(pr, H, e, d, 1.0f, zh);
                         for (int hh = 0; hh < H; hh++)
                             da[hh * n + s] = zh[hh];
                         if (hasq) {
-                            if (packed)
-                                head_pack(pr2, e, H, 1.0f, perm, zh);
-                            else
-                                head_sums(pr2, H, e, d, 1.0f, zh);
+                            if (!packed)
+                                head_sums(pr2, H, e, d, 1.0f, zh2);
                             for (int hh = 0; hh < H; hh++)
-                                dot[hh * n + s] = zh[hh];
+                                dot[hh * n + s] = zh2[hh];
                         } else {
                             for (int hh = 0; hh < H; hh++)
                                 dot[hh * n + s] = 0;
@@ -1271,15 +1382,12 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
                             }
                             if (H == 1) {
                                 row_sweep2(gy, uc, x, d, 1, &da[0], &dot[0], NULL, NULL);
+                            } else if (packed) {
+                                row_pack2(gy, uc, x, e, H, perm, da, dot);
                             } else {
                                 row_sweep2(gy, uc, x, d, 0, NULL, NULL, pr, pr2);
-                                if (packed)
-                                    head_pack(pr, e, H, 1.0f, perm, da);
-                                else
-                                    head_sums(pr, H, e, d, 1.0f, da);
-                                if (uc && packed)
-                                    head_pack(pr2, e, H, 1.0f, perm, dot);
-                                else if (uc)
+                                head_sums(pr, H, e, d, 1.0f, da);
+                                if (uc)
                                     head_sums(pr2, H, e, d, 1.0f, dot);
                             }
                             const float r = keyn ? rstd[c][(size_t)i * n[c] + s] : 1.0f;
