@@ -137,10 +137,11 @@ ar_residual *ar_residual_create(const ar_model_cfg *cfg, const ar_backend *be, i
                                 int nchunks, ar_param_table *pt);
 
 /* Most consecutive mixers that AttnRes kinds batch in one two-phase chunk
- * (lib/residual_depth.c; default 4), and that the general depth mixer
- * batches in one chunk of its backward (lib/residual_mixer.c; at most 8).
- * Read at creation.  1 = one mixer per chunk (one phase); tests vary it to
- * check that results do not depend on it. */
+ * (lib/residual_depth.c), and that the general depth mixer batches in one
+ * chunk of its backward (lib/residual_mixer.c; at most 8).  0 (the
+ * default): each schedule's own choice (4; the general mixer's static 8,
+ * swa about sqrt(window + 2)).  Read at creation.  1 = one mixer per chunk
+ * (one phase); tests vary it to check that results do not depend on it. */
 extern int ar_depth_chunk;
 
 /* 1: plain full/block also run on the general depth mixer of

@@ -29,7 +29,7 @@
 #include "residual.h"
 
 /* Schedule (two-phase, the report's Algorithm 1 generalised): mixers
- * 1..L are cut into chunks of at most ar_depth_chunk consecutive mixers;
+ * 1..L are cut into chunks of at most ar_depth_chunk (default 4) consecutive mixers;
  * the final mixer L+1 is a chunk of its own.  The first k sources of a
  * chunk's mixers are the same for all of them (the common prefix: block
  * summaries, or for Full every output before the chunk) and exist before
@@ -62,7 +62,7 @@
  * P_{l-1} + v_l are rounded once each; a gradient stays fp32, so dh_l
  * goes into one of ar_depth_chunk fp32 buffers instead of P_l (at 12
  * layers and chunks of 4: 25 rows of half the bytes less 4 rows more). */
-int ar_depth_chunk = 4;
+int ar_depth_chunk = 0;
 
 typedef struct {
     int n;                /* number of sources */
@@ -127,7 +127,7 @@ static void plan_sources(mixer *x, int m, const ar_blocks *b)
 static void plan_chunks(depth_res *s, int npipe)
 {
     int L = s->base.L;
-    s->cmax = ar_depth_chunk < 1 ? 1 : ar_depth_chunk;
+    s->cmax = ar_depth_chunk > 0 ? ar_depth_chunk : 4; /* 8 measured the same (BENCHMARKS.md) */
     s->ch = ar_xcalloc((size_t)L + 2, sizeof(chunk));
     s->nch = 0;
     for (int m = 1; m <= L + 1;) {

@@ -737,12 +737,27 @@ static int split_chunk(mixer_res *s, int m0, int C)
  * lowest mixer m0 and its place, m0 the chunk's size and, where the
  * shared sources are a prefix of every list (all kinds but swa), their
  * number ck (static's weighted sums take it). */
+/* The most mixers a chunk takes: ar_depth_chunk where set, else by kind.
+ * static: 8, wmix's most outputs (its passes over the shared sources are
+ * memory-bound: 8 took a quarter off its weighted sums' time against 4 at
+ * the ablation shape, BENCHMARKS.md).  swa: a chunk of C windows of W
+ * shares v_0 and W - C + 1 outputs, and each of its mixers owns C - 1, so
+ * the backward reads (W - C + 2) / C + C - 1 rows a mixer, least near C =
+ * sqrt(W + 2) (3 at W = 8, 4.33 rows against 4.5 at C = 4).  Others: 4. */
+static int chunk_most(const mixer_res *s)
+{
+    if (s->qinput)
+        return 1; /* the query's backward needs the whole dL/dh at once */
+    int c = ar_depth_chunk;
+    if (c <= 0)
+        c = s->wsums ? AR_MIXER_CHUNK_MAX : s->kind == AR_RES_SWA ? (int)lround(sqrt(s->W + 2.0)) : 4;
+    return c < 1 ? 1 : c > AR_MIXER_CHUNK_MAX ? AR_MIXER_CHUNK_MAX : c;
+}
+
 static void plan_chunks(mixer_res *s)
 {
     int L = s->base.L;
-    s->cmax = ar_depth_chunk < 1 ? 1 : ar_depth_chunk > AR_MIXER_CHUNK_MAX ? AR_MIXER_CHUNK_MAX : ar_depth_chunk;
-    if (s->qinput)
-        s->cmax = 1; /* the query's backward needs the whole dL/dh at once */
+    s->cmax = chunk_most(s);
     s->csize = ar_xcalloc((size_t)L + 2, sizeof(int));
     s->ck = ar_xcalloc((size_t)L + 2, sizeof(int));
     s->dHc = ar_xcalloc((size_t)s->cmax, sizeof(float *));
@@ -825,7 +840,6 @@ ar_residual *ar_residual_mixer_create(const ar_model_cfg *cfg, const ar_backend 
             x->t_idx = ar_params_add(pt, nm, x->n, 0, AR_INIT_ZEROS, 0, m);
         }
     }
-    plan_chunks(s);
     if (rc->kind == AR_RES_STATIC && !ar_depth_general) {
         s->wsums = 1;
         for (int m = 1; m <= L + 1; m++)
@@ -833,5 +847,6 @@ ar_residual *ar_residual_mixer_create(const ar_model_cfg *cfg, const ar_backend 
         if (s->wsums)
             s->hbuf = ar_xmalloc((size_t)(AR_MIXER_CHUNK_MAX + 2) * (L + 1) * sizeof(float));
     }
+    plan_chunks(s);
     return &s->base;
 }
