@@ -732,11 +732,6 @@ static int split_chunk(mixer_res *s, int m0, int C)
     return 1;
 }
 
-/* Chunks of the backward: mixers 1..L in runs of up to cmax consecutive
- * ones that share a source (split_chunk); each mixer learns its chunk's
- * lowest mixer m0 and its place, m0 the chunk's size and, where the
- * shared sources are a prefix of every list (all kinds but swa), their
- * number ck (static's weighted sums take it). */
 /* The most mixers a chunk takes: ar_depth_chunk where set, else by kind.
  * static: 8, wmix's most outputs (its passes over the shared sources are
  * memory-bound: 8 took a quarter off its weighted sums' time against 4 at
@@ -754,6 +749,11 @@ static int chunk_most(const mixer_res *s)
     return c < 1 ? 1 : c > AR_MIXER_CHUNK_MAX ? AR_MIXER_CHUNK_MAX : c;
 }
 
+/* Chunks of the backward: mixers 1..L in runs of up to cmax consecutive
+ * ones that share a source (split_chunk); each mixer learns its chunk's
+ * lowest mixer m0 and its place, m0 the chunk's size and, where the
+ * shared sources are a prefix of every list (all kinds but swa), their
+ * number ck (static's weighted sums take it). */
 static void plan_chunks(mixer_res *s)
 {
     int L = s->base.L;

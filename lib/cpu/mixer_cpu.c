@@ -714,9 +714,9 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                 /* the dot products and sums of squares source by source,
                  * then every source's rstd at once (independent divisions
                  * and square roots, a vector of sources at a time, where
-                 * one source's waited on the next row's sweep) and the
-                 * logits scaled by it: r (u.x), the same product as
-                 * before */
+                 * one source's would wait on the next row's sweep) and the
+                 * logits scaled by it: r (u.x), one rounding as in the
+                 * simple op */
                 for (int s = 0; s < n; s++) {
                     if (H > 1 && packed && g)
                         row_pack(uu, xs[s], e, H, 1, perm, at + s * P, &xx[s]);
