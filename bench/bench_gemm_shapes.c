@@ -107,6 +107,7 @@ int main(int argc, char **argv)
     }
     omp_set_num_threads(threads);
     be = ar_backend_cpu();
+    be->set_threads(threads); /* OpenBLAS's and BLIS's threads too, as attnres bench sets them */
     const char *ct = getenv("OPENBLAS_CORETYPE");
     double ceil = ar_bench_sgemm_gflops(AR_BENCH_CEILING_N, AR_BENCH_CEILING_REPS); /* as attnres bench */
     printf("threads %d, OPENBLAS_CORETYPE=%s, sgemm ceiling %.1f GFLOP/s (2048^3, best of 5)\n", threads,
