@@ -134,7 +134,7 @@ typedef struct {
     float *fgrad, *dwq, *dqn, *ones, *dgdump;
     float *du, *dun;     /* query: input: dL/du, and dL/dN(u) with query_norm */
     int cmax;            /* most mixers in a backward chunk (1: none batched) */
-    int *csize, *ck;     /* per lowest mixer m0: its chunk's size and shared sources */
+    int *csize;          /* per lowest mixer m0: its chunk's size */
     float **dHc;         /* cmax buffers N x d: dL/dh of each place in a chunk */
     int uniform;         /* rescaled: running sums (the module comment) */
     int wsums;           /* static: weighted sums (the module comment) */
@@ -151,6 +151,15 @@ static int opens(mixer_res *s, int l) { return ar_blocks_opens(&s->blk, l); }
 /* whether P_l is a block's sum b_n (the last sublayer of its block, or
  * the embedding), not a partial sum inside a block */
 static int block_end(mixer_res *s, int l) { return l == s->base.L || opens(s, l + 1); }
+
+/* The number of sources every mixer of chunk m0 lists where they are the
+ * first of each list (Full's sources, as static's weighted sums take
+ * them); 0 where they are not (swa). */
+static int shared_prefix(const mixer_res *s, int m0)
+{
+    const mixer *x0 = &s->mx[m0];
+    return x0->nshr == 1 && x0->shr[0][0] == 0 ? x0->shr[0][1] : 0;
+}
 
 /* Sources of mixer m as indices into P: Block's (Full's: S = 1), or for
  * swa v_0 and the last W outputs. */
@@ -219,7 +228,7 @@ static void mixer_bind(ar_residual *r, float *params, float *grads, float *const
             x->dalpha = be->alloc((size_t)x->n * sizeof(float));
             x->ahost = ar_xcalloc((size_t)x->n, sizeof(float));
             if (x->m0 == m) {
-                size_t ck = (size_t)s->csize[m] * s->ck[m] * sizeof(float);
+                size_t ck = (size_t)s->csize[m] * shared_prefix(s, m) * sizeof(float);
                 x->coef = be->alloc(ck);
                 x->dcoef = be->alloc(ck);
             }
@@ -281,7 +290,7 @@ static float *query_rows(const mixer_res *s, const mixer *x)
 static void static_weights(mixer_res *s, int m0)
 {
     const ar_backend *be = s->base.be;
-    int C = s->csize[m0], k = s->ck[m0];
+    int C = s->csize[m0], k = shared_prefix(s, m0);
     float *coef = s->hbuf;
     for (int c = 0; c < C; c++) {
         mixer *y = &s->mx[m0 + c];
@@ -307,7 +316,7 @@ static const float *static_fwd(mixer_res *s, int m, int N)
 {
     const ar_backend *be = s->base.be;
     mixer *x = &s->mx[m];
-    int m0 = x->m0, C = s->csize[m0], k = s->ck[m0];
+    int m0 = x->m0, C = s->csize[m0], k = shared_prefix(s, m0);
     size_t nd = (size_t)N * s->base.d;
     if (m == 1) /* every mixer's weights at once: one wait for the device */
         for (int q = 1; q <= s->base.L + 1; q += s->csize[q])
@@ -330,7 +339,7 @@ static const float *static_fwd(mixer_res *s, int m, int N)
 static void static_theta_grads(mixer_res *s, int m0)
 {
     const ar_backend *be = s->base.be;
-    int C = s->csize[m0], k = s->ck[m0], L1 = s->base.L + 1;
+    int C = s->csize[m0], k = shared_prefix(s, m0), L1 = s->base.L + 1;
     float *dcoef = s->hbuf, *da = dcoef + (size_t)AR_MIXER_CHUNK_MAX * L1, *g = da + L1;
     be->download(dcoef, s->mx[m0].dcoef, (size_t)C * k * sizeof(float));
     for (int c = 0; c < C; c++) {
@@ -355,7 +364,7 @@ static void static_bwd(mixer_res *s, int m, const float *dh, int N)
 {
     const ar_backend *be = s->base.be;
     mixer *x = &s->mx[m];
-    int m0 = x->m0, C = s->csize[m0], k = s->ck[m0];
+    int m0 = x->m0, C = s->csize[m0], k = shared_prefix(s, m0);
     size_t nd = (size_t)N * s->base.d;
     if (x->n > k) {
         be->zero(x->dalpha + k, (size_t)(x->n - k) * sizeof(float));
@@ -625,7 +634,6 @@ static void mixer_destroy(ar_residual *r)
     free(s->dHc);
     free(s->hbuf);
     free(s->csize);
-    free(s->ck);
     for (int m = 1; m <= r->L + 1; m++) {
         mixer *x = &s->mx[m];
         float *mb[] = {x->alpha, x->rstd, x->h,  x->qn,   x->wq,    x->qrs,
@@ -751,24 +759,20 @@ static int chunk_most(const mixer_res *s)
 
 /* Chunks of the backward: mixers 1..L in runs of up to cmax consecutive
  * ones that share a source (split_chunk); each mixer learns its chunk's
- * lowest mixer m0 and its place, m0 the chunk's size and, where the
- * shared sources are a prefix of every list (all kinds but swa), their
- * number ck (static's weighted sums take it). */
+ * lowest mixer m0 and its place, m0 the chunk's size and the runs of
+ * shared and own sources (shared_prefix reads the former). */
 static void plan_chunks(mixer_res *s)
 {
     int L = s->base.L;
     s->cmax = chunk_most(s);
     s->csize = ar_xcalloc((size_t)L + 2, sizeof(int));
-    s->ck = ar_xcalloc((size_t)L + 2, sizeof(int));
     s->dHc = ar_xcalloc((size_t)s->cmax, sizeof(float *));
     for (int m0 = 1; m0 <= L + 1;) {
         int C = 1;
         while (m0 + C <= L && C < s->cmax && split_chunk(s, m0, C + 1))
             C++;
         split_chunk(s, m0, C); /* a mixer alone shares its whole list with itself */
-        mixer *x0 = &s->mx[m0];
         s->csize[m0] = C;
-        s->ck[m0] = x0->nshr == 1 && x0->shr[0][0] == 0 ? x0->shr[0][1] : 0;
         for (int c = 0; c < C; c++)
             s->mx[m0 + c].m0 = m0, s->mx[m0 + c].pos = c;
         m0 += C;

@@ -253,7 +253,7 @@ void cpu_depth_mix_bwd_simple(const ar_depth_mix *m, float *const *dsrc, float *
  * shuffles) or lies inside one head (VL divides e), so per-head weights
  * become a column vector by one permute or broadcast.  Narrow heads (e <
  * VL, H a multiple of VL: the ablation's 16 heads of 4 at d 64) are
- * packed VL to a vector instead (head_pack), and their logits, weights
+ * packed VL to a vector instead (row_pack), and their logits, weights
  * and logit gradients handled a vector of heads at a time; head by head
  * they had taken twice one head's time and more (each head's sum stored
  * alone and read back by a vector load that waited for every store).
@@ -396,50 +396,13 @@ static vi pack_perm(int e)
     return perm;
 }
 
-/* Heads packed across the lanes, for e < VL with H a multiple of VL:
- * out[a] = r sum_{j in G_a} p[j] for every head a, VL heads to a vector:
- * the sums of e consecutive column blocks by a tree of pairwise sums
- * (in-lane v_ipadd and one permute by perm, pack_perm(e), for e <= 4;
- * v_padd for e = 8), whose lanes add in head_sums' butterfly order, so
- * the same bits.  One vector store per VL heads, where head_sums stores
- * each head's sum alone (a vector load of those scalar stores waits for
- * each of them). */
-static inline __attribute__((always_inline)) void head_pack_e(const float *p, int e, int H, float r,
-                                                               vi perm, float *out)
-{
-    for (int g = 0; g < H / VL; g++) {
-        const float *q = p + (size_t)g * e * VL;
-        vf v;
-        if (e == 1) {
-            v = v_ld(q);
-        } else if (e == 2) {
-            v = __builtin_shuffle(v_ipadd(v_ld(q), v_ld(q + VL)), perm);
-        } else if (e == 4) {
-            v = v_ipadd(v_ipadd(v_ld(q), v_ld(q + VL)), v_ipadd(v_ld(q + 2 * VL), v_ld(q + 3 * VL)));
-            v = __builtin_shuffle(v, perm);
-        } else { /* e == 8, VL == 16 */
-            v = v_padd(v_padd(v_padd(v_ld(q), v_ld(q + VL)), v_padd(v_ld(q + 2 * VL), v_ld(q + 3 * VL))),
-                       v_padd(v_padd(v_ld(q + 4 * VL), v_ld(q + 5 * VL)),
-                              v_padd(v_ld(q + 6 * VL), v_ld(q + 7 * VL))));
-        }
-        v_st(out + g * VL, r * v);
-    }
-}
-
-/* head_pack_e with e a constant in each branch (the tree unrolled) */
-static inline void head_pack(const float *p, int e, int H, float r, vi perm, float *out)
-{
-    if (e == 1)
-        head_pack_e(p, 1, H, r, perm, out);
-    else if (e == 2)
-        head_pack_e(p, 2, H, r, perm, out);
-    else if (e == 4)
-        head_pack_e(p, 4, H, r, perm, out);
-    else
-        head_pack_e(p, 8, H, r, perm, out);
-}
-
-/* head_pack_e's tree over e vectors p[0..e-1] (one group of VL heads) */
+/* Heads packed across the lanes, for e < VL with H a multiple of VL: the
+ * sums of a group's e consecutive column blocks p[0..e-1] (VL heads) by a
+ * tree of pairwise sums (in-lane v_ipadd and one permute by perm,
+ * pack_perm(e), for e <= 4; v_padd for e = 8), whose lanes add in
+ * head_sums' butterfly order, so the same bits: one vector of VL heads'
+ * sums, where head_sums stores each head's sum alone (a vector load of
+ * those scalar stores waits for each of them). */
 static inline __attribute__((always_inline)) vf pack_tree(const vf *p, int e, vi perm)
 {
     if (e == 1)
@@ -452,62 +415,41 @@ static inline __attribute__((always_inline)) vf pack_tree(const vf *p, int e, vi
                   v_padd(v_padd(p[4], p[5]), v_padd(p[6], p[7])));
 }
 
-/* row_sweep (u, x, sq) and head_pack (of u*x, scale 1) in one pass, for
- * packed heads: each group's e products summed by head_pack_e's tree in
- * registers, where row_sweep stored them and head_pack loaded them back
- * (each load waiting on those stores).  The same operations in the same
- * order (the sums of squares in row_sweep's two chains, even and odd
- * column blocks), so the same bits. */
-static inline __attribute__((always_inline)) void row_pack_e(const float *u, const float *x, int e, int H,
-                                                              int sq, vi perm, float *out, float *xx)
+/* out[a] = sum_{j in G_a} p[j] for every head a, VL heads a vector, from
+ * the products p (d floats) in memory (pack_tree on each group's e column
+ * blocks). */
+static inline void head_pack(const float *p, int e, int H, vi perm, float *out)
+{
+    for (int g = 0; g < H / VL; g++) {
+        vf q[8];
+        for (int t = 0; t < e; t++)
+            q[t] = v_ld(p + (size_t)(g * e + t) * VL);
+        v_st(out + g * VL, pack_tree(q, e, perm));
+    }
+}
+
+/* One sweep of row x (d = e H floats) for packed heads: outa[a] = sum_{j
+ * in G_a} a[j] x[j] for every head a, VL heads a vector (pack_tree on the
+ * products in registers), the same of b into outb (b NULL: none), and
+ * with sq *xx = x.x in row_sweep's two chains (even and odd column
+ * blocks), so the same bits as row_sweep's.  Prefetches the next token's
+ * row (x + d). */
+static inline __attribute__((always_inline)) void row_pack_e(const float *a, const float *b, const float *x,
+                                                              int e, int H, int sq, vi perm, float *outa,
+                                                              float *outb, float *xx)
 {
     vf q0 = {0}, q1 = {0};
-    for (int g = 0; g < H / VL; g++) {
-        const int b0 = g * e;
-        vf p[8];
-        for (int t = 0; t < e; t++) {
-            const int j = (b0 + t) * VL;
-            vf xv = v_ld(x + j);
-            __builtin_prefetch(x + j + e * H, 0, 3); /* the next token's row */
-            if (sq && ((b0 + t) & 1))
-                q1 += xv * xv;
-            else if (sq)
-                q0 += xv * xv;
-            p[t] = v_ld(u + j) * xv;
-        }
-        v_st(out + g * VL, pack_tree(p, e, perm));
-    }
-    if (sq)
-        *xx = v_hsum(q0 + q1);
-}
-
-/* row_pack_e with e a constant in each branch */
-static inline void row_pack(const float *u, const float *x, int e, int H, int sq, vi perm, float *out,
-                            float *xx)
-{
-    if (e == 1)
-        row_pack_e(u, x, 1, H, sq, perm, out, xx);
-    else if (e == 2)
-        row_pack_e(u, x, 2, H, sq, perm, out, xx);
-    else if (e == 4)
-        row_pack_e(u, x, 4, H, sq, perm, out, xx);
-    else
-        row_pack_e(u, x, 8, H, sq, perm, out, xx);
-}
-
-/* row_sweep2 (a, b, x: the products a*x and b*x) and head_pack of both
- * (scale 1) in one pass, for packed heads, as row_pack_e: the same
- * operations, so the same bits.  b NULL: a's alone. */
-static inline __attribute__((always_inline)) void row_pack2_e(const float *a, const float *b, const float *x,
-                                                               int e, int H, vi perm, float *outa, float *outb)
-{
     for (int g = 0; g < H / VL; g++) {
         const int b0 = g * e;
         vf pa[8], pb[8];
         for (int t = 0; t < e; t++) {
             const int j = (b0 + t) * VL;
             vf xv = v_ld(x + j);
-            __builtin_prefetch(x + j + e * H, 0, 3); /* the next token's row */
+            __builtin_prefetch(x + j + e * H, 0, 3);
+            if (sq && ((b0 + t) & 1))
+                q1 += xv * xv;
+            else if (sq)
+                q0 += xv * xv;
             pa[t] = v_ld(a + j) * xv;
             if (b)
                 pb[t] = v_ld(b + j) * xv;
@@ -516,23 +458,25 @@ static inline __attribute__((always_inline)) void row_pack2_e(const float *a, co
         if (b)
             v_st(outb + g * VL, pack_tree(pb, e, perm));
     }
+    if (sq)
+        *xx = v_hsum(q0 + q1);
 }
 
-/* row_pack2_e with e a constant in each branch */
-static inline void row_pack2(const float *a, const float *b, const float *x, int e, int H, vi perm, float *outa,
-                             float *outb)
+/* row_pack_e with e a constant in each branch (the tree unrolled) */
+static inline void row_pack(const float *a, const float *b, const float *x, int e, int H, int sq, vi perm,
+                            float *outa, float *outb, float *xx)
 {
     if (e == 1)
-        row_pack2_e(a, b, x, 1, H, perm, outa, outb);
+        row_pack_e(a, b, x, 1, H, sq, perm, outa, outb, xx);
     else if (e == 2)
-        row_pack2_e(a, b, x, 2, H, perm, outa, outb);
+        row_pack_e(a, b, x, 2, H, sq, perm, outa, outb, xx);
     else if (e == 4)
-        row_pack2_e(a, b, x, 4, H, perm, outa, outb);
+        row_pack_e(a, b, x, 4, H, sq, perm, outa, outb, xx);
     else
-        row_pack2_e(a, b, x, 8, H, perm, outa, outb);
+        row_pack_e(a, b, x, 8, H, sq, perm, outa, outb, xx);
 }
 
-/* whether head_pack takes heads of e channels, H of them: e a divisor of
+/* whether row_pack takes heads of e channels, H of them: e a divisor of
  * VL below it (1, 2, 4 or 8), H a multiple of VL */
 static inline int packed_heads(int e, int H) { return e < VL && VL % e == 0 && H % VL == 0; }
 
@@ -690,7 +634,7 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
     const vi perm = pack_perm(e);
 #pragma omp parallel if ((long)N * n * d > PAR_MIN)
     {
-        float ur[hasq && wstride ? d : 1], pr[H > 1 ? d : 1], xx[n], rs[n];
+        float ur[hasq && wstride ? d : 1], pr[H > 1 ? d : 1], xx[n];
         float at[H > 1 ? n * P : 1], aloc[unread ? Hn : 1];
         const float *xs[n];
         memset(at, 0, sizeof at); /* the pad lanes too: they go through the scores */
@@ -719,9 +663,9 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                  * simple op */
                 for (int s = 0; s < n; s++) {
                     if (H > 1 && packed && g)
-                        row_pack(uu, xs[s], e, H, 1, perm, at + s * P, &xx[s]);
+                        row_pack(uu, NULL, xs[s], e, H, 1, perm, at + s * P, NULL, &xx[s]);
                     else if (H > 1 && packed)
-                        row_pack(uu, xs[s], e, H, 0, perm, at + s * P, NULL);
+                        row_pack(uu, NULL, xs[s], e, H, 0, perm, at + s * P, NULL, NULL);
                     else if (H == 1 && g)
                         row_sweep(uu, xs[s], d, 1, 1, &a[s], NULL, &xx[s]);
                     else if (H == 1)
@@ -734,10 +678,9 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                         head_sums(pr, H, e, d, 1.0f, at + s * P);
                 }
                 if (g) {
-                    float *ri = rstd + (size_t)i * n;
+                    float *rs = rstd + (size_t)i * n;
                     for (int s = 0; s < n; s++)
                         rs[s] = 1.0f / sqrtf(xx[s] / d + AR_RMS_EPS);
-                    memcpy(ri, rs, (size_t)n * sizeof(float));
                     if (H == 1)
                         for (int s = 0; s < n; s++)
                             a[s] = rs[s] * a[s];
@@ -773,25 +716,7 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                 mix_rows1(y, a, xs, n, d);
                 continue;
             }
-            /* four column blocks a sweep of the n rows: four chains of
-             * adds where one waited on each add (each column's sum in the
-             * same order) */
-            int b = 0;
-            for (; b + 4 <= d / VL; b += 4) {
-                vf y0 = {0}, y1 = {0}, y2 = {0}, y3 = {0};
-                for (int s = 0; s < n; s++) {
-                    const float *as = at + s * P, *xr = xs[s] + b * VL;
-                    y0 += head_cols(as, b, e, idx) * v_ld(xr);
-                    y1 += head_cols(as, b + 1, e, idx) * v_ld(xr + VL);
-                    y2 += head_cols(as, b + 2, e, idx) * v_ld(xr + 2 * VL);
-                    y3 += head_cols(as, b + 3, e, idx) * v_ld(xr + 3 * VL);
-                }
-                v_st(y + b * VL, y0);
-                v_st(y + (b + 1) * VL, y1);
-                v_st(y + (b + 2) * VL, y2);
-                v_st(y + (b + 3) * VL, y3);
-            }
-            for (; b < d / VL; b++) {
+            for (int b = 0; b < d / VL; b++) {
                 vf acc = {0};
                 for (int s = 0; s < n; s++)
                     acc += head_cols(at + s * P, b, e, idx) * v_ld(xs[s] + b * VL);
@@ -961,7 +886,7 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
                         dot[s] = 0;
                     } else {
                         if (packed)
-                            row_pack2(gy, hasq ? uu : NULL, xs[s], e, H, perm, zh, zh2);
+                            row_pack(gy, hasq ? uu : NULL, xs[s], e, H, 0, perm, zh, zh2, NULL);
                         else if (hasq)
                             row_sweep2(gy, uu, xs[s], d, 0, NULL, NULL, pr, pr2);
                         else
@@ -1075,7 +1000,7 @@ void cpu_depth_mix_cdot(float *cdot, const float *dh, const float *h, int H, int
                 const float *gy = dh + (size_t)i * d, *x = h + (size_t)i * d;
                 for (int j = 0; j < d; j += VL)
                     v_st(p + j, v_ld(gy + j) * v_ld(x + j));
-                head_pack(p, e, H, 1.0f, perm, cdot + (size_t)i * H);
+                head_pack(p, e, H, perm, cdot + (size_t)i * H);
             }
         }
         return;
@@ -1383,7 +1308,7 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
                             if (H == 1) {
                                 row_sweep2(gy, uc, x, d, 1, &da[0], &dot[0], NULL, NULL);
                             } else if (packed) {
-                                row_pack2(gy, uc, x, e, H, perm, da, dot);
+                                row_pack(gy, uc, x, e, H, 0, perm, da, dot, NULL);
                             } else {
                                 row_sweep2(gy, uc, x, d, 0, NULL, NULL, pr, pr2);
                                 head_sums(pr, H, e, d, 1.0f, da);
