@@ -28,6 +28,8 @@ typedef struct {
     float **X, **M, **Y; /* X[0..K], M[1..K] (MLP inputs), Y[1..K] */
     float **dX, **dY; /* dX[0..K], dY[1..K] (dY[0] is dX[0]) */
     int *prev_idx, *self_idx; /* per block k = 1..K */
+    float *ones;      /* {1, 1}: a + b as one weighted sum (device) */
+    float *coef;      /* K + 1: one DWA's a_{k,0..k} together (device scratch) */
     const ar_param_table *pt;
     float *params, *grads;
 } dense_res;
@@ -58,6 +60,9 @@ static void df_bind(ar_residual *r, float *params, float *grads, float *const *s
             s->dY[k] = r->be->alloc(nd);
         }
     }
+    s->ones = r->be->alloc(2 * sizeof(float));
+    r->be->upload(s->ones, (const float[2]){1.0f, 1.0f}, 2 * sizeof(float));
+    s->coef = r->be->alloc(((size_t)s->K + 1) * sizeof(float));
 }
 
 static float *df_embed_out(ar_residual *r) { return DF(r)->X[0]; }
@@ -79,15 +84,26 @@ static void df_accept_fwd(ar_residual *r, int l, int N)
     const ar_backend *be = r->be;
     size_t n = (size_t)N * r->d;
     int k = (l + 1) / 2;
+    /* Each sum in one pass over its output: a + b as the weighted sum
+     * 0 + 1 a + 1 b (the bits of a copy then an add, but for the sign of a
+     * zero), and the DWA over all k + 1 inputs with its two parameters'
+     * values side by side in coef (the same operations in the same order
+     * as the prev part, then the self term added into it). */
     if (l % 2) { /* M_k = y_{k-1} + v_{2k-1} */
-        be->copy(s->M[k], yb(s, k - 1), n);
-        be->add(s->M[k], s->V[l], n);
+        const float *in[2] = {yb(s, k - 1), s->V[l]};
+        be->wsum_fwd(s->M[k], in, s->ones, 2, 0, n);
         return;
     }
-    be->copy(s->X[k], s->M[k], n);
-    be->add(s->X[k], s->V[l], n);
-    be->wsum_fwd(s->Y[k], (const float *const *)s->X, dpar(s, s->prev_idx[k]), k, 0, n);
-    be->wsum_fwd(s->Y[k], (const float *const *)&s->X[k], dpar(s, s->self_idx[k]), 1, 1, n);
+    const float *in[2] = {s->M[k], s->V[l]};
+    be->wsum_fwd(s->X[k], in, s->ones, 2, 0, n);
+    if (k + 1 > 256) { /* past the CUDA backend's list of 256 buffers: in two */
+        be->wsum_fwd(s->Y[k], (const float *const *)s->X, dpar(s, s->prev_idx[k]), k, 0, n);
+        be->wsum_fwd(s->Y[k], (const float *const *)&s->X[k], dpar(s, s->self_idx[k]), 1, 1, n);
+        return;
+    }
+    be->copy(s->coef, dpar(s, s->prev_idx[k]), (size_t)k);
+    be->copy(s->coef + k, dpar(s, s->self_idx[k]), 1);
+    be->wsum_fwd(s->Y[k], (const float *const *)s->X, s->coef, k + 1, 0, n);
 }
 
 static const float *df_final_fwd(ar_residual *r, int N)
@@ -159,6 +175,8 @@ static void df_destroy(ar_residual *r)
             r->be->free(s->dY[k]);
         }
     }
+    r->be->free(s->ones);
+    r->be->free(s->coef);
     free(s->V);
     free(s->X);
     free(s->M);
