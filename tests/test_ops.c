@@ -197,6 +197,13 @@ Test(ops, elementwise)
             cr_assert(y[i] == (y0[i] + x[i]) * 0.5f);
         be->copy(y, x, n);
         cr_assert(memcmp(y, x, n * sizeof(float)) == 0);
+        /* overlapping ranges of one buffer, as memmove (the disjoint large
+         * copies above take the threads) */
+        be->copy(y + 1, y, n - 1);
+        cr_assert(y[0] == x[0] && memcmp(y + 1, x, (n - 1) * sizeof(float)) == 0, "copy up, n %zu", n);
+        be->copy(y, y + 1, n - 1);
+        cr_assert(memcmp(y, x, (n - 1) * sizeof(float)) == 0, "copy down, n %zu", n);
+        be->copy(y, x, n);
         double ref = 0;
         for (size_t i = 0; i < n; i++)
             ref += (double)x[i] * x[i];

@@ -23,8 +23,21 @@
 /* y = x */
 void cpu_copy(float *y, const float *x, size_t n)
 {
-    if (n && y != x)
-        memmove(y, x, n * sizeof(float));
+    if (!n || y == x)
+        return;
+    /* disjoint and large: a contiguous part a thread (one thread's memmove
+     * of a 256 KiB activation took about 4x a two-thread add's time) */
+    uintptr_t yb = (uintptr_t)y, xb = (uintptr_t)x, nb = n * sizeof(float);
+    if (n > PAR_MIN && (yb + nb <= xb || xb + nb <= yb)) {
+#pragma omp parallel
+        {
+            size_t t = (size_t)omp_get_thread_num(), T = (size_t)omp_get_num_threads();
+            size_t i0 = n * t / T, i1 = n * (t + 1) / T;
+            memcpy(y + i0, x + i0, (i1 - i0) * sizeof(float));
+        }
+        return;
+    }
+    memmove(y, x, n * sizeof(float));
 }
 
 /* y += x */
