@@ -847,6 +847,7 @@ Test(cli, plot_depth_attn_of_a_swa_run)
     expect(out, st, 0, want);
     out = RUN(0, &st, "plot-depth-attn '%s' --data '%s' --stats", dir, data);
     cr_expect_eq(st, 0, "--stats: %s", out);
+    free(out);
     out = RUN(0, &st, "plot-depth-attn '%s' --data '%s' --matrix --csv '%s/m.csv'", dir, data, dir);
     snprintf(want, sizeof want, "wrote '%s/depth_matrix.png'", dir);
     expect(out, st, 0, want);
@@ -1011,13 +1012,15 @@ Test(cli, bench_json_has_the_required_fields)
     cr_assert_eq(j->type, AR_JSON_OBJ);
     double ceiling = json_field(j, "ceiling_gflops", AR_JSON_NUM)->num;
     cr_assert_gt(ceiling, 0);
-    /* The two are timed at different moments, and a loaded machine (CI
-     * runs two builds' suites at once) slows either by 1.5x and more, so
-     * their ratio is no test of either: only that the FMA peak is the
-     * same kind of number, within 10x of the sgemm ceiling either way (a
-     * peak of the wrong unit or a stray zero would be off by far more). */
+    /* The two are timed at different moments, and a loaded machine slows
+     * either by a large factor (the sanitizer suite on an AMD Zen 4, two
+     * test programs at once: the FMA peak read 12.9 GFLOP/s against a
+     * ceiling of 142.8, where it measures 235 idle), so their ratio is no
+     * test of either: only that the FMA peak is the same kind of number,
+     * within 100x of the sgemm ceiling either way (a peak in the wrong
+     * unit, 1000x off, or a stray zero still fails). */
     double fma = json_field(j, "fma_peak_gflops", AR_JSON_NUM)->num;
-    cr_expect(fma >= ceiling / 10 && fma <= 10 * ceiling, "FMA peak %.1f GFLOP/s against the sgemm ceiling %.1f",
+    cr_expect(fma >= ceiling / 100 && fma <= 100 * ceiling, "FMA peak %.1f GFLOP/s against the sgemm ceiling %.1f",
               fma, ceiling);
     /* the libraries beside the BLAS: named as this process names them, or
      * null (no libxsmm; the BLAS runs the large products) */
