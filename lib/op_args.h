@@ -155,15 +155,19 @@ typedef struct {
 /* p weighted sums of the same n buffers of len floats (mHC's streams,
  * static's chunks of mixers; p <= AR_WMIX_MAX, n <= AR_WMIX_MAX_IN):
  * output i takes C[i ldc + j] of input j (C: device, rows ldc floats
- * apart). */
+ * apart).  z (wmix_fwd only; NULL: none): one more sum, of the outputs,
+ * with the p weights zc (device). */
 typedef struct {
     int p, n;
     const float *C;
     int ldc;
     size_t len;
+    const float *zc;
+    float *z;
 } ar_wmix;
 #define AR_WMIX_COEFS(m) ((size_t)((m)->p - 1) * (m)->ldc + (m)->n)
-#define AR_WMIX_USES(m) DEV((m)->C, AR_WMIX_COEFS(m))
+#define AR_WMIX_USES(m)                                                                             \
+    DEV((m)->C, AR_WMIX_COEFS(m)) DEV_OPT((m)->z, (m)->len) DEV_IF((m)->z, (m)->zc, (m)->p)
 
 /* One AdamW step's hyperparameters (host values): learning rate, betas,
  * eps and decoupled weight decay.  What depends on the step's gradient

@@ -21,8 +21,10 @@
  * are a few floats) and uploaded; dL/dp, dq, dR come back from the
  * backend's wmix_bwd and are chained to b_pre, b_post, r on the host.
  * Each sublayer's stream update is one wmix pass forward (read X_{l-1} and
- * v_l once, write X_l) and two backward (dv_l and dq; then dX_{l-1}, dR
- * and dp together). */
+ * v_l once, write X_l, and from the new X_l still in registers the next
+ * sublayer's input h_{l+1}, bit for bit the separate weighted sum that
+ * input_fwd runs where no such pass came before it) and two backward (dv_l
+ * and dq; then dX_{l-1}, dR and dp together). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +48,7 @@ typedef struct {
     int pre, post, res; /* parameter indices */
     float *coef;        /* device: p, q, rows [R_i, q_i] (NCOEF) */
     float *dcoef;       /* device: their gradients */
+    int ready;          /* Hin[l] built by accept_fwd(l - 1) in this pass, not yet read */
 } hmixer;
 
 typedef struct {
@@ -226,12 +229,22 @@ static void mhc_bind(ar_residual *r, float *params, float *grads, float *const *
 
 static float **lvl(mhc_res *s, int l) { return s->X + (size_t)l * s->m; }
 
-static float *mhc_embed_out(ar_residual *r) { return MH(r)->E; }
+static float *mhc_embed_out(ar_residual *r)
+{
+    mhc_res *s = MH(r);
+    for (int l = 1; l <= r->L; l++) /* a new pass: no input is built yet */
+        s->mx[l].ready = 0;
+    return s->E;
+}
 
 static const float *mhc_input_fwd(ar_residual *r, int l, int N, const ar_norm_out *nf)
 {
     (void)nf;
     mhc_res *s = MH(r);
+    if (s->mx[l].ready) { /* built by accept_fwd(l - 1) */
+        s->mx[l].ready = 0;
+        return s->Hin[l];
+    }
     coeffs(s, l);
     r->be->wsum_fwd(s->Hin[l], (const float *const *)lvl(s, l - 1), s->mx[l].coef + RROW(s->m, s->m),
                     s->m, 0, (size_t)N * r->d);
@@ -247,8 +260,15 @@ static void mhc_accept_fwd(ar_residual *r, int l, int N)
     for (int j = 0; j < m; j++)
         s->xv[j] = lvl(s, l - 1)[j];
     s->xv[m] = s->V[l];
-    /* X_{l,i} = sum_j R_ij X_{l-1,j} + q_i v_l, every i in one pass */
+    /* X_{l,i} = sum_j R_ij X_{l-1,j} + q_i v_l, every i in one pass, and
+     * with them h_{l+1} = sum_i p_i X_{l,i} (sublayer l + 1's p) */
     ar_wmix mix = {.p = m, .n = m + 1, .C = s->mx[l].coef, .ldc = LDC(m), .len = (size_t)N * r->d};
+    if (l < r->L) {
+        coeffs(s, l + 1);
+        mix.zc = s->mx[l + 1].coef + RROW(m, m);
+        mix.z = s->Hin[l + 1];
+        s->mx[l + 1].ready = 1;
+    }
     r->be->wmix_fwd(&mix, lvl(s, l), s->xv);
 }
 

@@ -398,6 +398,27 @@ static void check_cols(const char *what, tp *t, size_t rows, size_t ld, size_t c
 
 /* t elementwise within bnd */
 static void check(const char *what, tp *t, const double *bnd) { check_cols(what, t, 1, t->n, 0, t->n, bnd); }
+/* u and v equal bit for bit on each backend (each against itself) */
+static void same_on_each(const char *what, const tp *u, const tp *v)
+{
+    size_t n = u->n;
+    float *a = malloc((n ? n : 1) * sizeof *a), *b = malloc((n ? n : 1) * sizeof *b);
+    for (int side = 0; side < 2; side++) {
+        if (side == 0) {
+            A->download(a, u->a, n * sizeof *a);
+            A->download(b, v->a, n * sizeof *b);
+        } else {
+            b_get(u, a);
+            b_get(v, b);
+        }
+        size_t i = 0;
+        while (i < n && memcmp(&a[i], &b[i], sizeof *a) == 0)
+            i++;
+        cr_expect(i == n, "%s: %s on %s: [%zu] %.9g against %.9g", ctx, what, side ? "B" : "A", i,
+                  i < n ? a[i] : 0.0, i < n ? b[i] : 0.0);
+    }
+    free(a), free(b);
+}
 /* t equal on both backends */
 static void check_eq(const char *what, tp *t) { check_cols(what, t, 1, t->n, 0, t->n, NULL); }
 
@@ -3033,6 +3054,27 @@ static void wmix_case(int p, int n, int ldc, size_t len)
     BOTH be->wmix_fwd(&mix[side_], DL(ly), CL(lx));
     for (int i = 0; i < p; i++) {
         snprintf(what, sizeof what, "wmix_fwd y[%d]", i);
+        check(what, y[i], by[i]);
+    }
+    /* z = sum_i zc_i y_i in the same pass: on each backend the bits of
+     * wsum_fwd over the outputs it wrote; across backends the y_i's own
+     * bounds carried through zc, and p terms in any order onto them, each
+     * |y_i| <= (1 + gamma(n)) sum_j |C_ij x_j| */
+    tp *zc = rnd((size_t)p, -1, 1), *z = junk(len), *z2 = junk(len);
+    double *bz = bnew(len);
+    for (size_t t = 0; t < len; t++)
+        for (int i = 0; i < p; i++) {
+            double m = by[i][t] / (2 * tu_gamma(n + 1));
+            bz[t] += fabs(zc->h[i]) * (by[i][t] + 2 * tu_gamma(p + 1) * (1 + tu_gamma(n)) * m);
+        }
+    ar_wmix mz[2] = {mix[0], mix[1]};
+    mz[0].zc = zc->a, mz[0].z = z->a, mz[1].zc = zc->b, mz[1].z = z->b;
+    BOTH be->wmix_fwd(&mz[side_], DL(ly), CL(lx));
+    BOTH be->wsum_fwd(D(z2), CL(ly), D(zc), p, 0, len);
+    check("wmix_fwd z", z, bz);
+    same_on_each("wmix_fwd z against wsum_fwd of its outputs", z, z2);
+    for (int i = 0; i < p; i++) {
+        snprintf(what, sizeof what, "wmix_fwd y[%d] (with z)", i);
         check(what, y[i], by[i]);
     }
     BOTH be->wmix_bwd(&mix[side_], DL(ldx), 0, D(dC), CL(ldy), CL(lx));

@@ -104,6 +104,7 @@ void cpu_wsum_bwd(float *const *dx, float *dc, const float *dy, const float *con
  * output, j in order. */
 static inline __attribute__((always_inline)) void wmix_fwd_step(float *const *y, const float *const *x,
                                                                 const float *C, int ldc, int n,
+                                                                const float *zc, float *z,
                                                                 int P, size_t k, int two)
 {
     vf a0[AR_WMIX_MAX], a1[AR_WMIX_MAX];
@@ -127,26 +128,40 @@ static inline __attribute__((always_inline)) void wmix_fwd_step(float *const *y,
         if (two)
             v_st(y[i] + k + VL, a1[i]);
     }
+    if (z) { /* the sum of the outputs in wsum_fwd's form: the same bits */
+        vf z0 = {0}, z1 = {0};
+        for (int i = 0; i < P; i++) {
+            z0 += zc[i] * a0[i];
+            if (two)
+                z1 += zc[i] * a1[i];
+        }
+        v_st(z + k, z0);
+        if (two)
+            v_st(z + k + VL, z1);
+    }
 }
 
 /* Vectors k0 .. k1 - 1 of every output: two at a time where P is at most 4
  * (2 P sums in registers) */
 static inline __attribute__((always_inline)) void wmix_fwd_cols(float *const *y, const float *const *x,
                                                                 const float *C, int ldc, int n,
-                                                                int P, size_t k0, size_t k1)
+                                                                const float *zc, float *z, int P,
+                                                                size_t k0, size_t k1)
 {
     size_t b = k0;
     if (P <= 4)
         for (; b + 1 < k1; b += 2)
-            wmix_fwd_step(y, x, C, ldc, n, P, b * VL, 1);
+            wmix_fwd_step(y, x, C, ldc, n, zc, z, P, b * VL, 1);
     for (; b < k1; b++)
-        wmix_fwd_step(y, x, C, ldc, n, P, b * VL, 0);
+        wmix_fwd_step(y, x, C, ldc, n, zc, z, P, b * VL, 0);
 }
 
-/* y[i][k] = sum_j C[i ldc + j] x[j][k], j in order */
+/* y[i][k] = sum_j C[i ldc + j] x[j][k], j in order; z[k] = sum_i zc[i]
+ * y[i][k], i in order, where z */
 void cpu_wmix_fwd(const ar_wmix *m, float *const *y, const float *const *x)
 {
-    const float *C = m->C;
+    const float *C = m->C, *zc = m->zc;
+    float *z = m->z;
     int p = m->p, n = m->n, ldc = m->ldc;
     size_t len = m->len;
     size_t nv = len / VL;
@@ -159,7 +174,7 @@ void cpu_wmix_fwd(const ar_wmix *m, float *const *y, const float *const *x)
         switch (p) {
 #define WMIX_FWD_CASE(P)                                                                           \
     case P:                                                                                        \
-        wmix_fwd_cols(y, x, C, ldc, n, P, k0, k1);                                                 \
+        wmix_fwd_cols(y, x, C, ldc, n, zc, z, P, k0, k1);                                          \
         break;
             WMIX_FWD_CASE(1)
             WMIX_FWD_CASE(2)
@@ -180,6 +195,12 @@ void cpu_wmix_fwd(const ar_wmix *m, float *const *y, const float *const *x)
                 v += c[j] * x[j][k];
             y[i][k] = v;
         }
+    for (size_t k = nv * VL; z && k < len; k++) {
+        float v = 0.0f;
+        for (int i = 0; i < p; i++)
+            v += zc[i] * y[i][k];
+        z[k] = v;
+    }
 }
 
 /* The dot products dy[i] . x[j] of a wmix_bwd block, a tile of I rows of

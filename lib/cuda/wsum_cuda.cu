@@ -154,11 +154,14 @@ template <class T> static wlist<T> make_wlist(T *const *a, int n, const char *op
 }
 
 /* y[i][k] = sum_j C[i ldc + j] x[j][k]  (j in order; each input read once) */
-__global__ void wmix_fwd_kernel(wl_m y, int p, clist x, int n, const float *C, int ldc, size_t len)
+__global__ void wmix_fwd_kernel(wl_m y, int p, clist x, int n, const float *C, int ldc, size_t len,
+                                const float *zc, float *z)
 {
-    __shared__ float cs[AR_WMIX_MAX * AR_WMIX_MAX_IN];
+    __shared__ float cs[AR_WMIX_MAX * AR_WMIX_MAX_IN], zs[AR_WMIX_MAX];
     for (int t = threadIdx.x; t < p * n; t += blockDim.x)
         cs[t] = C[(size_t)(t / n) * ldc + t % n];
+    for (int t = threadIdx.x; z && t < p; t += blockDim.x)
+        zs[t] = zc[t];
     __syncthreads();
     for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < len;
          k += (size_t)gridDim.x * blockDim.x) {
@@ -174,6 +177,13 @@ __global__ void wmix_fwd_kernel(wl_m y, int p, clist x, int n, const float *C, i
         for (int i = 0; i < AR_WMIX_MAX; i++)
             if (i < p)
                 y.p[i][k] = acc[i];
+        if (z) { /* the sum of the outputs in wsum_fwd_kernel's form: the same bits */
+            float v = 0.0f;
+            for (int i = 0; i < AR_WMIX_MAX; i++)
+                if (i < p)
+                    v += zs[i] * acc[i];
+            z[k] = v;
+        }
     }
 }
 
@@ -225,10 +235,13 @@ extern "C" void cuda_wmix_fwd(const ar_wmix *m, float *const *y, const float *co
     if (n < 1 || n > AR_WMIX_MAX_IN)
         die(op, "%ld inputs (1 to %ld)", n, AR_WMIX_MAX_IN);
     clist xl = make_clist(x, n, op);
+    if (m->z)
+        no_storage_in(op, "z", (const void *const *)&m->z, 1);
     size_t nb = (len + WSUM_T - 1) / WSUM_T;
     if (nb > 4 * WSUM_BLOCKS)
         nb = 4 * WSUM_BLOCKS;
-    wmix_fwd_kernel<<<(unsigned)nb, WSUM_T, 0, ar_cuda_stream()>>>(yl, p, xl, n, C, ldc, len);
+    wmix_fwd_kernel<<<(unsigned)nb, WSUM_T, 0, ar_cuda_stream()>>>(yl, p, xl, n, C, ldc, len, m->zc,
+                                                                   m->z);
     AR_CUDA_LAUNCHED();
 }
 
