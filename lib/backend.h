@@ -46,6 +46,7 @@ extern "C" {
 #define AR_RMS_EPS 1e-6f
 #define AR_WMIX_MAX 8      /* most outputs of one wmix op */
 #define AR_WMIX_MAX_IN 256 /* most inputs of one wmix op */
+#define AR_LIST_MAX 256    /* most buffers in any op's list argument (the CUDA backend's kernels take a list by value) */
 #define AR_HEAD_CHUNK_FLOATS (16u << 20) /* the CPU backend's head_floats() */
 
 typedef struct ar_backend {

@@ -96,7 +96,7 @@ static void df_accept_fwd(ar_residual *r, int l, int N)
     }
     const float *in[2] = {s->M[k], s->V[l]};
     be->wsum_fwd(s->X[k], in, s->ones, 2, 0, n);
-    if (k + 1 > 256) { /* past the CUDA backend's list of 256 buffers: in two */
+    if (k + 1 > AR_LIST_MAX) { /* more inputs than one list takes: in two */
         be->wsum_fwd(s->Y[k], (const float *const *)s->X, dpar(s, s->prev_idx[k]), k, 0, n);
         be->wsum_fwd(s->Y[k], (const float *const *)&s->X[k], dpar(s, s->self_idx[k]), 1, 1, n);
         return;

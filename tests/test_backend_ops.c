@@ -401,23 +401,17 @@ static void check(const char *what, tp *t, const double *bnd) { check_cols(what,
 /* u and v equal bit for bit on each backend (each against itself) */
 static void same_on_each(const char *what, const tp *u, const tp *v)
 {
-    size_t n = u->n;
-    float *a = malloc((n ? n : 1) * sizeof *a), *b = malloc((n ? n : 1) * sizeof *b);
-    for (int side = 0; side < 2; side++) {
-        if (side == 0) {
-            A->download(a, u->a, n * sizeof *a);
-            A->download(b, v->a, n * sizeof *b);
-        } else {
-            b_get(u, a);
-            b_get(v, b);
-        }
-        size_t i = 0;
-        while (i < n && memcmp(&a[i], &b[i], sizeof *a) == 0)
-            i++;
-        cr_expect(i == n, "%s: %s on %s: [%zu] %.9g against %.9g", ctx, what, side ? "B" : "A", i,
-                  i < n ? a[i] : 0.0, i < n ? b[i] : 0.0);
-    }
-    free(a), free(b);
+    size_t n = u->n, i = 0;
+    const float *ua = res_a(u), *va = res_a(v);
+    float *ub = keep(malloc((n ? n : 1) * sizeof(float))), *vb = keep(malloc((n ? n : 1) * sizeof(float)));
+    b_get(u, ub);
+    b_get(v, vb);
+    for (i = 0; i < n && memcmp(&ua[i], &va[i], sizeof(float)) == 0; i++)
+        ;
+    cr_expect(i == n, "%s: %s on A: [%zu] %.9g against %.9g", ctx, what, i, i < n ? ua[i] : 0.0, i < n ? va[i] : 0.0);
+    for (i = 0; i < n && memcmp(&ub[i], &vb[i], sizeof(float)) == 0; i++)
+        ;
+    cr_expect(i == n, "%s: %s on B: [%zu] %.9g against %.9g", ctx, what, i, i < n ? ub[i] : 0.0, i < n ? vb[i] : 0.0);
 }
 /* t equal on both backends */
 static void check_eq(const char *what, tp *t) { check_cols(what, t, 1, t->n, 0, t->n, NULL); }

@@ -23,12 +23,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../backend.h"
 #include "cuda_util.h"
 #include "workspace_cuda.h"
 
 #define MAXV 8          /* channels per thread */
 #define MAXT 512        /* threads per row block, so rows up to MAXV * MAXT = 4096 */
-#define MAXP 256        /* pointers in one source list */
+#define MAXP AR_LIST_MAX /* pointers in one source list */
 #define RED_WARPS 8192  /* warps of a token reduction (about) */
 #define RED_BLOCKS 2048 /* blocks of a token reduction (at most) */
 
