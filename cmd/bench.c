@@ -45,6 +45,7 @@ typedef struct {
     report rep;
     double train_ovh, infer_ovh; /* percent, median over paired rounds; NaN without a baseline */
     double train_nm, infer_nm;   /* the same outside the matrix products (cpu only, else NaN) */
+    double train_nm_ms, infer_nm_ms; /* that difference in ms a step (cpu only, else NaN) */
     bench_ops_variant ops;       /* every op's time: over the timed rounds (cpu), in steps of their own (a device) */
 } variant_run;
 
@@ -193,7 +194,7 @@ static int run_paired(variant_run *runs, int n, const variant_run *base, const a
         for (int pass = 0; pass < 2; pass++) {
             const double *v = buf + (size_t)pass * nd + (size_t)i * R;
             const double *vm = buf + (size_t)(2 + pass) * nd + (size_t)i * R;
-            double med, lo, hi, ovh = NAN, nm = NAN, olo, ohi;
+            double med, lo, hi, ovh = NAN, nm = NAN, nm_ms = NAN, olo, ohi;
             ov->ops[pass] = ops[2 * i + pass];
             ov->seconds[pass] = 0;
             for (int k = 0; k < R; k++) /* a round's seconds are its tokens over its tok/s */
@@ -212,6 +213,10 @@ static int run_paired(variant_run *runs, int n, const variant_run *base, const a
                     for (int k = 0; k < R; k++)
                         tmp[k] = ar_bench_overhead_outside_mm(v[k], vm[k], b[k], bm[k]);
                     ar_bench_summarize(tmp, R, &nm, &olo, &ohi);
+                    for (int k = 0; k < R; k++)
+                        tmp[k] = ar_bench_extra_ms_outside_mm(v[k], vm[k], b[k], bm[k],
+                                                              (double)r->batch * r->seq_len);
+                    ar_bench_summarize(tmp, R, &nm_ms, &olo, &ohi);
                 }
             }
             if (pass == 0) {
@@ -220,10 +225,12 @@ static int run_paired(variant_run *runs, int n, const variant_run *base, const a
                 r->gflops = med * r->flops_per_token / 1e9;
                 runs[i].train_ovh = ovh;
                 runs[i].train_nm = nm;
+                runs[i].train_nm_ms = nm_ms;
             } else {
                 r->infer_tok_per_s = med, r->infer_tok_per_s_min = lo, r->infer_tok_per_s_max = hi;
                 runs[i].infer_ovh = ovh;
                 runs[i].infer_nm = nm;
+                runs[i].infer_nm_ms = nm_ms;
             }
         }
     }
@@ -391,6 +398,8 @@ static void json_result(ar_jw *w, const variant_run *v, const variant_run *base,
     json_num_or_null(w, "infer_overhead", d.infer_ovh);
     json_num_or_null(w, "train_overhead_outside_matmul", base ? v->train_nm : NAN);
     json_num_or_null(w, "infer_overhead_outside_matmul", base ? v->infer_nm : NAN);
+    json_num_or_null(w, "train_ms_outside_matmul", base ? v->train_nm_ms : NAN);
+    json_num_or_null(w, "infer_ms_outside_matmul", base ? v->infer_nm_ms : NAN);
     json_int_or_null(w, "peak_rss_bytes", r->peak_rss_bytes >= 0, r->peak_rss_bytes);
     json_int_or_null(w, "peak_device_bytes", r->peak_device_bytes >= 0, r->peak_device_bytes);
     int dev_mem = v->cfg.train.device != AR_DEVICE_CPU, ex = isfinite(d.extra);
@@ -552,16 +561,20 @@ static void print_table(const char *config, const ar_config *cfg, const ar_bench
         printf("\n%-*s %25s %25s\n", lw, "", "train overhead outside", "infer overhead outside");
         printf("%-*s %25s %25s\n", lw, "variant", "the matrix products", "the matrix products");
         for (int i = 0; i < n; i++) {
-            char to[16], io[16];
-            fmt_pct(to, sizeof to, runs[i].train_nm);
-            fmt_pct(io, sizeof io, runs[i].infer_nm);
+            char tp[16], ip[16], to[40], io[40];
+            fmt_pct(tp, sizeof tp, runs[i].train_nm);
+            fmt_pct(ip, sizeof ip, runs[i].infer_nm);
+            snprintf(to, sizeof to, "%s (%.2f ms)", tp, runs[i].train_nm_ms);
+            snprintf(io, sizeof io, "%s (%.2f ms)", ip, runs[i].infer_nm_ms);
             printf("%-*s %25s %25s\n", lw, runs[i].def->label, to, io);
         }
     }
     printf("\noverhead = median over rounds of 100*(1 - tok/s / baseline tok/s of the same round), the\n"
            "variants of odd rounds in reverse order;%s\n",
            base && isfinite(runs[0].train_nm)
-               ? "\noutside the matrix products: the same, less the round's difference in matmul time" : "");
+               ? "\noutside the matrix products: the same, less the round's difference in matmul time, and\n"
+                 "that difference in ms a step (it does not grow where the products alone run faster)"
+               : "");
     if (mfu)
         printf("MFU = GFLOP/s (6N + 12 n_layer d T per token) / peak; ");
     else

@@ -297,6 +297,12 @@ double ar_bench_overhead_outside_mm(double v_tok_per_s, double v_frac, double b_
     return 100.0 * ((1.0 - v_frac) - (1.0 - b_frac) * (v_tok_per_s / b_tok_per_s));
 }
 
+double ar_bench_extra_ms_outside_mm(double v_tok_per_s, double v_frac, double b_tok_per_s, double b_frac,
+                                    double tokens_per_step)
+{
+    return 1e3 * tokens_per_step * ((1.0 - v_frac) / v_tok_per_s - (1.0 - b_frac) / b_tok_per_s);
+}
+
 double ar_bench_mfu(const ar_bench_result *r, double peak)
 {
     return peak > 0 ? r->train_tok_per_s * r->flops_per_token / peak : NAN;

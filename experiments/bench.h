@@ -120,6 +120,13 @@ int ar_bench_paired(const ar_config *cfgs, int nv, const ar_bench_opts *o, doubl
 double ar_bench_overhead_outside_mm(double v_tok_per_s, double v_frac, double b_tok_per_s,
                                     double b_frac);
 
+/* The same difference in milliseconds a step of tokens_per_step tokens:
+ * 1000 tokens_per_step ((t_v - m_v) - (t_b - m_b)).  Where the matrix
+ * products run faster one hour than another, the percentage above grows
+ * although the variant's own work did not; this does not scale with them. */
+double ar_bench_extra_ms_outside_mm(double v_tok_per_s, double v_frac, double b_tok_per_s, double b_frac,
+                                    double tokens_per_step);
+
 /* Median, minimum and maximum of n values (sorts v). */
 void ar_bench_summarize(double *v, int n, double *med, double *lo, double *hi);
 

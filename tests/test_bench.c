@@ -128,6 +128,30 @@ Test(bench, overhead_outside_the_matrix_products)
     cr_assert_float_eq(ar_bench_overhead_outside_mm(1 / tv, mv / tv, 1 / tb, mb / tb), 0.0, 1e-9);
 }
 
+/* 1000 tokens ((t_v - m_v) - (t_b - m_b)): the percentage's numerator in
+ * ms a step */
+Test(bench, ms_outside_the_matrix_products)
+{
+    /* t_v = 0.01, m_v = 0.005; t_b = 1/110, m_b = 0.6/110; 64 tokens a step */
+    double x = ar_bench_extra_ms_outside_mm(100, 0.5, 110, 0.6, 64);
+    cr_assert_float_eq(x, 1e3 * 64 * (0.005 - 0.4 / 110), 1e-9);
+    /* the percentage of the variant's step it is */
+    cr_assert_float_eq(100 * x / (1e3 * 64 * 0.01), ar_bench_overhead_outside_mm(100, 0.5, 110, 0.6), 1e-9);
+    cr_assert_eq(ar_bench_extra_ms_outside_mm(123, 0.7, 123, 0.7, 1024), 0.0);
+    /* only the matmul time differs: nothing outside it */
+    double tv = 1.2, tb = 1.0, mv = 0.9, mb = 0.7;
+    cr_assert_float_eq(ar_bench_extra_ms_outside_mm(1 / tv, mv / tv, 1 / tb, mb / tb, 16), 0.0, 1e-9);
+    /* the products alone twice as fast: the variant's t 1.2 -> 0.95 and the
+     * baseline's 1.0 -> 0.75 (m 0.5 -> 0.25 in both): the same ms outside
+     * them, a larger percentage of the variant's shorter step */
+    double slow = ar_bench_extra_ms_outside_mm(1 / 1.2, 0.5 / 1.2, 1 / 1.0, 0.5 / 1.0, 16);
+    double fast = ar_bench_extra_ms_outside_mm(1 / 0.95, 0.25 / 0.95, 1 / 0.75, 0.25 / 0.75, 16);
+    cr_assert_float_eq(slow, 1e3 * 16 * 0.2, 1e-6);
+    cr_assert_float_eq(fast, slow, 1e-6);
+    cr_assert_gt(ar_bench_overhead_outside_mm(1 / 0.95, 0.25 / 0.95, 1 / 0.75, 0.25 / 0.75),
+                 ar_bench_overhead_outside_mm(1 / 1.2, 0.5 / 1.2, 1 / 1.0, 0.5 / 1.0) + 4.0);
+}
+
 Test(bench, bad_schedule_is_an_error)
 {
     ar_config c = tiny();

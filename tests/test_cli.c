@@ -1036,6 +1036,7 @@ Test(cli, bench_json_has_the_required_fields)
                           "gflops", "ceiling_gflops", "peak_rss_bytes", "extra_rss_bytes",
                           "predicted_extra_bytes", "train_overhead", "infer_overhead",
                           "train_overhead_outside_matmul", "infer_overhead_outside_matmul",
+                          "train_ms_outside_matmul", "infer_ms_outside_matmul",
                           "fma_peak_gflops", "fma_peak_percent"};
     const char *names[] = {"baseline", "full"};
     for (int i = 0; i < 2; i++) {
@@ -1061,6 +1062,7 @@ Test(cli, bench_json_has_the_required_fields)
         json_field(&res->items[i], "mfu", AR_JSON_NULL); /* the CPU has no known peak */
     cr_assert_eq(json_field(&res->items[0], "train_overhead", AR_JSON_NUM)->num, 0);
     cr_assert_eq(json_field(&res->items[0], "infer_overhead_outside_matmul", AR_JSON_NUM)->num, 0);
+    cr_assert_eq(json_field(&res->items[0], "train_ms_outside_matmul", AR_JSON_NUM)->num, 0);
     cr_assert_eq(json_field(&res->items[0], "predicted_extra_bytes", AR_JSON_NUM)->num, 0);
     /* full: L*B*T*d floats = 4*2*16*32*4 bytes */
     cr_assert_eq(json_field(&res->items[1], "predicted_extra_bytes", AR_JSON_NUM)->num, 4.0 * 2 * 16 * 32 * 4);
