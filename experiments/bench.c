@@ -300,7 +300,9 @@ double ar_bench_overhead_outside_mm(double v_tok_per_s, double v_frac, double b_
 double ar_bench_extra_ms_outside_mm(double v_tok_per_s, double v_frac, double b_tok_per_s, double b_frac,
                                     double tokens_per_step)
 {
-    return 1e3 * tokens_per_step * ((1.0 - v_frac) / v_tok_per_s - (1.0 - b_frac) / b_tok_per_s);
+    /* the percentage of the variant's step, t_v = 1 / v_tok_per_s a token */
+    return ar_bench_overhead_outside_mm(v_tok_per_s, v_frac, b_tok_per_s, b_frac) * 10.0 * tokens_per_step /
+           v_tok_per_s;
 }
 
 double ar_bench_mfu(const ar_bench_result *r, double peak)
