@@ -1,0 +1,93 @@
+/* The CPU backend's vector helpers that carry math (lib/cpu/vec.h) against
+ * the scalar forms they replace (lib/cpu/loops.h) and against libm in
+ * double:
+ * - v_expf: within 1.5 u of exp (u = 2^-24) over fast_expf's domain
+ *   [-87.3, 88.3] (the bound the softmax tests count for the CPU's exp,
+ *   U_EXP = 2 u with libm's 1 u), on a stride through every float of it,
+ *   and the clamp outside it as fast_expf's;
+ * - v_max: lane by lane the scalar a > b ? a : b, NaN and signed zeros
+ *   included (which lane wins matters for the bits of what follows). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "lib/cpu/loops.h"
+#include "lib/cpu/vec.h"
+#include "testutil.h"
+
+static float from_bits(uint32_t b)
+{
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+static uint32_t bits(float f)
+{
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    return b;
+}
+
+/* The largest |v_expf(x) - exp(x)| / exp(x), in units of u, over the
+ * floats whose bit patterns run from b0 to b1 (inclusive, one sign) in
+ * steps of STEP, VL at a time */
+#define STEP 251u
+static double worst_exp_ulps(uint32_t b0, uint32_t b1)
+{
+    double worst = 0;
+    float x[VL];
+    int k = 0;
+    for (uint32_t b = b0;; b += STEP) {
+        int last = b + STEP > b1 || b + STEP < b;
+        x[k++] = from_bits(last ? b1 : b);
+        if (k == VL || last) {
+            vf y = v_expf(v_ld(x));
+            for (int l = 0; l < k; l++) {
+                double e = exp((double)x[l]), err = fabs((double)y[l] - e) / e / TU_U_FLOAT;
+                worst = err > worst ? err : worst;
+            }
+            k = 0;
+        }
+        if (last)
+            break;
+    }
+    return worst;
+}
+
+Test(cpu_vec, v_expf_within_one_and_a_half_ulps_of_exp)
+{
+    /* -87.3 .. -0 (bit patterns from 0x80000000 up), 0 .. 88.3 */
+    double w = fmax(worst_exp_ulps(0x80000000u, bits(-87.3f)), worst_exp_ulps(0, bits(88.3f)));
+    cr_expect_leq(w, 1.5, "v_expf: %.3f u from exp at worst", w);
+    cr_expect_gt(w, 0.0, "no error measured: the sweep did not run");
+}
+
+Test(cpu_vec, v_expf_clamps_as_fast_expf)
+{
+    float x[VL] = {-1e30f, -200.0f, -87.31f, -87.3f, 88.3f, 88.31f, 1e30f, -INFINITY, INFINITY, 0.0f, -0.0f,
+                   1.0f, -1.0f, 10.5f, -10.5f, 0.5f};
+    for (int at = 0; at < 16; at += VL) {
+        vf y = v_expf(v_ld(x + at));
+        for (int l = 0; l < VL; l++) {
+            float s = fast_expf(x[at + l]);
+            cr_expect(fabsf(y[l] - s) <= 2 * TU_U_FLOAT * s, "x %g: v_expf %a, fast_expf %a", x[at + l], y[l], s);
+            cr_expect(isfinite(y[l]) && y[l] > 0, "x %g: v_expf %a not a positive finite float", x[at + l], y[l]);
+        }
+    }
+}
+
+Test(cpu_vec, v_max_is_the_scalar_ternary_lane_by_lane)
+{
+    float a[16] = {1, -1, 0.0f, -0.0f, NAN, 2, NAN, -INFINITY, 3, 3, -5, 7, 1e-30f, -1e-30f, INFINITY, 0.5f};
+    float b[16] = {2, -2, -0.0f, 0.0f, 1, NAN, NAN, -1, 3, -3, -4, 8, -1e-30f, 1e-30f, 0, 0.25f};
+    for (int at = 0; at < 16; at += VL) {
+        vf m = v_max(v_ld(a + at), v_ld(b + at));
+        for (int l = 0; l < VL; l++) {
+            float s = a[at + l] > b[at + l] ? a[at + l] : b[at + l];
+            cr_expect(bits(m[l]) == bits(s), "lane %d: max(%g, %g) = %g, the ternary %g", at + l, a[at + l],
+                      b[at + l], m[l], s);
+        }
+    }
+}
