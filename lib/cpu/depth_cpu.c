@@ -322,15 +322,20 @@ void cpu_depth_fwd_inter(const ar_depth_inter *chunk, float *const *o, const ar_
 static void tile_merge_weights(const float *z, int j, float *lse, float *al, int n, int k, float *at, int nt)
 {
     /* al NULL: the weights are not kept (weights_unread), only at */
-    float M[TILE], S[TILE], L[TILE], b[TILE];
-    for (int l = 0; l < TILE; l++) {
-        float lv = l < nt ? lse[l] : 0.0f;
-        M[l] = lv;
+    float M[TILE], S[TILE], L[TILE], b[TILE], lv[TILE];
+    for (int l = 0; l < TILE; l++)
+        lv[l] = l < nt ? lse[l] : 0.0f;
+    /* VL lanes at a time in registers (lane by lane, each lane's exps were
+     * scalar calls in a chain) */
+    for (int v = 0; v < TILE; v += VL) {
+        vf m = v_ld(lv + v);
         for (int t = 0; t < j; t++)
-            M[l] = z[t * TILE + l] > M[l] ? z[t * TILE + l] : M[l];
-        S[l] = fast_expf(lv - M[l]);
+            m = v_max(v_ld(z + t * TILE + v), m);
+        vf sum = v_expf(v_ld(lv + v) - m);
         for (int t = 0; t < j; t++)
-            S[l] += fast_expf(z[t * TILE + l] - M[l]);
+            sum += v_expf(v_ld(z + t * TILE + v) - m);
+        v_st(M + v, m);
+        v_st(S + v, sum);
     }
     for (int l = 0; l < nt; l++)
         L[l] = M[l] + logf(S[l]);
