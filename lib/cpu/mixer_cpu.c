@@ -1065,6 +1065,28 @@ void cpu_depth_mix_cdot(float *cdot, const float *dh, const float *h, int H, int
         }
         return;
     }
+    if (fast_shape(H, d)) {
+        /* the chunk op's dh.x in the same order: one head's by dots, more
+         * heads' by head_sums of the products (so that for a mixer of one
+         * source, h = x, dh.x - cdot is exactly 0); a scalar loop here was
+         * one chain of d dependent multiply-adds a token */
+#pragma omp parallel if ((long)N * d > PAR_MIN)
+        {
+            float p[d];
+#pragma omp for schedule(static)
+            for (int i = 0; i < N; i++) {
+                const float *gy = dh + (size_t)i * d, *x = h + (size_t)i * d;
+                if (H == 1) {
+                    dots_n(&gy, 1, x, d, cdot + i, NULL, 0);
+                    continue;
+                }
+                for (int j = 0; j < d; j += VL)
+                    v_st(p + j, v_ld(gy + j) * v_ld(x + j));
+                head_sums(p, H, e, d, 1.0f, cdot + (size_t)i * H);
+            }
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static) if ((long)N * d > PAR_MIN)
     for (int i = 0; i < N; i++) {
         const float *gy = dh + (size_t)i * d, *x = h + (size_t)i * d;
