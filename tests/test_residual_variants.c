@@ -669,6 +669,48 @@ Test(variant_ops, depth_mix_chunk_equals_whole_backward)
     }
 }
 
+/* A mixer of one source: h = 1 x exactly, so its logit's gradient is
+ * exactly 0 and, through the pieces of the backward (depth_mix_cdot, then
+ * depth_mix_bwd_chunk over the source), dsrc gets dh alone and the query
+ * and gain nothing: cdot = dh.h must be summed in the chunk op's own order
+ * of dh.x for the difference to cancel.  One head, packed heads and heads
+ * of whole vectors; softmax with key norm, on random rows. */
+Test(variant_ops, depth_mix_one_source_cancels_exactly)
+{
+    int shapes[][2] = {{64, 1}, {64, 16}, {64, 2}, {48, 3}, {32, 1}};
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        int d = shapes[k][0], H = shapes[k][1], N = 37, n = 1;
+        size_t nd = (size_t)N * d;
+        float *x = malloc(nd * 4), *h = malloc(nd * 4), *dh = malloc(nd * 4), *dx = calloc(nd, 4);
+        float *alpha = malloc((size_t)N * H * 4), *rstd = malloc((size_t)N * 4), *cd = malloc((size_t)N * H * 4);
+        float *w = malloc((size_t)d * 4), *g = malloc((size_t)d * 4), *dw = calloc((size_t)d, 4),
+              *dg = calloc((size_t)d, 4);
+        tu_fill_uniform(x, nd, -2, 2, 21 + k);
+        tu_fill_uniform(dh, nd, -1, 1, 22 + k);
+        tu_fill_uniform(w, (size_t)d, -1, 1, 23 + k);
+        tu_fill_uniform(g, (size_t)d, 0.5f, 1.5f, 24 + k);
+        const float *src[1] = {x}, *W[1] = {w}, *G[1] = {g}, *TH[1] = {NULL};
+        ar_depth_mix mix = {.n = n, .src = src, .w = w, .g = g, .alpha = alpha, .rstd = rstd, .H = H, .N = N, .d = d};
+        const ar_backend *be = ar_backend_cpu();
+        be->depth_mix_fwd(&mix, h);
+        cr_expect(memcmp(h, x, nd * 4) == 0, "d %d H %d: h is not x exactly", d, H);
+        be->depth_mix_cdot(cd, dh, h, H, N, d);
+        const float *al[1] = {alpha}, *rs[1] = {rstd};
+        ar_depth_mix_chunk own = {.C = 1, .s0 = 0, .s1 = 1, .src = src, .n = &n, .w = W, .g = G, .theta = TH,
+                                  .alpha = al, .rstd = rs, .H = H, .N = N, .d = d};
+        float *dsrc[1] = {dx}, *dwl[1] = {dw}, *dgl[1] = {dg}, *dtl[1] = {NULL};
+        const float *dhl[1] = {dh}, *cdl[1] = {cd};
+        be->depth_mix_bwd_chunk(&own, dsrc, dwl, dgl, dtl, dhl, cdl);
+        cr_expect(memcmp(dx, dh, nd * 4) == 0, "d %d H %d: dsrc is not dh exactly", d, H);
+        size_t nz = 0;
+        for (int j = 0; j < d; j++)
+            nz += dw[j] != 0.0f || dg[j] != 0.0f;
+        cr_expect(nz == 0, "d %d H %d: %zu query or gain gradients not exactly 0", d, H, nz);
+        free(x), free(h), free(dh), free(dx), free(alpha), free(rstd), free(cd), free(w), free(g), free(dw),
+            free(dg);
+    }
+}
+
 Test(variant_ops, wsum_forward_and_backward)
 {
     const ar_backend *be = cpu();
