@@ -620,9 +620,10 @@ static const float *static_weights(const float *theta, int n, int H, int sigmoid
  *      the scores (mix_scores_sm): one head's with the tile's tokens across
  *      the lanes; H heads' token by token, heads across the lanes;
  *   C: token by token, alpha's row (head-major) and h = sum_s a_s x_s.
- * Token by token the scores were a chain of dependent steps (max, exp,
- * sum, divide) after each token's sweeps, a third of the op at d 64 with
- * a few sources; here the tile's chains are independent, side by side.
+ * Why tiles: token by token, the scores are a chain of dependent steps
+ * (max, exp, sum, divide) after each token's sweeps, which the next
+ * token's sweeps cannot overlap (a third of the op at d 64 with a few
+ * sources); a tile's chains are independent, side by side.
  * ur (d floats): scratch for a per-token query times the gain. */
 #define MIX_TILE 16
 typedef struct {
