@@ -66,7 +66,7 @@ Test(cpu_vec, v_expf_within_one_and_a_half_ulps_of_exp)
 
 Test(cpu_vec, v_expf_clamps_as_fast_expf)
 {
-    float x[VL] = {-1e30f, -200.0f, -87.31f, -87.3f, 88.3f, 88.31f, 1e30f, -INFINITY, INFINITY, 0.0f, -0.0f,
+    float x[16] = {-1e30f, -200.0f, -87.31f, -87.3f, 88.3f, 88.31f, 1e30f, -INFINITY, INFINITY, 0.0f, -0.0f,
                    1.0f, -1.0f, 10.5f, -10.5f, 0.5f};
     for (int at = 0; at < 16; at += VL) {
         vf y = v_expf(v_ld(x + at));
