@@ -44,9 +44,13 @@ static const ar_backend *cpu(void)
  *   (the subtraction) and ez + max ez (z and m, one of the logits), then an
  *   n-term sum and a division: within a (eta + max eta + gamma(n) + 2 u),
  *   eta = ez + max ez + u |z - m| + 4 u.  Sigmoid: a (1 - a) (ez + 4 u) + 2 u a;
+ *   and either way EXP_FLOOR absolutely: fast_expf takes arguments below
+ *   -87.3 as -87.3 (exp = 1.25e-38, over a sum of at least 1), where libm's
+ *   expf underflows (logits this far apart: rows of 256 without a key norm);
  * - h = sum_s a_s x_s: sum_s ba_s |x_s| + gamma(n) sum_s a_s |x_s|.
  * Two float evaluations (fused and simple, two-phase and one-phase) differ
  * by at most twice these. */
+#define EXP_FLOOR 1.3e-38
 static void ref_mix_b(double *h, double *al, double *r, double *bh, double *ba, double *br,
                       const float *const *src, int n, const float *w, int wstride, const float *g,
                       const float *theta, int sigmoid, int H, int N, int d)
@@ -92,8 +96,9 @@ static void ref_mix_b(double *h, double *al, double *r, double *bh, double *ba, 
                 meta = fmax(meta, eh[s] + mez + u * (mx - zh[s]) + 4 * u);
             }
             for (int s = 0; s < n; s++)
-                bb[s] = sigmoid ? ah[s] * (1 - ah[s]) * (eh[s] + 4 * u) + 2 * u * ah[s]
-                                : ah[s] * (eh[s] + mez + u * (mx - zh[s]) + 4 * u + meta + tu_gamma(n) + 2 * u);
+                bb[s] = EXP_FLOOR + (sigmoid ? ah[s] * (1 - ah[s]) * (eh[s] + 4 * u) + 2 * u * ah[s]
+                                             : ah[s] * (eh[s] + mez + u * (mx - zh[s]) + 4 * u + meta +
+                                                        tu_gamma(n) + 2 * u));
         }
         for (int k = 0; k < Hn; k++) {
             if (al)
@@ -487,11 +492,12 @@ static void mix_fast_case(int n, int N, int d, int H, int per_token, int use_w, 
 Test(variant_ops, depth_mix_fast_equals_simple)
 {
     ar_backend_cpu()->set_threads(1); /* many small ops: threads only add overhead */
-    /* head widths 64 down to 1: the packed heads of 1, 2, 4 and 8 channels
+    /* head widths 256 down to 1: the packed heads of 1, 2, 4 and 8 channels
      * (VL heads a vector where H is a multiple of VL), 12 heads of 4 (not
-     * a multiple of 8 or 16) and widths of whole vectors */
-    int shapes[][3] = {{64, 1, 0},   {64, 16, 0}, {64, 2, 0},   {256, 16, 0}, {48, 3, 0},
-                       {32, 8, 0},   {64, 32, 0}, {128, 16, 0}, {16, 16, 0},  {48, 12, 0}};
+     * a multiple of 8 or 16) and widths of whole vectors; one head in
+     * tiles of tokens (rows of up to 128 floats) and token by token (256) */
+    int shapes[][3] = {{64, 1, 0},  {64, 16, 0}, {64, 2, 0},  {256, 16, 0}, {48, 3, 0},  {32, 8, 0},
+                       {64, 32, 0}, {128, 16, 0}, {16, 16, 0}, {48, 12, 0},  {256, 1, 0}, {128, 1, 0}};
     for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
         int d = shapes[k][0], H = shapes[k][1];
         for (int v = 0; v < 6; v++) {

@@ -610,42 +610,39 @@ static const float *static_weights(const float *theta, int n, int H, int sigmoid
     return a0;
 }
 
-/* The weights of a tile of nt <= MIX_TILE consecutive tokens from i0 with
- * a query (per mixer, or per token where wstride), in three passes:
- *   A: each token's rows in turn, one sweep each: u.x_s (one head, into
- *      z[s][t]) or the per-head sums of u*x_s (H > 1: at + t n P, source
- *      rows P apart), and x_s.x_s (key norm) into xx[s][t];
+/* One head with a query, a tile of nt <= MIX_TILE consecutive tokens from
+ * i0 (per-mixer query u, or per token where wstride), in three passes:
+ *   A: each token's rows in turn, one sweep each: u.x_s into z[s][t] and
+ *      x_s.x_s (key norm) into xx[s][t];
  *   B: r = rstd(x_s) with the tile's tokens across the vector lanes (rstd
- *      written), the logits times r (one rounding, as the simple op), then
- *      the scores (mix_scores_sm): one head's with the tile's tokens across
- *      the lanes; H heads' token by token, heads across the lanes;
- *   C: token by token, alpha's row (head-major) and h = sum_s a_s x_s.
- * Why tiles: token by token, the scores are a chain of dependent steps
- * (max, exp, sum, divide) after each token's sweeps, which the next
- * token's sweeps cannot overlap (a third of the op at d 64 with a few
- * sources); a tile's chains are independent, side by side.
- * ur (d floats): scratch for a per-token query times the gain. */
+ *      written), z *= r (one rounding, as the simple op), then the
+ *      softmax (or sigmoid) over s, the tokens across the lanes
+ *      (mix_scores_sm with the tokens as its heads);
+ *   C: token by token, alpha's row and h = sum_s a_s x_s.
+ * Why tiles: token by token, the scores are a chain of dependent scalar
+ * steps (max, exp, sum, divide) after the token's sweeps, which the next
+ * token's sweeps cannot overlap: a third of the op at d 64 with a few
+ * sources.  Pass C reads the tile's rows again, from L2 where they
+ * outgrow L1: at d 256 that costs more than the chains (BENCHMARKS.md,
+ * "Per-token chains"), so cpu_depth_mix_fwd takes tiles only for rows of
+ * at most MIX_TILE_MAX_D floats.  ur (d floats): scratch for a per-token
+ * query times the gain. */
 #define MIX_TILE 16
-typedef struct {
-    const float *u; /* the shared query times the gain, or NULL (per token) */
-    int e, packed;
-    vi idx, perm;
-} mix_fwd_plan;
-
-static void mix_fwd_tile(const ar_depth_mix *m, float *h, const mix_fwd_plan *pl, size_t i0, int nt,
-                         float *zt, float *xt, float *at, float *ur, float *pr, float *aloc, const float **xs)
+#define MIX_TILE_MAX_D 128
+static void mix_fwd_tile1(const ar_depth_mix *m, float *h, const float *u, size_t i0, int nt, float *zt,
+                          float *xt, float *ur, float *aloc, const float **xs)
 {
     const float *const *src = m->src;
     const float *g = m->g;
-    const int n = m->n, d = m->d, H = m->H, sigmoid = m->sigmoid, e = pl->e, P = H + VL;
-    const size_t wstride = (size_t)m->wstride, tP = (size_t)n * P;
+    const int n = m->n, d = m->d;
+    const size_t wstride = (size_t)m->wstride;
     if (nt < MIX_TILE) { /* the idle lanes: finite, unused */
         memset(zt, 0, (size_t)n * MIX_TILE * sizeof(float));
         memset(xt, 0, (size_t)n * MIX_TILE * sizeof(float));
     }
     for (int t = 0; t < nt; t++) {
         size_t i = i0 + (size_t)t;
-        const float *uu = pl->u;
+        const float *uu = u;
         if (wstride) {
             const float *q = m->w + i * wstride;
             if (g) {
@@ -656,58 +653,50 @@ static void mix_fwd_tile(const ar_depth_mix *m, float *h, const mix_fwd_plan *pl
                 uu = q;
             }
         }
-        float *att = at + t * tP;
-        for (int s = 0; s < n; s++) {
-            const float *x = src[s] + i * d;
-            float *xx = g ? &xt[s * MIX_TILE + t] : NULL;
-            if (H == 1)
-                row_sweep(uu, x, d, 1, g != NULL, &zt[s * MIX_TILE + t], NULL, xx);
-            else if (pl->packed)
-                row_pack(uu, NULL, x, e, H, g != NULL, pl->perm, att + s * P, NULL, xx);
-            else {
-                row_sweep(uu, x, d, 0, g != NULL, NULL, pr, xx);
-                head_sums(pr, H, e, d, 1.0f, att + s * P);
-            }
-        }
+        for (int s = 0; s < n; s++)
+            row_sweep(uu, src[s] + i * d, d, 1, g != NULL, &zt[s * MIX_TILE + t], NULL,
+                      g ? &xt[s * MIX_TILE + t] : NULL);
     }
     if (g)
         for (int s = 0; s < n; s++) {
             float *z = zt + s * MIX_TILE, *r = xt + s * MIX_TILE;
-            for (int l = 0; l < MIX_TILE; l++)
+            for (int l = 0; l < MIX_TILE; l++) {
                 r[l] = 1.0f / sqrtf(r[l] / d + AR_RMS_EPS);
-            for (int l = 0; H == 1 && l < MIX_TILE; l++)
                 z[l] = r[l] * z[l];
+            }
             for (int t = 0; t < nt; t++)
                 m->rstd[(i0 + t) * n + s] = r[t];
-            for (int t = 0; H > 1 && t < nt; t++)
-                for (int hh = 0; hh < H; hh++)
-                    at[t * tP + s * P + hh] = r[t] * at[t * tP + s * P + hh];
         }
-    if (H > 1)
-        for (int t = 0; t < nt; t++)
-            mix_scores_sm(at + t * tP, n, H, P, sigmoid);
-    if (H == 1) /* the tile's tokens as mix_scores_sm's heads */
-        mix_scores_sm(zt, n, MIX_TILE, MIX_TILE, sigmoid);
+    mix_scores_sm(zt, n, MIX_TILE, MIX_TILE, m->sigmoid);
     for (int t = 0; t < nt; t++) {
         size_t i = i0 + (size_t)t;
-        float *a = m->weights_unread ? aloc : m->alpha + i * (size_t)H * n, *y = h + i * d;
-        const float *att = at + t * tP;
-        for (int s = 0; s < n; s++)
+        float *a = m->weights_unread ? aloc : m->alpha + i * n;
+        for (int s = 0; s < n; s++) {
+            a[s] = zt[s * MIX_TILE + t];
             xs[s] = src[s] + i * d;
-        if (H == 1) {
-            for (int s = 0; s < n; s++)
-                a[s] = zt[s * MIX_TILE + t];
-            mix_rows1(y, a, xs, n, d);
-            continue;
         }
-        for (int hh = 0; hh < H && !m->weights_unread; hh++)
-            for (int s = 0; s < n; s++)
-                a[hh * n + s] = att[s * P + hh];
-        for (int b = 0; b < d / VL; b++) {
-            vf acc = {0};
-            for (int s = 0; s < n; s++)
-                acc += head_cols(att + s * P, b, e, pl->idx) * v_ld(xs[s] + b * VL);
-            v_st(y + b * VL, acc);
+        mix_rows1(h + i * d, a, xs, n, d);
+    }
+}
+
+/* One head with a query over tiles of MIX_TILE tokens (mix_fwd_tile1) */
+static void mix_fwd_tiled1(const ar_depth_mix *m, float *h)
+{
+    const int n = m->n, d = m->d, N = m->N, unread = m->weights_unread;
+    const float *u = m->wstride == 0 ? gain_query(m->w, m->g, d, WS_A) : NULL;
+    /* per thread: the tile's logits and sums of squares, a token a lane */
+    const size_t per = 2 * (size_t)n * MIX_TILE;
+    float *tiles = cpu_ws(WS_B, (size_t)omp_get_max_threads() * per * sizeof(float));
+    const int ntile = (N + MIX_TILE - 1) / MIX_TILE;
+#pragma omp parallel if ((long)N * n * d > PAR_MIN)
+    {
+        float *zt = tiles + (size_t)omp_get_thread_num() * per, *xt = zt + (size_t)n * MIX_TILE;
+        float ur[m->wstride ? d : 1], aloc[unread ? n : 1];
+        const float *xs[n];
+#pragma omp for schedule(static)
+        for (int tb = 0; tb < ntile; tb++) {
+            int i0 = tb * MIX_TILE, nt = N - i0 < MIX_TILE ? N - i0 : MIX_TILE;
+            mix_fwd_tile1(m, h, u, (size_t)i0, nt, zt, xt, ur, aloc, xs);
         }
     }
 }
@@ -722,59 +711,101 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
         cpu_depth_mix_fwd_simple(m, h);
         return;
     }
-    const int e = d / H, Hn = H * n, P = H + VL; /* P: padded per-source head row */
-    const int unread = m->weights_unread;
-    const vi idx = head_idx(e);
-    if (w && !theta) {
-        mix_fwd_plan pl = {.u = wstride == 0 ? gain_query(w, g, d, WS_A) : NULL, .e = e,
-                           .packed = packed_heads(e, H), .idx = idx, .perm = pack_perm(e)};
-        /* per thread: the tile's logits and sums of squares (a token a
-         * lane), and with heads each token's source-major logits */
-        const size_t zx = 2 * (size_t)n * MIX_TILE, ats = H > 1 ? (size_t)MIX_TILE * n * P : 0;
-        float *tiles = cpu_ws(WS_B, (size_t)omp_get_max_threads() * (zx + ats) * sizeof(float));
-        const int ntile = (N + MIX_TILE - 1) / MIX_TILE;
-#pragma omp parallel if ((long)N * n * d > PAR_MIN)
-        {
-            float *zt = tiles + (size_t)omp_get_thread_num() * (zx + ats), *xt = zt + (size_t)n * MIX_TILE,
-                  *at = zt + zx;
-            float ur[wstride ? d : 1], pr[H > 1 ? d : 1], aloc[unread ? Hn : 1];
-            const float *xs[n];
-            if (H > 1) /* the pad lanes too: they go through the scores */
-                memset(at, 0, ats * sizeof(float));
-#pragma omp for schedule(static)
-            for (int tb = 0; tb < ntile; tb++) {
-                int i0 = tb * MIX_TILE, nt = N - i0 < MIX_TILE ? N - i0 : MIX_TILE;
-                mix_fwd_tile(m, h, &pl, (size_t)i0, nt, zt, xt, at, ur, pr, aloc, xs);
-            }
-        }
+    if (H == 1 && w && !theta && d <= MIX_TILE_MAX_D) {
+        mix_fwd_tiled1(m, h);
         return;
     }
+    const int e = d / H, Hn = H * n, P = H + VL; /* P: padded per-source head row */
+    const int hasq = w && !theta;
+    /* the shared query u = q g (q without key norm) */
+    const float *u = hasq && wstride == 0 ? gain_query(w, g, d, WS_A) : NULL;
     /* no query: the weights are the same for every token */
-    const float *a0 = static_weights(theta, n, H, sigmoid);
+    const float *a0 = hasq ? NULL : static_weights(theta, n, H, sigmoid);
+    const vi idx = head_idx(e);
+    const int packed = packed_heads(e, H), unread = m->weights_unread;
+    const vi perm = pack_perm(e);
 #pragma omp parallel if ((long)N * n * d > PAR_MIN)
     {
-        float at[H > 1 ? n * P : 1];
+        float ur[hasq && wstride ? d : 1], pr[H > 1 ? d : 1], xx[n];
+        float at[H > 1 ? n * P : 1], aloc[unread ? Hn : 1];
         const float *xs[n];
-        memset(at, 0, sizeof at);
-        if (H > 1)
-            for (int s = 0; s < n; s++)
-                for (int hh = 0; hh < H; hh++)
-                    at[s * P + hh] = a0[hh * n + s];
+        memset(at, 0, sizeof at); /* the pad lanes too: they go through the scores */
 #pragma omp for schedule(static)
         for (int i = 0; i < N; i++) {
-            if (!unread)
-                memcpy(alpha + (size_t)i * Hn, a0, (size_t)Hn * sizeof(float));
-            if (g)
-                for (int s = 0; s < n; s++) {
-                    float xx;
-                    row_sweep(NULL, src[s] + (size_t)i * d, d, 1, 1, NULL, NULL, &xx);
-                    rstd[(size_t)i * n + s] = 1.0f / sqrtf(xx / d + AR_RMS_EPS);
+            float *a = unread ? aloc : alpha + (size_t)i * Hn;
+            const float *uu = u;
+            if (hasq && wstride) {
+                const float *q = w + (size_t)i * wstride;
+                if (g) {
+                    for (int j = 0; j < d; j++)
+                        ur[j] = q[j] * g[j];
+                    uu = ur;
+                } else {
+                    uu = q;
                 }
+            }
             for (int s = 0; s < n; s++)
                 xs[s] = src[s] + (size_t)i * d;
+            if (hasq) {
+                /* the dot products and sums of squares source by source,
+                 * then every source's rstd at once (independent divisions
+                 * and square roots, a vector of sources at a time, where
+                 * one source's would wait on the next row's sweep) and the
+                 * logits scaled by it: r (u.x), one rounding as in the
+                 * simple op */
+                for (int s = 0; s < n; s++) {
+                    if (H > 1 && packed && g)
+                        row_pack(uu, NULL, xs[s], e, H, 1, perm, at + s * P, NULL, &xx[s]);
+                    else if (H > 1 && packed)
+                        row_pack(uu, NULL, xs[s], e, H, 0, perm, at + s * P, NULL, NULL);
+                    else if (H == 1 && g)
+                        row_sweep(uu, xs[s], d, 1, 1, &a[s], NULL, &xx[s]);
+                    else if (H == 1)
+                        row_sweep(uu, xs[s], d, 1, 0, &a[s], NULL, NULL);
+                    else if (g)
+                        row_sweep(uu, xs[s], d, 0, 1, NULL, pr, &xx[s]);
+                    else
+                        row_sweep(uu, xs[s], d, 0, 0, NULL, pr, NULL);
+                    if (H > 1 && !packed)
+                        head_sums(pr, H, e, d, 1.0f, at + s * P);
+                }
+                if (g) {
+                    float *rs = rstd + (size_t)i * n;
+                    for (int s = 0; s < n; s++)
+                        rs[s] = 1.0f / sqrtf(xx[s] / d + AR_RMS_EPS);
+                    if (H == 1)
+                        for (int s = 0; s < n; s++)
+                            a[s] = rs[s] * a[s];
+                    else
+                        for (int s = 0; s < n; s++)
+                            for (int hh = 0; hh < H; hh++)
+                                at[s * P + hh] = rs[s] * at[s * P + hh];
+                }
+                if (H == 1) {
+                    mix_scores(a, n, 1, sigmoid);
+                } else {
+                    /* heads across the lanes, then alpha in its head-major layout */
+                    mix_scores_sm(at, n, H, P, sigmoid);
+                    for (int hh = 0; hh < H && !unread; hh++)
+                        for (int s = 0; s < n; s++)
+                            a[hh * n + s] = at[s * P + hh];
+                }
+            } else {
+                if (g)
+                    for (int s = 0; s < n; s++) {
+                        float xx;
+                        row_sweep(NULL, xs[s], d, 1, 1, NULL, NULL, &xx);
+                        rstd[(size_t)i * n + s] = 1.0f / sqrtf(xx / d + AR_RMS_EPS);
+                    }
+                memcpy(a, a0, (size_t)Hn * sizeof(float));
+                if (H > 1)
+                    for (int s = 0; s < n; s++)
+                        for (int hh = 0; hh < H; hh++)
+                            at[s * P + hh] = a[hh * n + s];
+            }
             float *y = h + (size_t)i * d;
             if (H == 1) {
-                mix_rows1(y, a0, xs, n, d);
+                mix_rows1(y, a, xs, n, d);
                 continue;
             }
             for (int b = 0; b < d / VL; b++) {
