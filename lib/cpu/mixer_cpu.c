@@ -1100,7 +1100,7 @@ void cpu_depth_mix_cdot(float *cdot, const float *dh, const float *h, int H, int
     if (fast_shape(H, d)) {
         /* the chunk op's dh.x in the same order: one head's by dots, more
          * heads' by head_sums of the products (so that for a mixer of one
-         * source, h = x, dh.x - cdot is exactly 0); a scalar loop here was
+         * source, h = x, dh.x - cdot is exactly 0); a scalar loop would be
          * one chain of d dependent multiply-adds a token */
 #pragma omp parallel if ((long)N * d > PAR_MIN)
         {
