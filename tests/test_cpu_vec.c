@@ -1,6 +1,6 @@
-/* The CPU backend's vector helpers that carry math (lib/cpu/vec.h) against
- * the scalar forms they replace (lib/cpu/loops.h) and against libm in
- * double:
+/* The CPU backend's vector helpers that carry math (v_max in
+ * lib/cpu/vec.h, v_expf in lib/cpu/loops.h) against the scalar forms they
+ * replace and against libm in double:
  * - v_expf: within 1.5 u of exp (u = 2^-24) over fast_expf's domain
  *   [-87.3, 88.3] (the bound the softmax tests count for the CPU's exp,
  *   U_EXP = 2 u with libm's 1 u), on a stride through every float of it,

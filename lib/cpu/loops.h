@@ -1,10 +1,13 @@
 /* Shared by the CPU backend's op files: when a loop is worth its threads
- * (PAR_MIN), and scalar helpers written so that the loops calling them
- * vectorise without -ffast-math (fast_expf, sum8, sum8d). */
+ * (PAR_MIN), scalar helpers written so that the loops calling them
+ * vectorise without -ffast-math (fast_expf, sum8, sum8d), and fast_expf
+ * on a vector of VL lanes (v_expf). */
 #ifndef AR_CPU_LOOPS_H
 #define AR_CPU_LOOPS_H
 
 #include <stdint.h>
+
+#include "vec.h"
 
 /* Below this many elements an elementwise loop runs on one thread: the
  * fork/join costs more than the work. */
@@ -17,6 +20,22 @@
  * about 1e-7 (a couple of ulp).  x is clamped to [-87.3, 88.3] so 2^n stays
  * a normal float: exp(-inf..-87.3) returns ~1.2e-38 instead of 0, which is
  * harmless wherever it is added to a sum containing exp(0) = 1. */
+/* The arithmetic of fast_expf and v_expf, on x already clamped (T float
+ * or vf): fn = round(x / ln2), r = x - fn ln2, p = e^r */
+#define EXPF_CORE(x, fn, r, p, T)                                                                  \
+    do {                                                                                           \
+        fn = ((x) * 1.44269504088896341f + 12582912.0f) - 12582912.0f;                             \
+        r = (x) - fn * 0.693359375f;                                                               \
+        r = r + fn * 2.12194440e-4f;                                                               \
+        p = (T){0} + 1.9875691500e-4f;                                                             \
+        p = p * r + 1.3981999507e-3f;                                                              \
+        p = p * r + 8.3334519073e-3f;                                                              \
+        p = p * r + 4.1665795894e-2f;                                                              \
+        p = p * r + 1.6666665459e-1f;                                                              \
+        p = p * r + 5.0000001201e-1f;                                                              \
+        p = p * r * r + r + 1.0f;                                                                  \
+    } while (0)
+
 static inline float fast_expf(float x)
 {
     /* clamp with bit masks: a ternary here gets turned into a branch (the
@@ -29,22 +48,29 @@ static inline float fast_expf(float x)
     int32_t mlo = -(int32_t)(x < -87.3f), mhi = -(int32_t)(x > 88.3f);
     ux.i = (ux.i & ~(mlo | mhi)) | (ulo.i & mlo) | (uhi.i & mhi);
     x = ux.f;
-    float fn = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = x - fn * 0.693359375f;
-    r = r + fn * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    float fn, r, p;
+    EXPF_CORE(x, fn, r, p, float);
     union {
         uint32_t u;
         float f;
     } e;
     e.u = (uint32_t)((int32_t)fn + 127) << 23;
     return p * e.f;
+}
+
+/* fast_expf on VL lanes, the same operations (clamp, EXPF_CORE, 2^n in the
+ * exponent bits), for kernels that hold their logits in registers (a loop
+ * over lanes of fast_expf vectorises only where its operands are in
+ * memory). */
+static inline vf v_expf(vf x)
+{
+    const vf lo = v_set1(-87.3f), hi = v_set1(88.3f);
+    vi mlo = x < lo, mhi = x > hi;
+    x = (vf)(((vi)x & ~(mlo | mhi)) | ((vi)lo & mlo) | ((vi)hi & mhi));
+    vf fn, r, p;
+    EXPF_CORE(x, fn, r, p, vf);
+    vi n = __builtin_convertvector(fn, vi);
+    return p * (vf)((n + 127) << 23);
 }
 
 /* max of x[0..n), n >= 1, with 16 interleaved maxima, so that it

@@ -292,6 +292,19 @@ static const float *gain_query(const float *q, const float *g, int d, int ws)
     return t;
 }
 
+/* Token i's query with the key norm's gain folded in: q_i g into ur (d
+ * floats), or q_i itself without key norm (q_i = w + i wstride). */
+static inline const float *token_query(const float *w, size_t wstride, const float *g, size_t i, int d,
+                                       float *ur)
+{
+    const float *q = w + i * wstride;
+    if (!g)
+        return q;
+    for (int j = 0; j < d; j++)
+        ur[j] = q[j] * g[j];
+    return ur;
+}
+
 /* Per-head values spread over the columns of VL-block b: column j gets
  * v[j/e].  v is read up to VL floats past b*VL/e (callers pad). */
 static inline __attribute__((always_inline)) vf head_cols(const float *v, int b, int e, vi idx)
@@ -642,17 +655,7 @@ static void mix_fwd_tile1(const ar_depth_mix *m, float *h, const float *u, size_
     }
     for (int t = 0; t < nt; t++) {
         size_t i = i0 + (size_t)t;
-        const float *uu = u;
-        if (wstride) {
-            const float *q = m->w + i * wstride;
-            if (g) {
-                for (int j = 0; j < d; j++)
-                    ur[j] = q[j] * g[j];
-                uu = ur;
-            } else {
-                uu = q;
-            }
-        }
+        const float *uu = wstride ? token_query(m->w, wstride, g, i, d, ur) : u;
         for (int s = 0; s < n; s++)
             row_sweep(uu, src[s] + i * d, d, 1, g != NULL, &zt[s * MIX_TILE + t], NULL,
                       g ? &xt[s * MIX_TILE + t] : NULL);
@@ -733,17 +736,7 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
 #pragma omp for schedule(static)
         for (int i = 0; i < N; i++) {
             float *a = unread ? aloc : alpha + (size_t)i * Hn;
-            const float *uu = u;
-            if (hasq && wstride) {
-                const float *q = w + (size_t)i * wstride;
-                if (g) {
-                    for (int j = 0; j < d; j++)
-                        ur[j] = q[j] * g[j];
-                    uu = ur;
-                } else {
-                    uu = q;
-                }
-            }
+            const float *uu = hasq && wstride ? token_query(w, (size_t)wstride, g, (size_t)i, d, ur) : u;
             for (int s = 0; s < n; s++)
                 xs[s] = src[s] + (size_t)i * d;
             if (hasq) {
@@ -957,16 +950,8 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
             int i1 = (c + 1) * MIX_CHUNK < N ? (c + 1) * MIX_CHUNK : N;
             for (int i = c * MIX_CHUNK; i < i1; i++) {
                 const float *a = alpha + (size_t)i * Hn, *gy = dh + (size_t)i * d;
-                const float *q = hasq ? w + (size_t)i * wstride : NULL, *uu = u;
-                if (hasq && !shared) {
-                    if (g) {
-                        for (int j = 0; j < d; j++)
-                            ur[j] = q[j] * g[j];
-                        uu = ur;
-                    } else {
-                        uu = q;
-                    }
-                }
+                const float *q = hasq ? w + (size_t)i * wstride : NULL;
+                const float *uu = hasq && !shared ? token_query(w, (size_t)wstride, g, (size_t)i, d, ur) : u;
                 for (int s = 0; s < n; s++)
                     xs[s] = src[s] + (size_t)i * d;
                 /* sweep 1: da = dh.x and dot = u.x, per head */

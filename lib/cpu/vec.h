@@ -126,30 +126,6 @@ static inline vf v_max(vf a, vf b)
     return (vf)(((vi)a & m) | ((vi)b & ~m));
 }
 
-/* fast_expf (loops.h) on VL lanes: the same operations in the same order
- * (clamp, n = round(x/ln2) by the 1.5*2^23 trick, two-part ln2, degree-6
- * polynomial, 2^n in the exponent bits), for kernels that hold their
- * logits in registers (a loop over lanes of fast_expf vectorises only
- * where its operands are in memory). */
-static inline vf v_expf(vf x)
-{
-    const vf lo = v_set1(-87.3f), hi = v_set1(88.3f);
-    vi mlo = x < lo, mhi = x > hi;
-    x = (vf)(((vi)x & ~(mlo | mhi)) | ((vi)lo & mlo) | ((vi)hi & mhi));
-    vf fn = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    vf r = x - fn * 0.693359375f;
-    r = r + fn * 2.12194440e-4f;
-    vf p = v_set1(1.9875691500e-4f);
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    vi n = __builtin_convertvector(fn, vi);
-    return p * (vf)((n + 127) << 23);
-}
-
 /* sum of the VL lanes, as a tree (shuffles, not memcpy: taking the
  * address of a sum would keep it in memory inside the loop that builds it) */
 static inline float v_hsum(vf v)
