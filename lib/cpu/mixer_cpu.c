@@ -1067,26 +1067,14 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
 void cpu_depth_mix_cdot(float *cdot, const float *dh, const float *h, int H, int N, int d)
 {
     const int e = d / H;
-    if (d % VL == 0 && packed_heads(e, H)) { /* VL heads to a vector, as the chunk op */
-        const vi perm = pack_perm(e);
-#pragma omp parallel if ((long)N * d > PAR_MIN)
-        {
-            float p[d];
-#pragma omp for schedule(static)
-            for (int i = 0; i < N; i++) {
-                const float *gy = dh + (size_t)i * d, *x = h + (size_t)i * d;
-                for (int j = 0; j < d; j += VL)
-                    v_st(p + j, v_ld(gy + j) * v_ld(x + j));
-                head_pack(p, e, H, perm, cdot + (size_t)i * H);
-            }
-        }
-        return;
-    }
     if (fast_shape(H, d)) {
         /* the chunk op's dh.x in the same order: one head's by dots, more
-         * heads' by head_sums of the products (so that for a mixer of one
-         * source, h = x, dh.x - cdot is exactly 0); a scalar loop would be
-         * one chain of d dependent multiply-adds a token */
+         * heads' from the products by head_pack (VL heads to a vector) or
+         * head_sums, so that for a mixer of one source (h = x) dh.x - cdot
+         * is exactly 0; a scalar loop would be one chain of d dependent
+         * multiply-adds a token */
+        const int packed = packed_heads(e, H);
+        const vi perm = pack_perm(e);
 #pragma omp parallel if ((long)N * d > PAR_MIN)
         {
             float p[d];
@@ -1099,7 +1087,10 @@ void cpu_depth_mix_cdot(float *cdot, const float *dh, const float *h, int H, int
                 }
                 for (int j = 0; j < d; j += VL)
                     v_st(p + j, v_ld(gy + j) * v_ld(x + j));
-                head_sums(p, H, e, d, 1.0f, cdot + (size_t)i * H);
+                if (packed)
+                    head_pack(p, e, H, perm, cdot + (size_t)i * H);
+                else
+                    head_sums(p, H, e, d, 1.0f, cdot + (size_t)i * H);
             }
         }
         return;
