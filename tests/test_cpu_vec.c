@@ -6,7 +6,10 @@
  *   U_EXP = 2 u with libm's 1 u), on a stride through every float of it,
  *   and the clamp outside it as fast_expf's;
  * - v_max: lane by lane the scalar a > b ? a : b, NaN and signed zeros
- *   included (which lane wins matters for the bits of what follows). */
+ *   included (which lane wins matters for the bits of what follows);
+ * - v_hsums: lane l the bits of v_hsum(v[l]), on random vectors whose
+ *   lanes span many magnitudes (so a sum in another order rounds
+ *   differently: the depth ops' logits must not change bits with it). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -90,4 +93,27 @@ Test(cpu_vec, v_max_is_the_scalar_ternary_lane_by_lane)
                       b[at + l], m[l], s);
         }
     }
+}
+
+Test(cpu_vec, v_hsums_is_v_hsum_lane_by_lane)
+{
+    float x[VL * VL];
+    int reordered = 0; /* sums that another order would change: the test can fail */
+    for (int trial = 0; trial < 64; trial++) {
+        tu_fill_uniform(x, VL * VL, -1.0f, 1.0f, 17u + (unsigned)trial);
+        for (int i = 0; i < VL * VL; i++) /* magnitudes 2^-12 .. 2^12 */
+            x[i] = ldexpf(x[i], (int)((i * 7 + trial) % 25) - 12);
+        vf v[VL];
+        for (int l = 0; l < VL; l++)
+            v[l] = v_ld(x + l * VL);
+        vf h = v_hsums(v);
+        for (int l = 0; l < VL; l++) {
+            float s = v_hsum(v[l]), seq = 0.0f;
+            for (int j = 0; j < VL; j++)
+                seq += x[l * VL + j];
+            reordered += bits(seq) != bits(s);
+            cr_expect(bits(h[l]) == bits(s), "trial %d lane %d: v_hsums %a, v_hsum %a", trial, l, h[l], s);
+        }
+    }
+    cr_expect(reordered > 0, "no sum depended on its order: the inputs cannot tell two trees apart");
 }

@@ -187,6 +187,36 @@ static inline float key_rstd(int key_norm, float xx, int d)
  * of the rows (still in L1 or L2: TILE * k rows).  Every weight takes the
  * same operations in the same order as token by token. */
 #define TILE 16
+/* Pass A for one source: z[c zs + l] = rstd_l (u_c . x_{i0+l}) for the
+ * tile's tokens l < i1 - i0 (the idle lanes of a last tile 0) and c < C
+ * <= 4, rstd_l into rs[i0 + l] (1 without key norm).  The dot products two
+ * tokens a sweep (the u_c rows load once for both) with their sums left in
+ * vectors (acc: (C + 1) TILE of them, a token a slot); then reduced a tile
+ * at once, a token a lane (v_hsums: the bits of each token's own v_hsum),
+ * and scaled by the rstd formed in the same lanes.  d % VL == 0. */
+static void tile_logits(const float *const *u, int C, const float *xs, int i0, int i1, int d,
+                        int key_norm, vf *acc, float *z, size_t zs, float *rs)
+{
+    int nt = i1 - i0;
+    for (int i = i0; i < i1; i += 2)
+        dots_raw(u, C, xs + (size_t)i * d, i + 1 < i1 ? xs + (size_t)(i + 1) * d : NULL, d, key_norm,
+                 acc + (i - i0), TILE, 1);
+    for (int l = nt; l < TILE; l++)
+        for (int c = 0; c <= C; c++)
+            acc[c * TILE + l] = (vf){0};
+    for (int l = 0; l < TILE; l += VL) {
+        vf r = v_set1(1.0f);
+        if (key_norm) /* key_rstd's operations, lane by lane */
+            r = r / v_sqrt(v_hsums(acc + C * TILE + l) / (float)d + AR_RMS_EPS);
+        float rl[VL];
+        v_st(rl, r);
+        for (int q = 0; q < VL && l + q < nt; q++)
+            rs[i0 + l + q] = rl[q];
+        for (int c = 0; c < C; c++)
+            v_st(z + c * zs + l, v_hsums(acc + c * TILE + l) * r);
+    }
+}
+
 /* pass B1: one mixer's k x TILE logits zc (lane l: token l) into weights,
  * lse[l] of the first nt lanes (the others hold zeros) */
 static void tile_softmax(float *zc, int k, float *lse, int nt)
@@ -231,11 +261,15 @@ void cpu_depth_fwd_inter(const ar_depth_inter *chunk, float *const *o, const ar_
     int stream = V_STREAM && d % VL == 0;
     for (int c = 0; c < C; c++)
         stream &= !o[c] || (uintptr_t)o[c] % 64 == 0;
+    /* pass A's sums reduced a tile at once (v_hsums), the same bits as
+     * token by token */
+    int raw_sums = C <= 4 && d % VL == 0;
 #pragma omp parallel if ((long)N * d * k * C > PAR_MIN)
     {
         float *zt = zall + (size_t)omp_get_thread_num() * per, *a = zt + TILE * ck;
         const float *ur[C], *x[k > 0 ? k : 1];
         float *y[C], zc[C], hr[xn ? d : 1];
+        vf acc[(4 + 1) * TILE]; /* pass A's sums, unreduced: C logits and x.x a token */
         for (int c = 0; c < C; c++)
             ur[c] = u + (size_t)c * d;
 #pragma omp for schedule(static) nowait
@@ -243,7 +277,10 @@ void cpu_depth_fwd_inter(const ar_depth_inter *chunk, float *const *o, const ar_
             int i0 = tb * TILE, i1 = i0 + TILE < N ? i0 + TILE : N, nt = i1 - i0;
             if (nt < TILE) /* the last tile's idle lanes: finite, unused */
                 memset(zt, 0, TILE * ck * sizeof(float));
-            for (int s = 0; s < k; s++) {
+            for (int s = 0; raw_sums && s < k; s++)
+                tile_logits(ur, C, src[s], i0, i1, d, key_norm, acc, zt + (size_t)s * TILE,
+                            (size_t)k * TILE, rs[s]);
+            for (int s = 0; !raw_sums && s < k; s++) {
                 /* the dot products, then each token's rstd and scaling
                  * across the tile's lanes (a division and a square root
                  * a token, in vectors) */
@@ -384,7 +421,10 @@ void cpu_depth_fwd_merge(const ar_depth_intra *m, float *h, const ar_norm_out *n
         float zt[(j > 0 ? j : 1) * TILE], at[(j + 1) * TILE], aw[j + 1], hr[xn ? d : 1];
         const float *x[j + 1];
         memset(zt, 0, sizeof zt);
-        for (int t = 0; t < j; t++) /* two tokens a sweep, as in phase 1 */
+        vf acc[2 * TILE];
+        for (int t = 0; d % VL == 0 && t < j; t++)
+            tile_logits(&u, 1, intra[t], i0, i1, d, g != NULL, acc, zt + t * TILE, 0, rsi[t]);
+        for (int t = 0; d % VL != 0 && t < j; t++) /* two tokens a sweep, as in phase 1 */
             for (int i = i0; i < i1; i += 2) {
                 const float *xr = intra[t] + (size_t)i * d;
                 float xx[2], ux[2];

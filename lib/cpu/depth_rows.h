@@ -17,11 +17,15 @@
  * pf: prefetch the next token's row of x (see mix_n).  T = 2: the same
  * for a second row x2 into out2 and xx2 in the same sweep (two tokens:
  * 2 CC + 2 chains, each a row loads once); every dot product takes the
- * same fused multiply-adds (v_fma) in the same order whatever T. */
+ * same fused multiply-adds (v_fma) in the same order whatever T.
+ * raw (not NULL, d % VL == 0): the sums are left as vectors, unreduced:
+ * a[c].x in raw[c rs], x.x in raw[CC rs] (where xx is not NULL), x2's one
+ * vector on (raw[c rs + 1]); v_hsums then reduces a tile of them at once
+ * (to what v_hsum gives here, bit for bit). */
 static inline __attribute__((always_inline)) void dots_t(const float *const *a, int CC, int T,
                                                           const float *x, const float *x2, int d,
                                                           float *out, float *out2, float *xx,
-                                                          float *xx2, int pf)
+                                                          float *xx2, int pf, vf *raw, int rs)
 {
     /* named sums, not an array: GCC keeps an array of vectors on the
      * stack, and the loop then waits on store-to-load forwarding */
@@ -55,6 +59,19 @@ static inline __attribute__((always_inline)) void dots_t(const float *const *a, 
         }
 #undef DOTS_T
     }
+    if (raw) {
+        vf sv[4] = {s0, s1, s2, s3}, tv[4] = {t0, t1, t2, t3};
+        for (int c = 0; c < CC && c < 4; c++) {
+            raw[c * rs] = sv[c];
+            if (T > 1)
+                raw[c * rs + 1] = tv[c];
+        }
+        if (xx)
+            raw[CC * rs] = q;
+        if (T > 1 && xx2)
+            raw[CC * rs + 1] = p;
+        return;
+    }
     float qs = v_hsum(q), sc[8] = {v_hsum(s0), v_hsum(s1), v_hsum(s2), v_hsum(s3),
                                    v_hsum(s4), v_hsum(s5), v_hsum(s6), v_hsum(s7)};
     float ps = v_hsum(p), tc[4] = {v_hsum(t0), v_hsum(t1), v_hsum(t2), v_hsum(t3)};
@@ -84,7 +101,7 @@ static inline __attribute__((always_inline)) void dots_n(const float *const *a, 
                                                           const float *x, int d, float *out,
                                                           float *xx, int pf)
 {
-    dots_t(a, CC, 1, x, NULL, d, out, NULL, xx, NULL, pf);
+    dots_t(a, CC, 1, x, NULL, d, out, NULL, xx, NULL, pf, NULL, 0);
 }
 
 /* dots_t for two rows and C <= 4 (a constant CC through the switch). */
@@ -94,11 +111,35 @@ static inline __attribute__((always_inline)) void dots_pair(const float *const *
                                                              float *xx, float *xx2, int pf)
 {
     switch (C) {
-    case 1: dots_t(a, 1, 2, x, x2, d, out, out2, xx, xx2, pf); break;
-    case 2: dots_t(a, 2, 2, x, x2, d, out, out2, xx, xx2, pf); break;
-    case 3: dots_t(a, 3, 2, x, x2, d, out, out2, xx, xx2, pf); break;
-    default: dots_t(a, 4, 2, x, x2, d, out, out2, xx, xx2, pf);
+    case 1: dots_t(a, 1, 2, x, x2, d, out, out2, xx, xx2, pf, NULL, 0); break;
+    case 2: dots_t(a, 2, 2, x, x2, d, out, out2, xx, xx2, pf, NULL, 0); break;
+    case 3: dots_t(a, 3, 2, x, x2, d, out, out2, xx, xx2, pf, NULL, 0); break;
+    default: dots_t(a, 4, 2, x, x2, d, out, out2, xx, xx2, pf, NULL, 0);
     }
+}
+
+/* dots_t's unreduced sums (raw, rs as there) for C <= 4 rows of a, of
+ * one row x (x2 NULL) or two (x2 one row on); the sum of squares where
+ * xx. */
+static inline __attribute__((always_inline)) void dots_raw(const float *const *a, int C,
+                                                            const float *x, const float *x2,
+                                                            int d, int xx, vf *raw, int rs, int pf)
+{
+    float sink, *q = xx ? &sink : NULL; /* not NULL: sum x.x (into raw) */
+#define DOTS_RAW(CC)                                                                               \
+    do {                                                                                           \
+        if (x2)                                                                                    \
+            dots_t(a, CC, 2, x, x2, d, NULL, NULL, q, q, pf, raw, rs);                             \
+        else                                                                                       \
+            dots_t(a, CC, 1, x, NULL, d, NULL, NULL, q, NULL, pf, raw, rs);                        \
+    } while (0)
+    switch (C) {
+    case 1: DOTS_RAW(1); break;
+    case 2: DOTS_RAW(2); break;
+    case 3: DOTS_RAW(3); break;
+    default: DOTS_RAW(4);
+    }
+#undef DOTS_RAW
 }
 
 /* out[c] = a[c].x for c < C, and *xx = x.x (xx may be NULL), up to eight

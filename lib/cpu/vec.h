@@ -118,6 +118,20 @@ static inline vf v_gather(const float *base, vi idx)
 #endif
 }
 
+/* the square root lane by lane, correctly rounded as sqrtf */
+static inline vf v_sqrt(vf a)
+{
+#if VL == 16 && defined(__AVX512F__)
+    return (vf)_mm512_sqrt_ps((__m512)a);
+#elif VL == 8 && defined(__AVX__)
+    return (vf)_mm256_sqrt_ps((__m256)a);
+#else
+    for (int l = 0; l < VL; l++)
+        a[l] = __builtin_sqrtf(a[l]);
+    return a;
+#endif
+}
+
 /* max(a, b) lane by lane as the scalar a > b ? a : b (b where either is
  * NaN): a compare and a blend, no stores */
 static inline vf v_max(vf a, vf b)
@@ -141,5 +155,62 @@ static inline float v_hsum(vf v)
 #endif
     return (c[0] + c[2]) + (c[1] + c[3]);
 }
+
+/* Lane l = v_hsum(v[l]) for l < VL, bit for bit (the same adds of the same
+ * pairs: halves, then quarters, then (c0 + c2) + (c1 + c3)), as one tree
+ * over the VL vectors at once: each step adds two vectors' halves side by
+ * side, so VL sums take about 3 VL instructions where VL separate trees take
+ * about 8 VL and VL scalar stores.  For sums kept a token a lane.  The
+ * vectors enter the tree in the order that brings lane l's own to lane l. */
+#define V_H3(r, s, L)                                                                              \
+    (__builtin_shufflevector(r, s, L(0, 1, 0, 1)) + __builtin_shufflevector(r, s, L(2, 3, 2, 3)))
+#define V_H4(r, s, L)                                                                              \
+    (__builtin_shufflevector(r, s, L(0, 2, 0, 2)) + __builtin_shufflevector(r, s, L(1, 3, 1, 3)))
+#if VL == 16
+/* chunk k (lanes 4k..4k+3) of the result: r's lanes 4k + a, 4k + b, then s's */
+#define V_L4(a, b, c, e)                                                                           \
+    a, b, 16 + c, 16 + e, 4 + a, 4 + b, 20 + c, 20 + e, 8 + a, 8 + b, 24 + c, 24 + e, 12 + a,       \
+        12 + b, 28 + c, 28 + e
+static inline vf v_hsums(const vf *v)
+{
+    vf p[8], r[4];
+    for (int i = 0; i < 8; i++) { /* position i gets v[4 (i % 4) + i / 4] */
+        vf x = v[4 * ((2 * i) % 4) + (2 * i) / 4], y = v[4 * ((2 * i + 1) % 4) + (2 * i + 1) / 4];
+        p[i] = __builtin_shufflevector(x, y, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+               __builtin_shufflevector(x, y, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30,
+                                       31);
+    }
+    for (int i = 0; i < 4; i++)
+        r[i] = __builtin_shufflevector(p[2 * i], p[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18,
+                                       19, 24, 25, 26, 27) +
+               __builtin_shufflevector(p[2 * i], p[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22,
+                                       23, 28, 29, 30, 31);
+    vf t0 = V_H3(r[0], r[1], V_L4), t1 = V_H3(r[2], r[3], V_L4);
+    return V_H4(t0, t1, V_L4);
+}
+#elif VL == 8
+#define V_L4(a, b, c, e) a, b, 8 + c, 8 + e, 4 + a, 4 + b, 12 + c, 12 + e
+static inline vf v_hsums(const vf *v)
+{
+    vf p[4];
+    for (int i = 0; i < 4; i++) { /* position i gets v[4 (i % 2) + i / 2] */
+        vf x = v[i], y = v[4 + i];
+        p[i] = __builtin_shufflevector(x, y, 0, 1, 2, 3, 8, 9, 10, 11) +
+               __builtin_shufflevector(x, y, 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+    vf t0 = V_H3(p[0], p[1], V_L4), t1 = V_H3(p[2], p[3], V_L4);
+    return V_H4(t0, t1, V_L4);
+}
+#else
+#define V_L4(a, b, c, e) a, b, 4 + c, 4 + e
+static inline vf v_hsums(const vf *v)
+{
+    vf t0 = V_H3(v[0], v[1], V_L4), t1 = V_H3(v[2], v[3], V_L4);
+    return V_H4(t0, t1, V_L4);
+}
+#endif
+#undef V_L4
+#undef V_H3
+#undef V_H4
 
 #endif
