@@ -306,12 +306,14 @@ static inline const float *token_query(const float *w, size_t wstride, const flo
 }
 
 /* Per-head values spread over the columns of VL-block b: column j gets
- * v[j/e].  v is read up to VL floats past b*VL/e (callers pad). */
+ * v[j/e].  v is read up to VL floats past b*VL/e (callers pad).  Below VL,
+ * e divides VL, a power of two, so b VL / e is a shift (GCC emitted an
+ * integer division a block for it). */
 static inline __attribute__((always_inline)) vf head_cols(const float *v, int b, int e, vi idx)
 {
     if (e >= VL)
         return v_set1(v[b * VL / e]);
-    return __builtin_shuffle(v_ld(v + b * VL / e), idx);
+    return __builtin_shuffle(v_ld(v + ((b * VL) >> __builtin_ctz((unsigned)e))), idx);
 }
 
 /* out[a] = r sum_{j in G_a} p[j], a < H.  The scale is taken here, on the
@@ -475,9 +477,12 @@ static inline __attribute__((always_inline)) void row_pack_e(const float *a, con
         *xx = v_hsum(q0 + q1);
 }
 
-/* row_pack_e with e a constant in each branch (the tree unrolled) */
-static inline void row_pack(const float *a, const float *b, const float *x, int e, int H, int sq, vi perm,
-                            float *outa, float *outb, float *xx)
+/* row_pack_e with e a constant in each branch (the tree unrolled).
+ * Inlined: as a call (GCC's choice for plain inline) its outputs went
+ * through memory, and the heads' forward and backward were 5-7% slower. */
+static inline __attribute__((always_inline)) void row_pack(const float *a, const float *b, const float *x,
+                                                            int e, int H, int sq, vi perm, float *outa,
+                                                            float *outb, float *xx)
 {
     if (e == 1)
         row_pack_e(a, b, x, 1, H, sq, perm, outa, outb, xx);
