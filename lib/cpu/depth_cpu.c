@@ -194,13 +194,20 @@ static inline float key_rstd(int key_norm, float xx, int d)
  * vectors (acc: (C + 1) TILE of them, a token a slot); then reduced a tile
  * at once, a token a lane (v_hsums: the bits of each token's own v_hsum),
  * and scaled by the rstd formed in the same lanes.  d % VL == 0. */
-static void tile_logits(const float *const *u, int C, const float *xs, int i0, int i1, int d,
+static void tile_logits(const float *const *u, int C, const float *xs, int i0, int i1, int N, int d,
                         int key_norm, vf *acc, float *z, size_t zs, float *rs)
 {
     int nt = i1 - i0;
-    for (int i = i0; i < i1; i += 2)
+    for (int i = i0; i < i1; i += 2) {
         dots_raw(u, C, xs + (size_t)i * d, i + 1 < i1 ? xs + (size_t)(i + 1) * d : NULL, d, key_norm,
-                 acc + (i - i0), TILE, 1);
+                 acc + (i - i0), TILE, 0);
+        /* the same two rows of the next tile, a tile ahead: where the rows
+         * come from memory, the next pair's (what dots_t prefetches) came
+         * too late to hide its latency */
+        for (int t = i + TILE; t < i + TILE + 2 && t < N; t++)
+            for (size_t b = 0; b < (size_t)d * sizeof(float); b += 64)
+                __builtin_prefetch((const char *)(xs + (size_t)t * d) + b, 0, 3);
+    }
     for (int l = nt; l < TILE; l++)
         for (int c = 0; c <= C; c++)
             acc[c * TILE + l] = (vf){0};
@@ -278,7 +285,7 @@ void cpu_depth_fwd_inter(const ar_depth_inter *chunk, float *const *o, const ar_
             if (nt < TILE) /* the last tile's idle lanes: finite, unused */
                 memset(zt, 0, TILE * ck * sizeof(float));
             for (int s = 0; raw_sums && s < k; s++)
-                tile_logits(ur, C, src[s], i0, i1, d, key_norm, acc, zt + (size_t)s * TILE,
+                tile_logits(ur, C, src[s], i0, i1, N, d, key_norm, acc, zt + (size_t)s * TILE,
                             (size_t)k * TILE, rs[s]);
             for (int s = 0; !raw_sums && s < k; s++) {
                 /* the dot products, then each token's rstd and scaling
@@ -423,7 +430,7 @@ void cpu_depth_fwd_merge(const ar_depth_intra *m, float *h, const ar_norm_out *n
         memset(zt, 0, sizeof zt);
         vf acc[2 * TILE];
         for (int t = 0; d % VL == 0 && t < j; t++)
-            tile_logits(&u, 1, intra[t], i0, i1, d, g != NULL, acc, zt + t * TILE, 0, rsi[t]);
+            tile_logits(&u, 1, intra[t], i0, i1, N, d, g != NULL, acc, zt + t * TILE, 0, rsi[t]);
         for (int t = 0; d % VL != 0 && t < j; t++) /* two tokens a sweep, as in phase 1 */
             for (int i = i0; i < i1; i += 2) {
                 const float *xr = intra[t] + (size_t)i * d;
