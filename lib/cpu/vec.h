@@ -174,7 +174,8 @@ static inline float v_hsum(vf v)
 static inline vf v_hsums(const vf *v)
 {
     vf p[8], r[4];
-    for (int i = 0; i < 8; i++) { /* position i gets v[4 (i % 4) + i / 4] */
+    /* pair i: positions 2i and 2i + 1; position q takes v[4 (q % 4) + q / 4] */
+    for (int i = 0; i < 8; i++) {
         vf x = v[4 * ((2 * i) % 4) + (2 * i) / 4], y = v[4 * ((2 * i + 1) % 4) + (2 * i + 1) / 4];
         p[i] = __builtin_shufflevector(x, y, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
                __builtin_shufflevector(x, y, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30,
@@ -193,7 +194,8 @@ static inline vf v_hsums(const vf *v)
 static inline vf v_hsums(const vf *v)
 {
     vf p[4];
-    for (int i = 0; i < 4; i++) { /* position i gets v[4 (i % 2) + i / 2] */
+    /* pair i: positions 2i and 2i + 1; position q takes v[4 (q % 2) + q / 2] */
+    for (int i = 0; i < 4; i++) {
         vf x = v[i], y = v[4 + i];
         p[i] = __builtin_shufflevector(x, y, 0, 1, 2, 3, 8, 9, 10, 11) +
                __builtin_shufflevector(x, y, 4, 5, 6, 7, 12, 13, 14, 15);
