@@ -198,13 +198,15 @@ static void tile_logits(const float *const *u, int C, const float *xs, int i0, i
                         int key_norm, vf *acc, float *z, size_t zs, float *rs)
 {
     int nt = i1 - i0;
+    /* rows of at most 128 floats: two rows 4 KiB on in this source (a
+     * tile ahead at d 64) for each pair, where the next pair's (what dots_t
+     * prefetches, among its loads) came too late from memory; longer rows
+     * keep dots_t's (a burst of 2 rows' lines a pair was slower there) */
+    int ahead = d <= 128 ? 1024 / d : 0;
     for (int i = i0; i < i1; i += 2) {
         dots_raw(u, C, xs + (size_t)i * d, i + 1 < i1 ? xs + (size_t)(i + 1) * d : NULL, d, key_norm,
-                 acc + (i - i0), TILE, 0);
-        /* the same two rows of the next tile, a tile ahead: where the rows
-         * come from memory, the next pair's (what dots_t prefetches) came
-         * too late to hide its latency */
-        for (int t = i + TILE; t < i + TILE + 2 && t < N; t++)
+                 acc + (i - i0), TILE, !ahead);
+        for (int t = i + ahead; ahead && t < i + ahead + 2 && t < N; t++)
             for (size_t b = 0; b < (size_t)d * sizeof(float); b += 64)
                 __builtin_prefetch((const char *)(xs + (size_t)t * d) + b, 0, 3);
     }
