@@ -171,7 +171,7 @@ static inline float sigmoidf_fast(float z) { return 1.0f / (1.0f + fast_expf(-z)
  * key norm (the logit is then u.x itself). */
 static inline float key_rstd(int key_norm, float xx, int d)
 {
-    return key_norm ? 1.0f / sqrtf(xx / d + AR_RMS_EPS) : 1.0f;
+    return key_norm ? rms_rstd(xx, d) : 1.0f;
 }
 
 /* Phase 1, over tiles of TILE tokens.  Pass A, source by source: z[c,s] =
@@ -214,9 +214,7 @@ static void tile_logits(const float *const *u, int C, const float *xs, int i0, i
         for (int c = 0; c <= C; c++)
             acc[c * TILE + l] = (vf){0};
     for (int l = 0; l < TILE; l += VL) {
-        vf r = v_set1(1.0f);
-        if (key_norm) /* key_rstd's operations, lane by lane */
-            r = r / v_sqrt(v_hsums(acc + C * TILE + l) / (float)d + AR_RMS_EPS);
+        vf r = key_norm ? v_rms_rstd(v_hsums(acc + C * TILE + l), d) : v_set1(1.0f); /* key_rstd's */
         float rl[VL];
         v_st(rl, r);
         for (int q = 0; q < VL && l + q < nt; q++)

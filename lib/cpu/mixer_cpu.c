@@ -19,6 +19,7 @@
 #include "../backend.h"
 #include "depth_rows.h"
 #include "loops.h"
+#include "rmsnorm_row.h"
 #include "vec.h"
 #include "workspace.h"
 
@@ -37,7 +38,7 @@ static void mix_logits(float *a, float *rs, const float *const *src, int n, cons
             float ss = 0;
             for (int j = 0; j < d; j++)
                 ss += x[j] * x[j];
-            r = 1.0f / sqrtf(ss / d + AR_RMS_EPS);
+            r = rms_rstd(ss, d);
             rs[s] = r;
         }
         for (int hh = 0; hh < H; hh++) {
@@ -669,7 +670,7 @@ static void mix_fwd_tile1(const ar_depth_mix *m, float *h, const float *u, size_
         for (int s = 0; s < n; s++) {
             float *z = zt + s * MIX_TILE, *r = xt + s * MIX_TILE;
             for (int l = 0; l < MIX_TILE; l++) {
-                r[l] = 1.0f / sqrtf(r[l] / d + AR_RMS_EPS);
+                r[l] = rms_rstd(r[l], d);
                 z[l] = r[l] * z[l];
             }
             for (int t = 0; t < nt; t++)
@@ -770,7 +771,7 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                 if (g) {
                     float *rs = rstd + (size_t)i * n;
                     for (int s = 0; s < n; s++)
-                        rs[s] = 1.0f / sqrtf(xx[s] / d + AR_RMS_EPS);
+                        rs[s] = rms_rstd(xx[s], d);
                     if (H == 1)
                         for (int s = 0; s < n; s++)
                             a[s] = rs[s] * a[s];
@@ -793,7 +794,7 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                     for (int s = 0; s < n; s++) {
                         float xx;
                         row_sweep(NULL, xs[s], d, 1, 1, NULL, NULL, &xx);
-                        rstd[(size_t)i * n + s] = 1.0f / sqrtf(xx / d + AR_RMS_EPS);
+                        rstd[(size_t)i * n + s] = rms_rstd(xx, d);
                     }
                 memcpy(a, a0, (size_t)Hn * sizeof(float));
                 if (H > 1)

@@ -10,6 +10,14 @@
 #include "../backend.h"
 #include "vec.h"
 
+/* The rstd of a row of d floats from its sum of squares ss: the one
+ * formula of every RMSNorm here (a sublayer's, a key norm's), so that a
+ * fused path and the op it replaces round alike. */
+static inline float rms_rstd(float ss, int d) { return 1.0f / sqrtf(ss / d + AR_RMS_EPS); }
+
+/* rms_rstd lane by lane (v_sqrt rounds as sqrtf: the same bits) */
+static inline vf v_rms_rstd(vf ss, int d) { return 1.0f / v_sqrt(ss / (float)d + AR_RMS_EPS); }
+
 /* sum x^2 in VL lanes, then the tail: a fixed order whatever the row's
  * address (`omp simd reduction` let GCC peel to align x, so the sum of a
  * row depended on where it lay, and a fused path's stack row could differ
@@ -25,7 +33,7 @@ static inline void cpu_rmsnorm_row(float *out, float *rstd, const float *x, cons
     float ss = v_hsum(sv);
     for (; j < d; j++)
         ss += x[j] * x[j];
-    float r = 1.0f / sqrtf(ss / d + AR_RMS_EPS);
+    float r = rms_rstd(ss, d);
     *rstd = r;
     for (j = 0; j < d; j++)
         out[j] = x[j] * r * g[j];
