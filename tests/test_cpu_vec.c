@@ -9,12 +9,17 @@
  *   included (which lane wins matters for the bits of what follows);
  * - v_hsums: lane l the bits of v_hsum(v[l]), on random vectors whose
  *   lanes span many magnitudes (so a sum in another order rounds
- *   differently: the depth ops' logits must not change bits with it). */
+ *   differently: the depth ops' logits must not change bits with it);
+ * - head_lanes (lib/cpu/head_lanes.h): lane a of head-lane vector j is
+ *   channel j of head a, for every e it takes, and back is the identity;
+ *   head_lanes_dot is the product then multiply-adds in channel order;
+ * - v_ld4s: lanes 4q..4q+3 the 4 floats at p + q stride. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "lib/cpu/head_lanes.h"
 #include "lib/cpu/loops.h"
 #include "lib/cpu/vec.h"
 #include "testutil.h"
@@ -116,4 +121,52 @@ Test(cpu_vec, v_hsums_is_v_hsum_lane_by_lane)
         }
     }
     cr_expect(reordered > 0, "no sum depended on its order: the inputs cannot tell two trees apart");
+}
+
+/* Rows of d = e H floats with H = 2 VL (two groups), channel values all
+ * distinct, for e = 1, 2, 4, 8 below VL: the form is a permutation, so
+ * exact equality is the test. */
+Test(cpu_vec, head_lanes_put_head_a_channel_j_in_lane_a_of_vector_j)
+{
+    for (int e = 1; e <= 8 && e < VL; e *= 2) {
+        const int H = 2 * VL, d = e * H;
+        float x[16 * 2 * 16], t[16 * 2 * 16], y[16 * 2 * 16];
+        for (int q = 0; q < d; q++)
+            x[q] = 1.0f + (float)q;
+        head_lanes_row_in(x, e, H, t);
+        int off = 0;
+        for (int g = 0; g < H / VL; g++)
+            for (int j = 0; j < e; j++)
+                for (int a = 0; a < VL; a++)
+                    off += t[(g * e + j) * VL + a] != x[(g * VL + a) * e + j];
+        cr_expect_eq(off, 0, "e %d VL %d: %d lanes not channel j of head a", e, VL, off);
+        head_lanes_row_out(t, e, H, y);
+        cr_expect(memcmp(x, y, (size_t)d * sizeof(float)) == 0, "e %d VL %d: out(in(x)) is not x", e, VL);
+        /* the dot products of VL heads: a[0] x[0], then fused a[j] x[j] + acc */
+        vf a[8], b[8];
+        for (int j = 0; j < e; j++) {
+            a[j] = v_ld(t + j * VL);
+            b[j] = v_ld(t + (e + j) * VL);
+        }
+        vf got = head_lanes_dot(a, b, e);
+        for (int l = 0; l < VL; l++) {
+            float want = a[0][l] * b[0][l];
+            for (int j = 1; j < e; j++)
+                want = fmaf(a[j][l], b[j][l], want);
+            cr_expect_eq(bits(got[l]), bits(want), "e %d lane %d: %.9g, want %.9g", e, l, got[l], want);
+        }
+    }
+}
+
+Test(cpu_vec, v_ld4s_takes_runs_of_four_a_stride_apart)
+{
+    float p[4 * 37];
+    for (int q = 0; q < 4 * 37; q++)
+        p[q] = (float)q;
+    for (size_t stride = 4; stride <= 37; stride += 11) {
+        vf v = v_ld4s(p + 1, stride);
+        for (int q = 0; q < VL / 4; q++)
+            for (int l = 0; l < 4; l++)
+                cr_expect_eq(v[4 * q + l], p[1 + q * stride + (size_t)l], "stride %zu lane %d", stride, 4 * q + l);
+    }
 }

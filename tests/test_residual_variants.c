@@ -667,10 +667,8 @@ Test(variant_ops, depth_mix_chunk_equals_whole_backward)
                 mix_chunk_case(k, C, N, d, H, 1, 1, 0, 0, shift, fast); /* softmax, key norm */
                 mix_chunk_case(k, C, N, d, H, 1, 1, 0, 1, shift, fast); /* sigmoid */
                 mix_chunk_case(k, C, N, d, H, 1, 0, 0, 0, shift, fast); /* no key norm */
-                if (H == 1) {
-                    mix_chunk_case(k, C, N, d, 1, 0, 0, 1, 0, shift, fast); /* static logits */
-                    mix_chunk_case(k, C, N, d, 1, 0, 0, 0, 0, shift, fast); /* uniform weights */
-                }
+                mix_chunk_case(k, C, N, d, H, 0, 0, 1, 0, shift, fast); /* static logits */
+                mix_chunk_case(k, C, N, d, H, 0, 0, 0, 0, shift, fast); /* uniform weights */
             }
     }
 }

@@ -18,6 +18,7 @@
 
 #include "../backend.h"
 #include "depth_rows.h"
+#include "head_lanes.h"
 #include "loops.h"
 #include "rmsnorm_row.h"
 #include "vec.h"
@@ -429,19 +430,6 @@ static inline __attribute__((always_inline)) vf pack_tree(const vf *p, int e, vi
         return __builtin_shuffle(v_ipadd(v_ipadd(p[0], p[1]), v_ipadd(p[2], p[3])), perm);
     return v_padd(v_padd(v_padd(p[0], p[1]), v_padd(p[2], p[3])),
                   v_padd(v_padd(p[4], p[5]), v_padd(p[6], p[7])));
-}
-
-/* out[a] = sum_{j in G_a} p[j] for every head a, VL heads a vector, from
- * the products p (d floats) in memory (pack_tree on each group's e column
- * blocks). */
-static inline void head_pack(const float *p, int e, int H, vi perm, float *out)
-{
-    for (int g = 0; g < H / VL; g++) {
-        vf q[8];
-        for (int t = 0; t < e; t++)
-            q[t] = v_ld(p + (size_t)(g * e + t) * VL);
-        v_st(out + g * VL, pack_tree(q, e, perm));
-    }
 }
 
 /* One sweep of row x (d = e H floats) for packed heads: outa[a] = sum_{j
@@ -1074,13 +1062,12 @@ void cpu_depth_mix_cdot(float *cdot, const float *dh, const float *h, int H, int
 {
     const int e = d / H;
     if (fast_shape(H, d)) {
-        /* the chunk op's dh.x in the same order: one head's by dots, more
-         * heads' from the products by head_pack (VL heads to a vector) or
-         * head_sums, so that for a mixer of one source (h = x) dh.x - cdot
-         * is exactly 0; a scalar loop would be one chain of d dependent
-         * multiply-adds a token */
+        /* the chunk op's dh.x in the same order: one head's by dots, packed
+         * heads' in head-lane form (head_lanes_dot), wider heads' from the
+         * products by head_sums, so that for a mixer of one source (h = x)
+         * dh.x - cdot is exactly 0; a scalar loop would be one chain of d
+         * dependent multiply-adds a token */
         const int packed = packed_heads(e, H);
-        const vi perm = pack_perm(e);
 #pragma omp parallel if ((long)N * d > PAR_MIN)
         {
             float p[d];
@@ -1091,12 +1078,22 @@ void cpu_depth_mix_cdot(float *cdot, const float *dh, const float *h, int H, int
                     dots_n(&gy, 1, x, d, cdot + i, NULL, 0);
                     continue;
                 }
+                if (packed) {
+                    for (int g = 0; g < H / VL; g++) {
+                        vf a[8], b[8], at[8], bt[8];
+                        for (int j = 0; j < e; j++) {
+                            a[j] = v_ld(gy + (size_t)(g * e + j) * VL);
+                            b[j] = v_ld(x + (size_t)(g * e + j) * VL);
+                        }
+                        head_lanes_in(a, e, at);
+                        head_lanes_in(b, e, bt);
+                        v_st(cdot + (size_t)i * H + (size_t)g * VL, head_lanes_dot(at, bt, e));
+                    }
+                    continue;
+                }
                 for (int j = 0; j < d; j += VL)
                     v_st(p + j, v_ld(gy + j) * v_ld(x + j));
-                if (packed)
-                    head_pack(p, e, H, perm, cdot + (size_t)i * H);
-                else
-                    head_sums(p, H, e, d, 1.0f, cdot + (size_t)i * H);
+                head_sums(p, H, e, d, 1.0f, cdot + (size_t)i * H);
             }
         }
         return;
@@ -1322,13 +1319,193 @@ static void mix_bwd_chunk_one_head(const ar_depth_mix_chunk *chunk, float *const
     }
 }
 
-/* The fast path: per token and shared source, the row is swept once per
- * mixer while it sits in L1 (row_sweep2: dh.x and u.x), its gradient row
- * updated in place (bwd_row); the parameter gradients' partial is one row
- * T_c = sum dl r x per mixer and token chunk, times g or q at the end.
- * Tokens in tiles of bwd_tile, source by source within a tile
- * (depth_rows.h).  One head: mix_bwd_chunk_one_head, all mixers per
- * sweep. */
+/* Sources s..s+sn-1 (sn <= 4, s + sn <= n) of a token's weights, from
+ * their head-major row a = alpha + i H n (+ s: a + s): out[j H + h] =
+ * a[h n + s + j], VL heads a vector.  Four sources: each head's run of 4
+ * floats (v_ld4s) and the four taken as a head's four channels to
+ * head-lane form (head_lanes.h), some 24 instructions where the gathers
+ * took one of 16 loads a source; fewer: a gather each (idx: lane l at l n). */
+static inline void head_weights(const float *a, int n, int H, int sn, vi idx, float *out)
+{
+    for (int g = 0; g < H / VL; g++) {
+        const float *ag = a + (size_t)g * VL * n;
+        if (sn == 4) {
+            vf x[4], t[4];
+            for (int k = 0; k < 4; k++)
+                x[k] = v_ld4s(ag + (size_t)k * (VL / 4) * n, (size_t)n);
+            head_lanes_in(x, 4, t);
+            for (int j = 0; j < 4; j++)
+                v_st(out + (size_t)j * H + (size_t)g * VL, t[j]);
+        } else {
+            for (int j = 0; j < sn; j++)
+                v_st(out + (size_t)j * H + (size_t)g * VL, v_gather(ag + j, idx));
+        }
+    }
+}
+
+/* Packed heads (packed_heads(e, H)), one token and source of a chunk in
+ * head-lane form (head_lanes.h), for all C mixers, per group of VL heads:
+ *   da = sum_j dt_j xt_j,  dot = sum_j ut_j xt_j   (the VL heads' sums, vertical)
+ *   dl = alpha (da - cdot)  |  da alpha (1 - alpha),   cv = dl r
+ *   dxt += alpha dt + cv ut,   Tt_c += cv xt
+ * xt the source row x in head-lane form, dt_c and ut_c mixer c's dh row
+ * and query (already in that form), alpha_c the token's weights from
+ * this source, its H heads at wt + c wc (head_weights).  dxt goes back to
+ * column form once, and the key norm's
+ * term -(sum_c sum_a dl u.x r^3/d) x, one scalar for all mixers, is
+ * taken after.  sdl (with static logits): sum_a dl per mixer. */
+static inline __attribute__((always_inline)) void lanes_token(
+    const float *x, float *dx, const float *dt, const float *ut, float *Tt, const float *wt, size_t wc,
+    const float *const *cd, const float *rv, int C, int e, int H, int d, int sigmoid, int hasq, int keyn,
+    int logits, int wantT, float *sdl)
+{
+    vf c3v = {0};
+    for (int g = 0; g < H / VL; g++) {
+        const size_t o = (size_t)g * e * VL;
+        vf xb[8], xt[8], dxt[8];
+        for (int j = 0; j < e; j++) {
+            xb[j] = v_ld(x + o + (size_t)j * VL);
+            dxt[j] = (vf){0};
+        }
+        head_lanes_in(xb, e, xt);
+        for (int c = 0; c < C; c++) {
+            vf D[8], U[8];
+            for (int j = 0; j < e; j++) {
+                D[j] = v_ld(dt + (size_t)c * d + o + (size_t)j * VL);
+                U[j] = hasq ? v_ld(ut + (size_t)c * d + o + (size_t)j * VL) : (vf){0};
+            }
+            const vf as = v_ld(wt + (size_t)c * wc + (size_t)g * VL);
+            vf cv = {0};
+            if (logits) {
+                const vf da = head_lanes_dot(D, xt, e);
+                const vf dl = sigmoid ? da * as * (1.0f - as) : as * (da - v_ld(cd[c] + (size_t)g * VL));
+                cv = dl * rv[c];
+                if (keyn && hasq) /* through rstd: only with key norm */
+                    c3v = v_fma(dl * head_lanes_dot(U, xt, e), v_set1(rv[c] * rv[c] * rv[c] / d), c3v);
+                if (sdl)
+                    sdl[c] += v_hsum(dl);
+            }
+            if (dx)
+                for (int j = 0; j < e; j++)
+                    dxt[j] = hasq ? v_fma(cv, U[j], v_fma(as, D[j], dxt[j])) : v_fma(as, D[j], dxt[j]);
+            if (wantT)
+                for (int j = 0; j < e; j++) {
+                    float *t = Tt + (size_t)c * d + o + (size_t)j * VL;
+                    v_st(t, v_fma(cv, xt[j], v_ld(t)));
+                }
+        }
+        if (dx) {
+            head_lanes_out(dxt, e, xb);
+            for (int j = 0; j < e; j++)
+                v_st(dx + o + (size_t)j * VL, v_ld(dx + o + (size_t)j * VL) + xb[j]);
+        }
+    }
+    if (dx && keyn && hasq) {
+        const vf c3 = v_set1(v_hsum(c3v));
+        for (int j = 0; j < d; j += VL)
+            v_st(dx + j, v_ld(dx + j) - c3 * v_ld(x + j));
+    }
+}
+
+/* Packed heads, the chunk's C mixers at once in head-lane form
+ * (lanes_token): each mixer's query goes to that form once a call, its
+ * dh rows once a tile of tokens (dt), each source row once a token, and
+ * the gradient rows' sum over mixers back once a token and source; T
+ * stays in head-lane form until the chunk's end.  Mixer by mixer
+ * (pack_tree sums, head_cols weights) each (token, mixer, source) took
+ * some forty lane shuffles; here 2e a token and source, shared by the C
+ * mixers, and 2e a token and mixer for a tile's sources.  Tokens in tiles
+ * of bwd_tile, source by source within a tile (depth_rows.h); the rest as
+ * cpu_depth_mix_bwd_chunk. */
+static void mix_bwd_chunk_lanes(const ar_depth_mix_chunk *chunk, float *const *dsrc, const float *u,
+                                float *part, size_t pc, int wantT, const float *const *dh,
+                                const float *const *cdot)
+{
+    const float *const *src = chunk->src, *const *alpha = chunk->alpha, *const *rstd = chunk->rstd;
+    const float *const *w = chunk->w, *const *g = chunk->g, *const *theta = chunk->theta;
+    const int *n = chunk->n;
+    int s0 = chunk->s0, s1 = chunk->s1, C = chunk->C, sigmoid = chunk->sigmoid, H = chunk->H;
+    int N = chunk->N, d = chunk->d;
+    const int hasq = w[0] && !theta[0], keyn = g[0] != NULL, hastheta = theta[0] != NULL;
+    const int logits = hasq || hastheta, e = d / H;
+    const int nch = (N + MIX_CHUNK - 1) / MIX_CHUNK, ns = s1 - s0;
+    const size_t stride = (size_t)C * pc;
+    const int tile = bwd_tile(C, d);
+    float *ut = cpu_ws(WS_C, (size_t)C * d * sizeof(float));
+    for (int c = 0; c < C && hasq; c++)
+        head_lanes_row_in(u + (size_t)c * d, e, H, ut + (size_t)c * d);
+    vi gidx[MIX_CHUNK_MAX]; /* lane l: head l's weight in alpha's row, l n[c] */
+    for (int c = 0; c < C; c++)
+        for (int l = 0; l < VL; l++)
+            gidx[c][l] = l * n[c];
+#pragma omp parallel if (nch > 1 && (long)N * ns * C * d > PAR_MIN)
+    {
+        float Tt[MIX_CHUNK_MAX * d], dt[(size_t)tile * C * d], aw[(size_t)tile * C * 4 * H], row[d];
+        float rv[MIX_CHUNK_MAX], sdl[MIX_CHUNK_MAX];
+        const float *cd[MIX_CHUNK_MAX];
+#pragma omp for schedule(static)
+        for (int ch = 0; ch < nch; ch++) {
+            int i1;
+            float *pch = chunk_start(part, stride, ch, Tt, C, d, N, &i1);
+            for (int i0 = ch * MIX_CHUNK; i0 < i1; i0 += tile) {
+                int t1 = i0 + tile < i1 ? i0 + tile : i1;
+                for (int i = i0; i < t1; i++)
+                    for (int c = 0; c < C; c++)
+                        head_lanes_row_in(dh[c] + (size_t)i * d, e, H, dt + ((size_t)(i - i0) * C + c) * d);
+                for (int s = s0; s < s1; s++) {
+                    const int sb = s0 + (s - s0) / 4 * 4, sn = s1 - sb < 4 ? s1 - sb : 4;
+                    if (s == sb) /* the weights of the tile's next four sources */
+                        for (int i = i0; i < t1; i++)
+                            for (int c = 0; c < C; c++)
+                                head_weights(alpha[c] + (size_t)i * H * n[c] + s, n[c], H, sn, gidx[c],
+                                             aw + ((size_t)(i - i0) * C + c) * 4 * H);
+                    for (int i = i0; i < t1; i++) {
+                        const float *x = src[s] + (size_t)i * d;
+                        float *dx = dsrc[s] ? dsrc[s] + (size_t)i * d : NULL;
+                        for (int c = 0; c < C; c++) {
+                            cd[c] = cdot[c] + (size_t)i * H;
+                            rv[c] = keyn ? rstd[c][(size_t)i * n[c] + s] : 1.0f;
+                            sdl[c] = 0;
+                        }
+                        const float *dti = dt + (size_t)(i - i0) * C * d;
+                        const float *wt = aw + (size_t)(i - i0) * C * 4 * H + (size_t)(s - sb) * H;
+                        float *sd = hastheta ? sdl : NULL;
+#define LANES_TOKEN(E)                                                                                 \
+    lanes_token(x, dx, dti, ut, Tt, wt, (size_t)4 * H, cd, rv, C, E, H, d, sigmoid, hasq, keyn, logits, wantT, sd)
+                        if (e == 1)
+                            LANES_TOKEN(1);
+                        else if (e == 2)
+                            LANES_TOKEN(2);
+                        else if (e == 4)
+                            LANES_TOKEN(4);
+                        else
+                            LANES_TOKEN(8);
+#undef LANES_TOKEN
+                        for (int c = 0; c < C && hastheta; c++)
+                            pch[(size_t)c * pc + 2 * d + (s - s0)] += sdl[c];
+                    }
+                }
+            }
+            for (int c = 0; c < C && wantT; c++) {
+                float *pw = pch + (size_t)c * pc, *pg = pw + d;
+                head_lanes_row_out(Tt + (size_t)c * d, e, H, row);
+                for (int j = 0; j < d; j++) {
+                    pw[j] = (keyn ? g[c][j] : 1.0f) * row[j];
+                    pg[j] = w[c][j] * row[j];
+                }
+            }
+        }
+    }
+}
+
+/* The fast path: one head, mix_bwd_chunk_one_head (all mixers per
+ * sweep); packed heads, mix_bwd_chunk_lanes (head-lane form).  Wider heads
+ * (e a multiple of VL): per token and shared source, the row is swept
+ * once per mixer while it sits in L1 (row_sweep2: dh.x and u.x, summed
+ * per head by head_sums), its gradient row updated in place (bwd_row); the
+ * parameter gradients' partial is one row T_c = sum dl r x per mixer and
+ * token chunk, times g or q at the end.  Tokens in tiles of bwd_tile,
+ * source by source within a tile (depth_rows.h). */
 void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc, float *const *dw,
                              float *const *dg, float *const *dtheta, const float *const *dh,
                              const float *const *cdot)
@@ -1361,21 +1538,19 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
     for (int c = 0; c < C && hasq; c++)
         for (int j = 0; j < d; j++)
             u[(size_t)c * d + j] = w[c][j] * (keyn ? g[c][j] : 1.0f);
-    if (H == 1) {
-        mix_bwd_chunk_one_head(chunk, dsrc, u, part, pc, wantT, dh, cdot);
+    if (H == 1 || packed_heads(e, H)) {
+        if (H == 1)
+            mix_bwd_chunk_one_head(chunk, dsrc, u, part, pc, wantT, dh, cdot);
+        else
+            mix_bwd_chunk_lanes(chunk, dsrc, u, part, pc, wantT, dh, cdot);
         chunk_reduce(part, nch, C, pc, s0, ns, d, dw, dg, dtheta, hasq, keyn, hastheta);
         return;
     }
     const vi idx = head_idx(e);
-    const int tile = bwd_tile(C, d), packed = packed_heads(e, H);
-    const vi perm = pack_perm(e);
-    vi gidx[MIX_CHUNK_MAX]; /* lane l: head l's weight in alpha's row, l n[c] */
-    for (int c = 0; c < C; c++)
-        for (int l = 0; l < VL; l++)
-            gidx[c][l] = l * n[c];
+    const int tile = bwd_tile(C, d);
 #pragma omp parallel if (nch > 1 && (long)N * ns * C * d > PAR_MIN)
     {
-        float T[MIX_CHUNK_MAX][d], pr[H > 1 ? d : 1], pr2[H > 1 ? d : 1];
+        float T[MIX_CHUNK_MAX][d], pr[d], pr2[d];
         float da[H], dot[H], av[P], cv[P];
         memset(av, 0, sizeof av);
         memset(cv, 0, sizeof cv);
@@ -1401,36 +1576,13 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
                                     bwd_row(dx, T[c], x, gy, NULL, av, cv, 0.0f, e, idx, 0, 0, d);
                                 continue;
                             }
-                            if (H == 1) {
-                                row_sweep2(gy, uc, x, d, 1, &da[0], &dot[0], NULL, NULL);
-                            } else if (packed) {
-                                row_pack(gy, uc, x, e, H, 0, perm, da, dot, NULL);
-                            } else {
-                                row_sweep2(gy, uc, x, d, 0, NULL, NULL, pr, pr2);
-                                head_sums(pr, H, e, d, 1.0f, da);
-                                if (uc)
-                                    head_sums(pr2, H, e, d, 1.0f, dot);
-                            }
+                            row_sweep2(gy, uc, x, d, 0, NULL, NULL, pr, pr2);
+                            head_sums(pr, H, e, d, 1.0f, da);
+                            if (uc)
+                                head_sums(pr2, H, e, d, 1.0f, dot);
                             const float r = keyn ? rstd[c][(size_t)i * n[c] + s] : 1.0f;
                             float cross = 0, sdl = 0;
-                            if (packed) {
-                                /* VL heads a vector: their weights gathered from
-                                 * alpha's head-major rows, the rest lane-wise */
-                                vf crossv = {0}, sdlv = {0};
-                                for (int h0 = 0; h0 < H; h0 += VL) {
-                                    vf as = v_gather(a + (size_t)h0 * n[c] + s, gidx[c]);
-                                    vf dav = v_ld(da + h0);
-                                    vf dl = sigmoid ? dav * as * (1.0f - as) : as * (dav - v_ld(cd + h0));
-                                    v_st(av + h0, as);
-                                    v_st(cv + h0, dl * r);
-                                    if (uc)
-                                        crossv += dl * v_ld(dot + h0);
-                                    sdlv += dl;
-                                }
-                                cross = v_hsum(crossv);
-                                sdl = v_hsum(sdlv);
-                            }
-                            for (int hh = 0; hh < H && !packed; hh++) {
+                            for (int hh = 0; hh < H; hh++) {
                                 const float as = a[hh * n[c] + s], dl = chunk_dl(da[hh], as, cd[hh], sigmoid);
                                 av[hh] = as;
                                 cv[hh] = dl * r;
