@@ -1319,12 +1319,14 @@ static void mix_bwd_chunk_one_head(const ar_depth_mix_chunk *chunk, float *const
     }
 }
 
-/* Sources s..s+sn-1 (sn <= 4, s + sn <= n) of a token's weights, from
- * their head-major row a = alpha + i H n (+ s: a + s): out[j H + h] =
- * a[h n + s + j], VL heads a vector.  Four sources: each head's run of 4
- * floats (v_ld4s) and the four taken as a head's four channels to
- * head-lane form (head_lanes.h), some 24 instructions where the gathers
- * took one of 16 loads a source; fewer: a gather each (idx: lane l at l n). */
+/* A token's weights from sn <= 4 consecutive sources s..s+sn-1 (s + sn <=
+ * n), source-major: a = alpha + i H n + s points into the token's
+ * head-major row, a[h n + j] head h's weight from source s + j, and
+ * out[j H + h] gets it, VL heads a vector.  Four sources: each head's run
+ * of 4 floats (v_ld4s) and the four taken as a head's four channels to
+ * head-lane form (head_lanes.h), some 24 instructions where a gather a
+ * source took 16 loads each; fewer sources: a gather each (idx: lane l at
+ * l n). */
 static inline void head_weights(const float *a, int n, int H, int sn, vi idx, float *out)
 {
     for (int g = 0; g < H / VL; g++) {
@@ -1351,9 +1353,9 @@ static inline void head_weights(const float *a, int n, int H, int sn, vi idx, fl
  * xt the source row x in head-lane form, dt_c and ut_c mixer c's dh row
  * and query (already in that form), alpha_c the token's weights from
  * this source, its H heads at wt + c wc (head_weights).  dxt goes back to
- * column form once, and the key norm's
- * term -(sum_c sum_a dl u.x r^3/d) x, one scalar for all mixers, is
- * taken after.  sdl (with static logits): sum_a dl per mixer. */
+ * column form once, and the key norm's term -(sum_c sum_a dl u.x r^3/d) x,
+ * one scalar for all mixers, is taken after.  sdl (with static logits):
+ * sum_a dl per mixer. */
 static inline __attribute__((always_inline)) void lanes_token(
     const float *x, float *dx, const float *dt, const float *ut, float *Tt, const float *wt, size_t wc,
     const float *const *cd, const float *rv, int C, int e, int H, int d, int sigmoid, int hasq, int keyn,
