@@ -657,7 +657,11 @@ static void mix_chunk_case(int k, int C, int N, int d, int H, int use_w, int use
 Test(variant_ops, depth_mix_chunk_equals_whole_backward)
 {
     ar_backend_cpu()->set_threads(2);
-    int shapes[][2] = {{64, 1}, {64, 4}, {64, 16}, {48, 3}, {32, 1}, {64, 32}, {128, 16}, {16, 16}, {48, 12}, {48, 16}};
+    /* packed heads (e < VL) in one group of VL heads and in several
+     * ((128, 32) and (256, 32) at VL 16), heads of whole vectors, one
+     * head, and shapes the fast path does not take */
+    int shapes[][2] = {{64, 1},  {64, 4},   {64, 16}, {48, 3},  {32, 1},   {64, 32},
+                       {128, 16}, {16, 16}, {48, 12}, {48, 16}, {128, 32}, {256, 32}};
     for (size_t q = 0; q < sizeof shapes / sizeof *shapes; q++) {
         int d = shapes[q][0], H = shapes[q][1];
         for (int fast = 0; fast < 2; fast++)
@@ -677,11 +681,12 @@ Test(variant_ops, depth_mix_chunk_equals_whole_backward)
  * exactly 0 and, through the pieces of the backward (depth_mix_cdot, then
  * depth_mix_bwd_chunk over the source), dsrc gets dh alone and the query
  * and gain nothing: cdot = dh.h must be summed in the chunk op's own order
- * of dh.x for the difference to cancel.  One head, packed heads and heads
- * of whole vectors; softmax with key norm, on random rows. */
+ * of dh.x for the difference to cancel.  One head, packed heads (in one
+ * group of VL and, at d 128, in more) and heads of whole vectors; softmax
+ * with key norm, on random rows. */
 Test(variant_ops, depth_mix_one_source_cancels_exactly)
 {
-    int shapes[][2] = {{64, 1}, {64, 16}, {64, 2}, {48, 3}, {32, 1}};
+    int shapes[][2] = {{64, 1}, {64, 16}, {64, 2}, {48, 3}, {32, 1}, {128, 32}};
     for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
         int d = shapes[k][0], H = shapes[k][1], N = 37, n = 1;
         size_t nd = (size_t)N * d;
