@@ -359,19 +359,9 @@ static inline void head_sums(const float *p, int H, int e, int d, float r, float
 }
 
 /* Pairwise sums of adjacent lanes of a then b, in order: lane l of the
- * result is a[2l] + a[2l+1] for l < VL/2, then b's. */
-static inline vf v_padd(vf a, vf b)
-{
-#if VL == 16
-    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
-           __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-#elif VL == 8
-    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14) +
-           __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
-#else
-    return __builtin_shufflevector(a, b, 0, 2, 4, 6) + __builtin_shufflevector(a, b, 1, 3, 5, 7);
-#endif
-}
+ * result is a[2l] + a[2l+1] for l < VL/2, then b's (head_lanes.h's even and
+ * odd lanes added). */
+static inline vf v_padd(vf a, vf b) { return HL_EV(a, b) + HL_OD(a, b); }
 
 /* Pairwise sums within each 128-bit lane of a and b (one in-lane shuffle
  * each, where v_padd's cross lanes): per 4-lane group k, (a[4k]+a[4k+1],
