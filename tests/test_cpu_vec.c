@@ -12,7 +12,8 @@
  *   differently: the depth ops' logits must not change bits with it);
  * - head_lanes (lib/cpu/head_lanes.h): lane a of head-lane vector j is
  *   channel j of head a, for every e it takes, and back is the identity;
- *   head_lanes_dot is the product then multiply-adds in channel order;
+ *   head_lanes_dot sums a head's e products as pairs, level by level (the
+ *   column-form kernels' order), on products of many magnitudes;
  * - v_ld4s: lanes 4q..4q+3 the 4 floats at p + q stride. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -142,20 +143,46 @@ Test(cpu_vec, head_lanes_put_head_a_channel_j_in_lane_a_of_vector_j)
         cr_expect_eq(off, 0, "e %d VL %d: %d lanes not channel j of head a", e, VL, off);
         head_lanes_row_out(t, e, H, y);
         cr_expect(memcmp(x, y, (size_t)d * sizeof(float)) == 0, "e %d VL %d: out(in(x)) is not x", e, VL);
-        /* the dot products of VL heads: a[0] x[0], then fused a[j] x[j] + acc */
-        vf a[8], b[8];
-        for (int j = 0; j < e; j++) {
-            a[j] = v_ld(t + j * VL);
-            b[j] = v_ld(t + (e + j) * VL);
-        }
-        vf got = head_lanes_dot(a, b, e);
-        for (int l = 0; l < VL; l++) {
-            float want = a[0][l] * b[0][l];
-            for (int j = 1; j < e; j++)
-                want = fmaf(a[j][l], b[j][l], want);
-            cr_expect_eq(bits(got[l]), bits(want), "e %d lane %d: %.9g, want %.9g", e, l, got[l], want);
-        }
     }
+}
+
+/* head_lanes_dot lane by lane against the scalar tree ((p0 + p1) + (p2 +
+ * p3)) + .. of the products p_j = a_j x_j, on values whose products span
+ * many magnitudes, so that another order (a chain of multiply-adds in
+ * channel order, counted) rounds differently somewhere. */
+Test(cpu_vec, head_lanes_dot_sums_pairs_level_by_level)
+{
+    int reordered = 0;
+    for (int e = 2; e <= 8; e *= 2)
+        for (int trial = 0; trial < 8; trial++) {
+            vf a[8], b[8];
+            for (int j = 0; j < e; j++)
+                for (int l = 0; l < VL; l++) {
+                    int q = (trial * 8 + j) * VL + l;
+                    a[j][l] = ldexpf(1.0f + 0.3183099f * (float)((q * 37) % 101), (q * 7) % 23 - 11);
+                    b[j][l] = (q % 3 ? 1.0f : -1.0f) * (1.0f + 0.1415927f * (float)((q * 53) % 89));
+                }
+            vf got = head_lanes_dot(a, b, e);
+            for (int l = 0; l < VL; l++) {
+                /* volatile: each product rounded, as the kernel's (no
+                 * contraction into the sums below) */
+                volatile float pr[8];
+                float p[8], chain = a[0][l] * b[0][l];
+                for (int j = 0; j < e; j++)
+                    pr[j] = a[j][l] * b[j][l];
+                for (int j = 0; j < e; j++)
+                    p[j] = pr[j];
+                for (int j = 1; j < e; j++)
+                    chain = fmaf(a[j][l], b[j][l], chain);
+                for (int w = e; w > 1; w /= 2)
+                    for (int j = 0; j < w / 2; j++)
+                        p[j] = p[2 * j] + p[2 * j + 1];
+                reordered += bits(chain) != bits(p[0]);
+                cr_expect_eq(bits(got[l]), bits(p[0]), "e %d trial %d lane %d: %a, want %a", e, trial, l,
+                             got[l], p[0]);
+            }
+        }
+    cr_expect(reordered > 0, "no dot product depended on its order: the inputs cannot tell orders apart");
 }
 
 Test(cpu_vec, v_ld4s_takes_runs_of_four_a_stride_apart)

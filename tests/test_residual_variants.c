@@ -683,7 +683,8 @@ Test(variant_ops, depth_mix_chunk_equals_whole_backward)
  * and gain nothing: cdot = dh.h must be summed in the chunk op's own order
  * of dh.x for the difference to cancel.  One head, packed heads (in one
  * group of VL and, at d 128, in more) and heads of whole vectors; softmax
- * with key norm, on random rows. */
+ * with key norm, on random rows; one such mixer, and eight in one chunk
+ * (the fast op's two forms for packed heads). */
 Test(variant_ops, depth_mix_one_source_cancels_exactly)
 {
     int shapes[][2] = {{64, 1}, {64, 16}, {64, 2}, {48, 3}, {32, 1}, {128, 32}};
@@ -715,6 +716,46 @@ Test(variant_ops, depth_mix_one_source_cancels_exactly)
         for (int j = 0; j < d; j++)
             nz += dw[j] != 0.0f || dg[j] != 0.0f;
         cr_expect(nz == 0, "d %d H %d: %zu query or gain gradients not exactly 0", d, H, nz);
+        /* eight such mixers of the same source in one chunk (packed heads:
+         * the head-lane form, where the one mixer above went pair by
+         * pair): each cancels, so dsrc is the sum of their dh in mixer
+         * order exactly */
+        enum { C8 = 8 };
+        float *dh8[C8], *cd8[C8], *w8[C8], *g8[C8], *dw8[C8], *dg8[C8], *a8[C8], *r8[C8], *dt8[C8];
+        const float *W8[C8], *G8[C8], *TH8[C8], *al8[C8], *rs8[C8], *dhl8[C8], *cdl8[C8];
+        int n8[C8];
+        float *sum = calloc(nd, 4);
+        memset(dx, 0, nd * 4);
+        for (int c = 0; c < C8; c++) {
+            dh8[c] = malloc(nd * 4), cd8[c] = malloc((size_t)N * H * 4), w8[c] = malloc((size_t)d * 4);
+            g8[c] = malloc((size_t)d * 4), dw8[c] = calloc((size_t)d, 4), dg8[c] = calloc((size_t)d, 4);
+            a8[c] = malloc((size_t)N * H * 4), r8[c] = malloc((size_t)N * 4), dt8[c] = NULL;
+            tu_fill_uniform(dh8[c], nd, -1, 1, 40 + 8 * k + (uint64_t)c);
+            tu_fill_uniform(w8[c], (size_t)d, -1, 1, 140 + 8 * k + (uint64_t)c);
+            tu_fill_uniform(g8[c], (size_t)d, 0.5f, 1.5f, 240 + 8 * k + (uint64_t)c);
+            ar_depth_mix m8 = {.n = n, .src = src, .w = w8[c], .g = g8[c], .alpha = a8[c], .rstd = r8[c],
+                               .H = H, .N = N, .d = d};
+            be->depth_mix_fwd(&m8, h);
+            be->depth_mix_cdot(cd8[c], dh8[c], h, H, N, d);
+            W8[c] = w8[c], G8[c] = g8[c], TH8[c] = NULL, al8[c] = a8[c], rs8[c] = r8[c];
+            dhl8[c] = dh8[c], cdl8[c] = cd8[c], n8[c] = n;
+            for (size_t q = 0; q < nd; q++)
+                sum[q] += dh8[c][q];
+        }
+        ar_depth_mix_chunk eight = {.C = C8, .s0 = 0, .s1 = 1, .src = src, .n = n8, .w = W8, .g = G8,
+                                    .theta = TH8, .alpha = al8, .rstd = rs8, .H = H, .N = N, .d = d};
+        be->depth_mix_bwd_chunk(&eight, dsrc, dw8, dg8, dt8, dhl8, cdl8);
+        cr_expect(memcmp(dx, sum, nd * 4) == 0, "d %d H %d, 8 mixers: dsrc is not their dh summed exactly", d,
+                  H);
+        nz = 0;
+        for (int c = 0; c < C8; c++)
+            for (int j = 0; j < d; j++)
+                nz += dw8[c][j] != 0.0f || dg8[c][j] != 0.0f;
+        cr_expect(nz == 0, "d %d H %d, 8 mixers: %zu query or gain gradients not exactly 0", d, H, nz);
+        for (int c = 0; c < C8; c++)
+            free(dh8[c]), free(cd8[c]), free(w8[c]), free(g8[c]), free(dw8[c]), free(dg8[c]), free(a8[c]),
+                free(r8[c]);
+        free(sum);
         free(x), free(h), free(dh), free(dx), free(alpha), free(rstd), free(cd), free(w), free(g), free(dw),
             free(dg);
     }

@@ -87,15 +87,20 @@ static inline __attribute__((always_inline)) void head_lanes_out(const vf *t, in
     }
 }
 
-/* VL heads' dot products a.x from their head-lane forms: a product then
- * e - 1 multiply-adds, in channel order (one fixed order, which callers
- * that must cancel exactly against each other share). */
+/* VL heads' dot products a.x from their head-lane forms: the e products,
+ * then sums of adjacent pairs, level by level, ((p0 + p1) + (p2 + p3)) +
+ * .. -- the order in which pack_tree and head_sums (lib/cpu/mixer_cpu.c)
+ * sum a head's products in column form, so that callers in either form,
+ * which must cancel exactly against each other, agree bit for bit. */
 static inline __attribute__((always_inline)) vf head_lanes_dot(const vf *a, const vf *x, int e)
 {
-    vf acc = a[0] * x[0];
-    for (int j = 1; j < e; j++)
-        acc = v_fma(a[j], x[j], acc);
-    return acc;
+    vf p[8];
+    for (int j = 0; j < e; j++)
+        p[j] = v_mul_rounded(a[j], x[j]);
+    for (int w = e; w > 1; w /= 2)
+        for (int j = 0; j < w / 2; j++)
+            p[j] = p[2 * j] + p[2 * j + 1];
+    return p[0];
 }
 
 /* A row of d = e H floats (H a multiple of VL) to head-lane form, group

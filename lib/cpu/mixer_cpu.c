@@ -1490,11 +1490,24 @@ static void mix_bwd_chunk_lanes(const ar_depth_mix_chunk *chunk, float *const *d
     }
 }
 
+/* Whether the head-lane form pays for a chunk of C mixers and ns shared
+ * sources: its conversions (each source row in and its gradient row out
+ * once a token, each dh row in once a token) are shared by the C ns
+ * pairs only where both are at least 2, or C is large.  Per (token,
+ * mixer, source), one thread, d 64, 16 heads (bench_mix_heads, Zen 4),
+ * lane form / per pair: C 1 ns 1..8 41-62 / 40-42; C 2 ns 1 48 / 40;
+ * C 4 ns 1 41.5 / 40; C 8 ns 1 38.6 / 44; C 2 ns 2 37.5 / 39.5;
+ * C 2 ns 4 27.6 / 38.6; C 4 ns 2 32.2 / 38.5 ns. */
+static inline int lanes_pay(int C, int ns) { return C >= 2 && (ns >= 2 || C >= 8); }
+
 /* The fast path: one head, mix_bwd_chunk_one_head (all mixers per
- * sweep); packed heads, mix_bwd_chunk_lanes (head-lane form).  Wider heads
- * (e a multiple of VL): per token and shared source, the row is swept
- * once per mixer while it sits in L1 (row_sweep2: dh.x and u.x, summed
- * per head by head_sums), its gradient row updated in place (bwd_row); the
+ * sweep); packed heads where lanes_pay, mix_bwd_chunk_lanes (head-lane
+ * form); other packed heads pair by pair as wider heads, with the heads'
+ * sums of the products by row_pack and their weights gathered, VL heads
+ * a vector.  Wider heads (e a multiple of VL): per token and shared
+ * source, the row is swept once per mixer while it sits in L1
+ * (row_sweep2: dh.x and u.x, summed per head by head_sums), its gradient
+ * row updated in place (bwd_row); the
  * parameter gradients' partial is one row T_c = sum dl r x per mixer and
  * token chunk, times g or q at the end.  Tokens in tiles of bwd_tile,
  * source by source within a tile (depth_rows.h). */
@@ -1530,7 +1543,8 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
     for (int c = 0; c < C && hasq; c++)
         for (int j = 0; j < d; j++)
             u[(size_t)c * d + j] = w[c][j] * (keyn ? g[c][j] : 1.0f);
-    if (H == 1 || packed_heads(e, H)) {
+    const int packed = packed_heads(e, H);
+    if (H == 1 || (packed && lanes_pay(C, ns))) {
         if (H == 1)
             mix_bwd_chunk_one_head(chunk, dsrc, u, part, pc, wantT, dh, cdot);
         else
@@ -1538,8 +1552,12 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
         chunk_reduce(part, nch, C, pc, s0, ns, d, dw, dg, dtheta, hasq, keyn, hastheta);
         return;
     }
-    const vi idx = head_idx(e);
+    const vi idx = head_idx(e), perm = pack_perm(e);
     const int tile = bwd_tile(C, d);
+    vi gidx[MIX_CHUNK_MAX]; /* lane l: head l's weight in alpha's row, l n[c] */
+    for (int c = 0; c < C && packed; c++)
+        for (int l = 0; l < VL; l++)
+            gidx[c][l] = l * n[c];
 #pragma omp parallel if (nch > 1 && (long)N * ns * C * d > PAR_MIN)
     {
         float T[MIX_CHUNK_MAX][d], pr[d], pr2[d];
@@ -1568,13 +1586,34 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
                                     bwd_row(dx, T[c], x, gy, NULL, av, cv, 0.0f, e, idx, 0, 0, d);
                                 continue;
                             }
-                            row_sweep2(gy, uc, x, d, 0, NULL, NULL, pr, pr2);
-                            head_sums(pr, H, e, d, 1.0f, da);
-                            if (uc)
-                                head_sums(pr2, H, e, d, 1.0f, dot);
+                            if (packed) {
+                                row_pack(gy, uc, x, e, H, 0, perm, da, dot, NULL);
+                            } else {
+                                row_sweep2(gy, uc, x, d, 0, NULL, NULL, pr, pr2);
+                                head_sums(pr, H, e, d, 1.0f, da);
+                                if (uc)
+                                    head_sums(pr2, H, e, d, 1.0f, dot);
+                            }
                             const float r = keyn ? rstd[c][(size_t)i * n[c] + s] : 1.0f;
                             float cross = 0, sdl = 0;
-                            for (int hh = 0; hh < H; hh++) {
+                            if (packed) {
+                                /* VL heads a vector: their weights gathered from
+                                 * alpha's head-major rows, the rest lane-wise */
+                                vf crossv = {0}, sdlv = {0};
+                                for (int h0 = 0; h0 < H; h0 += VL) {
+                                    vf as = v_gather(a + (size_t)h0 * n[c] + s, gidx[c]);
+                                    vf dav = v_ld(da + h0);
+                                    vf dl = sigmoid ? dav * as * (1.0f - as) : as * (dav - v_ld(cd + h0));
+                                    v_st(av + h0, as);
+                                    v_st(cv + h0, dl * r);
+                                    if (uc)
+                                        crossv += dl * v_ld(dot + h0);
+                                    sdlv += dl;
+                                }
+                                cross = v_hsum(crossv);
+                                sdl = v_hsum(sdlv);
+                            }
+                            for (int hh = 0; hh < H && !packed; hh++) {
                                 const float as = a[hh * n[c] + s], dl = chunk_dl(da[hh], as, cd[hh], sigmoid);
                                 av[hh] = as;
                                 cv[hh] = dl * r;

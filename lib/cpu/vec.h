@@ -65,6 +65,17 @@ static inline vf v_fma(vf a, vf b, vf c)
 static inline vf v_fma(vf a, vf b, vf c) { return a * b + c; }
 #endif
 
+/* a b rounded to float and kept so: the empty asm hides the product from
+ * GCC, which under the default -ffp-contract=fast would fuse it with a
+ * following add into one multiply-add (one rounding fewer, other bits),
+ * for sums whose order other kernels must match bit for bit. */
+static inline vf v_mul_rounded(vf a, vf b)
+{
+    vf p = a * b;
+    __asm__("" : "+v"(p));
+    return p;
+}
+
 /* y1 = a x1 + y1 and, where two (a constant), y2 = a x2 + y2: one
  * multiplier for two columns of a row or two rows of a column */
 #define V_FMA2(a, x1, y1, x2, y2, two)                                                             \
