@@ -106,8 +106,10 @@ typedef struct {
  * d), H heads over channel groups of d/H; the query w (d, or wstride = d:
  * one per token, N x d; NULL: none), the key-norm gain g (d; NULL: no key
  * norm), the per-source logits theta (n; static mixing; NULL: none);
- * alpha (N x H x n) and rstd (N x n, only with g) written by the forward
- * and read by the backward.  sigmoid: `score: sigmoid`.  weights_unread
+ * alpha (N x n x H, source-major: token i's weight of source s for head a
+ * at alpha[(i n + s) H + a], so that a source's H heads are contiguous)
+ * and rstd (N x n, only with g) written by the forward and read by the
+ * backward.  sigmoid: `score: sigmoid`.  weights_unread
  * (forward only): as in ar_depth_inter, the op may leave alpha unwritten;
  * the CPU's fast one does (N H n floats a mixer not stored), and h and
  * rstd are the same either way. */

@@ -102,7 +102,7 @@ typedef struct {
     int q_idx, g_idx, t_idx, W_idx; /* parameter indices or -1 */
     const float **sp;
     float **dsp;
-    float *alpha, *rstd; /* N x H x n, N x n */
+    float *alpha, *rstd; /* N x n x H (lib/op_args.h), N x n */
     float *h;            /* the mixed input (N x d) */
     float *qn, *qrs, *wq; /* query: input: RMSNorm(last), its rstd, the query w */
     float *u, *un, *urs; /* W qn; with query_norm RMSNorm(W qn) and its rstd */
@@ -588,10 +588,12 @@ static void mixer_mean_weights(ar_residual *r, int l, int N, float *out)
     size_t cnt = (size_t)N * s->H * x->n;
     float *a = ar_xmalloc(cnt * sizeof(float));
     r->be->download(a, x->alpha, cnt * sizeof(float));
+    /* alpha is source-major: token t's source i, head h at (t n + i) H + h */
     for (int i = 0; i < x->n; i++) {
         double acc = 0;
-        for (size_t t = 0; t < (size_t)N * s->H; t++)
-            acc += a[t * x->n + i];
+        for (size_t t = 0; t < (size_t)N; t++)
+            for (int h = 0; h < s->H; h++)
+                acc += a[(t * x->n + i) * s->H + h];
         out[i] = (float)(acc / ((double)N * s->H));
     }
     free(a);
@@ -608,8 +610,18 @@ static long mixer_token_weights(ar_residual *r, int l, int N, float *out)
     else if (out && weights_left(s))
         for (size_t t = 0; t < (size_t)N * s->H * x->n; t++)
             out[t] = NAN;
-    else if (out)
-        r->be->download(out, x->alpha, (size_t)N * s->H * x->n * sizeof(float));
+    else if (out && s->H == 1)
+        r->be->download(out, x->alpha, (size_t)N * x->n * sizeof(float));
+    else if (out) { /* source-major on the device: each token's H x n block transposed */
+        const size_t per = (size_t)s->H * x->n;
+        float *a = ar_xmalloc((size_t)N * per * sizeof(float));
+        r->be->download(a, x->alpha, (size_t)N * per * sizeof(float));
+        for (size_t t = 0; t < (size_t)N; t++)
+            for (int i = 0; i < x->n; i++)
+                for (int h = 0; h < s->H; h++)
+                    out[t * per + (size_t)h * x->n + i] = a[t * per + (size_t)i * s->H + h];
+        free(a);
+    }
     return (long)N * s->H;
 }
 

@@ -2585,6 +2585,7 @@ static void mix_bwd_terms(const mix_in *m, int s0, int s1, int N, int d, double 
     cr_assert(H <= 8 && n <= MAXL);
     for (int i = 0; i < N; i++) {
         size_t o = (size_t)i * d;
+        /* al: token i's row of alpha, source s's head a at s H + a */
         const float *q = hasq ? m->w->h + (size_t)i * m->ws : NULL, *al = m->alpha + (size_t)i * H * n;
         for (int j = 0; j < d; j++)
             uq[j] = q ? (kn ? (double)q[j] * m->g->h[j] : q[j]) : 0;
@@ -2594,11 +2595,11 @@ static void mix_bwd_terms(const mix_in *m, int s0, int s1, int N, int d, double 
                 A[s] = 0;
                 for (int j = a * e; j < (a + 1) * e; j++)
                     A[s] += fabs((double)m->dh->h[o + j] * m->src[s]->h[o + j]);
-                C += al[a * n + s] * A[s];
+                C += al[s * H + a] * A[s];
             }
             double cd = m->cdot ? fabs(m->cdot[(size_t)i * H + a]) : C;
             for (int s = s0; s < s1; s++) {
-                double x = al[a * n + s], ux = 0;
+                double x = al[s * H + a], ux = 0;
                 double D = m->sig ? x * fabs(1 - x) * A[s] : x * (A[s] + cd);
                 for (int j = a * e; j < (a + 1) * e; j++)
                     ux += fabs(uq[j] * m->src[s]->h[o + j]);
@@ -2620,7 +2621,7 @@ static void mix_bwd_terms(const mix_in *m, int s0, int s1, int N, int d, double 
             for (int j = 0; j < d; j++) {
                 int a = j / e;
                 double xj = fabs(x[j]), uj = fabs(uq[j]), D = DL[a * MAXL + s], E = edl[a * MAXL + s];
-                double al_ = al[a * n + s];
+                double al_ = al[s * H + a];
                 ms[s][o + j] += al_ * fabs(m->dh->h[o + j]) + D * r * uj + cr * r3 * xj;
                 es[s][o + j] += E * r * uj + ecr * r3 * xj;
                 if (!hasq)
@@ -2674,7 +2675,7 @@ static void mix_fwd_bounds(tp **src, int n, const tp *w, int ws, const tp *g, co
             for (int s = 0; s < n; s++) {
                 if (!sigmoid)
                     al[s] /= sum;
-                ba[((size_t)i * H + a) * n + s] = 2 * ea[s] * al[s];
+                ba[((size_t)i * n + s) * H + a] = 2 * ea[s] * al[s]; /* alpha's source-major layout */
                 for (int j = a * e; j < (a + 1) * e; j++)
                     bh[o + j] += 2 * (ea[s] + tu_gamma(n + 1)) * al[s] * fabs(src[s]->h[o + j]);
             }

@@ -13,8 +13,7 @@
  * - head_lanes (lib/cpu/head_lanes.h): lane a of head-lane vector j is
  *   channel j of head a, for every e it takes, and back is the identity;
  *   head_lanes_dot sums a head's e products as pairs, level by level (the
- *   column-form kernels' order), on products of many magnitudes;
- * - v_ld4s: lanes 4q..4q+3 the 4 floats at p + q stride. */
+ *   column-form kernels' order), on products of many magnitudes. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -183,17 +182,4 @@ Test(cpu_vec, head_lanes_dot_sums_pairs_level_by_level)
             }
         }
     cr_expect(reordered > 0, "no dot product depended on its order: the inputs cannot tell orders apart");
-}
-
-Test(cpu_vec, v_ld4s_takes_runs_of_four_a_stride_apart)
-{
-    float p[4 * 37];
-    for (int q = 0; q < 4 * 37; q++)
-        p[q] = (float)q;
-    for (size_t stride = 4; stride <= 37; stride += 11) {
-        vf v = v_ld4s(p + 1, stride);
-        for (int q = 0; q < VL / 4; q++)
-            for (int l = 0; l < 4; l++)
-                cr_expect_eq(v[4 * q + l], p[1 + q * stride + (size_t)l], "stride %zu lane %d", stride, 4 * q + l);
-    }
 }

@@ -32,8 +32,8 @@ static const ar_backend *cpu(void)
 /* ---------- ops ---------- */
 
 /* depth_mix_fwd in double, straight from the formula in lib/ops.def: h
- * (N x d) and, where not NULL, the weights a (N x H x n, head-major per
- * token) and rstd r (N x n, 1 without a gain), with the rounding bounds bh,
+ * (N x d) and, where not NULL, the weights a (N x n x H, source-major as
+ * lib/op_args.h lays alpha out) and rstd r (N x n, 1 without a gain), with the rounding bounds bh,
  * ba, br of one float evaluation, element by element (e = d / H, u the
  * unit roundoff):
  * - rstd 1/sqrt(x.x/d + eps): a d-term sum of squares (gamma(d)), the mean,
@@ -100,11 +100,12 @@ static void ref_mix_b(double *h, double *al, double *r, double *bh, double *ba, 
                                              : ah[s] * (eh[s] + mez + u * (mx - zh[s]) + 4 * u + meta +
                                                         tu_gamma(n) + 2 * u));
         }
-        for (int k = 0; k < Hn; k++) {
+        for (int k = 0; k < Hn; k++) { /* k = hh n + s here, s H + hh there */
+            size_t o = (size_t)i * Hn + (size_t)(k % n) * H + (size_t)(k / n);
             if (al)
-                al[(size_t)i * Hn + k] = a[k];
+                al[o] = a[k];
             if (ba)
-                ba[(size_t)i * Hn + k] = b[k];
+                ba[o] = b[k];
         }
         for (int s = 0; s < n; s++) {
             if (r)
@@ -174,8 +175,12 @@ static void mix_bwd_abs(double *const *adx, double *adw, double *adg, double *ad
     int e = d / H, Hn = H * n, hasq = w && !theta;
     double *da = malloc((size_t)Hn * sizeof(double)), *dt = malloc((size_t)Hn * sizeof(double)),
            *dl = malloc((size_t)Hn * sizeof(double));
+    float *a = malloc((size_t)Hn * sizeof(float)); /* token i's weights head-major, a[hh n + s] */
     for (int i = 0; i < N; i++) {
-        const float *a = alpha + (size_t)i * Hn, *gy = dh + (size_t)i * d;
+        const float *gy = dh + (size_t)i * d;
+        for (int s = 0; s < n; s++)
+            for (int hh = 0; hh < H; hh++)
+                a[hh * n + s] = alpha[(size_t)i * Hn + (size_t)s * H + hh];
         const float *q = hasq ? w + (size_t)i * wstride : NULL;
         for (int s = 0; s < n; s++) {
             const float *x = src[s] + (size_t)i * d;
@@ -220,7 +225,7 @@ static void mix_bwd_abs(double *const *adx, double *adw, double *adg, double *ad
             }
         }
     }
-    free(da), free(dt), free(dl);
+    free(da), free(dt), free(dl), free(a);
 }
 
 /* The longest chain of roundings in one gradient of the backward above
@@ -1228,6 +1233,42 @@ Test(variants, a_step_leaves_nothing_to_the_next)
     no_leak_case(tiny(AR_RES_RESCALED), 0, "rescaled");
     no_leak_case(tiny(AR_RES_DENSEFORMER), 0, "denseformer");
     no_leak_case(tiny(AR_RES_MHC), 0, "mhc");
+}
+
+/* With heads, the two diagnostics read alpha's (token, head) rows alike:
+ * mean_weights is the mean of token_weights' N H rows (rows of n that sum
+ * to 1, each a softmax, so a weight read from another head or source
+ * would show), within the float rounding of the two means' sums. */
+Test(variants, heads_mean_weights_are_the_mean_of_their_rows)
+{
+    ar_model_cfg c = tiny(AR_RES_FULL);
+    c.residual.heads = 3;
+    int32_t in[64], tg[64];
+    ar_model *m = tu_model_random(c, 2, 37, 5, in, tg, 64);
+    ar_model_forward(m, in, tg, 2, NULL);
+    int N = 2 * m->T, H = 3;
+    for (int l = 1; l <= m->L + 1; l++) {
+        int n = m->res->vt->n_sources(m->res, l);
+        float mean[64], *rows = malloc((size_t)N * H * n * sizeof(float));
+        m->res->vt->mean_weights(m->res, l, N, mean);
+        cr_assert_eq(m->res->vt->token_weights(m->res, l, N, rows), (long)N * H);
+        for (long t = 0; t < (long)N * H; t++) {
+            double sum = 0;
+            for (int i = 0; i < n; i++)
+                sum += rows[(size_t)t * n + i];
+            cr_expect(fabs(sum - 1) <= tu_gamma(n + 2), "mixer %d row %ld sums to %.9g", l, t, sum);
+        }
+        for (int i = 0; i < n; i++) {
+            double want = 0;
+            for (long t = 0; t < (long)N * H; t++)
+                want += rows[(size_t)t * n + i];
+            want /= (double)N * H;
+            cr_expect(fabs(mean[i] - want) <= 2 * TU_U_FLOAT * want, "mixer %d source %d: %.9g, want %.9g", l, i,
+                      mean[i], want);
+        }
+        free(rows);
+    }
+    ar_model_free(m);
 }
 
 /* static's weights as the diagnostics read them: softmax(theta) of each

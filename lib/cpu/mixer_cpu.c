@@ -27,6 +27,25 @@
 #define MIX_CHUNK 32
 #define MAX_SRC_HEADS 4096 /* n * H per token on the stack */
 
+/* alpha's layout (lib/op_args.h) is source-major, token i's weight of
+ * source s for head a at alpha[(i n + s) H + a]: a source's H heads are
+ * one vector load for the fast kernels.  The per-token loops of the simple
+ * ops and of the one-piece backward work head-major, a[a n + s] (a head's
+ * softmax over n contiguous floats), and convert a token's row with these. */
+static inline void alpha_to_heads(float *a, const float *row, int n, int H)
+{
+    for (int s = 0; s < n; s++)
+        for (int hh = 0; hh < H; hh++)
+            a[hh * n + s] = row[(size_t)s * H + hh];
+}
+
+static inline void alpha_from_heads(float *row, const float *a, int n, int H)
+{
+    for (int s = 0; s < n; s++)
+        for (int hh = 0; hh < H; hh++)
+            row[(size_t)s * H + hh] = a[hh * n + s];
+}
+
 /* logits of token i into a[H*n] (head-major), then scores */
 static void mix_logits(float *a, float *rs, const float *const *src, int n, const float *q,
                        const float *g, const float *theta, int sigmoid, int H, size_t i, int d)
@@ -88,9 +107,10 @@ void cpu_depth_mix_fwd_simple(const ar_depth_mix *m, float *h)
     int e = d / H;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
-        float *a = alpha + (size_t)i * H * n;
+        float a[MAX_SRC_HEADS]; /* head-major */
         const float *q = w ? w + (size_t)i * wstride : NULL;
         mix_logits(a, g ? rstd + (size_t)i * n : NULL, src, n, q, g, theta, sigmoid, H, (size_t)i, d);
+        alpha_from_heads(alpha + (size_t)i * H * n, a, n, H);
         float *y = h + (size_t)i * d;
         memset(y, 0, (size_t)d * sizeof(float));
         for (int s = 0; s < n; s++) {
@@ -161,10 +181,10 @@ void cpu_depth_mix_bwd_simple(const ar_depth_mix *m, float *const *dsrc, float *
 #pragma omp parallel for schedule(static)
     for (int c = 0; c < nch; c++) {
         float *pw = part + (size_t)c * stride, *pg = pw + d, *pt = pg + d;
-        float da[MAX_SRC_HEADS], dl[MAX_SRC_HEADS], dot[MAX_SRC_HEADS];
+        float da[MAX_SRC_HEADS], dl[MAX_SRC_HEADS], dot[MAX_SRC_HEADS], a[MAX_SRC_HEADS];
         int i1 = (c + 1) * MIX_CHUNK < N ? (c + 1) * MIX_CHUNK : N;
         for (int i = c * MIX_CHUNK; i < i1; i++) {
-            const float *a = alpha + (size_t)i * H * n;
+            alpha_to_heads(a, alpha + (size_t)i * H * n, n, H);
             const float *gy = dh + (size_t)i * d;
             const float *q = w && !theta ? w + (size_t)i * wstride : NULL;
             for (int s = 0; s < n; s++) {
@@ -597,13 +617,15 @@ static inline void mix_rows1(float *y, const float *a, const float *const *x, in
 }
 
 /* The weights of mixing without a query, the same for every token:
- * theta's scores (uniform without theta), in workspace slot WS_B. */
+ * theta's scores (uniform without theta), in workspace slot WS_B, as a
+ * token's row of alpha (source-major). */
 static const float *static_weights(const float *theta, int n, int H, int sigmoid)
 {
-    float *a0 = cpu_ws(WS_B, (size_t)H * n * sizeof(float));
+    float *a0 = cpu_ws(WS_B, (size_t)H * n * sizeof(float)), ah[H * n];
     for (int k = 0; k < H * n; k++)
-        a0[k] = theta ? theta[k % n] : 0.0f;
-    mix_scores(a0, n, H, sigmoid);
+        ah[k] = theta ? theta[k % n] : 0.0f;
+    mix_scores(ah, n, H, sigmoid);
+    alpha_from_heads(a0, ah, n, H);
     return a0;
 }
 
@@ -761,11 +783,10 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                 if (H == 1) {
                     mix_scores(a, n, 1, sigmoid);
                 } else {
-                    /* heads across the lanes, then alpha in its head-major layout */
+                    /* heads across the lanes, then alpha: the same rows */
                     mix_scores_sm(at, n, H, P, sigmoid);
-                    for (int hh = 0; hh < H && !unread; hh++)
-                        for (int s = 0; s < n; s++)
-                            a[hh * n + s] = at[s * P + hh];
+                    for (int s = 0; s < n && !unread; s++)
+                        memcpy(a + (size_t)s * H, at + (size_t)s * P, (size_t)H * sizeof(float));
                 }
             } else {
                 if (g)
@@ -777,8 +798,7 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                 memcpy(a, a0, (size_t)Hn * sizeof(float));
                 if (H > 1)
                     for (int s = 0; s < n; s++)
-                        for (int hh = 0; hh < H; hh++)
-                            at[s * P + hh] = a[hh * n + s];
+                        memcpy(at + (size_t)s * P, a0 + (size_t)s * H, (size_t)H * sizeof(float));
             }
             float *y = h + (size_t)i * d;
             if (H == 1) {
@@ -922,7 +942,7 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
 #pragma omp parallel if (nch > 1 && (long)N * n * d > PAR_MIN)
     {
         float T[d], ur[hasq && !shared ? d : 1], pr[H > 1 ? d : 1], pr2[H > 1 ? d : 1];
-        float da[Hn], dl[Hn], dot[Hn], zh[H], zh2[H], av[P], cv[P];
+        float da[Hn], dl[Hn], dot[Hn], zh[H], zh2[H], av[P], cv[P], ahm[Hn];
         const float *xs[n];
         memset(av, 0, sizeof av);
         memset(cv, 0, sizeof cv);
@@ -934,6 +954,10 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
             int i1 = (c + 1) * MIX_CHUNK < N ? (c + 1) * MIX_CHUNK : N;
             for (int i = c * MIX_CHUNK; i < i1; i++) {
                 const float *a = alpha + (size_t)i * Hn, *gy = dh + (size_t)i * d;
+                if (H > 1) { /* head-major for mix_dlogits and the gathers below */
+                    alpha_to_heads(ahm, a, n, H);
+                    a = ahm;
+                }
                 const float *q = hasq ? w + (size_t)i * wstride : NULL;
                 const float *uu = hasq && !shared ? token_query(w, (size_t)wstride, g, (size_t)i, d, ur) : u;
                 for (int s = 0; s < n; s++)
@@ -1140,7 +1164,7 @@ static const ar_depth_mix_chunk *chunk_placed(const ar_depth_mix_chunk *c, ar_de
     *tmp = *c;
     for (int q = 0; q < c->C; q++) {
         int o = c->off[q];
-        al[q] = c->alpha[q] + o;
+        al[q] = c->alpha[q] + (size_t)o * c->H; /* source-major rows */
         rs[q] = c->rstd[q] ? c->rstd[q] + o : NULL;
         dt[q] = *dtheta && (*dtheta)[q] ? (*dtheta)[q] + o : NULL;
     }
@@ -1180,7 +1204,7 @@ void cpu_depth_mix_bwd_chunk_simple(const ar_depth_mix_chunk *chunk, float *cons
                 for (int c = 0; c < C; c++) {
                     float *pw = part + ((size_t)ch * C + c) * pc, *pg = pw + d, *pt = pg + d;
                     const float *gy = dh[c] + (size_t)i * d, *q = hasq ? w[c] : NULL, *gc = g[c];
-                    const float *a = alpha[c] + (size_t)i * H * n[c];
+                    const float *a = alpha[c] + ((size_t)i * n[c] + s) * H; /* source s's heads */
                     const float r = keyn ? rstd[c][(size_t)i * n[c] + s] : 1.0f;
                     float dl[H], dot[H], cross = 0;
                     for (int hh = 0; hh < H; hh++) {
@@ -1190,7 +1214,7 @@ void cpu_depth_mix_bwd_chunk_simple(const ar_depth_mix_chunk *chunk, float *cons
                             if (q)
                                 u += q[j] * (gc ? gc[j] : 1.0f) * x[j];
                         }
-                        dl[hh] = chunk_dl(acc, a[hh * n[c] + s], cdot[c][(size_t)i * H + hh], sigmoid);
+                        dl[hh] = chunk_dl(acc, a[hh], cdot[c][(size_t)i * H + hh], sigmoid);
                         dot[hh] = u;
                         cross += dl[hh] * u;
                         if (hastheta)
@@ -1198,7 +1222,7 @@ void cpu_depth_mix_bwd_chunk_simple(const ar_depth_mix_chunk *chunk, float *cons
                     }
                     const float c3 = keyn ? cross * r * r * r / d : 0.0f;
                     for (int hh = 0; hh < H; hh++) {
-                        const float as = a[hh * n[c] + s], ca = dl[hh] * r;
+                        const float as = a[hh], ca = dl[hh] * r;
                         for (int j = hh * e; j < (hh + 1) * e; j++) {
                             const float gj = gc ? gc[j] : 1.0f;
                             if (dx)
@@ -1309,32 +1333,6 @@ static void mix_bwd_chunk_one_head(const ar_depth_mix_chunk *chunk, float *const
     }
 }
 
-/* A token's weights from sn <= 4 consecutive sources s..s+sn-1 (s + sn <=
- * n), source-major: a = alpha + i H n + s points into the token's
- * head-major row, a[h n + j] head h's weight from source s + j, and
- * out[j H + h] gets it, VL heads a vector.  Four sources: each head's run
- * of 4 floats (v_ld4s) and the four taken as a head's four channels to
- * head-lane form (head_lanes.h), some 24 instructions where a gather a
- * source took 16 loads each; fewer sources: a gather each (idx: lane l at
- * l n). */
-static inline void head_weights(const float *a, int n, int H, int sn, vi idx, float *out)
-{
-    for (int g = 0; g < H / VL; g++) {
-        const float *ag = a + (size_t)g * VL * n;
-        if (sn == 4) {
-            vf x[4], t[4];
-            for (int k = 0; k < 4; k++)
-                x[k] = v_ld4s(ag + (size_t)k * (VL / 4) * n, (size_t)n);
-            head_lanes_in(x, 4, t);
-            for (int j = 0; j < 4; j++)
-                v_st(out + (size_t)j * H + (size_t)g * VL, t[j]);
-        } else {
-            for (int j = 0; j < sn; j++)
-                v_st(out + (size_t)j * H + (size_t)g * VL, v_gather(ag + j, idx));
-        }
-    }
-}
-
 /* Packed heads (packed_heads(e, H)), one token and source of a chunk in
  * head-lane form (head_lanes.h), for all C mixers, per group of VL heads:
  *   da = sum_j dt_j xt_j,  dot = sum_j ut_j xt_j   (the VL heads' sums, vertical)
@@ -1342,12 +1340,13 @@ static inline void head_weights(const float *a, int n, int H, int sn, vi idx, fl
  *   dxt += alpha dt + cv ut,   Tt_c += cv xt
  * xt the source row x in head-lane form, dt_c and ut_c mixer c's dh row
  * and query (already in that form), alpha_c the token's weights from
- * this source, its H heads at wt + c wc (head_weights).  dxt goes back to
+ * this source, its H heads at wt[c] (alpha's source-major row: VL heads
+ * one vector load, already in head-lane form).  dxt goes back to
  * column form once, and the key norm's term -(sum_c sum_a dl u.x r^3/d) x,
  * one scalar for all mixers, is taken after.  sdl (with static logits):
  * sum_a dl per mixer. */
 static inline __attribute__((always_inline)) void lanes_token(
-    const float *x, float *dx, const float *dt, const float *ut, float *Tt, const float *wt, size_t wc,
+    const float *x, float *dx, const float *dt, const float *ut, float *Tt, const float *const *wt,
     const float *const *cd, const float *rv, int C, int e, int H, int d, int sigmoid, int hasq, int keyn,
     int logits, int wantT, float *sdl)
 {
@@ -1366,7 +1365,7 @@ static inline __attribute__((always_inline)) void lanes_token(
                 D[j] = v_ld(dt + (size_t)c * d + o + (size_t)j * VL);
                 U[j] = hasq ? v_ld(ut + (size_t)c * d + o + (size_t)j * VL) : (vf){0};
             }
-            const vf as = v_ld(wt + (size_t)c * wc + (size_t)g * VL);
+            const vf as = v_ld(wt[c] + (size_t)g * VL);
             vf cv = {0};
             if (logits) {
                 const vf da = head_lanes_dot(D, xt, e);
@@ -1426,15 +1425,11 @@ static void mix_bwd_chunk_lanes(const ar_depth_mix_chunk *chunk, float *const *d
     float *ut = cpu_ws(WS_C, (size_t)C * d * sizeof(float));
     for (int c = 0; c < C && hasq; c++)
         head_lanes_row_in(u + (size_t)c * d, e, H, ut + (size_t)c * d);
-    vi gidx[MIX_CHUNK_MAX]; /* lane l: head l's weight in alpha's row, l n[c] */
-    for (int c = 0; c < C; c++)
-        for (int l = 0; l < VL; l++)
-            gidx[c][l] = l * n[c];
 #pragma omp parallel if (nch > 1 && (long)N * ns * C * d > PAR_MIN)
     {
         float Tt[MIX_CHUNK_MAX * d], dt[(size_t)tile * C * d], aw[(size_t)tile * C * 4 * H], row[d];
         float rv[MIX_CHUNK_MAX], sdl[MIX_CHUNK_MAX];
-        const float *cd[MIX_CHUNK_MAX];
+        const float *cd[MIX_CHUNK_MAX], *wt[MIX_CHUNK_MAX];
 #pragma omp for schedule(static)
         for (int ch = 0; ch < nch; ch++) {
             int i1;
@@ -1445,25 +1440,29 @@ static void mix_bwd_chunk_lanes(const ar_depth_mix_chunk *chunk, float *const *d
                     for (int c = 0; c < C; c++)
                         head_lanes_row_in(dh[c] + (size_t)i * d, e, H, dt + ((size_t)(i - i0) * C + c) * d);
                 for (int s = s0; s < s1; s++) {
+                    /* the tile's weights of the next four sources: a token's
+                     * run of them is contiguous in alpha (4 H floats), one
+                     * stream, where a source at a time strode through the
+                     * rows (slower in the model, from memory) */
                     const int sb = s0 + (s - s0) / 4 * 4, sn = s1 - sb < 4 ? s1 - sb : 4;
-                    if (s == sb) /* the weights of the tile's next four sources */
+                    if (s == sb)
                         for (int i = i0; i < t1; i++)
                             for (int c = 0; c < C; c++)
-                                head_weights(alpha[c] + (size_t)i * H * n[c] + s, n[c], H, sn, gidx[c],
-                                             aw + ((size_t)(i - i0) * C + c) * 4 * H);
+                                memcpy(aw + ((size_t)(i - i0) * C + c) * 4 * H,
+                                       alpha[c] + ((size_t)i * n[c] + s) * H, (size_t)sn * H * sizeof(float));
                     for (int i = i0; i < t1; i++) {
                         const float *x = src[s] + (size_t)i * d;
                         float *dx = dsrc[s] ? dsrc[s] + (size_t)i * d : NULL;
                         for (int c = 0; c < C; c++) {
                             cd[c] = cdot[c] + (size_t)i * H;
+                            wt[c] = aw + (((size_t)(i - i0) * C + c) * 4 + (size_t)(s - sb)) * H;
                             rv[c] = keyn ? rstd[c][(size_t)i * n[c] + s] : 1.0f;
                             sdl[c] = 0;
                         }
                         const float *dti = dt + (size_t)(i - i0) * C * d;
-                        const float *wt = aw + (size_t)(i - i0) * C * 4 * H + (size_t)(s - sb) * H;
                         float *sd = hastheta ? sdl : NULL;
 #define LANES_TOKEN(E)                                                                                 \
-    lanes_token(x, dx, dti, ut, Tt, wt, (size_t)4 * H, cd, rv, C, E, H, d, sigmoid, hasq, keyn, logits, wantT, sd)
+    lanes_token(x, dx, dti, ut, Tt, wt, cd, rv, C, E, H, d, sigmoid, hasq, keyn, logits, wantT, sd)
                         if (e == 1)
                             LANES_TOKEN(1);
                         else if (e == 2)
@@ -1503,7 +1502,7 @@ static inline int lanes_pay(int C, int ns) { return C >= 2 && (ns >= 2 || C >= 8
 /* The fast path: one head, mix_bwd_chunk_one_head (all mixers per
  * sweep); packed heads where lanes_pay, mix_bwd_chunk_lanes (head-lane
  * form); other packed heads pair by pair as wider heads, with the heads'
- * sums of the products by row_pack and their weights gathered, VL heads
+ * sums of the products by row_pack and their weights loaded, VL heads
  * a vector.  Wider heads (e a multiple of VL): per token and shared
  * source, the row is swept once per mixer while it sits in L1
  * (row_sweep2: dh.x and u.x, summed per head by head_sums), its gradient
@@ -1554,10 +1553,6 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
     }
     const vi idx = head_idx(e), perm = pack_perm(e);
     const int tile = bwd_tile(C, d);
-    vi gidx[MIX_CHUNK_MAX]; /* lane l: head l's weight in alpha's row, l n[c] */
-    for (int c = 0; c < C && packed; c++)
-        for (int l = 0; l < VL; l++)
-            gidx[c][l] = l * n[c];
 #pragma omp parallel if (nch > 1 && (long)N * ns * C * d > PAR_MIN)
     {
         float T[MIX_CHUNK_MAX][d], pr[d], pr2[d];
@@ -1576,12 +1571,13 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
                         float *dx = dsrc[s] ? dsrc[s] + (size_t)i * d : NULL;
                         for (int c = 0; c < C; c++) {
                             const float *gy = dh[c] + (size_t)i * d, *uc = hasq ? u + (size_t)c * d : NULL;
-                            const float *a = alpha[c] + (size_t)i * H * n[c], *cd = cdot[c] + (size_t)i * H;
+                            /* source s's H weights, cdot's H values */
+                            const float *a = alpha[c] + ((size_t)i * n[c] + s) * H, *cd = cdot[c] + (size_t)i * H;
                             /* sweep 1: da = dh.x and dot = u.x, per head (uniform
                              * weights: no logit to differentiate, dx += dh / n only) */
                             if (!hasq && !hastheta) {
                                 for (int hh = 0; hh < H; hh++)
-                                    av[hh] = a[hh * n[c] + s];
+                                    av[hh] = a[hh];
                                 if (dx)
                                     bwd_row(dx, T[c], x, gy, NULL, av, cv, 0.0f, e, idx, 0, 0, d);
                                 continue;
@@ -1597,11 +1593,10 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
                             const float r = keyn ? rstd[c][(size_t)i * n[c] + s] : 1.0f;
                             float cross = 0, sdl = 0;
                             if (packed) {
-                                /* VL heads a vector: their weights gathered from
-                                 * alpha's head-major rows, the rest lane-wise */
+                                /* VL heads a vector, the rest lane-wise */
                                 vf crossv = {0}, sdlv = {0};
                                 for (int h0 = 0; h0 < H; h0 += VL) {
-                                    vf as = v_gather(a + (size_t)h0 * n[c] + s, gidx[c]);
+                                    vf as = v_ld(a + h0);
                                     vf dav = v_ld(da + h0);
                                     vf dl = sigmoid ? dav * as * (1.0f - as) : as * (dav - v_ld(cd + h0));
                                     v_st(av + h0, as);
@@ -1614,7 +1609,7 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
                                 sdl = v_hsum(sdlv);
                             }
                             for (int hh = 0; hh < H && !packed; hh++) {
-                                const float as = a[hh * n[c] + s], dl = chunk_dl(da[hh], as, cd[hh], sigmoid);
+                                const float as = a[hh], dl = chunk_dl(da[hh], as, cd[hh], sigmoid);
                                 av[hh] = as;
                                 cv[hh] = dl * r;
                                 cross += uc ? dl * dot[hh] : 0.0f;

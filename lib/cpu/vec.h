@@ -129,26 +129,6 @@ static inline vf v_gather(const float *base, vi idx)
 #endif
 }
 
-/* VL/4 runs of 4 floats, run q from p + q stride: lanes 4q..4q+3 (one
- * 128-bit load each, put in place by inserts, no stores) */
-static inline vf v_ld4s(const float *p, size_t stride)
-{
-#if VL == 16 && defined(__AVX512F__)
-    __m512 v = _mm512_castps128_ps512(_mm_loadu_ps(p));
-    v = _mm512_insertf32x4(v, _mm_loadu_ps(p + stride), 1);
-    v = _mm512_insertf32x4(v, _mm_loadu_ps(p + 2 * stride), 2);
-    return (vf)_mm512_insertf32x4(v, _mm_loadu_ps(p + 3 * stride), 3);
-#elif VL == 8 && defined(__AVX__)
-    return (vf)_mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)), _mm_loadu_ps(p + stride), 1);
-#else
-    vf v;
-    for (int q = 0; q < VL / 4; q++)
-        for (int l = 0; l < 4; l++)
-            v[4 * q + l] = p[q * stride + l];
-    return v;
-#endif
-}
-
 /* the square root lane by lane, correctly rounded as sqrtf */
 static inline vf v_sqrt(vf a)
 {

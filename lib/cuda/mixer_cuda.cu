@@ -70,9 +70,10 @@ __device__ void head_sums(const float (&f)[NF][MAXV], int H, int e, int d, float
  * i*wstride (NULL without w):
  *   g: r_s = rstd(x_s) (= rstd[i,s]), key k_s = x_s r_s g; else k_s = x_s
  *   logit[a,s] = theta[s] | sum_{j in G_a} q_j k_s[j] | 0   (sa, shared H x n)
- *   alpha[i,a,:] = softmax (sum in double, as the CPU) or sigmoid
+ *   alpha[i,a,:] = softmax (sum in double, as the CPU) or sigmoid, stored
+ *   source-major (lib/op_args.h: at (i n + s) H + a)
  *   h[i,j] = sum_s alpha[i,a(j),s] x_s[j]
- * Scratch (shared): sa (H*n), hs (H). */
+ * Scratch (shared): sa (H*n, head-major), hs (H). */
 __global__ void __launch_bounds__(MAXT)
 mix_fwd_kernel(float *h, float *alpha, float *rstd, clist src, int n, const float *w,
                int wstride, const float *g, const float *theta, int sigmoid, int H, int d)
@@ -113,10 +114,10 @@ mix_fwd_kernel(float *h, float *alpha, float *rstd, clist src, int n, const floa
     }
     __syncthreads(); /* sa complete */
     for (int a = tid; a < H; a += T) {
-        float *ah = sa + a * n, *out = alpha + i * H * n + (size_t)a * n;
+        float *ah = sa + a * n, *out = alpha + i * H * n + a; /* source s at out[s H] */
         if (sigmoid) {
             for (int s = 0; s < n; s++)
-                out[s] = ah[s] = 1.0f / (1.0f + expf(-ah[s]));
+                out[(size_t)s * H] = ah[s] = 1.0f / (1.0f + expf(-ah[s]));
             continue;
         }
         float mx = ah[0];
@@ -128,7 +129,7 @@ mix_fwd_kernel(float *h, float *alpha, float *rstd, clist src, int n, const floa
             sum += ah[s];
         }
         for (int s = 0; s < n; s++)
-            out[s] = ah[s] = (float)(ah[s] / sum);
+            out[(size_t)s * H] = ah[s] = (float)(ah[s] / sum);
     }
     __syncthreads(); /* weights complete */
     float acc[MAXV];
@@ -198,7 +199,8 @@ __device__ __forceinline__ void store_partials(float *pb, const float *pw, const
  *                 (the last two terms only as far as q and g exist)
  *   dw: shared_w: part[b, j] += dl r_s g_j x_s[j];  per token: dw[i,j] += (same)
  *   dg: part[b, d+j] += dl r_s q_j x_s[j];  dtheta: part[b, 2d+s] += sum_a dl[a,s]
- * Scratch (shared): al, da, ux, dl (H*n each), pt (n), hs (2H). */
+ * Scratch (shared): al (alpha's row head-major), da, ux, dl (H*n each), pt
+ * (n), hs (2H). */
 __global__ void __launch_bounds__(MAXT)
 mix_bwd_kernel(mlist dsrc, float *part, float *dw, int shared_w, int want_dg, int want_dt,
                const float *dh, const float *alpha, const float *rstd, clist src, int n,
@@ -229,8 +231,8 @@ mix_bwd_kernel(mlist dsrc, float *part, float *dw, int shared_w, int want_dg, in
             gy[v] = j < d ? dh[i * d + j] : 0.0f;
             qv[v] = q && j < d ? q[j] : 0.0f;
         }
-        for (size_t x = tid; x < hn; x += T)
-            al[x] = alpha[i * hn + x];
+        for (size_t x = tid; x < hn; x += T) /* source-major in, head-major here */
+            al[(x % H) * n + x / H] = alpha[i * hn + x];
         for (int s = 0; s < n; s++) {
             const float *x = src.p[s] + i * d;
             float f[2][MAXV];
@@ -427,7 +429,7 @@ mix_bwd_part_kernel(mlist dsrc, float *part, int want_dt, const float *dh, const
             }
             head_sums<2>(f, H, e, d, hs);
             for (int a = tid; a < H; a += T) {
-                float as = alpha[(i * H + a) * n + s];
+                float as = alpha[(i * n + s) * H + a];
                 float dav = hs[a];
                 da[a] = sigmoid ? dav * as * (1.0f - as) : as * (dav - cdot[i * H + a]); /* dl */
                 ux[a] = hs[H + a];
@@ -446,7 +448,7 @@ mix_bwd_part_kernel(mlist dsrc, float *part, int want_dt, const float *dh, const
                 if (j >= d)
                     continue;
                 int a = j / e;
-                float as = alpha[(i * H + a) * n + s], ca = da[a] * r, xv = x[j];
+                float as = alpha[(i * n + s) * H + a], ca = da[a] * r, xv = x[j];
                 if (dx)
                     dx[j] += as * gy[v] + (q ? ca * qv[v] * gv[v] : 0.0f) - c3 * xv;
                 if (q) {
@@ -495,11 +497,13 @@ extern "C" void cuda_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float 
     for (int c = 0; c < C; c++) {
         int hasq = w[c] && !theta[c];
         int want_dt = theta[c] && dtheta && dtheta[c];
-        /* places s + o of this mixer's list: its rows of alpha, rstd and
-         * dtheta begun at o, indexed by s as the kernel does */
+        /* places s + o of this mixer's list: its rows of alpha (o H floats
+         * in: source-major), rstd and dtheta begun at place o, indexed by s
+         * as the kernel does */
         int o = chunk->off ? chunk->off[c] : 0;
         float *part = (float *)ar_cu_ws(CU_WS_ROWS, (size_t)nb * stride * sizeof(float));
-        mix_bwd_part_kernel<<<nb, T, smem, ar_cuda_stream()>>>(dl, part, want_dt, dh[c], cdot[c], alpha[c] + o,
+        mix_bwd_part_kernel<<<nb, T, smem, ar_cuda_stream()>>>(dl, part, want_dt, dh[c], cdot[c],
+                                                                alpha[c] + (size_t)o * H,
                                                                 rstd[c] ? rstd[c] + o : NULL, sl, s0, s1, n[c],
                                                                 w[c], g[c], theta[c], sigmoid, H, N, d, tpb);
         AR_CUDA_LAUNCHED();
