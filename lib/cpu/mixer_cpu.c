@@ -1506,10 +1506,10 @@ static inline int lanes_pay(int C, int ns) { return C >= 2 && (ns >= 2 || C >= 8
  * a vector.  Wider heads (e a multiple of VL): per token and shared
  * source, the row is swept once per mixer while it sits in L1
  * (row_sweep2: dh.x and u.x, summed per head by head_sums), its gradient
- * row updated in place (bwd_row); the
- * parameter gradients' partial is one row T_c = sum dl r x per mixer and
- * token chunk, times g or q at the end.  Tokens in tiles of bwd_tile,
- * source by source within a tile (depth_rows.h). */
+ * row updated in place (bwd_row); the parameter gradients' partial is one
+ * row T_c = sum dl r x per mixer and token chunk, times g or q at the
+ * end.  Tokens in tiles of bwd_tile, source by source within a tile
+ * (depth_rows.h). */
 void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc, float *const *dw,
                              float *const *dg, float *const *dtheta, const float *const *dh,
                              const float *const *cdot)
