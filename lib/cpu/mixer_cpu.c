@@ -1077,11 +1077,13 @@ void cpu_depth_mix_cdot(float *cdot, const float *dh, const float *h, int H, int
     const int e = d / H;
     if (fast_shape(H, d)) {
         /* the chunk op's dh.x in the same order: one head's by dots, packed
-         * heads' in head-lane form (head_lanes_dot), wider heads' from the
-         * products by head_sums, so that for a mixer of one source (h = x)
-         * dh.x - cdot is exactly 0; a scalar loop would be one chain of d
-         * dependent multiply-adds a token */
+         * heads' by row_pack's tree (the order head_lanes_dot keeps in the
+         * lane form), wider heads' from the products by head_sums, so
+         * that for a mixer of one source (h = x) dh.x - cdot is exactly 0;
+         * a scalar loop would be one chain of d dependent multiply-adds a
+         * token */
         const int packed = packed_heads(e, H);
+        const vi perm = pack_perm(e);
 #pragma omp parallel if ((long)N * d > PAR_MIN)
         {
             float p[d];
@@ -1093,16 +1095,7 @@ void cpu_depth_mix_cdot(float *cdot, const float *dh, const float *h, int H, int
                     continue;
                 }
                 if (packed) {
-                    for (int g = 0; g < H / VL; g++) {
-                        vf a[8], b[8], at[8], bt[8];
-                        for (int j = 0; j < e; j++) {
-                            a[j] = v_ld(gy + (size_t)(g * e + j) * VL);
-                            b[j] = v_ld(x + (size_t)(g * e + j) * VL);
-                        }
-                        head_lanes_in(a, e, at);
-                        head_lanes_in(b, e, bt);
-                        v_st(cdot + (size_t)i * H + (size_t)g * VL, head_lanes_dot(at, bt, e));
-                    }
+                    row_pack(gy, NULL, x, e, H, 0, perm, cdot + (size_t)i * H, NULL, NULL);
                     continue;
                 }
                 for (int j = 0; j < d; j += VL)
