@@ -907,6 +907,30 @@ static inline void mix_dlogits(float *dl, const float *a, const float *da, int n
     }
 }
 
+/* mix_dlogits over source-major rows (a[s H + h], packed heads: H a
+ * multiple of VL), VL heads a vector: the same sums in the same order,
+ * lane by lane. */
+static inline void mix_dlogits_sm(float *dl, const float *a, const float *da, int n, int H, int sigmoid)
+{
+    for (int h0 = 0; h0 < H; h0 += VL) {
+        if (sigmoid) {
+            for (int s = 0; s < n; s++) {
+                const size_t o = (size_t)s * H + h0;
+                const vf as = v_ld(a + o);
+                v_st(dl + o, v_ld(da + o) * as * (1.0f - as));
+            }
+            continue;
+        }
+        vf cd = {0};
+        for (int s = 0; s < n; s++)
+            cd += v_ld(a + (size_t)s * H + h0) * v_ld(da + (size_t)s * H + h0);
+        for (int s = 0; s < n; s++) {
+            const size_t o = (size_t)s * H + h0;
+            v_st(dl + o, v_ld(a + o) * (v_ld(da + o) - cd));
+        }
+    }
+}
+
 /* Kept whole: per chunk of tokens, sweep 1 (da, dot), the d logit, sweep 2
  * (dsrc and T = sum dl r x) and the per-token query's gradients share the
  * parallel region's per-thread rows (T, ur, pr, pr2, av, cv: VLAs sized by
@@ -936,9 +960,6 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
     const vi idx = head_idx(e);
     const int packed = packed_heads(e, H);
     const vi perm = pack_perm(e);
-    vi gidx; /* lane l: head l's entry in a head-major row of n per head */
-    for (int l = 0; l < VL; l++)
-        gidx[l] = l * n;
 #pragma omp parallel if (nch > 1 && (long)N * n * d > PAR_MIN)
     {
         float T[d], ur[hasq && !shared ? d : 1], pr[H > 1 ? d : 1], pr2[H > 1 ? d : 1];
@@ -953,8 +974,11 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
             memset(T, 0, sizeof T);
             int i1 = (c + 1) * MIX_CHUNK < N ? (c + 1) * MIX_CHUNK : N;
             for (int i = c * MIX_CHUNK; i < i1; i++) {
+                /* packed heads keep alpha's source-major rows (VL heads a
+                 * vector, da, dot and dl laid out alike); other heads go
+                 * head-major for mix_dlogits */
                 const float *a = alpha + (size_t)i * Hn, *gy = dh + (size_t)i * d;
-                if (H > 1) { /* head-major for mix_dlogits and the gathers below */
+                if (H > 1 && !packed) {
                     alpha_to_heads(ahm, a, n, H);
                     a = ahm;
                 }
@@ -969,20 +993,19 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
                     } else if (H == 1) {
                         row_sweep2(gy, NULL, xs[s], d, 1, &da[s], NULL, NULL, NULL);
                         dot[s] = 0;
+                    } else if (packed) {
+                        row_pack(gy, hasq ? uu : NULL, xs[s], e, H, 0, perm, da + (size_t)s * H,
+                                 hasq ? dot + (size_t)s * H : NULL, NULL);
                     } else {
-                        if (packed)
-                            row_pack(gy, hasq ? uu : NULL, xs[s], e, H, 0, perm, zh, zh2, NULL);
-                        else if (hasq)
+                        if (hasq)
                             row_sweep2(gy, uu, xs[s], d, 0, NULL, NULL, pr, pr2);
                         else
                             row_sweep2(gy, NULL, xs[s], d, 0, NULL, NULL, pr, NULL);
-                        if (!packed)
-                            head_sums(pr, H, e, d, 1.0f, zh);
+                        head_sums(pr, H, e, d, 1.0f, zh);
                         for (int hh = 0; hh < H; hh++)
                             da[hh * n + s] = zh[hh];
                         if (hasq) {
-                            if (!packed)
-                                head_sums(pr2, H, e, d, 1.0f, zh2);
+                            head_sums(pr2, H, e, d, 1.0f, zh2);
                             for (int hh = 0; hh < H; hh++)
                                 dot[hh * n + s] = zh2[hh];
                         } else {
@@ -991,18 +1014,22 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
                         }
                     }
                 }
-                mix_dlogits(dl, a, da, n, H, sigmoid);
+                if (packed)
+                    mix_dlogits_sm(dl, a, da, n, H, sigmoid);
+                else
+                    mix_dlogits(dl, a, da, n, H, sigmoid);
                 /* sweep 2: dsrc, and T = sum dl r x */
                 for (int s = 0; s < n; s++) {
                     float r = g ? rstd[(size_t)i * n + s] : 1.0f, cross = 0, sdl = 0;
-                    if (packed) { /* VL heads a vector (their rows n floats apart) */
+                    if (packed) { /* VL heads a vector, source s's row of each */
                         vf crossv = {0}, sdlv = {0};
                         for (int h0 = 0; h0 < H; h0 += VL) {
-                            size_t o = (size_t)h0 * n + s;
-                            vf dlv = v_gather(dl + o, gidx);
-                            v_st(av + h0, v_gather(a + o, gidx));
+                            size_t o = (size_t)s * H + h0;
+                            vf dlv = v_ld(dl + o);
+                            v_st(av + h0, v_ld(a + o));
                             v_st(cv + h0, dlv * r);
-                            crossv += dlv * v_gather(dot + o, gidx);
+                            if (hasq)
+                                crossv += dlv * v_ld(dot + o);
                             sdlv += dlv;
                         }
                         cross = v_hsum(crossv);
