@@ -512,12 +512,11 @@ Test(variant_ops, depth_mix_fast_equals_simple)
             mix_fast_case(n, N, d, H, 0, 1, 1, 0, 1, (v + 1) % 4);
             mix_fast_case(n, N, d, H, 0, 1, 0, 0, v & 1, (v + 2) % 4);
             mix_fast_case(n, N, d, H, 1, 1, v & 1, 0, v >> 2 & 1, (v + 3) % 4);
-            if (H == 1) {
-                /* static logits, uniform weights, and logits with a key norm */
-                mix_fast_case(n, N, d, 1, 0, 0, 0, 1, 0, v % 4);
-                mix_fast_case(n, N, d, 1, 0, 0, 0, 0, 0, v % 4);
-                mix_fast_case(n, N, d, 1, 0, 1, 1, 1, v & 1, v % 4);
-            }
+            /* static logits, uniform weights, and logits with a key norm
+             * (the op takes them with heads too, though no config does) */
+            mix_fast_case(n, N, d, H, 0, 0, 0, 1, 0, v % 4);
+            mix_fast_case(n, N, d, H, 0, 0, 0, 0, 0, v % 4);
+            mix_fast_case(n, N, d, H, 0, 1, 1, 1, v & 1, v % 4);
         }
     }
 }
