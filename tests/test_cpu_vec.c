@@ -13,7 +13,8 @@
  * - head_lanes (lib/cpu/head_lanes.h): lane a of head-lane vector j is
  *   channel j of head a, for every e it takes, and back is the identity;
  *   head_lanes_dot sums a head's e products as pairs, level by level (the
- *   column-form kernels' order), on products of many magnitudes. */
+ *   column-form kernels' order), on products of many magnitudes;
+ * - copy_held: n floats exactly, for whole vectors and tails. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -182,4 +183,21 @@ Test(cpu_vec, head_lanes_dot_sums_pairs_level_by_level)
             }
         }
     cr_expect(reordered > 0, "no dot product depended on its order: the inputs cannot tell orders apart");
+}
+
+/* copy_held: every length from 0 to 2 VL + 3 (whole vectors and a tail)
+ * copies exactly those floats and writes nothing past them */
+Test(cpu_vec, copy_held_copies_n_floats_and_no_more)
+{
+    float src[2 * 16 + 4], dst[2 * 16 + 5];
+    for (int q = 0; q < 2 * VL + 4; q++)
+        src[q] = 0.5f + (float)q;
+    for (int n = 0; n <= 2 * VL + 3; n++) {
+        for (int q = 0; q < 2 * VL + 5; q++)
+            dst[q] = -1.0f;
+        copy_held(dst, src, n);
+        for (int q = 0; q < n; q++)
+            cr_expect_eq(bits(dst[q]), bits(src[q]), "n %d: float %d", n, q);
+        cr_expect_eq(dst[n], -1.0f, "n %d: wrote past the end", n);
+    }
 }

@@ -786,7 +786,7 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                     /* heads across the lanes, then alpha: the same rows */
                     mix_scores_sm(at, n, H, P, sigmoid);
                     for (int s = 0; s < n && !unread; s++)
-                        memcpy(a + (size_t)s * H, at + (size_t)s * P, (size_t)H * sizeof(float));
+                        copy_held(a + (size_t)s * H, at + (size_t)s * P, H);
                 }
             } else {
                 if (g)
@@ -795,10 +795,10 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                         row_sweep(NULL, xs[s], d, 1, 1, NULL, NULL, &xx);
                         rstd[(size_t)i * n + s] = rms_rstd(xx, d);
                     }
-                memcpy(a, a0, (size_t)Hn * sizeof(float));
+                copy_held(a, a0, Hn);
                 if (H > 1)
                     for (int s = 0; s < n; s++)
-                        memcpy(at + (size_t)s * P, a0 + (size_t)s * H, (size_t)H * sizeof(float));
+                        copy_held(at + (size_t)s * P, a0 + (size_t)s * H, H);
             }
             float *y = h + (size_t)i * d;
             if (H == 1) {
@@ -1026,7 +1026,7 @@ void cpu_depth_mix_bwd(const ar_depth_mix *m, float *const *dsrc, float *dw, flo
                         for (int h0 = 0; h0 < H; h0 += VL) {
                             size_t o = (size_t)s * H + h0;
                             vf dlv = v_ld(dl + o);
-                            v_st(av + h0, v_ld(a + o));
+                            v_st(av + h0, v_ld_held(a + o));
                             v_st(cv + h0, dlv * r);
                             if (hasq)
                                 crossv += dlv * v_ld(dot + o);
@@ -1468,8 +1468,8 @@ static void mix_bwd_chunk_lanes(const ar_depth_mix_chunk *chunk, float *const *d
                     if (s == sb)
                         for (int i = i0; i < t1; i++)
                             for (int c = 0; c < C; c++)
-                                memcpy(aw + ((size_t)(i - i0) * C + c) * 4 * H,
-                                       alpha[c] + ((size_t)i * n[c] + s) * H, (size_t)sn * H * sizeof(float));
+                                copy_held(aw + ((size_t)(i - i0) * C + c) * 4 * H,
+                                          alpha[c] + ((size_t)i * n[c] + s) * H, sn * H);
                     for (int i = i0; i < t1; i++) {
                         const float *x = src[s] + (size_t)i * d;
                         float *dx = dsrc[s] ? dsrc[s] + (size_t)i * d : NULL;
@@ -1596,8 +1596,7 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
                             /* sweep 1: da = dh.x and dot = u.x, per head (uniform
                              * weights: no logit to differentiate, dx += dh / n only) */
                             if (!hasq && !hastheta) {
-                                for (int hh = 0; hh < H; hh++)
-                                    av[hh] = a[hh];
+                                copy_held(av, a, H);
                                 if (dx)
                                     bwd_row(dx, T[c], x, gy, NULL, av, cv, 0.0f, e, idx, 0, 0, d);
                                 continue;
@@ -1616,7 +1615,7 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
                                 /* VL heads a vector, the rest lane-wise */
                                 vf crossv = {0}, sdlv = {0};
                                 for (int h0 = 0; h0 < H; h0 += VL) {
-                                    vf as = v_ld(a + h0);
+                                    vf as = v_ld_held(a + h0);
                                     vf dav = v_ld(da + h0);
                                     vf dl = sigmoid ? dav * as * (1.0f - as) : as * (dav - v_ld(cd + h0));
                                     v_st(av + h0, as);
@@ -1629,7 +1628,7 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
                                 sdl = v_hsum(sdlv);
                             }
                             for (int hh = 0; hh < H && !packed; hh++) {
-                                const float as = a[hh], dl = chunk_dl(da[hh], as, cd[hh], sigmoid);
+                                const float as = f_held(a[hh]), dl = chunk_dl(da[hh], as, cd[hh], sigmoid);
                                 av[hh] = as;
                                 cv[hh] = dl * r;
                                 cross += uc ? dl * dot[hh] : 0.0f;

@@ -76,6 +76,36 @@ static inline vf v_mul_rounded(vf a, vf b)
     return p;
 }
 
+/* A vector load whose value GCC cannot trace back to memory: a loop that
+ * stores it elsewhere is then not a copy loop, which GCC's loop
+ * distribution turns into a call to memcpy (the call spills every vector
+ * register live across it, and the heads' kernels spent a third of their
+ * time there). */
+static inline vf v_ld_held(const float *p)
+{
+    vf v = v_ld(p);
+    __asm__("" : "+v"(v));
+    return v;
+}
+
+/* the same for one float */
+static inline float f_held(float x)
+{
+    __asm__("" : "+v"(x));
+    return x;
+}
+
+/* dst[0..n) = src[0..n) by held loads (no call to memcpy), VL floats at a
+ * time and the tail one by one */
+static inline void copy_held(float *dst, const float *src, int n)
+{
+    int j = 0;
+    for (; j + VL <= n; j += VL)
+        v_st(dst + j, v_ld_held(src + j));
+    for (; j < n; j++)
+        dst[j] = f_held(src[j]);
+}
+
 /* y1 = a x1 + y1 and, where two (a constant), y2 = a x2 + y2: one
  * multiplier for two columns of a row or two rows of a column */
 #define V_FMA2(a, x1, y1, x2, y2, two)                                                             \
