@@ -15,6 +15,7 @@
 
 #include "loops.h"
 #include "matmul_xsmm.h"
+#include "vec.h"
 #include "workspace.h"
 
 /* Row-block size of the causal attention sgemm tiling, and the most
@@ -123,8 +124,9 @@ void cpu_attention_fwd(const ar_attention *a, float *y)
                 int cend = (r + 16) / 16 * 16 < r1 ? (r + 16) / 16 * 16 : r1;
                 for (int c = 0; c < cend; c++)
                     ar[c] = fast_expf(ar[c] - mx);
+                const float zero = f_held(0.0f); /* no call to memset a row */
                 for (int c = r + 1; c < cend; c++)
-                    ar[c] = 0.0f;
+                    ar[c] = zero;
                 float inv = 1.0f / sum8(ar, r + 1);
                 for (int c = 0; c < cend; c++)
                     ar[c] *= inv;
@@ -191,8 +193,9 @@ void cpu_attention_bwd(const ar_attention *a, const float *y, const float *dy, f
                 int cend = (r + 16) / 16 * 16 < r1 ? (r + 16) / 16 * 16 : r1;
                 for (int c = 0; c < cend; c++)
                     dr[c] = ar[c] * (dr[c] - dot) * scale;
+                const float zero = f_held(0.0f); /* no call to memset a row */
                 for (int c = r + 1; c < r1; c++)
-                    dr[c] = 0.0f;
+                    dr[c] = zero;
             }
             /* dq[r0:r1] = ds[r0:r1, 0:r1] k[0:r1] */
             if (vt)
