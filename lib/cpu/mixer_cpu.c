@@ -909,7 +909,8 @@ static inline void mix_dlogits(float *dl, const float *a, const float *da, int n
 
 /* mix_dlogits over source-major rows (a[s H + h], packed heads: H a
  * multiple of VL), VL heads a vector: the same sums in the same order,
- * lane by lane. */
+ * lane by lane (GCC may fuse their products and adds differently from
+ * the scalar loop's, so the last bit can differ). */
 static inline void mix_dlogits_sm(float *dl, const float *a, const float *da, int n, int H, int sigmoid)
 {
     for (int h0 = 0; h0 < H; h0 += VL) {
