@@ -142,23 +142,6 @@ static inline void v_stream(float *p, vf v) { v_st(p, v); }
 static inline void v_stream_fence(void) {}
 #endif
 
-/* lane l = base[idx[l]]: one gather instruction where the build has AVX2
- * or AVX-512 (strided per-head weights into a vector without VL scalar
- * stores and a reload) */
-static inline vf v_gather(const float *base, vi idx)
-{
-#if VL == 16 && defined(__AVX512F__)
-    return (vf)_mm512_i32gather_ps((__m512i)idx, base, 4);
-#elif VL == 8 && defined(__AVX2__)
-    return (vf)_mm256_i32gather_ps(base, (__m256i)idx, 4);
-#else
-    vf v;
-    for (int l = 0; l < VL; l++)
-        v[l] = base[idx[l]];
-    return v;
-#endif
-}
-
 /* the square root lane by lane, correctly rounded as sqrtf */
 static inline vf v_sqrt(vf a)
 {
