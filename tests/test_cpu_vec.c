@@ -1,12 +1,13 @@
-/* The CPU backend's vector helpers that carry math (v_max in
+/* The CPU backend's vector helpers that carry math (v_max, v_min in
  * lib/cpu/vec.h, v_expf in lib/cpu/loops.h) against the scalar forms they
  * replace and against libm in double:
  * - v_expf: within 1.5 u of exp (u = 2^-24) over fast_expf's domain
  *   [-87.3, 88.3] (the bound the softmax tests count for the CPU's exp,
  *   U_EXP = 2 u with libm's 1 u), on a stride through every float of it,
  *   and the clamp outside it as fast_expf's;
- * - v_max: lane by lane the scalar a > b ? a : b, NaN and signed zeros
- *   included (which lane wins matters for the bits of what follows);
+ * - v_max and v_min: lane by lane the scalar a > b ? a : b (a < b ? a :
+ *   b), NaN and signed zeros included (which lane wins matters for the
+ *   bits of what follows); v_expf(NaN) is NaN;
  * - v_hsums: lane l the bits of v_hsum(v[l]), on random vectors whose
  *   lanes span many magnitudes (so a sum in another order rounds
  *   differently: the depth ops' logits must not change bits with it);
@@ -97,6 +98,36 @@ Test(cpu_vec, v_max_is_the_scalar_ternary_lane_by_lane)
             float s = a[at + l] > b[at + l] ? a[at + l] : b[at + l];
             cr_expect(bits(m[l]) == bits(s), "lane %d: max(%g, %g) = %g, the ternary %g", at + l, a[at + l],
                       b[at + l], m[l], s);
+        }
+    }
+}
+
+Test(cpu_vec, v_min_is_the_scalar_ternary_lane_by_lane)
+{
+    float a[16] = {1, -1, 0.0f, -0.0f, NAN, 2, NAN, -INFINITY, 3, 3, -5, 7, 1e-30f, -1e-30f, INFINITY, 0.5f};
+    float b[16] = {2, -2, -0.0f, 0.0f, 1, NAN, NAN, -1, 3, -3, -4, 8, -1e-30f, 1e-30f, 0, 0.25f};
+    for (int at = 0; at < 16; at += VL) {
+        vf m = v_min(v_ld(a + at), v_ld(b + at));
+        for (int l = 0; l < VL; l++) {
+            float s = a[at + l] < b[at + l] ? a[at + l] : b[at + l];
+            cr_expect(bits(m[l]) == bits(s), "lane %d: min(%g, %g) = %g, the ternary %g", at + l, a[at + l],
+                      b[at + l], m[l], s);
+        }
+    }
+}
+
+/* A NaN logit stays NaN through the exp (the clamp must not turn it into
+ * a bound), as fast_expf's: the step's check then sees it. */
+Test(cpu_vec, v_expf_keeps_nan)
+{
+    float x[16];
+    for (int l = 0; l < 16; l++)
+        x[l] = l % 2 ? NAN : -NAN;
+    for (int at = 0; at < 16; at += VL) {
+        vf y = v_expf(v_ld(x + at));
+        for (int l = 0; l < VL; l++) {
+            cr_expect(isnan(y[l]), "lane %d: v_expf(NaN) = %a", at + l, y[l]);
+            cr_expect(isnan(fast_expf(x[at + l])), "lane %d: fast_expf(NaN) = %a", at + l, fast_expf(x[at + l]));
         }
     }
 }

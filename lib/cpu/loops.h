@@ -64,9 +64,9 @@ static inline float fast_expf(float x)
  * memory). */
 static inline vf v_expf(vf x)
 {
-    const vf lo = v_set1(-87.3f), hi = v_set1(88.3f);
-    vi mlo = x < lo, mhi = x > hi;
-    x = (vf)(((vi)x & ~(mlo | mhi)) | ((vi)lo & mlo) | ((vi)hi & mhi));
+    /* the clamp: lo where x < lo, hi where x > hi, else x (NaN stays NaN:
+     * v_max and v_min give their second operand where either is NaN) */
+    x = v_min(v_set1(88.3f), v_max(v_set1(-87.3f), x));
     vf fn, r, p;
     EXPF_CORE(x, fn, r, p, vf);
     vi n = __builtin_convertvector(fn, vi);

@@ -157,11 +157,31 @@ static inline vf v_sqrt(vf a)
 }
 
 /* max(a, b) lane by lane as the scalar a > b ? a : b (b where either is
- * NaN): a compare and a blend, no stores */
+ * NaN), and min(a, b) as a < b ? a : b (b where either is NaN): x86's
+ * maxps and minps are defined so (one instruction), elsewhere a compare
+ * and a blend */
 static inline vf v_max(vf a, vf b)
 {
+#if VL == 16 && defined(__AVX512F__)
+    return (vf)_mm512_max_ps((__m512)a, (__m512)b);
+#elif VL == 8 && defined(__AVX__)
+    return (vf)_mm256_max_ps((__m256)a, (__m256)b);
+#else
     vi m = a > b;
     return (vf)(((vi)a & m) | ((vi)b & ~m));
+#endif
+}
+
+static inline vf v_min(vf a, vf b)
+{
+#if VL == 16 && defined(__AVX512F__)
+    return (vf)_mm512_min_ps((__m512)a, (__m512)b);
+#elif VL == 8 && defined(__AVX__)
+    return (vf)_mm256_min_ps((__m256)a, (__m256)b);
+#else
+    vi m = a < b;
+    return (vf)(((vi)a & m) | ((vi)b & ~m));
+#endif
 }
 
 /* sum of the VL lanes, as a tree (shuffles, not memcpy: taking the
