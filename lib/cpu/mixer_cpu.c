@@ -328,14 +328,20 @@ static inline const float *token_query(const float *w, size_t wstride, const flo
 }
 
 /* Per-head values spread over the columns of VL-block b: column j gets
- * v[j/e].  v is read up to VL floats past b*VL/e (callers pad).  Below VL,
- * e divides VL, a power of two, so b VL / e is a shift (GCC emitted an
- * integer division a block for it). */
+ * v[j/e].  Below VL, e divides VL, a power of two, so b VL / e is a shift
+ * (GCC emitted an integer division a block for it).  The load is of the
+ * whole vector v[VL m .. VL m + VL-1] holding the block's first head h0,
+ * its lanes moved by the shuffle (idx + h0 - VL m): callers have just
+ * stored those rows a vector at a time, and a load starting inside a
+ * stored vector cannot take its value from the store (it waits for the
+ * store to reach the cache), which perf put at the top of the heads'
+ * forward.  v is read up to VL floats past VL m (callers pad). */
 static inline __attribute__((always_inline)) vf head_cols(const float *v, int b, int e, vi idx)
 {
     if (e >= VL)
         return v_set1(v[b * VL / e]);
-    return __builtin_shuffle(v_ld(v + ((b * VL) >> __builtin_ctz((unsigned)e))), idx);
+    const int h0 = (b * VL) >> __builtin_ctz((unsigned)e);
+    return __builtin_shuffle(v_ld(v + (h0 & ~(VL - 1))), idx + (h0 & (VL - 1)));
 }
 
 /* out[a] = r sum_{j in G_a} p[j], a < H.  The scale is taken here, on the
@@ -805,11 +811,18 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                 mix_rows1(y, a, xs, n, d);
                 continue;
             }
-            for (int b = 0; b < d / VL; b++) {
-                vf acc = {0};
+            /* up to four column blocks a sweep of the n rows: four
+             * independent chains of multiply-adds (one block at a time,
+             * each waited on its own chain), each block's sum over s in
+             * the same order */
+            for (int b0 = 0; b0 < d / VL; b0 += 4) {
+                const int nb = d / VL - b0 < 4 ? d / VL - b0 : 4;
+                vf acc[4] = {{0}, {0}, {0}, {0}};
                 for (int s = 0; s < n; s++)
-                    acc += head_cols(at + s * P, b, e, idx) * v_ld(xs[s] + b * VL);
-                v_st(y + b * VL, acc);
+                    for (int t = 0; t < nb; t++)
+                        acc[t] += head_cols(at + s * P, b0 + t, e, idx) * v_ld(xs[s] + (b0 + t) * VL);
+                for (int t = 0; t < nb; t++)
+                    v_st(y + (b0 + t) * VL, acc[t]);
             }
         }
     }
