@@ -299,30 +299,58 @@ void cpu_rope_bwd(float *dx, int B, int T, int nh, int hd)
 /* ------------------------------------------------------------------------ */
 /* SwiGLU gate                                                               */
 
-/* out = silu(gate) * up,  silu(a) = a*sigmoid(a)     (=) */
-void cpu_swiglu_fwd(float *out, const float *gate, const float *up, size_t n)
+/* out = silu(gate) * up,  silu(a) = a*sigmoid(a)     (=)
+ * Whole vectors by v_expf, the tail by fast_expf (the same operations):
+ * GCC vectorises a loop of fast_expf with eight mask instructions for its
+ * clamp, where v_expf takes a max and a min. */
+static inline void swiglu_fwd_at(float *out, const float *gate, const float *up, size_t i, int vec)
 {
-    long nn = (long)n;
-#pragma omp parallel for schedule(static) if (nn > PAR_MIN)
-    for (long i = 0; i < nn; i++) {
-        float a = gate[i];
-        float sg = 1.0f / (1.0f + fast_expf(-a));
+    if (vec) {
+        vf a = v_ld(gate + i), sg = 1.0f / (1.0f + v_expf(-a));
+        v_st(out + i, a * sg * v_ld(up + i));
+    } else {
+        float a = gate[i], sg = 1.0f / (1.0f + fast_expf(-a));
         out[i] = a * sg * up[i];
     }
 }
 
-/* (=) dgate = dout*up*sigmoid(a)*(1 + a*(1-sigmoid(a))),  dup = dout*silu(a) */
-void cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
-                    const float *up, size_t n)
+void cpu_swiglu_fwd(float *out, const float *gate, const float *up, size_t n)
 {
-    long nn = (long)n;
-#pragma omp parallel for schedule(static) if (nn > PAR_MIN)
-    for (long i = 0; i < nn; i++) {
+    long nv = (long)(n / VL);
+#pragma omp parallel for schedule(static) if ((long)n > PAR_MIN)
+    for (long b = 0; b < nv; b++)
+        swiglu_fwd_at(out, gate, up, (size_t)b * VL, 1);
+    for (size_t i = (size_t)nv * VL; i < n; i++)
+        swiglu_fwd_at(out, gate, up, i, 0);
+}
+
+/* (=) dgate = dout*up*sigmoid(a)*(1 + a*(1-sigmoid(a))),  dup = dout*silu(a)
+ * (vectors and tail as swiglu_fwd) */
+static inline void swiglu_bwd_at(float *dgate, float *dup, const float *dout, const float *gate,
+                                 const float *up, size_t i, int vec)
+{
+    if (vec) {
+        vf a = v_ld(gate + i), u = v_ld(up + i), go = v_ld(dout + i);
+        vf sg = 1.0f / (1.0f + v_expf(-a));
+        v_st(dgate + i, go * u * sg * (1.0f + a * (1.0f - sg)));
+        v_st(dup + i, go * a * sg);
+    } else {
         float a = gate[i], u = up[i], go = dout[i];
         float sg = 1.0f / (1.0f + fast_expf(-a));
         dgate[i] = go * u * sg * (1.0f + a * (1.0f - sg));
         dup[i] = go * a * sg;
     }
+}
+
+void cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
+                    const float *up, size_t n)
+{
+    long nv = (long)(n / VL);
+#pragma omp parallel for schedule(static) if ((long)n > PAR_MIN)
+    for (long b = 0; b < nv; b++)
+        swiglu_bwd_at(dgate, dup, dout, gate, up, (size_t)b * VL, 1);
+    for (size_t i = (size_t)nv * VL; i < n; i++)
+        swiglu_bwd_at(dgate, dup, dout, gate, up, i, 0);
 }
 
 /* ------------------------------------------------------------------------ */
