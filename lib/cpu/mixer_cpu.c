@@ -622,6 +622,46 @@ static inline void mix_rows1(float *y, const float *a, const float *const *x, in
     }
 }
 
+/* y = sum_s a_s x_s with per-head weights, H > 1: column j of source s
+ * weighted by at[s P + j/e] (rows P floats apart, padded for head_cols).
+ * Four column blocks a sweep of the n rows, four independent chains of
+ * multiply-adds (one block at a time waited on its own chain), each
+ * block's sum over s in order.  Below VL each block's place in the row
+ * and lane shuffle are worked out once, not once a source (head_cols
+ * inside the loop over s recomputed them: a fifth of the heads' forward
+ * in perf). */
+static inline __attribute__((always_inline)) void mix_rows_heads(float *y, const float *at, int P,
+                                                                  const float *const *x, int n, int d,
+                                                                  int e, vi idx)
+{
+    for (int b0 = 0; b0 < d / VL; b0 += 4) {
+        const int nb = d / VL - b0 < 4 ? d / VL - b0 : 4;
+        vf acc[4] = {{0}, {0}, {0}, {0}};
+        if (e < VL && nb == 4) {
+            int off[4];
+            vi ix[4];
+            for (int t = 0; t < 4; t++) {
+                const int h0 = ((b0 + t) * VL) >> __builtin_ctz((unsigned)e);
+                off[t] = h0 & ~(VL - 1);
+                ix[t] = idx + (h0 & (VL - 1));
+            }
+            for (int s = 0; s < n; s++) {
+                const float *a = at + (size_t)s * P, *xs = x[s] + b0 * VL;
+                acc[0] += __builtin_shuffle(v_ld(a + off[0]), ix[0]) * v_ld(xs);
+                acc[1] += __builtin_shuffle(v_ld(a + off[1]), ix[1]) * v_ld(xs + VL);
+                acc[2] += __builtin_shuffle(v_ld(a + off[2]), ix[2]) * v_ld(xs + 2 * VL);
+                acc[3] += __builtin_shuffle(v_ld(a + off[3]), ix[3]) * v_ld(xs + 3 * VL);
+            }
+        } else {
+            for (int s = 0; s < n; s++)
+                for (int t = 0; t < nb; t++)
+                    acc[t] += head_cols(at + (size_t)s * P, b0 + t, e, idx) * v_ld(x[s] + (b0 + t) * VL);
+        }
+        for (int t = 0; t < nb; t++)
+            v_st(y + (b0 + t) * VL, acc[t]);
+    }
+}
+
 /* The weights of mixing without a query, the same for every token:
  * theta's scores (uniform without theta), in workspace slot WS_B, as a
  * token's row of alpha (source-major). */
@@ -811,19 +851,7 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                 mix_rows1(y, a, xs, n, d);
                 continue;
             }
-            /* up to four column blocks a sweep of the n rows: four
-             * independent chains of multiply-adds (one block at a time,
-             * each waited on its own chain), each block's sum over s in
-             * the same order */
-            for (int b0 = 0; b0 < d / VL; b0 += 4) {
-                const int nb = d / VL - b0 < 4 ? d / VL - b0 : 4;
-                vf acc[4] = {{0}, {0}, {0}, {0}};
-                for (int s = 0; s < n; s++)
-                    for (int t = 0; t < nb; t++)
-                        acc[t] += head_cols(at + s * P, b0 + t, e, idx) * v_ld(xs[s] + (b0 + t) * VL);
-                for (int t = 0; t < nb; t++)
-                    v_st(y + (b0 + t) * VL, acc[t]);
-            }
+            mix_rows_heads(y, at, P, xs, n, d, e, idx);
         }
     }
 }
