@@ -567,31 +567,53 @@ static void mix_scores(float *a, int n, int H, int sigmoid)
 /* The same over source-major logits z[s*P + a] (a < H; source rows P
  * apart, P at least H rounded up to VL: lanes past H are computed and not
  * used): VL heads at a time across the vector lanes, or VL tokens of a
- * tile (a token's one head a lane). */
-static void mix_scores_sm(float *z, int n, int H, int P, int sigmoid)
+ * tile (a token's one head a lane).  rs (or NULL): source s's logits are
+ * first scaled by rs[s] (one rounding, as the simple op's r (u.x)), in the
+ * pass that takes their maximum.  a (or NULL; only with H % VL == 0): the
+ * weights are also stored there, rows of H (alpha's layout), in the pass
+ * that normalises them. */
+static void mix_scores_sm(float *z, int n, int H, int P, int sigmoid, const float *rs, float *a)
 {
     for (int h0 = 0; h0 < H; h0 += VL) {
         float *z0 = z + h0;
         if (sigmoid) {
+            for (int s = 0; rs && s < n; s++)
+                v_st(z0 + s * P, v_ld(z0 + s * P) * rs[s]);
             for (int s = 0; s < n; s++)
                 for (int l = 0; l < VL; l++)
                     z0[s * P + l] = 1.0f / (1.0f + fast_expf(-z0[s * P + l]));
+            for (int s = 0; a && s < n; s++)
+                v_st(a + (size_t)s * H + h0, v_ld(z0 + s * P));
             continue;
         }
         /* in registers: a loop over lanes with its maxima and sums in
          * arrays stores them one lane at a time and reloads them as
          * vectors, a wait on each store */
         vf mx = v_ld(z0), sum = {0};
-        for (int s = 1; s < n; s++)
-            mx = v_max(v_ld(z0 + s * P), mx);
+        if (rs) {
+            mx = mx * rs[0];
+            v_st(z0, mx);
+            for (int s = 1; s < n; s++) {
+                vf t = v_ld(z0 + s * P) * rs[s];
+                v_st(z0 + s * P, t);
+                mx = v_max(t, mx);
+            }
+        } else {
+            for (int s = 1; s < n; s++)
+                mx = v_max(v_ld(z0 + s * P), mx);
+        }
         for (int s = 0; s < n; s++) {
             vf t = v_expf(v_ld(z0 + s * P) - mx);
             v_st(z0 + s * P, t);
             sum += t;
         }
         vf inv = 1.0f / sum;
-        for (int s = 0; s < n; s++)
-            v_st(z0 + s * P, v_ld(z0 + s * P) * inv);
+        for (int s = 0; s < n; s++) {
+            vf t = v_ld(z0 + s * P) * inv;
+            v_st(z0 + s * P, t);
+            if (a)
+                v_st(a + (size_t)s * H + h0, t);
+        }
     }
 }
 
@@ -722,7 +744,7 @@ static void mix_fwd_tile1(const ar_depth_mix *m, float *h, const float *u, size_
             for (int t = 0; t < nt; t++)
                 m->rstd[(i0 + t) * n + s] = r[t];
         }
-    mix_scores_sm(zt, n, MIX_TILE, MIX_TILE, m->sigmoid);
+    mix_scores_sm(zt, n, MIX_TILE, MIX_TILE, m->sigmoid, NULL, NULL);
     for (int t = 0; t < nt; t++) {
         size_t i = i0 + (size_t)t;
         float *a = m->weights_unread ? aloc : m->alpha + i * n;
@@ -821,17 +843,16 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                     if (H == 1)
                         for (int s = 0; s < n; s++)
                             a[s] = rs[s] * a[s];
-                    else
-                        for (int s = 0; s < n; s++)
-                            for (int hh = 0; hh < H; hh++)
-                                at[s * P + hh] = rs[s] * at[s * P + hh];
                 }
                 if (H == 1) {
                     mix_scores(a, n, 1, sigmoid);
                 } else {
-                    /* heads across the lanes, then alpha: the same rows */
-                    mix_scores_sm(at, n, H, P, sigmoid);
-                    for (int s = 0; s < n && !unread; s++)
+                    /* heads across the lanes, then alpha: the same rows
+                     * (stored by the scores' last pass where whole
+                     * vectors fit them) */
+                    const int vst = !unread && H % VL == 0;
+                    mix_scores_sm(at, n, H, P, sigmoid, g ? rstd + (size_t)i * n : NULL, vst ? a : NULL);
+                    for (int s = 0; s < n && !unread && !vst; s++)
                         copy_held(a + (size_t)s * H, at + (size_t)s * P, H);
                 }
             } else {
