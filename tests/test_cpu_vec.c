@@ -88,33 +88,23 @@ Test(cpu_vec, v_expf_clamps_as_fast_expf)
     }
 }
 
-Test(cpu_vec, v_max_is_the_scalar_ternary_lane_by_lane)
+/* v_max (is_max) or v_min against a > b ? a : b (a < b ? a : b) */
+static void ternary_lane_by_lane(int is_max)
 {
     float a[16] = {1, -1, 0.0f, -0.0f, NAN, 2, NAN, -INFINITY, 3, 3, -5, 7, 1e-30f, -1e-30f, INFINITY, 0.5f};
     float b[16] = {2, -2, -0.0f, 0.0f, 1, NAN, NAN, -1, 3, -3, -4, 8, -1e-30f, 1e-30f, 0, 0.25f};
     for (int at = 0; at < 16; at += VL) {
-        vf m = v_max(v_ld(a + at), v_ld(b + at));
+        vf m = is_max ? v_max(v_ld(a + at), v_ld(b + at)) : v_min(v_ld(a + at), v_ld(b + at));
         for (int l = 0; l < VL; l++) {
-            float s = a[at + l] > b[at + l] ? a[at + l] : b[at + l];
-            cr_expect(bits(m[l]) == bits(s), "lane %d: max(%g, %g) = %g, the ternary %g", at + l, a[at + l],
-                      b[at + l], m[l], s);
+            float x = a[at + l], y = b[at + l], s = is_max ? (x > y ? x : y) : (x < y ? x : y);
+            cr_expect(bits(m[l]) == bits(s), "lane %d: %s(%g, %g) = %g, the ternary %g", at + l,
+                      is_max ? "max" : "min", x, y, m[l], s);
         }
     }
 }
 
-Test(cpu_vec, v_min_is_the_scalar_ternary_lane_by_lane)
-{
-    float a[16] = {1, -1, 0.0f, -0.0f, NAN, 2, NAN, -INFINITY, 3, 3, -5, 7, 1e-30f, -1e-30f, INFINITY, 0.5f};
-    float b[16] = {2, -2, -0.0f, 0.0f, 1, NAN, NAN, -1, 3, -3, -4, 8, -1e-30f, 1e-30f, 0, 0.25f};
-    for (int at = 0; at < 16; at += VL) {
-        vf m = v_min(v_ld(a + at), v_ld(b + at));
-        for (int l = 0; l < VL; l++) {
-            float s = a[at + l] < b[at + l] ? a[at + l] : b[at + l];
-            cr_expect(bits(m[l]) == bits(s), "lane %d: min(%g, %g) = %g, the ternary %g", at + l, a[at + l],
-                      b[at + l], m[l], s);
-        }
-    }
-}
+Test(cpu_vec, v_max_is_the_scalar_ternary_lane_by_lane) { ternary_lane_by_lane(1); }
+Test(cpu_vec, v_min_is_the_scalar_ternary_lane_by_lane) { ternary_lane_by_lane(0); }
 
 /* A NaN logit stays NaN through the exp (the clamp must not turn it into
  * a bound), as fast_expf's: the step's check then sees it. */
