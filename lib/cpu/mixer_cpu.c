@@ -644,43 +644,56 @@ static inline void mix_rows1(float *y, const float *a, const float *const *x, in
     }
 }
 
+/* Where head_cols finds column block b's weights (e < VL): the offset
+ * VL m of the vector holding its first head h0, and the lane shuffle idx +
+ * h0 - VL m.  The same for every token: worked out once a call. */
+static void head_cols_places(int nblk, int e, vi idx, int *off, vi *ix)
+{
+    for (int b = 0; b < nblk && e < VL; b++) {
+        const int h0 = (b * VL) >> __builtin_ctz((unsigned)e);
+        off[b] = h0 & ~(VL - 1);
+        ix[b] = idx + (h0 & (VL - 1));
+    }
+}
+
 /* y = sum_s a_s x_s with per-head weights, H > 1: column j of source s
  * weighted by at[s P + j/e] (rows P floats apart, padded for head_cols).
  * Four column blocks a sweep of the n rows, four independent chains of
  * multiply-adds (one block at a time waited on its own chain), each
- * block's sum over s in order.  Below VL each block's place in the row
- * and lane shuffle are worked out once, not once a source (head_cols
- * inside the loop over s recomputed them: a fifth of the heads' forward
- * in perf). */
+ * block's sum over s in order; below VL each block's weights by the
+ * places of head_cols_places (off, ix), worked out once a call, where
+ * head_cols inside the loop over s recomputed them once a source (a fifth
+ * of the heads' forward in perf). */
 static inline __attribute__((always_inline)) void mix_rows_heads(float *y, const float *at, int P,
                                                                   const float *const *x, int n, int d,
-                                                                  int e, vi idx)
+                                                                  int e, vi idx, const int *off,
+                                                                  const vi *ix)
 {
     for (int b0 = 0; b0 < d / VL; b0 += 4) {
         const int nb = d / VL - b0 < 4 ? d / VL - b0 : 4;
-        vf acc[4] = {{0}, {0}, {0}, {0}};
         if (e < VL && nb == 4) {
-            int off[4];
-            vi ix[4];
-            for (int t = 0; t < 4; t++) {
-                const int h0 = ((b0 + t) * VL) >> __builtin_ctz((unsigned)e);
-                off[t] = h0 & ~(VL - 1);
-                ix[t] = idx + (h0 & (VL - 1));
-            }
+            vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            const int *o = off + b0;
+            const vi *q = ix + b0;
             for (int s = 0; s < n; s++) {
                 const float *a = at + (size_t)s * P, *xs = x[s] + b0 * VL;
-                acc[0] += __builtin_shuffle(v_ld(a + off[0]), ix[0]) * v_ld(xs);
-                acc[1] += __builtin_shuffle(v_ld(a + off[1]), ix[1]) * v_ld(xs + VL);
-                acc[2] += __builtin_shuffle(v_ld(a + off[2]), ix[2]) * v_ld(xs + 2 * VL);
-                acc[3] += __builtin_shuffle(v_ld(a + off[3]), ix[3]) * v_ld(xs + 3 * VL);
+                a0 += __builtin_shuffle(v_ld(a + o[0]), q[0]) * v_ld(xs);
+                a1 += __builtin_shuffle(v_ld(a + o[1]), q[1]) * v_ld(xs + VL);
+                a2 += __builtin_shuffle(v_ld(a + o[2]), q[2]) * v_ld(xs + 2 * VL);
+                a3 += __builtin_shuffle(v_ld(a + o[3]), q[3]) * v_ld(xs + 3 * VL);
             }
-        } else {
-            for (int s = 0; s < n; s++)
-                for (int t = 0; t < nb; t++)
-                    acc[t] += head_cols(at + (size_t)s * P, b0 + t, e, idx) * v_ld(x[s] + (b0 + t) * VL);
+            v_st(y + b0 * VL, a0);
+            v_st(y + (b0 + 1) * VL, a1);
+            v_st(y + (b0 + 2) * VL, a2);
+            v_st(y + (b0 + 3) * VL, a3);
+            continue;
         }
-        for (int t = 0; t < nb; t++)
-            v_st(y + (b0 + t) * VL, acc[t]);
+        for (int t = 0; t < nb; t++) {
+            vf acc = {0};
+            for (int s = 0; s < n; s++)
+                acc += head_cols(at + (size_t)s * P, b0 + t, e, idx) * v_ld(x[s] + (b0 + t) * VL);
+            v_st(y + (b0 + t) * VL, acc);
+        }
     }
 }
 
@@ -806,6 +819,9 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
         float ur[hasq && wstride ? d : 1], pr[H > 1 ? d : 1], xx[n];
         float at[H > 1 ? n * P : 1], aloc[unread ? Hn : 1];
         const float *xs[n];
+        int hoff[d / VL];
+        vi hix[d / VL];
+        head_cols_places(d / VL, e, idx, hoff, hix);
         memset(at, 0, sizeof at); /* the pad lanes too: they go through the scores */
 #pragma omp for schedule(static)
         for (int i = 0; i < N; i++) {
@@ -872,7 +888,7 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                 mix_rows1(y, a, xs, n, d);
                 continue;
             }
-            mix_rows_heads(y, at, P, xs, n, d, e, idx);
+            mix_rows_heads(y, at, P, xs, n, d, e, idx, hoff, hix);
         }
     }
 }
