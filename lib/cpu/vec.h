@@ -160,12 +160,17 @@ static inline vf v_sqrt(vf a)
  * NaN), and min(a, b) as a < b ? a : b (b where either is NaN): x86's
  * maxps and minps are defined so (one instruction), elsewhere a compare
  * and a blend */
+#if VL == 4 && defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 static inline vf v_max(vf a, vf b)
 {
 #if VL == 16 && defined(__AVX512F__)
     return (vf)_mm512_max_ps((__m512)a, (__m512)b);
 #elif VL == 8 && defined(__AVX__)
     return (vf)_mm256_max_ps((__m256)a, (__m256)b);
+#elif VL == 4 && defined(__SSE__)
+    return (vf)_mm_max_ps((__m128)a, (__m128)b);
 #else
     vi m = a > b;
     return (vf)(((vi)a & m) | ((vi)b & ~m));
@@ -178,6 +183,8 @@ static inline vf v_min(vf a, vf b)
     return (vf)_mm512_min_ps((__m512)a, (__m512)b);
 #elif VL == 8 && defined(__AVX__)
     return (vf)_mm256_min_ps((__m256)a, (__m256)b);
+#elif VL == 4 && defined(__SSE__)
+    return (vf)_mm_min_ps((__m128)a, (__m128)b);
 #else
     vi m = a < b;
     return (vf)(((vi)a & m) | ((vi)b & ~m));
