@@ -332,10 +332,10 @@ static inline const float *token_query(const float *w, size_t wstride, const flo
  * (GCC emitted an integer division a block for it).  The load is of the
  * whole vector v[VL m .. VL m + VL-1] holding the block's first head h0,
  * its lanes moved by the shuffle (idx + h0 - VL m): callers have just
- * stored those rows a vector at a time, and a load starting inside a
- * stored vector cannot take its value from the store (it waits for the
- * store to reach the cache), which perf put at the top of the heads'
- * forward.  v is read up to VL floats past VL m (callers pad). */
+ * stored those rows a vector at a time, and a load that starts inside a
+ * vector just stored cannot take its value from the store (it waits for
+ * the store to reach the cache).  v is read up to VL floats past VL m
+ * (callers pad). */
 static inline __attribute__((always_inline)) vf head_cols(const float *v, int b, int e, vi idx)
 {
     if (e >= VL)
@@ -661,9 +661,10 @@ static void head_cols_places(int nblk, int e, vi idx, int *off, vi *ix)
  * Four column blocks a sweep of the n rows, four independent chains of
  * multiply-adds (one block at a time waited on its own chain), each
  * block's sum over s in order; below VL each block's weights by the
- * places of head_cols_places (off, ix), worked out once a call, where
- * head_cols inside the loop over s recomputed them once a source (a fifth
- * of the heads' forward in perf). */
+ * places of head_cols_places (off, ix), worked out once a call: with
+ * head_cols inside the loop over s GCC recomputed them once a source, and
+ * in AVX2 code (16 vector registers) kept the places and the four sums on
+ * the stack, once a token. */
 static inline __attribute__((always_inline)) void mix_rows_heads(float *y, const float *at, int P,
                                                                   const float *const *x, int n, int d,
                                                                   int e, vi idx, const int *off,
