@@ -966,6 +966,19 @@ static inline __attribute__((always_inline)) void row_sweep2(const float *a, con
     }
 }
 
+/* dl of one head for one source from da = dh.x and its weight as:
+ * softmax as (da - cd) (cd = sum_s a da, cdot) or sigmoid da as (1 - as);
+ * and the same for VL heads at once */
+static inline float chunk_dl(float da, float as, float cd, int sigmoid)
+{
+    return sigmoid ? da * as * (1.0f - as) : as * (da - cd);
+}
+
+static inline vf v_chunk_dl(vf da, vf as, vf cd, int sigmoid)
+{
+    return sigmoid ? da * as * (1.0f - as) : as * (da - cd);
+}
+
 /* d logit of one token per head from da = dh.x: sigmoid a (1 - a) da, or
  * softmax a (da - sum_s a da) with the sum in float. */
 static inline void mix_dlogits(float *dl, const float *a, const float *da, int n, int H, int sigmoid)
@@ -993,20 +1006,12 @@ static inline void mix_dlogits(float *dl, const float *a, const float *da, int n
 static inline void mix_dlogits_sm(float *dl, const float *a, const float *da, int n, int H, int sigmoid)
 {
     for (int h0 = 0; h0 < H; h0 += VL) {
-        if (sigmoid) {
-            for (int s = 0; s < n; s++) {
-                const size_t o = (size_t)s * H + h0;
-                const vf as = v_ld(a + o);
-                v_st(dl + o, v_ld(da + o) * as * (1.0f - as));
-            }
-            continue;
-        }
         vf cd = {0};
-        for (int s = 0; s < n; s++)
+        for (int s = 0; s < n && !sigmoid; s++)
             cd += v_ld(a + (size_t)s * H + h0) * v_ld(da + (size_t)s * H + h0);
         for (int s = 0; s < n; s++) {
             const size_t o = (size_t)s * H + h0;
-            v_st(dl + o, v_ld(a + o) * (v_ld(da + o) - cd));
+            v_st(dl + o, v_chunk_dl(v_ld(da + o), v_ld(a + o), cd, sigmoid));
         }
     }
 }
@@ -1224,11 +1229,6 @@ void cpu_depth_mix_cdot(float *cdot, const float *dh, const float *h, int H, int
     }
 }
 
-/* dl of one head for one source: softmax (cd = cdot) or sigmoid */
-static inline float chunk_dl(float da, float as, float cd, int sigmoid)
-{
-    return sigmoid ? da * as * (1.0f - as) : as * (da - cd);
-}
 
 /* Adds the per-token-chunk partials (per mixer: dw d, dg d, dtheta ns) in
  * chunk order: the thread count does not change the sums. */
@@ -1469,7 +1469,7 @@ static inline __attribute__((always_inline)) void lanes_token(
             vf cv = {0};
             if (logits) {
                 const vf da = head_lanes_dot(D, xt, e);
-                const vf dl = sigmoid ? da * as * (1.0f - as) : as * (da - v_ld(cd[c] + (size_t)g * VL));
+                const vf dl = v_chunk_dl(da, as, v_ld(cd[c] + (size_t)g * VL), sigmoid);
                 cv = dl * rv[c];
                 if (keyn && hasq) /* through rstd: only with key norm */
                     c3v = v_fma(dl * head_lanes_dot(U, xt, e), v_set1(rv[c] * rv[c] * rv[c] / d), c3v);
@@ -1697,7 +1697,7 @@ void cpu_depth_mix_bwd_chunk(const ar_depth_mix_chunk *chunk, float *const *dsrc
                                 for (int h0 = 0; h0 < H; h0 += VL) {
                                     vf as = v_ld_held(a + h0);
                                     vf dav = v_ld(da + h0);
-                                    vf dl = sigmoid ? dav * as * (1.0f - as) : as * (dav - v_ld(cd + h0));
+                                    vf dl = v_chunk_dl(dav, as, v_ld(cd + h0), sigmoid);
                                     v_st(av + h0, as);
                                     v_st(cv + h0, dl * r);
                                     if (uc)
