@@ -8,9 +8,12 @@
  * source): with N small every row stays in L1/L2, so the difference
  * between H and 1 is the heads' arithmetic, not memory.
  *
- * usage: bench_mix_heads H [N] [THREADS] [D] [C] [K]
+ * usage: bench_mix_heads H [N] [THREADS] [D] [C] [K] [CACHED]
  *   defaults N 1024, THREADS 1, D 64, C 4, K 5 (the ablation shape's
- *   Block mixers: heads is 16 heads of 4 channels there) */
+ *   Block mixers: heads is 16 heads of 4 channels there); CACHED 1: the
+ *   forward reads every source's rstd from the cache the model keeps
+ *   (ar_depth_mix: rsc), as every mixer but the first to list a row does;
+ *   0 (the default): it sums each row's squares itself */
 #include "core/clock.h"
 #include "lib/backend.h"
 #include <math.h>
@@ -78,11 +81,19 @@ static void make(setup *b)
 }
 
 /* best seconds per call of the forward of mixer C-1 (its k + C sources) */
-static double time_fwd(setup *b, int unread, int reps)
+static double time_fwd(setup *b, int unread, int cached, int reps)
 {
     int c = b->C - 1;
     ar_depth_mix m = {.n = b->n[c], .src = b->src, .w = b->w[c], .g = b->g[c], .alpha = (float *)b->alpha[c],
                       .rstd = (float *)b->rstd[c], .H = b->H, .weights_unread = unread, .N = b->N, .d = b->d};
+    float *rsc[64];
+    int ok[64] = {0};
+    for (int s = 0; cached && s < m.n; s++)
+        rsc[s] = be->alloc((size_t)b->N * sizeof(float));
+    if (cached) { /* a first call fills the cache */
+        m.rsc = rsc, m.rsc_ok = ok;
+        be->depth_mix_fwd(&m, b->h[c]);
+    }
     double best = INFINITY;
     for (int r = 0; r < ROUNDS; r++) {
         double t0 = ar_now_s();
@@ -91,6 +102,8 @@ static double time_fwd(setup *b, int unread, int reps)
         double t = (ar_now_s() - t0) / reps;
         best = t < best ? t : best;
     }
+    for (int s = 0; cached && s < m.n; s++)
+        be->free(rsc[s]);
     return best;
 }
 
@@ -114,11 +127,12 @@ static double time_bwd(setup *b, int reps)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_mix_heads H [N] [THREADS] [D] [C] [K]\n");
+        fprintf(stderr, "usage: bench_mix_heads H [N] [THREADS] [D] [C] [K] [CACHED]\n");
         return 2;
     }
     int H = atoi(argv[1]), N = argc > 2 ? atoi(argv[2]) : 1024, threads = argc > 3 ? atoi(argv[3]) : 1;
     int d = argc > 4 ? atoi(argv[4]) : 64, C = argc > 5 ? atoi(argv[5]) : 4, k = argc > 6 ? atoi(argv[6]) : 5;
+    int cached = argc > 7 ? atoi(argv[7]) : 0;
     if (H < 1 || N < 1 || threads < 1 || d < 1 || d % H != 0 || C < 1 || C > MAXC || k < 1 || k + C > 64) {
         fprintf(stderr, "bench_mix_heads: need H >= 1 dividing D, N >= 1, THREADS >= 1, 1 <= C <= %d, "
                         "K >= 1, K + C <= 64\n",
@@ -129,15 +143,15 @@ int main(int argc, char **argv)
     be->set_threads(threads);
     /* about 0.2 s a round whatever N */
     int reps = (int)fmax(3.0, 2e6 / ((double)N * d * (k + C)));
-    printf("N %d, d %d, C %d mixers, k %d shared sources (mixer c lists k + c + 1), %d thread%s\n", N, d, C, k,
-           threads, threads > 1 ? "s" : "");
+    printf("N %d, d %d, C %d mixers, k %d shared sources (mixer c lists k + c + 1), %d thread%s, rstd %s\n", N, d,
+           C, k, threads, threads > 1 ? "s" : "", cached ? "cached" : "summed");
     printf("%-34s %12s %12s %16s\n", "op", "H", "us a call", "ns a (i, m, s)");
     int hs[2] = {1, H};
     for (int q = 0; q < (H > 1 ? 2 : 1); q++) {
         setup b = {.H = hs[q], .C = C, .k = k, .N = N, .d = d};
         make(&b);
         double per_f = (double)N * b.n[C - 1], per_b = (double)N * C * k;
-        double f = time_fwd(&b, 0, reps), fu = time_fwd(&b, 1, reps), bw = time_bwd(&b, reps);
+        double f = time_fwd(&b, 0, cached, reps), fu = time_fwd(&b, 1, cached, reps), bw = time_bwd(&b, reps);
         printf("%-34s %12d %12.1f %16.2f\n", "depth_mix_fwd (weights written)", b.H, f * 1e6, f * 1e9 / per_f);
         printf("%-34s %12d %12.1f %16.2f\n", "depth_mix_fwd (forward-only)", b.H, fu * 1e6, fu * 1e9 / per_f);
         printf("%-34s %12d %12.1f %16.2f\n", "depth_mix_bwd_chunk (shared)", b.H, bw * 1e6, bw * 1e9 / per_b);

@@ -112,7 +112,16 @@ typedef struct {
  * backward.  sigmoid: `score: sigmoid`.  weights_unread
  * (forward only): as in ar_depth_inter, the op may leave alpha unwritten;
  * the CPU's fast one does (N H n floats a mixer not stored), and h and
- * rstd are the same either way. */
+ * rstd are the same either way.
+ * rsc, rsc_ok (forward only; NULL: none): a cache of each source's
+ * key-norm rstd, kept by the caller for rows that several mixers list
+ * (rsc[s]: N floats; rsc_ok[s], host: nonzero where rsc[s] already holds
+ * this op's rstd of src[s]'s N rows).  An op may read rsc[s] where
+ * rsc_ok[s] is set instead of summing the row's squares again, and where
+ * it fills rsc[s] it sets rsc_ok[s]; the caller clears rsc_ok where a
+ * row changes.  A backend may ignore both (the CUDA one does); the CPU's
+ * fast ops use them, and every one of them sums squares the same way, so
+ * h, alpha and rstd are the same bits with or without the cache. */
 typedef struct {
     int n;
     const float *const *src;
@@ -122,12 +131,15 @@ typedef struct {
     float *alpha, *rstd;
     int sigmoid, H, weights_unread;
     int N, d;
+    float *const *rsc;
+    int *rsc_ok;
 } ar_depth_mix;
 #define AR_DEPTH_MIX_USES(m)                                                                         \
     LIST((m)->src, (m)->n, (size_t)(m)->N * (m)->d)                                                \
     DEV_OPT((m)->w, (m)->wstride ? (size_t)(m)->N * (m)->d : (size_t)(m)->d)                        \
     DEV_OPT((m)->g, (m)->d) DEV_OPT((m)->theta, (m)->n)                                            \
-    DEV((m)->alpha, (size_t)(m)->N * (m)->H * (m)->n) DEV_IF((m)->g, (m)->rstd, (size_t)(m)->N * (m)->n)
+    DEV((m)->alpha, (size_t)(m)->N * (m)->H * (m)->n) DEV_IF((m)->g, (m)->rstd, (size_t)(m)->N * (m)->n) \
+    WHEN((m)->rsc, LIST((m)->rsc, (m)->n, (m)->N) HOST_ARRAY((m)->rsc_ok, (m)->n))
 
 /* C general mixers c < C (shared queries: wstride 0) whose source lists
  * hold the same buffers src[s], s0 <= s < s1, at places s + off[c] (off

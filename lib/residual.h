@@ -150,6 +150,11 @@ extern int ar_depth_chunk;
  * two).  Read at creation; default 0. */
 extern int ar_depth_general;
 
+/* 1 (the default): the general mixer keeps each source row's key-norm rstd
+ * for the later mixers that list the same row (ar_depth_mix: rsc); 0:
+ * every mixer takes its own (tests compare the two).  Read at creation. */
+extern int ar_depth_rstd_cache;
+
 /* The implementations (one file per family; docs/reference.md §2). */
 /* baseline (lib/residual_sum.c) */
 ar_residual *ar_residual_sum_create(const ar_model_cfg *cfg, const ar_backend *be, int maxN);

@@ -81,7 +81,9 @@
  * nb blocks after the embedding, L of them but for block; rescaled: no dP,
  * and S and R),
  * plus per mixer its weights and the input-dependent query's activations,
- * and the chunk's dL/dh rows. */
+ * and the chunk's dL/dh rows; with key norm, each P_l's rstd (N floats a
+ * row, Prs), so that the mixers that list a row after the first read its
+ * key norm's scale instead of summing its squares again. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +94,7 @@
 #include "residual.h"
 
 int ar_depth_general = 0;
+int ar_depth_rstd_cache = 1;
 
 #define AR_MIXER_CHUNK_MAX 8
 _Static_assert(AR_MIXER_CHUNK_MAX <= AR_WMIX_MAX, "static starts a chunk's mixers in one wmix");
@@ -103,6 +106,8 @@ typedef struct {
     const float **sp;
     float **dsp;
     float *alpha, *rstd; /* N x n x H (lib/op_args.h), N x n */
+    float **rsc;         /* key norm: its sources' rstd caches (mixer_res's Prs) */
+    int *rsc_ok;         /* and whether each holds this forward's rstd */
     float *h;            /* the mixed input (N x d) */
     float *qn, *qrs, *wq; /* query: input: RMSNorm(last), its rstd, the query w */
     float *u, *un, *urs; /* W qn; with query_norm RMSNorm(W qn) and its rstd */
@@ -130,6 +135,12 @@ typedef struct {
     int qnorm, qgate;    /* query: input's stabilisers */
     float qscale;        /* 1, or 1/sqrt(d / H) */
     float **P, **dP;
+    /* key norm on the per-token ops: each P_l's rstd (maxN floats), taken
+     * by the first mixer that lists P_l in a forward and read by the rest
+     * (ar_depth_mix: rsc); Prs_ok[l] whether it holds the rstd of P_l as
+     * it is now (cleared wherever P_l is written) */
+    float **Prs;
+    int *Prs_ok;
     mixer *mx;
     float *fgrad, *dwq, *dqn, *ones, *dgdump;
     float *du, *dun;     /* query: input: dL/du, and dL/dN(u) with query_norm */
@@ -169,6 +180,8 @@ static void plan(mixer_res *s, mixer *x, int m)
     x->src = ar_depth_source_rows(&s->blk, W, m, &x->n);
     x->sp = ar_xcalloc((size_t)x->n, sizeof *x->sp);
     x->dsp = ar_xcalloc((size_t)x->n, sizeof *x->dsp);
+    x->rsc = ar_xcalloc((size_t)x->n, sizeof *x->rsc);
+    x->rsc_ok = ar_xcalloc((size_t)x->n, sizeof *x->rsc_ok);
 }
 
 static const float *pp(mixer_res *s, int idx) { return idx < 0 ? NULL : s->params + s->pt->p[idx].offset; }
@@ -187,9 +200,13 @@ static void mixer_bind(ar_residual *r, float *params, float *grads, float *const
      * dP_l with mixer l's term added in place (mixer_output_grad) */
     for (int l = r->L; l >= 0; l--) {
         s->P[l] = be->alloc(nd);
+        if (s->Prs)
+            s->Prs[l] = be->alloc((size_t)r->maxN * sizeof(float));
         if (!s->uniform)
             s->dP[l] = block_end(s, l) ? be->alloc(nd) : s->dP[l + 1];
     }
+    if (s->Prs_ok)
+        memset(s->Prs_ok, 0, (size_t)(r->L + 1) * sizeof(int));
     s->fgrad = be->alloc(nd);
     if (s->uniform) {
         s->S = be->alloc(nd);
@@ -254,6 +271,7 @@ static void mixer_bind(ar_residual *r, float *params, float *grads, float *const
         for (int i = 0; i < x->n; i++) {
             x->sp[i] = s->P[x->src[i]];
             x->dsp[i] = s->dP[x->src[i]];
+            x->rsc[i] = s->Prs ? s->Prs[x->src[i]] : NULL;
         }
         if (s->uniform) { /* the weights, 1/n for every token, once */
             size_t cnt = (size_t)r->maxN * x->n;
@@ -427,7 +445,14 @@ static const float *mix_fwd(mixer_res *s, int m, int N)
         wstride = d;
     }
     ar_depth_mix mix = mix_args(s, x, w, wstride, N);
+    if (s->Prs) { /* the rstd of rows an earlier mixer of this forward took */
+        for (int i = 0; i < x->n; i++)
+            x->rsc_ok[i] = s->Prs_ok[x->src[i]];
+        mix.rsc = x->rsc, mix.rsc_ok = x->rsc_ok;
+    }
     be->depth_mix_fwd(&mix, x->h);
+    for (int i = 0; s->Prs && i < x->n; i++)
+        s->Prs_ok[x->src[i]] |= x->rsc_ok[i];
     return x->h;
 }
 
@@ -510,15 +535,31 @@ static void mix_bwd(mixer_res *s, int m, const float *dh, int N)
     }
 }
 
-static float *mixer_embed_out(ar_residual *r) { return MR(r)->P[0]; }
+/* Every write of a row P_l goes through embed_out, output_buf or accept_fwd:
+ * each clears the row's cached rstd. */
+static void row_changes(mixer_res *s, int l)
+{
+    if (s->Prs_ok)
+        s->Prs_ok[l] = 0;
+}
+static float *mixer_embed_out(ar_residual *r)
+{
+    row_changes(MR(r), 0);
+    return MR(r)->P[0];
+}
 static const float *mixer_input_fwd(ar_residual *r, int l, int N, const ar_norm_out *nf)
 {
     (void)nf;
     return mix_fwd(MR(r), l, N);
 }
-static float *mixer_output_buf(ar_residual *r, int l) { return MR(r)->P[l]; }
+static float *mixer_output_buf(ar_residual *r, int l)
+{
+    row_changes(MR(r), l);
+    return MR(r)->P[l];
+}
 static void mixer_accept_fwd(ar_residual *r, int l, int N)
 {
+    row_changes(MR(r), l);
     if (!opens(MR(r), l))
         r->be->add(MR(r)->P[l], MR(r)->P[l - 1], (size_t)N * r->d);
 }
@@ -633,6 +674,8 @@ static void mixer_destroy(ar_residual *r)
     const ar_backend *be = r->be;
     for (int l = 0; l <= r->L; l++) {
         be->free(s->P[l]);
+        if (s->Prs && s->Prs[l])
+            be->free(s->Prs[l]);
         if (s->dP[l] && block_end(s, l))
             be->free(s->dP[l]);
     }
@@ -657,10 +700,14 @@ static void mixer_destroy(ar_residual *r)
         free(x->src);
         free(x->sp);
         free(x->dsp);
+        free(x->rsc);
+        free(x->rsc_ok);
     }
     free(s->mx);
     free(s->P);
     free(s->dP);
+    free(s->Prs);
+    free(s->Prs_ok);
     ar_blocks_free(&s->blk);
     free(s);
 }
@@ -821,6 +868,10 @@ ar_residual *ar_residual_mixer_create(const ar_model_cfg *cfg, const ar_backend 
     s->pt = pt;
     s->P = ar_xcalloc((size_t)L + 1, sizeof(float *));
     s->dP = ar_xcalloc((size_t)L + 1, sizeof(float *));
+    if (s->key_norm && ar_depth_rstd_cache) {
+        s->Prs = ar_xcalloc((size_t)L + 1, sizeof(float *));
+        s->Prs_ok = ar_xcalloc((size_t)L + 1, sizeof(int));
+    }
     s->mx = ar_xcalloc((size_t)L + 2, sizeof(mixer));
     for (int m = 1; m <= L + 1; m++) {
         mixer *x = &s->mx[m];

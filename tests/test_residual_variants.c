@@ -689,6 +689,104 @@ Test(variant_ops, depth_mix_chunk_equals_whole_backward)
  * group of VL and, at d 128, in more) and heads of whole vectors; softmax
  * with key norm, on random rows; one such mixer, and eight in one chunk
  * (the fast op's two forms for packed heads). */
+/* The key-norm rstd cache (ar_depth_mix: rsc, rsc_ok) on random rows: a
+ * forward that fills it writes the bits of one without it and marks every
+ * source; one that reads it (all sources, or some) writes the same bits
+ * again; a cached value is really read (a source's cache scaled by 2 moves
+ * h and that source's rstd); and a shape the fast ops do not take leaves
+ * the cache unmarked, with the same bits as without it. */
+static void rstd_cache_case(int n, int N, int d, int H, int per_token, int use_w, int unread, int fast)
+{
+    const ar_backend *be = ar_backend_cpu();
+    size_t nd = (size_t)N * d, na = (size_t)N * H * n, nr = (size_t)N * n;
+    float *src[8], *rsc[8];
+    int ok[8];
+    for (int s = 0; s < n; s++) {
+        src[s] = malloc(nd * 4);
+        tu_fill_uniform(src[s], nd, -2, 2, 500 + (uint64_t)s);
+        rsc[s] = malloc((size_t)N * 4);
+    }
+    size_t wl = per_token ? nd : (size_t)d;
+    float *w = malloc(wl * 4), *g = malloc((size_t)d * 4);
+    tu_fill_uniform(w, wl, -1.5f, 1.5f, 17);
+    tu_fill_uniform(g, (size_t)d, 0.5f, 1.5f, 18);
+    float *h0 = malloc(nd * 4), *h1 = malloc(nd * 4), *a0 = malloc(na * 4), *a1 = malloc(na * 4);
+    float *r0 = malloc(nr * 4), *r1 = malloc(nr * 4);
+    ar_depth_mix m0 = {.n = n, .src = (const float *const *)src, .w = use_w ? w : NULL, .wstride = per_token ? d : 0,
+                       .g = g, .alpha = a0, .rstd = r0, .H = H, .weights_unread = unread, .N = N, .d = d};
+    be->depth_mix_fwd(&m0, h0);
+    ar_depth_mix m1 = m0;
+    m1.alpha = a1, m1.rstd = r1, m1.rsc = rsc, m1.rsc_ok = ok;
+    char what[96];
+    snprintf(what, sizeof what, "n %d N %d d %d H %d per-token %d w %d unread %d", n, N, d, H, per_token, use_w,
+             unread);
+#define SAME(tag)                                                                                    \
+    do {                                                                                           \
+        cr_expect(memcmp(h1, h0, nd * 4) == 0, "%s, %s: h differs", what, tag);                    \
+        cr_expect(memcmp(r1, r0, nr * 4) == 0, "%s, %s: rstd differs", what, tag);                 \
+        cr_expect(unread || memcmp(a1, a0, na * 4) == 0, "%s, %s: alpha differs", what, tag);      \
+    } while (0)
+    /* filling */
+    for (int s = 0; s < n; s++) {
+        ok[s] = 0;
+        for (int i = 0; i < N; i++)
+            rsc[s][i] = NAN;
+    }
+    be->depth_mix_fwd(&m1, h1);
+    SAME("filling the cache");
+    for (int s = 0; s < n; s++) {
+        cr_expect_eq(ok[s], fast, "%s: source %d marked %d", what, s, ok[s]);
+        for (int i = 0; fast && i < N; i++)
+            cr_expect(rsc[s][i] == r0[(size_t)i * n + s], "%s: cache of source %d token %d", what, s, i);
+    }
+    if (!fast)
+        goto done;
+    /* reading it, then reading some and filling the others */
+    be->depth_mix_fwd(&m1, h1);
+    SAME("reading the cache");
+    for (int s = 0; s < n; s += 2) {
+        ok[s] = 0;
+        for (int i = 0; i < N; i++)
+            rsc[s][i] = NAN;
+    }
+    be->depth_mix_fwd(&m1, h1);
+    SAME("reading half the cache");
+    for (int s = 0; s < n; s++)
+        cr_expect_eq(ok[s], 1, "%s: source %d unmarked after a partly cached call", what, s);
+    /* a cached value is the one used (without a query the weights do not
+     * depend on it: only rstd, for the backward) */
+    int q = n - 1;
+    for (int i = 0; i < N; i++)
+        rsc[q][i] *= 2.0f;
+    be->depth_mix_fwd(&m1, h1);
+    cr_expect(!use_w || memcmp(h1, h0, nd * 4) != 0, "%s: h unmoved by a changed cache", what);
+    for (int i = 0; i < N; i++)
+        cr_expect(r1[(size_t)i * n + q] == 2.0f * r0[(size_t)i * n + q], "%s: rstd not the cached one", what);
+done:
+#undef SAME
+    for (int s = 0; s < n; s++)
+        free(src[s]), free(rsc[s]);
+    free(w), free(g), free(h0), free(h1), free(a0), free(a1), free(r0), free(r1);
+}
+
+Test(variant_ops, depth_mix_rstd_cache)
+{
+    ar_backend_cpu()->set_threads(2);
+    /* one head in tiles (N 40: a last tile of 8), per-token queries, the
+     * general path past the tiles' width (d 256), heads packed (16 of 2
+     * channels) and summed (4 of 8), no query: the fast ops' shapes at
+     * every vector width (4, 8 or 16 floats); d 6, which none takes */
+    rstd_cache_case(5, 40, 64, 1, 0, 1, 0, 1);
+    rstd_cache_case(5, 40, 64, 1, 0, 1, 1, 1);
+    rstd_cache_case(4, 33, 32, 1, 1, 1, 0, 1);
+    rstd_cache_case(3, 20, 256, 1, 0, 1, 0, 1);
+    rstd_cache_case(6, 24, 32, 16, 0, 1, 0, 1);
+    rstd_cache_case(6, 24, 32, 16, 0, 1, 1, 1);
+    rstd_cache_case(4, 24, 32, 4, 0, 1, 0, 1);
+    rstd_cache_case(3, 17, 32, 1, 0, 0, 0, 1);
+    rstd_cache_case(3, 10, 6, 1, 0, 1, 0, 0);
+}
+
 Test(variant_ops, depth_mix_one_source_cancels_exactly)
 {
     int shapes[][2] = {{64, 1}, {64, 16}, {64, 2}, {48, 3}, {32, 1}, {128, 32}};
@@ -1645,4 +1743,71 @@ Test(variants, second_backward_equals_first)
         free(g1);
         ar_model_free(m);
     }
+}
+
+/* The general mixer's rstd cache (lib/residual_mixer.c) against none, on
+ * random weights: forward and backward on one batch, then on another (a
+ * cache left from the first batch would move the second's loss), then a
+ * forward-only pass with the weights unread.  The same code and threads
+ * on both sides, so loss, logits and every gradient agree bit for bit. */
+static void rstd_cache_model_case(ar_model_cfg c, const char *what)
+{
+    valid(&c);
+    ar_model *m[2];
+    ar_err e;
+    int B = 2, saved = ar_depth_rstd_cache;
+    for (int k = 0; k < 2; k++) {
+        ar_depth_rstd_cache = k;
+        cr_assert_eq(ar_model_create(&m[k], &c, cpu(), B, &e), 0, "%s", e.msg);
+    }
+    ar_depth_rstd_cache = saved;
+    tu_model_randomize(m[0], 41);
+    for (int j = 0; j < m[1]->pt.n; j++)
+        memcpy(ar_model_param(m[1], j), ar_model_param(m[0], j), m[1]->pt.p[j].numel * sizeof(float));
+    int N = B * c.seq_len;
+    int32_t in[64], tg[64];
+    float *lg[2];
+    for (int k = 0; k < 2; k++)
+        lg[k] = malloc((size_t)N * m[k]->V * sizeof(float));
+    for (int pass = 0; pass < 3; pass++) {
+        tu_tokens(in, tg, N, 60 + (uint64_t)pass);
+        double loss[2];
+        for (int k = 0; k < 2; k++) {
+            ar_model_zero_grad(m[k]);
+            if (pass < 2) {
+                loss[k] = ar_model_forward(m[k], in, tg, B, NULL);
+                ar_model_backward(m[k], 1.0f / N);
+            } else {
+                loss[k] = ar_model_forward_unread(m[k], in, tg, B, NULL);
+            }
+            ar_model_logits(m[k], 0, N, lg[k]);
+        }
+        cr_expect(loss[0] == loss[1], "%s, pass %d: loss %.9g without the cache, %.9g with", what, pass, loss[0],
+                  loss[1]);
+        cr_expect(memcmp(lg[0], lg[1], (size_t)N * m[0]->V * sizeof(float)) == 0, "%s, pass %d: logits differ",
+                  what, pass);
+        for (int j = 0; pass < 2 && j < m[0]->pt.n; j++)
+            cr_expect(memcmp(ar_model_grad(m[0], j), ar_model_grad(m[1], j),
+                             m[0]->pt.p[j].numel * sizeof(float)) == 0,
+                      "%s, pass %d: gradient of %s differs", what, pass, m[0]->pt.p[j].name);
+    }
+    for (int k = 0; k < 2; k++) {
+        free(lg[k]);
+        ar_model_free(m[k]);
+    }
+}
+
+Test(variants, rstd_cache_equals_none)
+{
+    /* d 32: the fast ops' shapes at every vector width */
+    ar_model_cfg c = tiny(AR_RES_SWA);
+    c.d_model = 32, c.n_layer = 3, c.n_head = 2, c.d_ff = 48, c.seq_len = 8;
+    c.residual.window = 2;
+    rstd_cache_model_case(c, "swa 2");
+    c.residual.kind = AR_RES_BLOCK, c.residual.window = 0, c.residual.block_size = 2, c.residual.heads = 16;
+    rstd_cache_model_case(c, "block 2, 16 heads");
+    c.residual.kind = AR_RES_FULL, c.residual.block_size = 0, c.residual.heads = 4;
+    rstd_cache_model_case(c, "full, 4 heads");
+    c.residual.heads = 1, c.residual.query = AR_QUERY_INPUT;
+    rstd_cache_model_case(c, "full, query input");
 }

@@ -711,6 +711,18 @@ static const float *static_weights(const float *theta, int n, int H, int sigmoid
     return a0;
 }
 
+/* Whether source s's key-norm rstd is in the caller's cache (ar_depth_mix:
+ * rsc, rsc_ok), so that its row's squares need not be summed again. */
+static inline int cached(const ar_depth_mix *m, int s) { return m->rsc && m->rsc_ok[s]; }
+
+/* After a forward that took every source's rstd (key norm), read or
+ * computed and then stored in rsc: all of them are in the cache now. */
+static void cache_filled(const ar_depth_mix *m)
+{
+    for (int s = 0; m->rsc && m->g && s < m->n; s++)
+        m->rsc_ok[s] = 1;
+}
+
 /* One head with a query, a tile of nt <= MIX_TILE consecutive tokens from
  * i0 (per-mixer query u, or per token where wstride), in three passes:
  *   A: each token's rows in turn, one sweep each: u.x_s into z[s][t] and
@@ -744,20 +756,37 @@ static void mix_fwd_tile1(const ar_depth_mix *m, float *h, const float *u, size_
     for (int t = 0; t < nt; t++) {
         size_t i = i0 + (size_t)t;
         const float *uu = wstride ? token_query(m->w, wstride, g, i, d, ur) : u;
-        for (int s = 0; s < n; s++)
-            row_sweep(uu, src[s] + i * d, d, 1, g != NULL, &zt[s * MIX_TILE + t], NULL,
-                      g ? &xt[s * MIX_TILE + t] : NULL);
+        for (int s = 0; s < n; s++) {
+            if (g && !cached(m, s))
+                row_sweep(uu, src[s] + i * d, d, 1, 1, &zt[s * MIX_TILE + t], NULL, &xt[s * MIX_TILE + t]);
+            else
+                row_sweep(uu, src[s] + i * d, d, 1, 0, &zt[s * MIX_TILE + t], NULL, NULL);
+        }
     }
     if (g)
         for (int s = 0; s < n; s++) {
             float *z = zt + s * MIX_TILE, *r = xt + s * MIX_TILE;
-            for (int l = 0; l < MIX_TILE; l++) {
-                r[l] = rms_rstd(r[l], d);
-                z[l] = r[l] * z[l];
+            if (cached(m, s)) {
+                const float *c = m->rsc[s] + i0;
+                if (nt == MIX_TILE)
+                    for (int l = 0; l < MIX_TILE; l++)
+                        r[l] = c[l];
+                else
+                    for (int l = 0; l < MIX_TILE; l++) /* idle lanes: z is 0 */
+                        r[l] = l < nt ? c[l] : 1.0f;
+            } else {
+                for (int l = 0; l < MIX_TILE; l++)
+                    r[l] = rms_rstd(r[l], d);
+                for (int t = 0; m->rsc && t < nt; t++)
+                    m->rsc[s][i0 + t] = r[t];
             }
-            for (int t = 0; t < nt; t++)
-                m->rstd[(i0 + t) * n + s] = r[t];
+            for (int l = 0; l < MIX_TILE; l++)
+                z[l] = r[l] * z[l];
         }
+    /* each token's n rstd, consecutive in rstd: token by token */
+    for (int t = 0; g && t < nt; t++)
+        for (int s = 0; s < n; s++)
+            m->rstd[(i0 + t) * n + s] = xt[s * MIX_TILE + t];
     mix_scores_sm(zt, n, MIX_TILE, MIX_TILE, m->sigmoid, NULL, NULL);
     for (int t = 0; t < nt; t++) {
         size_t i = i0 + (size_t)t;
@@ -790,6 +819,7 @@ static void mix_fwd_tiled1(const ar_depth_mix *m, float *h)
             mix_fwd_tile1(m, h, u, (size_t)i0, nt, zt, xt, ur, aloc, xs);
         }
     }
+    cache_filled(m);
 }
 
 void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
@@ -831,22 +861,23 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
             for (int s = 0; s < n; s++)
                 xs[s] = src[s] + (size_t)i * d;
             if (hasq) {
-                /* the dot products and sums of squares source by source,
-                 * then every source's rstd at once (independent divisions
-                 * and square roots, a vector of sources at a time, where
-                 * one source's would wait on the next row's sweep) and the
-                 * logits scaled by it: r (u.x), one rounding as in the
-                 * simple op */
+                /* the dot products and sums of squares source by source
+                 * (no sum where the cache holds the row's rstd), then every
+                 * source's rstd at once (independent divisions and square
+                 * roots, where one source's would wait on the next row's
+                 * sweep) and the logits scaled by it: r (u.x), one rounding
+                 * as in the simple op */
                 for (int s = 0; s < n; s++) {
-                    if (H > 1 && packed && g)
+                    const int sq = g && !cached(m, s);
+                    if (H > 1 && packed && sq)
                         row_pack(uu, NULL, xs[s], e, H, 1, perm, at + s * P, NULL, &xx[s]);
                     else if (H > 1 && packed)
                         row_pack(uu, NULL, xs[s], e, H, 0, perm, at + s * P, NULL, NULL);
-                    else if (H == 1 && g)
+                    else if (H == 1 && sq)
                         row_sweep(uu, xs[s], d, 1, 1, &a[s], NULL, &xx[s]);
                     else if (H == 1)
                         row_sweep(uu, xs[s], d, 1, 0, &a[s], NULL, NULL);
-                    else if (g)
+                    else if (sq)
                         row_sweep(uu, xs[s], d, 0, 1, NULL, pr, &xx[s]);
                     else
                         row_sweep(uu, xs[s], d, 0, 0, NULL, pr, NULL);
@@ -856,7 +887,9 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                 if (g) {
                     float *rs = rstd + (size_t)i * n;
                     for (int s = 0; s < n; s++)
-                        rs[s] = rms_rstd(xx[s], d);
+                        rs[s] = cached(m, s) ? m->rsc[s][i] : rms_rstd(xx[s], d);
+                    for (int s = 0; m->rsc && s < n; s++)
+                        m->rsc[s][i] = rs[s];
                     if (H == 1)
                         for (int s = 0; s < n; s++)
                             a[s] = rs[s] * a[s];
@@ -873,12 +906,18 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                         copy_held(a + (size_t)s * H, at + (size_t)s * P, H);
                 }
             } else {
-                if (g)
-                    for (int s = 0; s < n; s++) {
-                        float xx;
+                for (int s = 0; g && s < n; s++) {
+                    float xx, r;
+                    if (cached(m, s)) {
+                        r = m->rsc[s][i];
+                    } else {
                         row_sweep(NULL, xs[s], d, 1, 1, NULL, NULL, &xx);
-                        rstd[(size_t)i * n + s] = rms_rstd(xx, d);
+                        r = rms_rstd(xx, d);
+                        if (m->rsc)
+                            m->rsc[s][i] = r;
                     }
+                    rstd[(size_t)i * n + s] = r;
+                }
                 copy_held(a, a0, Hn);
                 if (H > 1)
                     for (int s = 0; s < n; s++)
@@ -892,6 +931,7 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
             mix_rows_heads(y, at, P, xs, n, d, e, idx, hoff, hix);
         }
     }
+    cache_filled(m);
 }
 
 /* Sweep 2 of the backward for one source row: dx += A dh + C u - c3 x and
