@@ -889,7 +889,8 @@ void cpu_depth_mix_fwd(const ar_depth_mix *m, float *h)
                     for (int s = 0; s < n; s++)
                         rs[s] = cached(m, s) ? m->rsc[s][i] : rms_rstd(xx[s], d);
                     for (int s = 0; m->rsc && s < n; s++)
-                        m->rsc[s][i] = rs[s];
+                        if (!cached(m, s))
+                            m->rsc[s][i] = rs[s];
                     if (H == 1)
                         for (int s = 0; s < n; s++)
                             a[s] = rs[s] * a[s];
